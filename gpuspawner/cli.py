@@ -1,0 +1,140 @@
+"""The ``gpuhub`` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .scheduler.policy import POLICIES, get_policy
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds:.0f} s"
+
+
+def cmd_simulate(args) -> int:
+    from .sim.cluster import ClusterError, load_cluster
+    from .sim.plot import plot_usage
+    from .sim.simulate import SimulationError, simulate
+    from .sim.trace import TraceError, read_trace
+
+    try:
+        trace = read_trace(args.trace)
+        cluster = load_cluster(args.cluster)
+        policies = [get_policy(name) for name in args.policy]
+    except (TraceError, ClusterError, ValueError, OSError) as e:
+        print(f"gpuhub simulate: {e}", file=sys.stderr)
+        return 2
+    results = []
+    for policy in policies:
+        try:
+            result = simulate(trace, cluster, policy, restart_cost_s=args.restart_cost,
+                              check=args.check)
+        except SimulationError as e:
+            print(f"gpuhub simulate: {e}", file=sys.stderr)
+            return 2
+        results.append(result)
+        if args.json:
+            print(json.dumps(result.metrics, sort_keys=True))
+        else:
+            _print_metrics(result.metrics)
+        for problem in result.problems[:20]:
+            print(f"  invariant broken: {problem}", file=sys.stderr)
+    if args.plot:
+        plot_usage(args.plot, {r.policy: r.timeline for r in results}, cluster.total_gpus)
+        if not args.json:
+            print(f"plot written to {args.plot}")
+    return 1 if any(r.problems for r in results) else 0
+
+
+def _print_metrics(m: dict) -> None:
+    print(f"policy {m['policy']}: {m['finished']}/{m['jobs']} jobs finished "
+          f"({m['rejected']} rejected, {m['timed_out']} hit their time limit)")
+    if "avg_jct_s" in m:
+        print(f"  JCT        avg {_fmt_s(m['avg_jct_s'])}  p50 {_fmt_s(m['p50_jct_s'])}  "
+              f"p99 {_fmt_s(m['p99_jct_s'])}")
+        print(f"  queueing   avg {_fmt_s(m['avg_queue_s'])}  p50 {_fmt_s(m['p50_queue_s'])}  "
+              f"p99 {_fmt_s(m['p99_queue_s'])}")
+        print(f"  makespan {_fmt_s(m['makespan_s'])}  utilisation while backlogged "
+              f"{m['utilization_backlog']:.1%}  Jain fairness {m['jain_fairness']:.3f}")
+        worst = ", ".join(f"{t} {v:.1f}" for t, v in m["max_slowdown_per_team"].items())
+        print(f"  max slowdown per team: {worst}")
+    print(f"  preemptions {m['preemptions']}  quota violations {m['quota_violations']}  "
+          f"cycles {m['cycles']}  wall {m['wall_s']:.1f} s")
+
+
+def cmd_trace(args) -> int:
+    from .sim.trace import PHILLY_TEAMS, generate_philly_trace, write_trace
+
+    jobs = generate_philly_trace(args.jobs, seed=args.seed, capacity_gpus=args.capacity,
+                                 load=args.load, teams=args.teams or PHILLY_TEAMS)
+    write_trace(args.output, jobs)
+    print(f"wrote {len(jobs)} jobs to {args.output}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .sim.bench import format_rows, run_bench
+
+    def progress(row):
+        if not args.json:
+            print(f"  measured {row['pending']} pending "
+                  f"({'with' if row['explain'] else 'without'} reasons)", file=sys.stderr)
+
+    rows = run_bench(tuple(args.sizes), cycles=args.cycles, seed=args.seed, progress=progress)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+    else:
+        print("gpuhub cycle on 1,000 nodes × 8 GPUs, 50 teams; baseline: fifo in the same run")
+        print(format_rows(rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuhub", description="GPU Hub command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sim = sub.add_parser("simulate", help="replay a job trace through the scheduler")
+    sim.add_argument("trace", type=Path, help="TRACE.csv (job_id,team,user,submit_time_s,num_gpus,"
+                                              "duration_s[,time_limit_s,gpu_type,priority,num_nodes])")
+    sim.add_argument("--cluster", type=Path, required=True, help="CLUSTER.yaml (pools and teams)")
+    sim.add_argument("--policy", action="append", choices=sorted(POLICIES),
+                     help="policy to run; repeat to compare several (default: all)")
+    sim.add_argument("--json", action="store_true", help="one JSON object per policy")
+    sim.add_argument("--plot", type=Path, help="write a PNG of GPUs in use per team")
+    sim.add_argument("--restart-cost", type=float, default=60.0,
+                     help="seconds a preempted job loses when it restarts (default 60)")
+    sim.add_argument("--check", action="store_true",
+                     help="check the scheduler's invariants after every cycle (slow)")
+    sim.set_defaults(func=cmd_simulate)
+
+    trace = sub.add_parser("trace", help="generate a Philly-like synthetic trace")
+    trace.add_argument("output", type=Path)
+    trace.add_argument("--jobs", type=int, default=15000)
+    trace.add_argument("--capacity", type=int, default=2000, help="GPUs the load is relative to")
+    trace.add_argument("--load", type=float, default=1.3, help="offered load (default 1.3)")
+    trace.add_argument("--seed", type=int, default=0)
+    trace.add_argument("--teams", type=int, help="number of teams (default: 8 named teams)")
+    trace.set_defaults(func=cmd_trace)
+
+    bench = sub.add_parser("bench", help="scheduling cycle benchmark against fifo")
+    bench.add_argument("--json", action="store_true", help="one JSON object per measurement")
+    bench.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000],
+                       help="pending workloads to measure at")
+    bench.add_argument("--cycles", type=int, default=30)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "policy", "unset") is None:
+        args.policy = ["fifo", "backfill", "quota-fifo", "gpuhub"]
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

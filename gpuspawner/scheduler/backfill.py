@@ -1,0 +1,106 @@
+"""EASY backfill reservations.
+
+When the workload at the head of the order cannot be placed, it gets a
+reservation: the earliest time its gang fits, given when running work must
+end at the latest (start + time limit), and the nodes it will use then.
+Later workloads may still start if they end before that time, or if they
+leave the reserved nodes enough GPUs (each reserved node's ``spare``).
+"""
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Optional
+
+from .model import TOPOLOGY_NONE, TOPOLOGY_REQUIRED, Node, Placement
+
+
+@dataclass
+class Reservation:
+    workload_id: str
+    start: float
+    # node -> GPUs on it that later work (not ending before ``start``) may take.
+    spare: dict[str, int] = field(default_factory=dict)
+
+    def limits_for(self, end: float) -> Mapping[str, int]:
+        return {} if end <= self.start else self.spare
+
+    def consume(self, placement: Placement, end: float) -> None:
+        if end <= self.start:
+            return
+        for node, gpus in placement:
+            if node in self.spare:
+                self.spare[node] -= len(gpus)
+
+
+def find_reservation(
+    workload_id: str,
+    nodes: Mapping[str, Node],
+    free_now: Mapping[str, int],
+    releases: Iterable[tuple[float, Placement]],
+    gpus_per_node: int,
+    num_nodes: int,
+    selector: Mapping[str, str],
+    topology: str,
+    topology_key: str,
+    usable: Callable[[str, int], bool],
+) -> Optional[Reservation]:
+    """Walk future releases in time order until the gang fits.
+
+    ``free_now`` holds the free GPU count of each candidate node (only the
+    pool's nodes matching the selector); ``releases`` yields
+    ``(end, placement)`` sorted by end; ``usable(node, gpu)`` says whether a
+    released GPU comes back to the free pool (not unhealthy, not set aside).
+    """
+    free = {n: c for n, c in free_now.items() if not selector or nodes[n].matches(selector)}
+    domains: dict[str, set[str]] = defaultdict(set)
+
+    def domain(n: str) -> str:
+        return nodes[n].topology.get(topology_key, "") if topology != TOPOLOGY_NONE else ""
+
+    for n, c in free.items():
+        if c >= gpus_per_node:
+            domains[domain(n)].add(n)
+
+    def fits() -> Optional[list[str]]:
+        if topology != TOPOLOGY_NONE:
+            ok = [d for d, ns in domains.items() if len(ns) >= num_nodes]
+            if ok:
+                d = min(ok, key=lambda d: (len(domains[d]), d))
+                return sorted(domains[d], key=lambda n: (free[n], n))[:num_nodes]
+            if topology == TOPOLOGY_REQUIRED:
+                return None
+        everywhere = [n for ns in domains.values() for n in ns]
+        if len(everywhere) >= num_nodes:
+            return sorted(everywhere, key=lambda n: (free[n], n))[:num_nodes]
+        return None
+
+    def reservation(start: float, chosen: list[str]) -> Reservation:
+        return Reservation(workload_id, start,
+                           {n: free[n] - gpus_per_node for n in chosen})
+
+    if fits() is not None:
+        # It fits now by count, so other reservations are what hold it back:
+        # those come first, and this one waits for them.
+        return None
+    for end, placement in releases:
+        changed = False
+        for node, gpus in placement:
+            if node not in free:
+                continue
+            back = sum(1 for g in gpus if usable(node, g))
+            if back:
+                free[node] += back
+                if free[node] >= gpus_per_node:
+                    domains[domain(node)].add(node)
+                    changed = True
+        if changed:
+            chosen = fits()
+            if chosen is not None:
+                return reservation(end, chosen)
+    return None
+
+
+def merged_releases(*sorted_streams: Iterable[tuple[float, Placement]]):
+    return heapq.merge(*sorted_streams, key=lambda item: item[0])

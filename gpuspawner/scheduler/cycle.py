@@ -1,0 +1,452 @@
+"""One scheduling cycle: decide, without changing the state.
+
+``plan_cycle`` reads a ``ClusterState`` and returns the events of this
+cycle (admissions, nominations, preemptions, evictions) plus, for every
+workload left waiting, a reason a person can read. It works on scratch
+copies of the free-GPU index and the quota ledger; the caller persists the
+events and then applies them (``Scheduler.apply``).
+
+Order: teams compete through the heads of their queues. A head that stays
+within its team's nominal quota goes before one that needs to borrow; then
+higher priority; then, between teams, the lower weighted dominant share;
+then the older. Inside a team the queue is priority, then age.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import events as ev
+from .backfill import Reservation, find_reservation, merged_releases
+from .fairshare import dominant_share
+from .model import JOB, Placement, Workload
+from .placement import find_placement
+from .policy import Policy
+from .preemption import PRIORITY, VictimCatalog, candidates, plan_preemption
+from .state import ClusterState
+
+
+@dataclass
+class CycleResult:
+    events: list[ev.Event] = field(default_factory=list)
+    # workload id -> why it is still waiting
+    waiting: dict[str, str] = field(default_factory=dict)
+    reservations: list[Reservation] = field(default_factory=list)
+
+    @staticmethod
+    def reservations_so_far(by_pool: dict) -> list[Reservation]:
+        return [r for rs in by_pool.values() for r in rs]
+
+    def of_type(self, type_: str) -> list[ev.Event]:
+        return [e for e in self.events if e.type == type_]
+
+
+class _Cycle:
+    def __init__(self, state: ClusterState, policy: Policy, now: float, explain: bool):
+        self.explain = explain
+        self.quotas = policy.quotas
+        self.fair_share = policy.fair_share
+        self.queue_keys = state.queue_keys
+        # Bumped whenever a decision could make a team's remaining queue
+        # hopeless; a team found hopeful at the current version is not re-checked.
+        self.version = 0
+        self.hopeful: dict[str, int] = {}
+        self.state = state
+        self.policy = policy
+        self.now = now
+        self.index = state.index.copy()
+        self.drain = dict(state.node_drain)
+        self.ledger = state.ledger.copy()
+        self.result = CycleResult()
+        self.reservations: dict[str, list[Reservation]] = {}
+        # pool -> [(end, placement)] admitted in this cycle, sorted by end
+        self.admitted_ends: dict[str, list[tuple[float, Placement]]] = {}
+        self.unavailable: set[str] = set()       # running work already leaving
+        self.preempt_tried: set[tuple[str, str]] = set()
+        self.failed: dict[tuple, int] = {}       # placement shape -> smallest size that failed
+        self.quota_blocked: dict[tuple[str, str], tuple[int, str]] = {}
+        self.catalog = VictimCatalog(state, self.ledger)
+        usage = state.team_usage(now) if policy.fair_share else {}
+        self.team_pool_usage = usage
+        self.shares = {team: dominant_share(usage.get(team, {}), state.capacity,
+                                            self._weight(team))
+                       for team in set(usage) | set(state.teams)}
+        self.stopped: Optional[str] = None
+
+    def _weight(self, team: str) -> float:
+        t = self.state.teams.get(team)
+        return t.weight if t is not None else 1.0
+
+    # ---- order -----------------------------------------------------------
+    def order_key(self, w: Workload) -> tuple:
+        # The team's queue key is (-priority, submit time, id) or (submit
+        # time, id); the team's state (borrowing? share?) slots in around it.
+        queue_key = self.queue_keys[w.id]
+        needs_borrow = self.quotas and not self.ledger.within_nominal(w.team, w.pool, w.gpus)
+        share = self.shares.get(w.team, 0.0) if self.fair_share else 0.0
+        return (needs_borrow, queue_key[0], share) + queue_key[1:]
+
+    def ordered(self):
+        """Pending workloads, teams interleaved through their queue heads.
+
+        Without explanations a team is dropped as soon as every pool it waits
+        for is full and has had its preemption attempt and reservation: the
+        rest of its queue cannot change this cycle's decisions.
+        """
+        state = self.state
+        pending = state.pending
+        heap = []
+        cursors = {}
+        for group in list(state.queues):
+            queue = state.queue(group)
+            cursors[group] = [queue, 0]
+            head = self._next(group, cursors)
+            if head is not None:
+                heap.append((self.order_key(head), group, head))
+        heapq.heapify(heap)
+        explain = self.explain
+        while heap:
+            key, group, w = heapq.heappop(heap)
+            while True:
+                if not explain and self.exhausted(group, w.team):
+                    break
+                if pending.get(w.id) is w:
+                    yield w
+                    if self.stopped is not None and not explain:
+                        return
+                nxt = self._next(group, cursors)
+                if nxt is None:
+                    break
+                nkey = self.order_key(nxt)
+                if heap and nkey > heap[0][0]:
+                    heapq.heappush(heap, (nkey, group, nxt))
+                    break
+                w = nxt
+
+    def _next(self, group, cursors) -> Optional[Workload]:
+        queue, i = cursors[group]
+        pending = self.state.pending
+        while i < len(queue):
+            w = queue[i]
+            i += 1
+            if pending.get(w.id) is w:
+                cursors[group][1] = i
+                return w
+        cursors[group][1] = i
+        return None
+
+    def pool_done(self, team: str, pool: str) -> bool:
+        """Nothing more can happen in this pool for this team this cycle,
+        unless GPUs are free: its preemption attempt was made."""
+        return not self.policy.preemption or (team, pool) in self.preempt_tried
+
+    def exhausted(self, group: str, team: str) -> bool:
+        """Every shape the group waits with is known not to fit, and every
+        pool's preemption attempt and reservation are made."""
+        if self.hopeful.get(group) == self.version:
+            return False
+        if self._exhausted(group, team):
+            return True
+        self.hopeful[group] = self.version
+        return False
+
+    def _exhausted(self, group: str, team: str) -> bool:
+        if self.policy.preemption and not self.quotas:
+            return False  # preemption is per team, but the group mixes teams
+        pool_free = self.index.pool_free
+        for pool, shapes in self.state.pending_shapes.get(group, {}).items():
+            if not pool:
+                return False
+            quota_blocked = self.quota_blocked.get((team, pool), (float("inf"),))[0]
+            done = self.pool_done(team, pool)
+            free = pool_free.get(pool, 0)
+            reservations = self.reservations.get(pool, ())
+            for (gpn, nodes, topology, key, constrained), limits in shapes.items():
+                if gpn * nodes >= quota_blocked:
+                    continue
+                if not done:
+                    return False
+                if gpn * nodes > free:
+                    continue
+                if constrained:
+                    return False
+                end = self.now + self.state.shortest_limit(limits)
+                beats = tuple(end <= r.start for r in reservations)
+                smallest_failed = self.failed.get((pool, nodes, topology, key, beats))
+                if smallest_failed is None or gpn < smallest_failed:
+                    return False
+        return True
+
+    # ---- the cycle -------------------------------------------------------
+    def run(self) -> CycleResult:
+        self.evict_from_unhealthy()
+        self.admit_ready_nominations()
+        # Workloads holding a reservation from earlier cycles go first, so the
+        # nodes drained for them are not given to someone else at the last moment.
+        promised = set()
+        for wid in self.state.reserved_order:
+            w = self.state.pending.get(wid)
+            if w is not None and wid not in self.state.nominations:
+                promised.add(wid)
+                self.consider(w, holds_reservation=True)
+        for w in self.ordered():
+            if self.stopped is not None:
+                self.wait(w, self.stopped)
+                continue
+            if w.id in self.state.nominations or w.id in promised:
+                continue
+            self.consider(w)
+        if self.policy.backfill:
+            self.grant_reservations()
+        self.result.reservations = CycleResult.reservations_so_far(self.reservations)
+        return self.result
+
+    def evict_from_unhealthy(self) -> None:
+        for wid in self.state.on_unhealthy_hardware():
+            r = self.state.running[wid]
+            self.unavailable.add(wid)
+            self.ledger.charge(r.workload.team, r.workload.pool, -r.workload.gpus)
+            self.result.events.append(ev.Event(
+                ev.EVICTED, wid, self.now, attempt=r.workload.attempt + 1,
+                message="its node or GPU became unhealthy; requeued"))
+
+    def admit_ready_nominations(self) -> None:
+        for wid, nom in self.state.nominations.items():
+            if nom.ready:
+                self.result.events.append(ev.Event(
+                    ev.ADMITTED, wid, self.now, placement=nom.placement,
+                    message="admitted on the GPUs its preemption freed"))
+            else:
+                self.result.waiting[wid] = (
+                    f"waiting for {len(nom.outstanding)} GPU(s) held by preempted "
+                    f"workload(s) {', '.join(sorted(nom.victims))} to be released")
+
+    def selector(self, w: Workload):
+        team = self.state.teams.get(w.team)
+        if team is None or not team.node_selector:
+            return w.node_selector
+        return {**team.node_selector, **w.node_selector}
+
+    def consider(self, w: Workload, holds_reservation: bool = False) -> None:
+        if w.gpus == 0:
+            self.admit(w, ())
+            return
+        policy = self.policy
+        shape, limits = self.shape_of(w)
+        closed = self.known_unplaceable(w, shape)
+        if closed and not self.explain and self.pool_done(w.team, w.pool):
+            if policy.strict_fifo:
+                self.stopped = f"behind {w.id}"
+            return
+        if policy.quotas:
+            blocked = self.quota_blocked.get((w.team, w.pool))
+            if blocked is not None and w.gpus >= blocked[0]:
+                self.wait(w, blocked[1])
+                return
+            reason = self.ledger.check(w.team, w.pool, w.gpus)
+            if reason is not None:
+                self.quota_blocked[(w.team, w.pool)] = (w.gpus, reason)
+                self.wait(w, reason)
+                return
+        placement = None if closed else self.place(w, shape, limits)
+        if placement is not None:
+            self.admit(w, placement)
+            return
+        if policy.preemption and self.try_preemption(w):
+            return
+        reserved = self.reserve(w) if holds_reservation else None
+        if self.explain:
+            self.wait(w, reserved or self.capacity_reason(w))
+        if policy.strict_fifo:
+            self.stopped = f"behind {w.id} (strict FIFO: nothing passes a blocked workload)"
+
+    def end_of(self, w: Workload) -> float:
+        return self.now + w.time_limit if w.time_limit is not None else float("inf")
+
+    def shape_of(self, w: Workload) -> tuple[Optional[tuple], dict[str, int]]:
+        """The key under which placement failures are cached (None when the
+        workload has node selectors), and the per-node caps that backfill
+        reservations put on it."""
+        end = self.end_of(w)
+        limits: dict[str, int] = {}
+        beats = []
+        for r in self.reservations.get(w.pool, ()):
+            beats.append(end <= r.start)
+            for node, spare in r.limits_for(end).items():
+                limits[node] = min(spare, limits.get(node, spare))
+        if self.selector(w):
+            return None, limits
+        return (w.pool, w.num_nodes, w.topology, w.topology_key, tuple(beats)), limits
+
+    def known_unplaceable(self, w: Workload, shape: Optional[tuple]) -> bool:
+        """A smaller workload of the same shape already failed this cycle;
+        free GPUs only shrink during a cycle, so this one fails too."""
+        if self.index.pool_free.get(w.pool, 0) < w.gpus:
+            return True
+        smallest_failed = self.failed.get(shape) if shape is not None else None
+        return smallest_failed is not None and w.gpus_per_node >= smallest_failed
+
+    def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
+        placement = find_placement(self.index, w.pool, w.gpus_per_node, w.num_nodes,
+                                   self.selector(w), w.topology, w.topology_key, limits,
+                                   self.end_of(w), self.drain)
+        if placement is None and shape is not None:
+            self.failed[shape] = min(w.gpus_per_node, self.failed.get(shape, w.gpus_per_node))
+            self.version += 1
+        return placement
+
+    def admit(self, w: Workload, placement: Placement) -> None:
+        self.version += 1
+        self.index.take_placement(placement)
+        self.ledger.charge(w.team, w.pool, w.gpus)
+        end = self.end_of(w)
+        for r in self.reservations.get(w.pool, ()):
+            r.consume(placement, end)
+        for node, _ in placement:
+            self.drain[node] = max(self.drain.get(node, float("-inf")), end)
+        if end != float("inf") and placement:
+            self.admitted_ends.setdefault(w.pool, []).append((end, placement))
+        borrowed = 0
+        if self.policy.quotas and w.pool:
+            quota = self.ledger.quota(w.team, w.pool)
+            used = self.ledger.used.get((w.team, w.pool), 0)
+            borrowed = max(0, min(w.gpus, used - quota.nominal))
+        if self.policy.fair_share and w.pool:
+            pools = self.team_pool_usage.setdefault(w.team, {})
+            pools[w.pool] = pools.get(w.pool, 0.0) + w.gpus
+            self.shares[w.team] = dominant_share(pools, self.state.capacity, self._weight(w.team))
+        msg = "admitted" + (f"; {borrowed} GPU(s) borrowed, preemptible by reclaim"
+                            if borrowed else "")
+        self.result.events.append(ev.Event(ev.ADMITTED, w.id, self.now, placement=placement,
+                                           borrowed=borrowed, message=msg))
+
+    def try_preemption(self, w: Workload) -> bool:
+        key = (w.team, w.pool)
+        if key in self.preempt_tried:
+            return False
+        # One attempt per team and pool per cycle, made by its first blocked
+        # workload; a batch job that has not waited long enough spends it.
+        self.preempt_tried.add(key)
+        self.version += 1
+        if w.kind == JOB and self.now - w.submit_time < self.policy.preemption_delay:
+            return False
+        cands = candidates(w, self.catalog, self.ledger, self.policy, self.shares, self.unavailable)
+        plan = plan_preemption(w, self.selector(w), self.index, self.ledger, cands)
+        if plan is None:
+            return False
+        kill_grace = self.policy.default_grace_period
+        for c in plan.victims:
+            victim = c.running.workload
+            grace = victim.grace_period if victim.grace_period is not None else kill_grace
+            self.unavailable.add(victim.id)
+            self.ledger.charge(victim.team, victim.pool, -victim.gpus)
+            if c.rule == PRIORITY:
+                why = f"preempted by higher-priority {w.priority} workload {w.id} of team {w.team}"
+            else:
+                why = (f"preempted: team {w.team} reclaims its nominal {w.pool} quota "
+                       f"for workload {w.id}; team {victim.team} was borrowing")
+            self.result.events.append(ev.Event(
+                ev.PREEMPTED, victim.id, self.now, message=why, preemptor_id=w.id,
+                kill_at=self.now + grace, attempt=victim.attempt + 1))
+        for node, gpus in plan.placement:
+            free = set(self.index.free[node])
+            now_free = tuple(g for g in gpus if g in free)
+            if now_free:
+                self.index.take(node, now_free)
+        self.ledger.charge(w.team, w.pool, w.gpus)
+        victims = ", ".join(c.running.workload.id for c in plan.victims)
+        self.result.events.append(ev.Event(
+            ev.NOMINATED, w.id, self.now, placement=plan.placement,
+            message=f"GPUs set aside; waiting for preempted {victims} to exit"))
+        return True
+
+    def capacity_reason(self, w: Workload) -> str:
+        free = self.index.pool_free.get(w.pool, 0)
+        shape = (f"{w.num_nodes} nodes × {w.gpus_per_node}" if w.num_nodes > 1
+                 else f"{w.gpus_per_node} ×")
+        reason = f"waiting for {shape} {w.pool} GPUs ({free} free in the pool, none placeable"
+        selector = self.selector(w)
+        if selector:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+            reason += f" on nodes labelled {labels}"
+        return reason + ")"
+
+    def grant_reservations(self, scan: int = 64) -> None:
+        """Give free reservation slots to the longest-waiting workloads that do
+        not fit (highest priority class first, then oldest), whatever their
+        team's share: fair share decides who gets free GPUs now, age decides
+        who gets nodes drained for it, so big gangs cannot starve."""
+        decided = {e.workload_id for e in self.result.events}
+        held = {r.workload_id for r in self.result.reservations_so_far(self.reservations)}
+        state = self.state
+        for pool in state.capacity:
+            while len(self.reservations.get(pool, ())) < self.policy.max_reservations_per_pool:
+                best = None
+                for group in state.queues:
+                    for w in state.queue(group)[:scan]:
+                        if (state.pending.get(w.id) is not w or w.pool != pool or w.id in decided
+                                or w.id in held or w.id in state.nominations or w.gpus == 0):
+                            continue
+                        if self.quotas and self.ledger.check(w.team, w.pool, w.gpus) is not None:
+                            continue
+                        if best is None or self.queue_keys[w.id] < self.queue_keys[best.id]:
+                            best = w
+                        break
+                if best is None:
+                    break
+                held.add(best.id)
+                reason = self.reserve(best)
+                if reason is None:
+                    break
+                self.wait(best, reason)
+
+    def reserve(self, w: Workload) -> Optional[str]:
+        pool_res = self.reservations.setdefault(w.pool, [])
+        state = self.state
+        running = state.running
+        set_aside = state.set_aside
+        nodes = state.nodes
+
+        def running_releases():
+            for end, _start, wid in state.ends.get(w.pool, ()):
+                if wid not in self.unavailable:
+                    yield end, running[wid].placement
+
+        def usable(node: str, gpu: int) -> bool:
+            return (node, gpu) not in set_aside and state._usable(node, gpu)
+
+        free_now = {n: len(self.index.free[n]) for n in self.index.nodes_in(w.pool)}
+        reservation = find_reservation(
+            w.id, nodes, free_now,
+            merged_releases(running_releases(), sorted(self.admitted_ends.get(w.pool, []),
+                                                       key=lambda x: x[0])),
+            w.gpus_per_node, w.num_nodes, self.selector(w), w.topology, w.topology_key, usable)
+        if reservation is None:
+            return None
+        pool_res.append(reservation)
+        self.version += 1
+        # Placement failures cached before this reservation stay valid: it only
+        # takes capacity away from later workloads.
+        wait_s = max(0.0, reservation.start - self.now)
+        return (f"waiting for {w.gpus} {w.pool} GPUs; reserved to start within "
+                f"{_duration(wait_s)} (backfill keeps that start)")
+
+    def wait(self, w: Workload, reason: str) -> None:
+        if self.explain:
+            self.result.waiting[w.id] = reason
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plan_cycle(state: ClusterState, policy: Policy, now: float,
+               explain: bool = True) -> CycleResult:
+    """Decide this cycle. ``explain=False`` skips the waiting reasons (and the
+    work that only they need), for callers that do not show them."""
+    return _Cycle(state, policy, now, explain).run()

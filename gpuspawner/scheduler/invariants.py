@@ -1,0 +1,132 @@
+"""Checks of the properties the core promises, recomputed from scratch.
+
+Used by the property-based tests and by ``gpuhub simulate --check``. Each
+check derives its answer from the running placements and the quotas alone,
+not from the indexes the cycle used, so an index bug shows up here.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from . import events as ev
+from .model import NO_QUOTA, Quota
+from .placement import find_placement
+from .policy import Policy
+from .quota import QuotaLedger, borrowed, lendable
+from .state import ClusterState
+
+
+def gpu_conflicts(state: ClusterState) -> list[str]:
+    seen: dict[tuple[str, int], str] = {}
+    out = []
+    for wid, r in state.running.items():
+        for node, gpus in r.placement:
+            for g in gpus:
+                other = seen.setdefault((node, g), wid)
+                if other != wid:
+                    out.append(f"GPU {node}/{g} held by both {other} and {wid}")
+                if g in state.index.free.get(node, ()):
+                    out.append(f"GPU {node}/{g} held by {wid} but listed free")
+    return out
+
+
+def partial_gangs(state: ClusterState) -> list[str]:
+    out = []
+    for wid, r in state.running.items():
+        w = r.workload
+        nodes = [n for n, _ in r.placement]
+        if w.gpus == 0:
+            continue
+        if len(set(nodes)) != w.num_nodes or any(len(g) != w.gpus_per_node for _, g in r.placement):
+            out.append(f"{wid} asked for {w.num_nodes}×{w.gpus_per_node} and holds {r.placement}")
+        if any(state.nodes[n].pool != w.pool for n in nodes):
+            out.append(f"{wid} placed outside pool {w.pool}")
+        selector = dict(state.teams[w.team].node_selector) if w.team in state.teams else {}
+        selector.update(w.node_selector)
+        if any(not state.nodes[n].matches(selector) for n in nodes):
+            out.append(f"{wid} placed on a node that does not match {selector}")
+    return out
+
+
+def _quota(state: ClusterState, team: str, pool: str) -> Quota:
+    return state.teams[team].quota(pool) if team in state.teams else NO_QUOTA
+
+
+def quota_violations(state: ClusterState) -> list[str]:
+    held = state.held_gpus()
+    out = []
+    pools = set(state.capacity)
+    for (team, pool), gpus in held.items():
+        if not pool:
+            continue
+        quota = _quota(state, team, pool)
+        if gpus > quota.ceiling:
+            out.append(f"team {team} holds {gpus} {pool} GPUs, above its ceiling {quota.ceiling}")
+    for pool in pools:
+        unowned = max(0, state.capacity[pool] - sum(t.quota(pool).nominal for t in state.teams.values()))
+        total_borrowed = 0
+        total_lendable = 0
+        names = set(state.teams) | {t for (t, p) in held if p == pool}
+        for team in names:
+            quota = _quota(state, team, pool)
+            used = held.get((team, pool), 0)
+            total_borrowed += borrowed(used, quota)
+            total_lendable += lendable(used, quota)
+        if total_borrowed > unowned + total_lendable:
+            out.append(f"pool {pool}: {total_borrowed} GPUs borrowed but only "
+                       f"{unowned} unowned + {total_lendable} lent")
+    return out
+
+
+def idle_but_waiting(state: ClusterState, policy: Policy, reservations=()) -> list[str]:
+    """Work conservation: a pending workload that fits its quota and the free
+    GPUs (outside backfill reservations) should not be waiting."""
+    if policy.strict_fifo:
+        return []
+    out = []
+    ledger = QuotaLedger(state.capacity, state.teams, state.held_gpus())
+    for nom in state.nominations.values():
+        w = state.pending[nom.workload_id]
+        ledger.charge(w.team, w.pool, w.gpus)
+    for wid, w in state.pending.items():
+        if wid in state.nominations or w.gpus == 0:
+            continue
+        if policy.quotas and ledger.check(w.team, w.pool, w.gpus) is not None:
+            continue
+        # Conservative: keep every other reservation's nodes as they are, even
+        # for work short enough to ignore them (misses some, invents none).
+        limits: dict[str, int] = {}
+        for r in reservations:
+            if r.workload_id != wid:
+                for node, spare in r.spare.items():
+                    limits[node] = min(spare, limits.get(node, spare))
+        selector = dict(state.teams[w.team].node_selector) if w.team in state.teams else {}
+        selector.update(w.node_selector)
+        if find_placement(state.index, w.pool, w.gpus_per_node, w.num_nodes, selector,
+                          w.topology, w.topology_key, limits) is not None:
+            out.append(f"{wid} fits now ({w.gpus} × {w.pool}) but waits")
+    return out
+
+
+def preemption_loops(history: Iterable[ev.Event]) -> list[str]:
+    """X preempted Y, and later Y preempted X."""
+    pairs = set()
+    out = []
+    for e in history:
+        if e.type == ev.PREEMPTED:
+            pair = (e.preemptor_id, e.workload_id)
+            if (pair[1], pair[0]) in pairs:
+                out.append(f"{pair[0]} preempted {pair[1]} after being preempted by it")
+            pairs.add(pair)
+    return out
+
+
+def check_all(state: ClusterState, policy: Policy, reservations=(),
+              history: Optional[Iterable[ev.Event]] = None) -> list[str]:
+    problems = gpu_conflicts(state) + partial_gangs(state)
+    if policy.quotas:
+        problems += quota_violations(state)
+    problems += idle_but_waiting(state, policy, reservations)
+    if history is not None:
+        problems += preemption_loops(history)
+    return problems

@@ -1,0 +1,204 @@
+"""Plain data the scheduler core works on.
+
+Nothing here knows about HTTP, SQL or processes: the service builds these
+objects from its database, the simulator from a trace, and tests by hand.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping, Optional
+
+# Workload kinds (DESIGN.md: one scheduler, three kinds of workload).
+JOB = "job"
+NOTEBOOK = "notebook"
+DEPLOYMENT = "deployment"
+KINDS = (JOB, NOTEBOOK, DEPLOYMENT)
+
+# Topology modes for gangs.
+TOPOLOGY_NONE = "none"
+TOPOLOGY_PREFERRED = "preferred"
+TOPOLOGY_REQUIRED = "required"
+TOPOLOGY_MODES = (TOPOLOGY_NONE, TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED)
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    """A named priority. Higher ``value`` is scheduled first.
+
+    ``preemptible`` says whether a workload of this class may be evicted by a
+    higher priority workload of the same team (reclaim of borrowed quota is
+    decided separately, by kind and quota).
+    """
+
+    name: str
+    value: int
+    preemptible: bool = True
+
+
+DEFAULT_PRIORITY_CLASSES: dict[str, PriorityClass] = {
+    pc.name: pc
+    for pc in (
+        PriorityClass("production", 1000, preemptible=False),
+        PriorityClass("interactive", 800, preemptible=False),
+        PriorityClass("batch", 500),
+        PriorityClass("best-effort", 100),
+    )
+}
+
+DEFAULT_PRIORITY_FOR_KIND = {
+    NOTEBOOK: "interactive",
+    JOB: "batch",
+    DEPLOYMENT: "production",
+}
+
+
+@dataclass(frozen=True)
+class Node:
+    """A machine with ``gpus`` interchangeable GPUs belonging to one pool.
+
+    ``topology`` maps a topology level to this node's domain at that level,
+    e.g. ``{"rack": "r3", "nvlink": "island-1"}``. ``labels`` are the node
+    labels placement constraints match against (``{"region": "eu"}``).
+    """
+
+    name: str
+    pool: str
+    gpus: int
+    topology: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    healthy: bool = True
+    unhealthy_gpus: frozenset[int] = frozenset()
+
+    def usable_gpus(self) -> tuple[int, ...]:
+        if not self.healthy:
+            return ()
+        return tuple(i for i in range(self.gpus) if i not in self.unhealthy_gpus)
+
+    def matches(self, selector: Mapping[str, str]) -> bool:
+        return all(self.labels.get(k) == v for k, v in selector.items())
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A team's quota in one pool, with Kueue's meaning.
+
+    ``nominal`` GPUs are guaranteed. The team may use up to
+    ``nominal + borrowing_limit`` while other teams' quota is idle
+    (``None``: no limit). At most ``lending_limit`` of its idle nominal
+    quota may be used by others (``None``: all of it).
+    """
+
+    nominal: int = 0
+    borrowing_limit: Optional[int] = None
+    lending_limit: Optional[int] = None
+
+    def __post_init__(self):
+        for name in ("nominal", "borrowing_limit", "lending_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"quota {name} must be >= 0, got {value}")
+
+    @property
+    def ceiling(self) -> float:
+        """Most GPUs the team may hold in the pool."""
+        if self.borrowing_limit is None:
+            return float("inf")
+        return self.nominal + self.borrowing_limit
+
+
+NO_QUOTA = Quota()
+
+
+@dataclass(frozen=True)
+class Team:
+    """A team (a JupyterHub group) with per-pool quotas and a fair-share weight.
+
+    ``allowed_pools`` (None: all) and ``node_selector`` restrict where any of
+    the team's work may run (data residency, regulated data).
+    """
+
+    name: str
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
+    weight: float = 1.0
+    allowed_pools: Optional[frozenset[str]] = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    def quota(self, pool: str) -> Quota:
+        return self.quotas.get(pool, NO_QUOTA)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One request for GPUs: a notebook server, a batch job or a deployment.
+
+    A gang asks for ``gpus_per_node`` GPUs on each of ``num_nodes`` nodes and
+    is placed whole or not at all. ``time_limit`` (seconds, None: unbounded)
+    lets backfill know when it will end at the latest.
+    """
+
+    id: str
+    team: str
+    pool: str
+    gpus_per_node: int
+    submit_time: float
+    user: str = ""
+    kind: str = JOB
+    num_nodes: int = 1
+    priority: str = ""
+    time_limit: Optional[float] = None
+    topology: str = TOPOLOGY_NONE
+    topology_key: str = "rack"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    attempt: int = 0
+    preempted_by: frozenset[str] = frozenset()
+    grace_period: Optional[float] = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node must be >= 0, got {self.gpus_per_node}")
+        if self.num_nodes < 1:
+            raise ValueError(f"num_nodes must be >= 1, got {self.num_nodes}")
+        if self.topology not in TOPOLOGY_MODES:
+            raise ValueError(f"topology must be one of {TOPOLOGY_MODES}, got {self.topology!r}")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ValueError(f"time_limit must be > 0, got {self.time_limit}")
+        if not self.priority:
+            object.__setattr__(self, "priority", DEFAULT_PRIORITY_FOR_KIND[self.kind])
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+
+# A placement: for each node used, the GPU indices on it.
+Placement = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class RunState(str, Enum):
+    RUNNING = "running"
+    TERMINATING = "terminating"  # preempted, inside its grace period
+
+
+@dataclass
+class Running:
+    """A workload that holds GPUs."""
+
+    workload: Workload
+    placement: Placement
+    start_time: float
+    state: RunState = RunState.RUNNING
+    # Set when preempted: who it makes room for and when the grace period ends.
+    preempted_for: Optional[str] = None
+    kill_at: Optional[float] = None
+
+    @property
+    def end_estimate(self) -> float:
+        """Latest time it will release its GPUs (inf when unbounded)."""
+        if self.kill_at is not None:
+            return self.kill_at
+        if self.workload.time_limit is None:
+            return float("inf")
+        return self.start_time + self.workload.time_limit

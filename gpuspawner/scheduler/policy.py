@@ -1,0 +1,80 @@
+"""Scheduling policies: which rules of the core are switched on.
+
+The simulator compares the same core under different policies, so the
+baselines (FIFO, Slurm-like backfill, Kueue-like quota FIFO) are switches of
+one implementation rather than separate schedulers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from .model import DEFAULT_PRIORITY_CLASSES, PriorityClass
+
+DAY = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str = "gpuhub"
+    # Enforce team quotas (nominal, borrowing and lending limits).
+    quotas: bool = True
+    # Order teams competing for borrowed capacity by weighted dominant share.
+    fair_share: bool = True
+    # EASY backfill: blocked heads get reservations, later work may not delay them.
+    backfill: bool = True
+    # Reclaim of lent quota and priority preemption within a team.
+    preemption: bool = True
+    # Stop the cycle at the first workload that does not fit (strict FIFO).
+    strict_fifo: bool = False
+    # Order by priority class before age (False: submit time only).
+    order_by_priority: bool = True
+    # Half-life of the decayed usage that fair sharing remembers, seconds.
+    usage_half_life: float = 7 * DAY
+    # Grace period between SIGTERM and kill for preempted work, seconds.
+    default_grace_period: float = 30.0
+    # A batch job waits this long for GPUs to free up by themselves before it
+    # preempts anything (notebooks and deployments preempt at once), seconds.
+    preemption_delay: float = 300.0
+    # How many blocked workloads per pool get a backfill reservation.
+    max_reservations_per_pool: int = 1
+    # Victim candidates examined for one preemptor (bounds the cycle's cost).
+    max_victim_candidates: int = 256
+    priority_classes: Mapping[str, PriorityClass] = field(
+        default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
+    )
+
+    def priority_value(self, name: str) -> int:
+        try:
+            return self.priority_classes[name].value
+        except KeyError:
+            raise ValueError(
+                f"unknown priority class {name!r}; known: {sorted(self.priority_classes)}"
+            ) from None
+
+    def with_(self, **changes) -> "Policy":
+        return replace(self, **changes)
+
+
+POLICIES: dict[str, Policy] = {
+    "fifo": Policy(
+        name="fifo", quotas=False, fair_share=False, backfill=False,
+        preemption=False, strict_fifo=True, order_by_priority=False,
+    ),
+    "backfill": Policy(
+        name="backfill", quotas=False, fair_share=False, backfill=True,
+        preemption=False,
+    ),
+    "quota-fifo": Policy(
+        name="quota-fifo", quotas=True, fair_share=False, backfill=False,
+        preemption=False,
+    ),
+    "gpuhub": Policy(name="gpuhub"),
+}
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}") from None

@@ -1,0 +1,222 @@
+"""Choosing victims for a workload that cannot be placed.
+
+Two rules may evict running work, and nothing else does:
+
+* **reclaim**: a workload that stays within its team's nominal quota may
+  evict work of teams holding more than their nominal quota in the pool
+  (highest weighted share first; within a team lowest priority, then newest),
+  only while that team is still borrowing. Notebooks and deployments are
+  candidates only for the part of their team's use that is above nominal.
+* **priority**: a workload may evict its own team's running work of a lower,
+  preemptible priority class.
+
+A workload never evicts one that evicted it (``Workload.preempted_by``), so
+no pair can evict each other back and forth.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Optional, Sequence
+
+from .model import JOB, Placement, Running, Workload
+from .placement import FreeIndex, find_placement
+from .policy import Policy
+from .quota import QuotaLedger
+
+RECLAIM = "reclaim"
+PRIORITY = "priority"
+MAX_GANG_CANDIDATES = 64
+
+
+@dataclass(frozen=True)
+class Candidate:
+    running: Running
+    rule: str
+    team: str
+
+
+@dataclass
+class PreemptionPlan:
+    placement: Placement
+    victims: list[Candidate]
+
+
+class VictimCatalog:
+    """Each team's running work in a pool, in eviction order, read from the
+    state's incremental index."""
+
+    def __init__(self, state, ledger: QuotaLedger):
+        self._state = state
+        self._ledger = ledger
+
+    def team_victims(self, pool: str, team: str) -> Iterator[tuple[Running, bool]]:
+        """(running, above_nominal) for the team's running work in the pool,
+        lowest priority and newest first."""
+        running = self._state.running
+        excess = self._ledger.used.get((team, pool), 0) - self._ledger.quota(team, pool).nominal
+        seen = 0
+        for key in self._state.eviction_order.get((team, pool), ()):
+            r = running[key[-1]]
+            yield r, seen < excess
+            seen += r.workload.gpus
+
+    def teams_in(self, pool: str) -> list[str]:
+        return [team for (team, p), order in self._state.eviction_order.items()
+                if p == pool and order]
+
+
+def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy: Policy,
+               shares: Mapping[str, float], unavailable: set[str]) -> list[Candidate]:
+    value = policy.priority_value
+    prio = value(w.priority)
+    out: list[Candidate] = []
+    limit = policy.max_victim_candidates
+
+    def usable(r: Running) -> bool:
+        wid = r.workload.id
+        return wid not in unavailable and wid not in w.preempted_by
+
+    if policy.quotas and ledger.within_nominal(w.team, w.pool, w.gpus) \
+            and ledger.borrowed_total.get(w.pool, 0) > 0:
+        borrowers = [u for u in catalog.teams_in(w.pool) if u != w.team
+                     and ledger.used.get((u, w.pool), 0) > ledger.quota(u, w.pool).nominal]
+        borrowers.sort(key=lambda u: (-shares.get(u, 0.0), u))
+        for u in borrowers:
+            for r, above_nominal in catalog.team_victims(w.pool, u):
+                if (r.workload.kind == JOB or above_nominal) and usable(r):
+                    out.append(Candidate(r, RECLAIM, u))
+                    if len(out) >= limit:
+                        return out
+    for r, _ in catalog.team_victims(w.pool, w.team):
+        pc = policy.priority_classes[r.workload.priority]
+        if value(r.workload.priority) >= prio:
+            break
+        if pc.preemptible and r.workload.kind == JOB and usable(r):
+            out.append(Candidate(r, PRIORITY, w.team))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def plan_preemption(w: Workload, selector: Mapping[str, str], index: FreeIndex,
+                    ledger: QuotaLedger, cands: Sequence[Candidate]) -> Optional[PreemptionPlan]:
+    """The victims (fewest, most evictable) that make room for ``w``, or None."""
+    if not cands:
+        return None
+    excess = {c.team: ledger.used.get((c.team, w.pool), 0) - ledger.quota(c.team, w.pool).nominal
+              for c in cands if c.rule == RECLAIM}
+    if w.num_nodes == 1:
+        plan = _single_node(w, selector, index, cands, excess)
+    else:
+        plan = _gang(w, selector, index, cands[:MAX_GANG_CANDIDATES], excess)
+    if plan is None:
+        return None
+    return _satisfy_quota(w, plan, ledger, cands, excess)
+
+
+def _single_node(w, selector, index, cands, excess) -> Optional[PreemptionPlan]:
+    """The node where evicting the fewest GPUs makes room (then the fewest
+    victims, then the most evictable ones), so a one-GPU workload does not
+    evict an eight-GPU job when a one-GPU job would do."""
+    g = w.gpus_per_node
+    on_node: dict[str, list[tuple[int, Candidate, tuple[int, ...]]]] = {}
+    for rank, c in enumerate(cands):
+        for node, gpus in c.running.placement:
+            if node in index.free and (not selector or index.nodes[node].matches(selector)):
+                on_node.setdefault(node, []).append((rank, c, gpus))
+    best = None
+    for node, options in on_node.items():
+        need = g - len(index.free[node])
+        chosen = _victims_on_node(options, need, excess)
+        if chosen is None:
+            continue
+        freed = sum(len(gpus) for _, _, gpus in chosen)
+        cost = (freed - need, len(chosen), max(rank for rank, _, _ in chosen), node)
+        if best is None or cost < best[0]:
+            best = (cost, node, chosen)
+    if best is None:
+        return None
+    _, node, chosen = best
+    gpus = (index.free[node] + [x for _, _, gpus in chosen for x in gpus])[:g]
+    return PreemptionPlan(((node, tuple(sorted(gpus))),), [c for _, c, _ in chosen])
+
+
+def _victims_on_node(options, need, excess):
+    """Victims on one node covering ``need`` GPUs: the smallest single victim
+    that suffices, else the most evictable first until covered."""
+    def allowed(c: Candidate, taken: dict) -> bool:
+        return c.rule != RECLAIM or taken.get(c.team, 0) < excess[c.team]
+
+    singles = [o for o in options if len(o[2]) >= need and allowed(o[1], {})]
+    if singles:
+        return [min(singles, key=lambda o: (len(o[2]), o[0]))]
+    chosen, taken, freed = [], {}, 0
+    for rank, c, gpus in options:
+        if not allowed(c, taken):
+            continue
+        chosen.append((rank, c, gpus))
+        taken[c.team] = taken.get(c.team, 0) + c.running.workload.gpus
+        freed += len(gpus)
+        if freed >= need:
+            return chosen
+    return None
+
+
+def _gang(w, selector, index, cands, excess) -> Optional[PreemptionPlan]:
+    def placement_without(victims: list[Candidate]):
+        trial = index.copy()
+        for c in victims:
+            for node, gpus in c.running.placement:
+                if node in trial.free:
+                    trial.give(node, gpus)
+        return find_placement(trial, w.pool, w.gpus_per_node, w.num_nodes, selector,
+                              w.topology, w.topology_key)
+
+    chosen: list[Candidate] = []
+    taken: dict[str, int] = {}
+    placement = None
+    for c in cands:
+        if c.rule == RECLAIM and taken.get(c.team, 0) >= excess[c.team]:
+            continue
+        taken[c.team] = taken.get(c.team, 0) + c.running.workload.gpus
+        chosen.append(c)
+        placement = placement_without(chosen)
+        if placement is not None:
+            break
+    if placement is None:
+        return None
+    for c in reversed(chosen[:-1]):  # drop victims the gang does not need
+        trial = [x for x in chosen if x is not c]
+        p = placement_without(trial)
+        if p is not None:
+            chosen, placement = trial, p
+    return PreemptionPlan(placement, chosen)
+
+
+def _satisfy_quota(w, plan: PreemptionPlan, ledger: QuotaLedger, cands, excess
+                   ) -> Optional[PreemptionPlan]:
+    """Add victims until the team's quota and the pool's lending rule hold."""
+    trial = ledger.copy()
+    for c in plan.victims:
+        trial.charge(c.team, w.pool, -c.running.workload.gpus)
+
+    def ok() -> bool:
+        if trial.check(w.team, w.pool, w.gpus) is not None:
+            return False
+        trial.charge(w.team, w.pool, w.gpus)
+        fine = trial.borrowing_ok(w.pool)
+        trial.charge(w.team, w.pool, -w.gpus)
+        return fine
+
+    chosen = {id(c) for c in plan.victims}
+    for c in cands:
+        if ok():
+            return plan
+        if id(c) in chosen:
+            continue
+        if c.rule == RECLAIM and trial.used.get((c.team, w.pool), 0) - \
+                trial.quota(c.team, w.pool).nominal <= 0:
+            continue
+        trial.charge(c.team, w.pool, -c.running.workload.gpus)
+        plan.victims.append(c)
+    return plan if ok() else None

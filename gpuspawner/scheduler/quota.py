@@ -1,0 +1,125 @@
+"""Quota arithmetic with Kueue's semantics, per pool.
+
+A team may hold up to ``nominal + borrowing_limit`` GPUs of a pool. What it
+holds above nominal is borrowed, and all borrowing in a pool must be covered
+by capacity nobody owns plus what lenders let go of their idle nominal quota:
+
+    sum(borrowed) <= unowned + sum(min(idle nominal, lending_limit))
+
+Without lending limits this is exactly "the pool is not over-full"; with
+them it is stricter, which is what a lending limit is for.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from .model import NO_QUOTA, Quota, Team
+
+INF = float("inf")
+
+
+def borrowed(used: int, quota: Quota) -> int:
+    return max(0, used - quota.nominal)
+
+
+def lendable(used: int, quota: Quota) -> float:
+    idle = max(0, quota.nominal - used)
+    return idle if quota.lending_limit is None else min(idle, quota.lending_limit)
+
+
+def describe_ceiling(quota: Quota) -> str:
+    if quota.borrowing_limit is None:
+        return f"nominal {quota.nominal}, no borrowing limit"
+    return f"nominal {quota.nominal} + borrowing limit {quota.borrowing_limit}"
+
+
+class QuotaLedger:
+    """GPUs charged to each team in each pool, with the pool-wide sums the
+    borrowing rule needs kept up to date incrementally (O(1) per charge)."""
+
+    def __init__(self, capacity: Mapping[str, int], teams: Mapping[str, Team],
+                 used: Mapping[tuple[str, str], int] = ()):
+        self.capacity = dict(capacity)
+        self.teams = teams
+        self.used: dict[tuple[str, str], int] = {}
+        self.nominal_total: dict[str, int] = {p: 0 for p in self.capacity}
+        self.borrowed_total: dict[str, float] = {p: 0 for p in self.capacity}
+        self.lendable_total: dict[str, float] = {p: 0 for p in self.capacity}
+        for team in teams.values():
+            for pool, quota in team.quotas.items():
+                if pool in self.capacity:
+                    self.nominal_total[pool] += quota.nominal
+                    self.lendable_total[pool] += lendable(0, quota)
+        for (team, pool), gpus in dict(used).items():
+            self.charge(team, pool, gpus)
+
+    def copy(self) -> "QuotaLedger":
+        new = QuotaLedger.__new__(QuotaLedger)
+        new.capacity = self.capacity
+        new.teams = self.teams
+        new.used = dict(self.used)
+        new.nominal_total = self.nominal_total
+        new.borrowed_total = dict(self.borrowed_total)
+        new.lendable_total = dict(self.lendable_total)
+        return new
+
+    def quota(self, team: str, pool: str) -> Quota:
+        t = self.teams.get(team)
+        return t.quota(pool) if t is not None else NO_QUOTA
+
+    def unowned(self, pool: str) -> int:
+        return max(0, self.capacity.get(pool, 0) - self.nominal_total.get(pool, 0))
+
+    def charge(self, team: str, pool: str, gpus: int) -> None:
+        """Add (or with a negative number, remove) GPUs held by a team."""
+        if gpus == 0:
+            return
+        quota = self.quota(team, pool)
+        before = self.used.get((team, pool), 0)
+        after = before + gpus
+        if after < 0:
+            raise ValueError(f"team {team} would hold {after} GPUs of {pool}")
+        self.used[(team, pool)] = after
+        self.borrowed_total[pool] = (self.borrowed_total.get(pool, 0)
+                                     + borrowed(after, quota) - borrowed(before, quota))
+        self.lendable_total[pool] = (self.lendable_total.get(pool, 0)
+                                     + lendable(after, quota) - lendable(before, quota))
+
+    def borrowing_ok(self, pool: str) -> bool:
+        return self.borrowed_total.get(pool, 0) <= self.unowned(pool) + self.lendable_total.get(pool, 0)
+
+    def within_nominal(self, team: str, pool: str, gpus: int) -> bool:
+        return self.used.get((team, pool), 0) + gpus <= self.quota(team, pool).nominal
+
+    def check(self, team: str, pool: str, gpus: int) -> Optional[str]:
+        """None when ``gpus`` more GPUs fit the team's quota, else why not."""
+        quota = self.quota(team, pool)
+        used = self.used.get((team, pool), 0)
+        after = used + gpus
+        if after > quota.ceiling:
+            return (f"team {team} holds {used} {pool} GPUs and may hold at most "
+                    f"{quota.nominal + quota.borrowing_limit} ({describe_ceiling(quota)}); "
+                    f"this workload needs {gpus}")
+        extra = borrowed(after, quota) - borrowed(used, quota)
+        if extra <= 0:
+            return None
+        lendable_after = (self.lendable_total.get(pool, 0)
+                          - lendable(used, quota) + lendable(after, quota))
+        room = self.unowned(pool) + lendable_after - self.borrowed_total.get(pool, 0)
+        if extra <= room:
+            return None
+        if room <= 0:
+            return (f"team {team} is at {used}/{quota.nominal} {pool} GPUs and nothing "
+                    f"can be borrowed")
+        return (f"team {team} is at {used}/{quota.nominal} {pool} GPUs and only "
+                f"{int(room)} can be borrowed; this workload needs {extra} more")
+
+    def headroom(self, team: str, pool: str) -> int:
+        """GPUs the team could be admitted for now by quota alone."""
+        quota = self.quota(team, pool)
+        used = self.used.get((team, pool), 0)
+        own = max(0, quota.nominal - used)
+        room = (self.unowned(pool) + self.lendable_total.get(pool, 0)
+                - lendable(used, quota) - self.borrowed_total.get(pool, 0))
+        can_borrow = max(0, min(room, quota.ceiling - max(used, quota.nominal)))
+        return int(own + can_borrow)

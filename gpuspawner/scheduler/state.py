@@ -1,0 +1,381 @@
+"""The cluster as the core sees it, with the indexes a cycle needs.
+
+``ClusterState`` is plain in-memory data plus incremental indexes (free GPUs
+by node, quota charged per team and pool, running work ordered by end time,
+per-team queues). It never does I/O: the service rebuilds it from its
+database at start and feeds it the same events it persists.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Mapping, Optional
+
+from .fairshare import DecayedUsage
+from .model import Node, Placement, Running, RunState, Team, Workload
+from .placement import FreeIndex
+from .quota import QuotaLedger
+
+
+@dataclass
+class Nomination:
+    """GPUs set aside for a preemptor while its victims exit."""
+
+    workload_id: str
+    placement: Placement
+    victims: set[str] = field(default_factory=set)
+    # GPUs of the placement still held by a victim.
+    outstanding: set[tuple[str, int]] = field(default_factory=set)
+
+    @property
+    def ready(self) -> bool:
+        return not self.outstanding
+
+
+class ClusterState:
+    def __init__(self, nodes: Iterable[Node] = (), teams: Iterable[Team] = (), *,
+                 queue_key: Callable[[Workload], tuple],
+                 priority_value: Callable[[str], int], group_by_team: bool = True,
+                 half_life: float = 7 * 24 * 3600.0):
+        self.queue_key = queue_key
+        self.priority_value = priority_value
+        self.group_by_team = group_by_team
+        self.half_life = half_life
+        self.nodes: dict[str, Node] = {}
+        self.teams: dict[str, Team] = {t.name: t for t in teams}
+        self.pending: dict[str, Workload] = {}
+        self.running: dict[str, Running] = {}
+        self.nominations: dict[str, Nomination] = {}
+        # (node, gpu) -> preemptor id, for GPUs a nomination waits for.
+        self.set_aside: dict[tuple[str, int], str] = {}
+        # (node, gpu) -> id of the workload holding it.
+        self.owner: dict[tuple[str, int], str] = {}
+        self.index = FreeIndex()
+        self.capacity: dict[str, int] = {}
+        self.usage: dict[tuple[str, str], DecayedUsage] = {}
+        self.running_by_pool: dict[str, dict[str, None]] = {}
+        # pool -> sorted [(end_estimate, start_time, id)] of running work with a bound.
+        self.ends: dict[str, list[tuple[float, float, str]]] = {}
+        # group -> queue of workloads (lazy: stale entries are skipped).
+        self.queues: dict[str, list[Workload]] = {}
+        self._unsorted: set[str] = set()
+        self._stale: dict[str, int] = {}
+        # group -> pool -> shape -> heap of (time limit, id) of its pending
+        # workloads (lazy: entries of workloads gone are dropped when on top).
+        # Lets a cycle skip a team once every shape it waits with cannot fit.
+        self.pending_shapes: dict[str, dict[str, dict[tuple, list]]] = {}
+        self.queue_keys: dict[str, tuple] = {}
+        # (team, pool) -> sorted [(priority, -start, -submit, id)] of RUNNING
+        # work: eviction order, lowest priority and newest first.
+        self.eviction_order: dict[tuple[str, str], list[tuple]] = {}
+        # node -> latest end estimate of the work running on it.
+        self.node_drain: dict[str, float] = {}
+        # Workloads that hold a backfill reservation, oldest grant first.
+        self.reserved_order: list[str] = []
+        # Nodes with a GPU that is not usable.
+        self.unhealthy_nodes: set[str] = set()
+        for node in nodes:
+            self._add_node(node)
+        self.ledger = self._new_ledger()
+
+    # ---- nodes and teams -------------------------------------------------
+    def _add_node(self, node: Node) -> None:
+        self.nodes[node.name] = node
+        if len(node.usable_gpus()) < node.gpus:
+            self.unhealthy_nodes.add(node.name)
+        else:
+            self.unhealthy_nodes.discard(node.name)
+        free = [g for g in node.usable_gpus()
+                if (node.name, g) not in self.owner and (node.name, g) not in self.set_aside]
+        self.index.add_node(node, free)
+        self.capacity[node.pool] = self.capacity.get(node.pool, 0) + len(node.usable_gpus())
+        self.running_by_pool.setdefault(node.pool, {})
+        self.ends.setdefault(node.pool, [])
+
+    def set_node(self, node: Node) -> None:
+        """Add a node or change it (health, labels). Work on hardware that
+        became unhealthy is evicted by the next cycle."""
+        old = self.nodes.get(node.name)
+        if old is not None:
+            if old.pool != node.pool and any(n == node.name for (n, _g) in self.owner):
+                raise ValueError(f"node {node.name} has running work; drain it before moving pools")
+            self.capacity[old.pool] -= len(old.usable_gpus())
+            self.index.remove_node(node.name)
+        self._add_node(node)
+        self.ledger = self._new_ledger()
+
+    def remove_node(self, name: str) -> None:
+        node = self.nodes[name]
+        if any(n == name for (n, _g) in self.owner):
+            raise ValueError(f"node {name} has running work; drain it first")
+        self.capacity[node.pool] -= len(node.usable_gpus())
+        self.index.remove_node(name)
+        del self.nodes[name]
+        self.unhealthy_nodes.discard(name)
+        self.ledger = self._new_ledger()
+
+    def set_team(self, team: Team) -> None:
+        self.teams[team.name] = team
+        self.ledger = self._new_ledger()
+
+    def _new_ledger(self) -> QuotaLedger:
+        charged: dict[tuple[str, str], int] = {}
+        for r in self.running.values():
+            key = (r.workload.team, r.workload.pool)
+            charged[key] = charged.get(key, 0) + r.workload.gpus
+        for nom in self.nominations.values():
+            w = self.pending[nom.workload_id]
+            charged[(w.team, w.pool)] = charged.get((w.team, w.pool), 0) + w.gpus
+        return QuotaLedger(self.capacity, self.teams, charged)
+
+    # ---- queue -----------------------------------------------------------
+    def group_of(self, w: Workload) -> str:
+        return w.team if self.group_by_team else ""
+
+    def add_pending(self, w: Workload) -> None:
+        if w.id in self.pending or w.id in self.running:
+            raise ValueError(f"workload {w.id} already exists")
+        self.pending[w.id] = w
+        group = self.group_of(w)
+        shapes = self.pending_shapes.setdefault(group, {}).setdefault(w.pool, {})
+        limit = w.time_limit if w.time_limit is not None else float("inf")
+        heapq.heappush(shapes.setdefault(self.shape_class(w), []), (limit, w.id, w.attempt))
+        self.queue_keys[w.id] = self.queue_key(w)
+        queue = self.queues.setdefault(group, [])
+        if queue and self.queue_key(queue[-1]) > self.queue_key(w):
+            self._unsorted.add(group)
+        queue.append(w)
+
+    def _unqueue(self, w: Workload) -> None:
+        del self.pending[w.id]
+        group = self.group_of(w)
+        self._stale[group] = self._stale.get(group, 0) + 1
+        pools = self.pending_shapes[group]
+        shapes = pools[w.pool]
+        shape = self.shape_class(w)
+        heap = shapes[shape]
+        while heap and not self._is_pending(heap[0]):
+            heapq.heappop(heap)
+        if not heap:
+            del shapes[shape]
+            if not shapes:
+                del pools[w.pool]
+
+    def _is_pending(self, entry: tuple) -> bool:
+        w = self.pending.get(entry[1])
+        return w is not None and w.attempt == entry[2]
+
+    def shortest_limit(self, heap: list) -> float:
+        """Smallest time limit among a shape's pending workloads."""
+        while heap and not self._is_pending(heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else float("inf")
+
+    def remove_pending(self, wid: str) -> Workload:
+        w = self.pending[wid]
+        self._unqueue(w)
+        nom = self.nominations.pop(wid, None)
+        if nom is not None:
+            self._drop_nomination(nom, w)
+        return w
+
+    def shape_class(self, w: Workload) -> tuple:
+        team = self.teams.get(w.team)
+        constrained = bool(w.node_selector) or (team is not None and bool(team.node_selector))
+        return (w.gpus_per_node, w.num_nodes, w.topology, w.topology_key, constrained)
+
+    def queue(self, group: str) -> list[Workload]:
+        """The group's pending workloads in queue order (stale entries removed
+        when they are many, so callers must still check ``pending``)."""
+        queue = self.queues.get(group, [])
+        if self._stale.get(group, 0) * 2 > len(queue):
+            pending = self.pending
+            queue[:] = [w for w in queue if pending.get(w.id) is w]
+            self._stale[group] = 0
+        if group in self._unsorted:
+            queue.sort(key=self.queue_key)
+            self._unsorted.discard(group)
+        return queue
+
+    # ---- running ---------------------------------------------------------
+    def start(self, wid: str, placement: Placement, now: float) -> Running:
+        w = self.pending[wid]
+        nom = self.nominations.pop(wid, None)
+        if nom is not None:
+            if not nom.ready:
+                raise ValueError(f"workload {wid} still waits for its victims to exit")
+            placement = nom.placement
+            for node, gpus in placement:
+                for g in gpus:
+                    self.set_aside.pop((node, g), None)
+        else:
+            for node, gpus in placement:
+                for g in gpus:
+                    if (node, g) in self.owner or (node, g) in self.set_aside:
+                        raise ValueError(f"GPU {node}/{g} is not free")
+            self.index.take_placement(placement)
+            self.ledger.charge(w.team, w.pool, w.gpus)
+        self._unqueue(w)
+        for node, gpus in placement:
+            for g in gpus:
+                self.owner[(node, g)] = wid
+        r = Running(workload=w, placement=placement, start_time=now)
+        self.running[wid] = r
+        for node, _ in placement:
+            self.node_drain[node] = max(self.node_drain.get(node, float("-inf")), r.end_estimate)
+        self._advance_usage(w.team, w.pool, now, w.gpus)
+        if w.pool:
+            self.running_by_pool.setdefault(w.pool, {})[wid] = None
+            self._index_end(r)
+            bisect.insort(self.eviction_order.setdefault((w.team, w.pool), []),
+                          self._eviction_key(r))
+        return r
+
+    def _eviction_key(self, r: Running) -> tuple:
+        w = r.workload
+        return (self.priority_value(w.priority), -r.start_time, -w.submit_time, w.id)
+
+    def _unindex_eviction(self, r: Running) -> None:
+        order = self.eviction_order.get((r.workload.team, r.workload.pool))
+        if order:
+            key = self._eviction_key(r)
+            i = bisect.bisect_left(order, key)
+            if i < len(order) and order[i] == key:
+                del order[i]
+
+    def preempt(self, victim_id: str, preemptor_id: Optional[str], kill_at: float) -> None:
+        r = self.running[victim_id]
+        self._unindex_end(r)
+        self._unindex_eviction(r)
+        r.state = RunState.TERMINATING
+        r.preempted_for = preemptor_id
+        r.kill_at = kill_at
+        self._index_end(r)
+        self._redrain(node for node, _ in r.placement)
+
+    def nominate(self, wid: str, placement: Placement, victims: Iterable[str]) -> None:
+        w = self.pending[wid]
+        nom = Nomination(wid, placement, set(victims))
+        for node, gpus in placement:
+            for g in gpus:
+                key = (node, g)
+                self.set_aside[key] = wid
+                if key in self.owner:
+                    nom.outstanding.add(key)
+                else:
+                    self.index.take(node, (g,))
+        self.nominations[wid] = nom
+        self.ledger.charge(w.team, w.pool, w.gpus)
+
+    def release(self, wid: str, now: float) -> Running:
+        """A running workload stopped: its GPUs go back (or to a nominee)."""
+        r = self.running.pop(wid)
+        w = r.workload
+        for node, gpus in r.placement:
+            give = []
+            for g in gpus:
+                key = (node, g)
+                self.owner.pop(key, None)
+                nominee = self.set_aside.get(key)
+                if nominee is not None:
+                    self.nominations[nominee].outstanding.discard(key)
+                elif self._usable(node, g):
+                    give.append(g)
+            if give:
+                self.index.give(node, give)
+        self.ledger.charge(w.team, w.pool, -w.gpus)
+        self._advance_usage(w.team, w.pool, now, -w.gpus)
+        self._redrain(node for node, _ in r.placement)
+        if w.pool:
+            self.running_by_pool[w.pool].pop(wid, None)
+            self._unindex_end(r)
+            if r.state is RunState.RUNNING:
+                self._unindex_eviction(r)
+        return r
+
+    def _redrain(self, nodes: Iterable[str]) -> None:
+        for name in nodes:
+            node = self.nodes.get(name)
+            ends = {self.running[wid].end_estimate for wid in
+                    (self.owner.get((name, g)) for g in range(node.gpus) if node) if wid}
+            if ends:
+                self.node_drain[name] = max(ends)
+            else:
+                self.node_drain.pop(name, None)
+
+    def _drop_nomination(self, nom: Nomination, w: Workload) -> None:
+        for node, gpus in nom.placement:
+            back = []
+            for g in gpus:
+                key = (node, g)
+                del self.set_aside[key]
+                if key not in nom.outstanding and self._usable(node, g):
+                    back.append(g)
+            if back:
+                self.index.give(node, back)
+        self.ledger.charge(w.team, w.pool, -w.gpus)
+
+    def drop_nomination(self, wid: str) -> None:
+        nom = self.nominations.pop(wid)
+        self._drop_nomination(nom, self.pending[wid])
+
+    def _usable(self, node: str, gpu: int) -> bool:
+        n = self.nodes.get(node)
+        return n is not None and n.healthy and gpu not in n.unhealthy_gpus and gpu < n.gpus
+
+    def on_unhealthy_hardware(self) -> list[str]:
+        """Running workloads holding a GPU that is no longer usable."""
+        out = set()
+        for name in self.unhealthy_nodes:
+            node = self.nodes[name]
+            for g in range(node.gpus):
+                wid = self.owner.get((name, g))
+                if wid is not None and not self._usable(name, g):
+                    out.add(wid)
+        return sorted(out)
+
+    def _index_end(self, r: Running) -> None:
+        end = r.end_estimate
+        if end != float("inf"):
+            bisect.insort(self.ends[r.workload.pool], (end, r.start_time, r.workload.id))
+
+    def _unindex_end(self, r: Running) -> None:
+        end = r.end_estimate
+        if end != float("inf"):
+            ends = self.ends[r.workload.pool]
+            i = bisect.bisect_left(ends, (end, r.start_time, r.workload.id))
+            if i < len(ends) and ends[i][2] == r.workload.id:
+                del ends[i]
+
+    # ---- fair-share usage ------------------------------------------------
+    def _advance_usage(self, team: str, pool: str, now: float, delta: int) -> None:
+        if not pool:
+            return
+        u = self.usage.setdefault((team, pool), DecayedUsage(updated_at=now))
+        u.advance(now, self.half_life, u.rate + delta)
+
+    def team_usage(self, now: float) -> dict[str, dict[str, float]]:
+        """team -> pool -> GPUs held now + decayed average GPUs held."""
+        out: dict[str, dict[str, float]] = {}
+        for (team, pool), u in self.usage.items():
+            out.setdefault(team, {})[pool] = u.rate + u.average_gpus(now, self.half_life)
+        return out
+
+    # ---- requeue ---------------------------------------------------------
+    def requeue(self, wid: str, now: float, preempted_by: Optional[str] = None) -> Workload:
+        """Release a running workload and queue it again as attempt + 1."""
+        r = self.release(wid, now)
+        w = r.workload
+        blockers = w.preempted_by | {preempted_by} if preempted_by else w.preempted_by
+        again = replace(w, attempt=w.attempt + 1, preempted_by=frozenset(blockers))
+        self.add_pending(again)
+        return again
+
+    def held_gpus(self) -> Mapping[tuple[str, str], int]:
+        """GPUs actually held (running + terminating) per (team, pool)."""
+        held: dict[tuple[str, str], int] = {}
+        for r in self.running.values():
+            key = (r.workload.team, r.workload.pool)
+            held[key] = held.get(key, 0) + r.workload.gpus
+        return held

@@ -1,0 +1,121 @@
+"""CLUSTER.yaml: pools, nodes and team quotas for the simulator.
+
+The short form names a node count per pool::
+
+    pools:
+      - {name: a100, nodes: 16, gpus_per_node: 8, topology: {rack: 4}}
+    teams:
+      - {name: vision, weight: 1, quota: {a100: {nominal: 32, borrowing_limit: 64, lending_limit: 32}}}
+
+``topology`` gives, per level, how many consecutive nodes share a domain
+(``rack: 4`` puts nodes 0-3 in rack 0, 4-7 in rack 1, ...). A pool may also
+carry ``labels`` for all its nodes, or list ``nodes`` explicitly as
+``{name, gpus, labels, topology}``. A team may have ``allowed_pools`` and a
+``node_selector``. Absent ``borrowing_limit``/``lending_limit`` mean no limit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..scheduler.model import Node, Quota, Team
+
+
+class ClusterError(ValueError):
+    pass
+
+
+@dataclass
+class Cluster:
+    nodes: list[Node] = field(default_factory=list)
+    teams: list[Team] = field(default_factory=list)
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.pool] = out.get(n.pool, 0) + n.gpus
+        return out
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    def pool_gpus_per_node(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.pool] = max(out.get(n.pool, 0), n.gpus)
+        return out
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ClusterError(f"{path}: not valid YAML: {e}") from None
+    return parse_cluster(data, str(path))
+
+
+def _int(where: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ClusterError(f"{where} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def parse_cluster(data: Any, source: str = "cluster") -> Cluster:
+    if not isinstance(data, dict) or not isinstance(data.get("pools"), list) or not data["pools"]:
+        raise ClusterError(f"{source}: needs a non-empty 'pools' list")
+    nodes: list[Node] = []
+    pool_names: set[str] = set()
+    for i, pool in enumerate(data["pools"]):
+        where = f"{source}: pools[{i}]"
+        if not isinstance(pool, dict) or not isinstance(pool.get("name"), str):
+            raise ClusterError(f"{where} needs a 'name'")
+        name = pool["name"]
+        if name in pool_names:
+            raise ClusterError(f"{where}: pool {name!r} is declared twice")
+        pool_names.add(name)
+        labels = dict(pool.get("labels") or {})
+        if isinstance(pool.get("nodes"), list):
+            for j, spec in enumerate(pool["nodes"]):
+                nodes.append(Node(
+                    name=str(spec.get("name", f"{name}-{j:04d}")), pool=name,
+                    gpus=_int(f"{where}.nodes[{j}].gpus", spec.get("gpus"), 1),
+                    topology={k: str(v) for k, v in (spec.get("topology") or {}).items()},
+                    labels={**labels, **(spec.get("labels") or {})}))
+            continue
+        count = _int(f"{where}.nodes", pool.get("nodes"), 1)
+        gpus = _int(f"{where}.gpus_per_node", pool.get("gpus_per_node"), 1)
+        levels = {k: _int(f"{where}.topology.{k}", v, 1)
+                  for k, v in (pool.get("topology") or {}).items()}
+        for j in range(count):
+            topology = {level: f"{name}-{level}{j // size}" for level, size in levels.items()}
+            nodes.append(Node(f"{name}-{j:04d}", name, gpus, topology, labels))
+    teams = []
+    for i, spec in enumerate(data.get("teams") or []):
+        where = f"{source}: teams[{i}]"
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise ClusterError(f"{where} needs a 'name'")
+        quotas = {}
+        for pool, q in (spec.get("quota") or {}).items():
+            if pool not in pool_names:
+                raise ClusterError(f"{where}.quota names unknown pool {pool!r}")
+            q = q or {}
+            quotas[pool] = Quota(
+                nominal=_int(f"{where}.quota.{pool}.nominal", q.get("nominal", 0)),
+                borrowing_limit=None if q.get("borrowing_limit") is None else
+                _int(f"{where}.quota.{pool}.borrowing_limit", q["borrowing_limit"]),
+                lending_limit=None if q.get("lending_limit") is None else
+                _int(f"{where}.quota.{pool}.lending_limit", q["lending_limit"]))
+        weight = spec.get("weight", 1)
+        if not isinstance(weight, (int, float)) or weight <= 0:
+            raise ClusterError(f"{where}.weight must be a number > 0, got {weight!r}")
+        allowed = spec.get("allowed_pools")
+        teams.append(Team(spec["name"], quotas, float(weight),
+                          frozenset(allowed) if allowed is not None else None,
+                          dict(spec.get("node_selector") or {})))
+    return Cluster(nodes, teams)

@@ -1,0 +1,86 @@
+"""The figures a simulation reports.
+
+Keys of ``summarize`` (all times in seconds):
+
+* ``jobs``, ``finished``, ``rejected``, ``timed_out``: counts.
+* ``avg_jct_s``, ``p50_jct_s``, ``p99_jct_s``: job completion time, submit to finish.
+* ``avg_queue_s``, ``p50_queue_s``, ``p99_queue_s``: queueing delay, the time a job
+  spent not running between submit and finish (every wait, re-waits after
+  preemption included).
+* ``makespan_s``: first submission to last finish.
+* ``jain_fairness``: Jain's index over the teams' mean slowdown (JCT / run time
+  alone): 1.0 when every team is slowed down equally, 1/n when one team takes
+  all the delay.
+* ``max_slowdown_per_team``: the worst slowdown of any job of each team.
+The simulator adds ``utilization_backlog`` (GPUs in use / capacity, averaged
+over the time some workload waited), ``preemptions``, ``quota_violations``
+(admissions that left a team above nominal + borrowing limit, or a pool
+borrowing more than was lent, under the cluster file's quotas), ``cycles``
+and ``wall_s``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+
+@dataclass
+class JobRecord:
+    job_id: str
+    team: str
+    submit: float
+    duration: float
+    gpus: int
+    first_start: Optional[float] = None
+    finish: Optional[float] = None
+    run_time: float = 0.0
+    preemptions: int = 0
+    timed_out: bool = False
+    rejected: Optional[str] = None
+
+    @property
+    def jct(self) -> float:
+        return self.finish - self.submit
+
+    @property
+    def slowdown(self) -> float:
+        return self.jct / max(self.duration, 1.0)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(min(rank, len(ordered))) - 1]
+
+
+def jain(values: Iterable[float]) -> float:
+    xs = list(values)
+    if not xs or not any(xs):
+        return 1.0
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def summarize(records: list[JobRecord]) -> dict:
+    done = [r for r in records if r.finish is not None]
+    out = {
+        "jobs": len(records),
+        "finished": len(done),
+        "rejected": sum(1 for r in records if r.rejected),
+        "timed_out": sum(1 for r in done if r.timed_out),
+    }
+    if not done:
+        return out
+    jct = [r.jct for r in done]
+    queue = [max(0.0, r.jct - r.run_time) for r in done]
+    for name, values in (("jct", jct), ("queue", queue)):
+        out[f"avg_{name}_s"] = sum(values) / len(values)
+        out[f"p50_{name}_s"] = percentile(values, 50)
+        out[f"p99_{name}_s"] = percentile(values, 99)
+    out["makespan_s"] = max(r.finish for r in done) - min(r.submit for r in records)
+    per_team: dict[str, list[float]] = {}
+    for r in done:
+        per_team.setdefault(r.team, []).append(r.slowdown)
+    out["jain_fairness"] = jain(sum(v) / len(v) for v in per_team.values())
+    out["max_slowdown_per_team"] = {t: max(per_team[t]) for t in sorted(per_team)}
+    return out
