@@ -11,7 +11,8 @@ from typing import Iterable, Optional
 
 from . import events as ev
 from .cycle import CycleResult, plan_cycle
-from .model import TOPOLOGY_REQUIRED, Node, RunState, Team, Workload
+from .model import (TOPOLOGY_REQUIRED, Node, RunState, Team, Workload, combined_selector,
+                    selector_conflict)
 from .policy import Policy
 from .quota import describe_ceiling
 from .state import ClusterState
@@ -55,8 +56,10 @@ class Scheduler:
         if team is not None and team.allowed_pools is not None and w.pool not in team.allowed_pools:
             return (f"team {w.team} may not use pool {w.pool} "
                     f"(allowed: {', '.join(sorted(team.allowed_pools)) or 'none'})")
-        selector = dict(team.node_selector) if team is not None else {}
-        selector.update(w.node_selector)
+        conflict = selector_conflict(team, w)
+        if conflict is not None:
+            return conflict
+        selector = combined_selector(team, w)
         key = (w.pool, tuple(sorted(selector.items())), w.gpus_per_node, w.num_nodes,
                w.topology, w.topology_key)
         if key not in self._shape_reasons:

@@ -20,7 +20,7 @@ from typing import Optional
 from . import events as ev
 from .backfill import Reservation, find_reservation, merged_releases
 from .fairshare import dominant_share
-from .model import JOB, Placement, Workload
+from .model import JOB, Placement, Workload, combined_selector
 from .placement import find_placement
 from .policy import Policy
 from .preemption import PRIORITY, VictimCatalog, candidates, plan_preemption
@@ -223,10 +223,7 @@ class _Cycle:
                     f"workload(s) {', '.join(sorted(nom.victims))} to be released")
 
     def selector(self, w: Workload):
-        team = self.state.teams.get(w.team)
-        if team is None or not team.node_selector:
-            return w.node_selector
-        return {**team.node_selector, **w.node_selector}
+        return combined_selector(self.state.teams.get(w.team), w)
 
     def consider(self, w: Workload, holds_reservation: bool = False) -> None:
         if w.gpus == 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from . import events as ev
-from .model import NO_QUOTA, Quota
+from .model import NO_QUOTA, Quota, combined_selector
 from .placement import find_placement
 from .policy import Policy
 from .quota import QuotaLedger, borrowed, lendable
@@ -41,8 +41,7 @@ def partial_gangs(state: ClusterState) -> list[str]:
             out.append(f"{wid} asked for {w.num_nodes}×{w.gpus_per_node} and holds {r.placement}")
         if any(state.nodes[n].pool != w.pool for n in nodes):
             out.append(f"{wid} placed outside pool {w.pool}")
-        selector = dict(state.teams[w.team].node_selector) if w.team in state.teams else {}
-        selector.update(w.node_selector)
+        selector = combined_selector(state.teams.get(w.team), w)
         if any(not state.nodes[n].matches(selector) for n in nodes):
             out.append(f"{wid} placed on a node that does not match {selector}")
     return out
@@ -100,8 +99,7 @@ def idle_but_waiting(state: ClusterState, policy: Policy, reservations=()) -> li
             if r.workload_id != wid:
                 for node, spare in r.spare.items():
                     limits[node] = min(spare, limits.get(node, spare))
-        selector = dict(state.teams[w.team].node_selector) if w.team in state.teams else {}
-        selector.update(w.node_selector)
+        selector = combined_selector(state.teams.get(w.team), w)
         if find_placement(state.index, w.pool, w.gpus_per_node, w.num_nodes, selector,
                           w.topology, w.topology_key, limits) is not None:
             out.append(f"{wid} fits now ({w.gpus} × {w.pool}) but waits")

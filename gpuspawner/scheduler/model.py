@@ -173,6 +173,25 @@ class Workload:
         return self.gpus_per_node * self.num_nodes
 
 
+def combined_selector(team: Optional[Team], w: "Workload") -> dict[str, str]:
+    """Node labels the workload must run on: its own, and its team's, which
+    a workload cannot override (data residency is the team's rule)."""
+    if team is None or not team.node_selector:
+        return dict(w.node_selector)
+    return {**w.node_selector, **team.node_selector}
+
+
+def selector_conflict(team: Optional[Team], w: "Workload") -> Optional[str]:
+    """Why the workload's own labels contradict its team's, or None."""
+    if team is None:
+        return None
+    for key, value in w.node_selector.items():
+        if key in team.node_selector and team.node_selector[key] != value:
+            return (f"asks for nodes labelled {key}={value} but team {team.name} is restricted "
+                    f"to {key}={team.node_selector[key]}")
+    return None
+
+
 # A placement: for each node used, the GPU indices on it.
 Placement = tuple[tuple[str, tuple[int, ...]], ...]
 
