@@ -156,8 +156,13 @@ class Scheduler:
                 victims.setdefault(e.preemptor_id, []).append(e.workload_id)
             elif e.type == ev.NOMINATED:
                 self.state.nominate(e.workload_id, e.placement, victims.get(e.workload_id, ()))
+            elif e.type == ev.NOMINATION_DROPPED:
+                self.state.drop_nomination(e.workload_id)
             elif e.type == ev.EVICTED:
-                again = self.state.requeue(e.workload_id, now)
+                # A victim evicted inside its grace period still remembers
+                # who preempted it.
+                victim_of = self.state.running[e.workload_id].preempted_for
+                again = self.state.requeue(e.workload_id, now, preempted_by=victim_of)
                 follow_ups.append(ev.Event(ev.REQUEUED, e.workload_id, now, attempt=again.attempt,
                                            message=f"requeued as attempt {again.attempt}"))
         return follow_ups

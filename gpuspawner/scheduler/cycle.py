@@ -28,15 +28,29 @@ from .state import ClusterState
 
 
 @dataclass
+class QuotaHold:
+    """A team's quota kept for its first quota-blocked workload from
+    ``start`` on; ``spare`` GPUs of it may go to later work that runs past."""
+
+    workload_id: str
+    start: float
+    spare: float
+
+    def allows(self, gpus: int, end: float) -> bool:
+        return end <= self.start or gpus <= self.spare
+
+    def consume(self, gpus: int, end: float) -> None:
+        if end > self.start:
+            self.spare -= gpus
+
+
+@dataclass
 class CycleResult:
     events: list[ev.Event] = field(default_factory=list)
     # workload id -> why it is still waiting
     waiting: dict[str, str] = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
-
-    @staticmethod
-    def reservations_so_far(by_pool: dict) -> list[Reservation]:
-        return [r for rs in by_pool.values() for r in rs]
+    quota_holds: list[QuotaHold] = field(default_factory=list)
 
     def of_type(self, type_: str) -> list[ev.Event]:
         return [e for e in self.events if e.type == type_]
@@ -66,6 +80,7 @@ class _Cycle:
         self.preempt_tried: set[tuple[str, str]] = set()
         self.failed: dict[tuple, int] = {}       # placement shape -> smallest size that failed
         self.quota_blocked: dict[tuple[str, str], tuple[int, str]] = {}
+        self.quota_holds: dict[tuple[str, str], QuotaHold] = {}
         self.catalog = VictimCatalog(state, self.ledger)
         usage = state.team_usage(now) if policy.fair_share else {}
         self.team_pool_usage = usage
@@ -138,8 +153,13 @@ class _Cycle:
 
     def pool_done(self, team: str, pool: str) -> bool:
         """Nothing more can happen in this pool for this team this cycle,
-        unless GPUs are free: its preemption attempt was made."""
-        return not self.policy.preemption or (team, pool) in self.preempt_tried
+        unless GPUs are free: its preemption attempt was made and the pool's
+        reservations are given."""
+        policy = self.policy
+        if policy.preemption and (team, pool) not in self.preempt_tried:
+            return False
+        return not policy.backfill or \
+            len(self.reservations.get(pool, ())) >= policy.max_reservations_per_pool
 
     def exhausted(self, group: str, team: str) -> bool:
         """Every shape the group waits with is known not to fit, and every
@@ -197,9 +217,8 @@ class _Cycle:
             if w.id in self.state.nominations or w.id in promised:
                 continue
             self.consider(w)
-        if self.policy.backfill:
-            self.grant_reservations()
-        self.result.reservations = CycleResult.reservations_so_far(self.reservations)
+        self.result.reservations = [r for rs in self.reservations.values() for r in rs]
+        self.result.quota_holds = list(self.quota_holds.values())
         return self.result
 
     def evict_from_unhealthy(self) -> None:
@@ -212,8 +231,13 @@ class _Cycle:
                 message="its node or GPU became unhealthy; requeued"))
 
     def admit_ready_nominations(self) -> None:
+        usable = self.state.usable
         for wid, nom in self.state.nominations.items():
-            if nom.ready:
+            if not all(usable(node, g) for node, gpus in nom.placement for g in gpus):
+                self.result.events.append(ev.Event(
+                    ev.NOMINATION_DROPPED, wid, self.now,
+                    message="the GPUs set aside for it became unhealthy; it waits again"))
+            elif nom.ready:
                 self.result.events.append(ev.Event(
                     ev.ADMITTED, wid, self.now, placement=nom.placement,
                     message="admitted on the GPUs its preemption freed"))
@@ -243,16 +267,33 @@ class _Cycle:
                 return
             reason = self.ledger.check(w.team, w.pool, w.gpus)
             if reason is not None:
+                # Its own team's lower-priority work may give the quota back.
+                if policy.preemption and self.outranks_own_work(w) and self.try_preemption(w):
+                    return
                 self.quota_blocked[(w.team, w.pool)] = (w.gpus, reason)
+                self.version += 1
+                if policy.backfill and (w.team, w.pool) not in self.quota_holds:
+                    self.hold_quota(w)
                 self.wait(w, reason)
+                return
+            hold = self.quota_holds.get((w.team, w.pool))
+            if hold is not None and not hold.allows(w.gpus, self.end_of(w)):
+                self.wait(w, f"waiting behind {hold.workload_id} of team {w.team}, which needs "
+                             f"the team's {w.pool} quota first")
                 return
         placement = None if closed else self.place(w, shape, limits)
         if placement is not None:
+            hold = self.quota_holds.get((w.team, w.pool))
+            if hold is not None:
+                hold.consume(w.gpus, self.end_of(w))
             self.admit(w, placement)
             return
         if policy.preemption and self.try_preemption(w):
             return
-        reserved = self.reserve(w) if holds_reservation else None
+        reserved = None
+        if policy.backfill and (holds_reservation or len(self.reservations.get(w.pool, ()))
+                                < policy.max_reservations_per_pool):
+            reserved = self.reserve(w)
         if self.explain:
             self.wait(w, reserved or self.capacity_reason(w))
         if policy.strict_fifo:
@@ -295,6 +336,7 @@ class _Cycle:
 
     def admit(self, w: Workload, placement: Placement) -> None:
         self.version += 1
+        self.catalog.admitted(w.team, w.pool, w.gpus)
         self.index.take_placement(placement)
         self.ledger.charge(w.team, w.pool, w.gpus)
         end = self.end_of(w)
@@ -317,6 +359,30 @@ class _Cycle:
                             if borrowed else "")
         self.result.events.append(ev.Event(ev.ADMITTED, w.id, self.now, placement=placement,
                                            borrowed=borrowed, message=msg))
+
+    def hold_quota(self, w: Workload) -> None:
+        """Backfill inside a team: the first workload its quota blocks gets the
+        time the team's running work frees enough quota for it (within
+        nominal, or within its ceiling when that is what blocks it); later
+        work of the team may start only if it ends by then or leaves room."""
+        quota = self.ledger.quota(w.team, w.pool)
+        used = self.ledger.used.get((w.team, w.pool), 0)
+        bound = quota.ceiling if used + w.gpus > quota.ceiling else quota.nominal
+        if w.gpus > bound:
+            return
+        running = self.state.running
+        for end, _start, wid in self.state.team_ends.get((w.team, w.pool), ()):
+            if wid in self.unavailable:
+                continue
+            used -= running[wid].workload.gpus
+            if used + w.gpus <= bound:
+                self.quota_holds[(w.team, w.pool)] = QuotaHold(w.id, end, bound - used - w.gpus)
+                self.version += 1
+                return
+
+    def outranks_own_work(self, w: Workload) -> bool:
+        order = self.state.eviction_order.get((w.team, w.pool))
+        return bool(order) and order[0][0] < self.policy.priority_value(w.priority)
 
     def try_preemption(self, w: Workload) -> bool:
         key = (w.team, w.pool)
@@ -369,35 +435,6 @@ class _Cycle:
             reason += f" on nodes labelled {labels}"
         return reason + ")"
 
-    def grant_reservations(self, scan: int = 64) -> None:
-        """Give free reservation slots to the longest-waiting workloads that do
-        not fit (highest priority class first, then oldest), whatever their
-        team's share: fair share decides who gets free GPUs now, age decides
-        who gets nodes drained for it, so big gangs cannot starve."""
-        decided = {e.workload_id for e in self.result.events}
-        held = {r.workload_id for r in self.result.reservations_so_far(self.reservations)}
-        state = self.state
-        for pool in state.capacity:
-            while len(self.reservations.get(pool, ())) < self.policy.max_reservations_per_pool:
-                best = None
-                for group in state.queues:
-                    for w in state.queue(group)[:scan]:
-                        if (state.pending.get(w.id) is not w or w.pool != pool or w.id in decided
-                                or w.id in held or w.id in state.nominations or w.gpus == 0):
-                            continue
-                        if self.quotas and self.ledger.check(w.team, w.pool, w.gpus) is not None:
-                            continue
-                        if best is None or self.queue_keys[w.id] < self.queue_keys[best.id]:
-                            best = w
-                        break
-                if best is None:
-                    break
-                held.add(best.id)
-                reason = self.reserve(best)
-                if reason is None:
-                    break
-                self.wait(best, reason)
-
     def reserve(self, w: Workload) -> Optional[str]:
         pool_res = self.reservations.setdefault(w.pool, [])
         state = self.state
@@ -411,7 +448,7 @@ class _Cycle:
                     yield end, running[wid].placement
 
         def usable(node: str, gpu: int) -> bool:
-            return (node, gpu) not in set_aside and state._usable(node, gpu)
+            return (node, gpu) not in set_aside and state.usable(node, gpu)
 
         free_now = {n: len(self.index.free[n]) for n in self.index.nodes_in(w.pool)}
         reservation = find_reservation(

@@ -14,6 +14,7 @@ QUEUED = "queued"
 REJECTED = "rejected"
 ADMITTED = "admitted"
 NOMINATED = "nominated"    # GPUs set aside for a preemptor while victims exit
+NOMINATION_DROPPED = "nomination-dropped"  # those GPUs became unhealthy: waits again
 PREEMPTED = "preempted"    # victim told to stop, with a grace period
 EVICTED = "evicted"        # lost its hardware (node/GPU unhealthy): requeued at once
 REQUEUED = "requeued"      # back in the queue as the same workload, attempt + 1

@@ -48,17 +48,43 @@ class VictimCatalog:
     def __init__(self, state, ledger: QuotaLedger):
         self._state = state
         self._ledger = ledger
+        self._above: dict[tuple[str, str], set[str]] = {}
+        # GPUs admitted earlier in this cycle, per (team, pool): the newest
+        # work, so the first to count as borrowed.
+        self.admitted_now: dict[tuple[str, str], int] = {}
+
+    def admitted(self, team: str, pool: str, gpus: int) -> None:
+        key = (team, pool)
+        self.admitted_now[key] = self.admitted_now.get(key, 0) + gpus
+        self._above.pop(key, None)
 
     def team_victims(self, pool: str, team: str) -> Iterator[tuple[Running, bool]]:
         """(running, above_nominal) for the team's running work in the pool,
-        lowest priority and newest first."""
+        lowest priority and newest first. ``above_nominal`` marks the work
+        admitted last that takes the team past its nominal quota: that is
+        what the team borrowed."""
         running = self._state.running
-        excess = self._ledger.used.get((team, pool), 0) - self._ledger.quota(team, pool).nominal
-        seen = 0
-        for key in self._state.eviction_order.get((team, pool), ()):
-            r = running[key[-1]]
-            yield r, seen < excess
-            seen += r.workload.gpus
+        order = self._state.eviction_order.get((team, pool), ())
+        above = self._above_nominal(pool, team, order)
+        for key in order:
+            yield running[key[-1]], key[-1] in above
+
+    def _above_nominal(self, pool: str, team: str, order) -> set[str]:
+        cached = self._above.get((team, pool))
+        if cached is not None:
+            return cached
+        excess = (self._ledger.used.get((team, pool), 0) - self.admitted_now.get((team, pool), 0)
+                  - self._ledger.quota(team, pool).nominal)
+        above: set[str] = set()
+        if excess > 0:
+            # newest first: key is (priority, -start, -submit, id)
+            for key in sorted(order, key=lambda k: (k[1], k[2], k[3])):
+                if excess <= 0:
+                    break
+                above.add(key[-1])
+                excess -= self._state.running[key[-1]].workload.gpus
+        self._above[(team, pool)] = above
+        return above
 
     def teams_in(self, pool: str) -> list[str]:
         return [team for (team, p), order in self._state.eviction_order.items()

@@ -57,9 +57,10 @@ class ClusterState:
         self.running_by_pool: dict[str, dict[str, None]] = {}
         # pool -> sorted [(end_estimate, start_time, id)] of running work with a bound.
         self.ends: dict[str, list[tuple[float, float, str]]] = {}
+        # (team, pool) -> the same, for one team's work.
+        self.team_ends: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
         # group -> queue of workloads (lazy: stale entries are skipped).
         self.queues: dict[str, list[Workload]] = {}
-        self._unsorted: set[str] = set()
         self._stale: dict[str, int] = {}
         # group -> pool -> shape -> heap of (time limit, id) of its pending
         # workloads (lazy: entries of workloads gone are dropped when on top).
@@ -142,10 +143,9 @@ class ClusterState:
         limit = w.time_limit if w.time_limit is not None else float("inf")
         heapq.heappush(shapes.setdefault(self.shape_class(w), []), (limit, w.id, w.attempt))
         self.queue_keys[w.id] = self.queue_key(w)
-        queue = self.queues.setdefault(group, [])
-        if queue and self.queue_key(queue[-1]) > self.queue_key(w):
-            self._unsorted.add(group)
-        queue.append(w)
+        # Kept sorted on insertion: arrivals are few per cycle, sorting whole
+        # queues every cycle is not.
+        bisect.insort(self.queues.setdefault(group, []), w, key=self.queue_key)
 
     def _unqueue(self, w: Workload) -> None:
         del self.pending[w.id]
@@ -193,9 +193,6 @@ class ClusterState:
             pending = self.pending
             queue[:] = [w for w in queue if pending.get(w.id) is w]
             self._stale[group] = 0
-        if group in self._unsorted:
-            queue.sort(key=self.queue_key)
-            self._unsorted.discard(group)
         return queue
 
     # ---- running ---------------------------------------------------------
@@ -280,7 +277,7 @@ class ClusterState:
                 nominee = self.set_aside.get(key)
                 if nominee is not None:
                     self.nominations[nominee].outstanding.discard(key)
-                elif self._usable(node, g):
+                elif self.usable(node, g):
                     give.append(g)
             if give:
                 self.index.give(node, give)
@@ -310,7 +307,7 @@ class ClusterState:
             for g in gpus:
                 key = (node, g)
                 del self.set_aside[key]
-                if key not in nom.outstanding and self._usable(node, g):
+                if key not in nom.outstanding and self.usable(node, g):
                     back.append(g)
             if back:
                 self.index.give(node, back)
@@ -320,7 +317,7 @@ class ClusterState:
         nom = self.nominations.pop(wid)
         self._drop_nomination(nom, self.pending[wid])
 
-    def _usable(self, node: str, gpu: int) -> bool:
+    def usable(self, node: str, gpu: int) -> bool:
         n = self.nodes.get(node)
         return n is not None and n.healthy and gpu not in n.unhealthy_gpus and gpu < n.gpus
 
@@ -331,22 +328,27 @@ class ClusterState:
             node = self.nodes[name]
             for g in range(node.gpus):
                 wid = self.owner.get((name, g))
-                if wid is not None and not self._usable(name, g):
+                if wid is not None and not self.usable(name, g):
                     out.add(wid)
         return sorted(out)
 
     def _index_end(self, r: Running) -> None:
         end = r.end_estimate
         if end != float("inf"):
-            bisect.insort(self.ends[r.workload.pool], (end, r.start_time, r.workload.id))
+            w = r.workload
+            entry = (end, r.start_time, w.id)
+            bisect.insort(self.ends[w.pool], entry)
+            bisect.insort(self.team_ends.setdefault((w.team, w.pool), []), entry)
 
     def _unindex_end(self, r: Running) -> None:
         end = r.end_estimate
         if end != float("inf"):
-            ends = self.ends[r.workload.pool]
-            i = bisect.bisect_left(ends, (end, r.start_time, r.workload.id))
-            if i < len(ends) and ends[i][2] == r.workload.id:
-                del ends[i]
+            w = r.workload
+            entry = (end, r.start_time, w.id)
+            for ends in (self.ends[w.pool], self.team_ends.get((w.team, w.pool), [])):
+                i = bisect.bisect_left(ends, entry)
+                if i < len(ends) and ends[i] == entry:
+                    del ends[i]
 
     # ---- fair-share usage ------------------------------------------------
     def _advance_usage(self, team: str, pool: str, now: float, delta: int) -> None:
