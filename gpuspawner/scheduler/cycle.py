@@ -33,6 +33,8 @@ class QuotaHold:
     ``start`` on; ``spare`` GPUs of it may go to later work that runs past."""
 
     workload_id: str
+    team: str
+    pool: str
     start: float
     spare: float
 
@@ -84,14 +86,14 @@ class _Cycle:
         self.catalog = VictimCatalog(state, self.ledger)
         usage = state.team_usage(now) if policy.fair_share else {}
         self.team_pool_usage = usage
-        self.shares = {team: dominant_share(usage.get(team, {}), state.capacity,
-                                            self._weight(team))
-                       for team in set(usage) | set(state.teams)}
+        self.shares = {team: self._share(team) for team in set(usage) | set(state.teams)}
         self.stopped: Optional[str] = None
 
-    def _weight(self, team: str) -> float:
+    def _share(self, team: str) -> float:
         t = self.state.teams.get(team)
-        return t.weight if t is not None else 1.0
+        nominal = {p: q.nominal for p, q in t.quotas.items()} if t is not None else {}
+        return dominant_share(self.team_pool_usage.get(team, {}), self.state.capacity,
+                              t.weight if t is not None else 1.0, nominal)
 
     # ---- order -----------------------------------------------------------
     def order_key(self, w: Workload) -> tuple:
@@ -272,7 +274,7 @@ class _Cycle:
                     return
                 self.quota_blocked[(w.team, w.pool)] = (w.gpus, reason)
                 self.version += 1
-                if policy.backfill and (w.team, w.pool) not in self.quota_holds:
+                if policy.quota_holds and (w.team, w.pool) not in self.quota_holds:
                     self.hold_quota(w)
                 self.wait(w, reason)
                 return
@@ -282,6 +284,14 @@ class _Cycle:
                              f"the team's {w.pool} quota first")
                 return
         placement = None if closed else self.place(w, shape, limits)
+        if placement is not None and policy.quotas and \
+                self.ledger.breaks_lending(w.team, w.pool, w.gpus):
+            # It fits, but the GPUs it would take cover what others borrow.
+            if policy.preemption and self.try_preemption(w):
+                return
+            self.wait(w, f"team {w.team}'s {w.pool} quota is lent out; waiting for borrowers "
+                         f"to give GPUs back")
+            return
         if placement is not None:
             hold = self.quota_holds.get((w.team, w.pool))
             if hold is not None:
@@ -353,8 +363,8 @@ class _Cycle:
             borrowed = max(0, min(w.gpus, used - quota.nominal))
         if self.policy.fair_share and w.pool:
             pools = self.team_pool_usage.setdefault(w.team, {})
-            pools[w.pool] = pools.get(w.pool, 0.0) + w.gpus
-            self.shares[w.team] = dominant_share(pools, self.state.capacity, self._weight(w.team))
+            pools[w.pool] = pools.get(w.pool, 0.0) + w.gpus / 2
+            self.shares[w.team] = self._share(w.team)
         msg = "admitted" + (f"; {borrowed} GPU(s) borrowed, preemptible by reclaim"
                             if borrowed else "")
         self.result.events.append(ev.Event(ev.ADMITTED, w.id, self.now, placement=placement,
@@ -376,7 +386,8 @@ class _Cycle:
                 continue
             used -= running[wid].workload.gpus
             if used + w.gpus <= bound:
-                self.quota_holds[(w.team, w.pool)] = QuotaHold(w.id, end, bound - used - w.gpus)
+                self.quota_holds[(w.team, w.pool)] = QuotaHold(w.id, w.team, w.pool, end,
+                                                                bound - used - w.gpus)
                 self.version += 1
                 return
 

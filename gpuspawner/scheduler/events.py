@@ -35,15 +35,3 @@ class Event:
     attempt: Optional[int] = None
     # ADMITTED: GPUs above the team's nominal quota (preemptible by reclaim).
     borrowed: int = 0
-
-    def to_dict(self) -> dict:
-        out = {"type": self.type, "workload_id": self.workload_id, "time": self.time,
-               "message": self.message}
-        if self.placement is not None:
-            out["placement"] = [{"node": n, "gpus": list(g)} for n, g in self.placement]
-        for key in ("preemptor_id", "kill_at", "attempt"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        if self.borrowed:
-            out["borrowed"] = self.borrowed
-        return out

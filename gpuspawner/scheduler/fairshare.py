@@ -1,11 +1,12 @@
 """Fair sharing: decayed usage and weighted dominant shares.
 
-A team's share of a pool is what it holds now plus its decayed average use
-over the recent past (half-life configurable), over the pool's capacity.
-Its dominant share is the largest of those across pools, divided by its
-weight (DRF over pools). Including current holdings makes the order react
-within a cycle; the decayed history keeps a team that just finished a large
-run from jumping the queue again.
+A team's usage of a pool is the mean of what it holds now and what it held
+on average over the recent past (decayed with a configurable half-life).
+Its share of the pool is its usage above its nominal quota over the pool's
+capacity; its dominant share is the largest across pools, divided by its
+weight (DRF over pools). Current holdings make the order react within a
+cycle; the decayed history keeps a team that just finished a large run from
+jumping the queue again.
 """
 from __future__ import annotations
 
@@ -41,11 +42,17 @@ class DecayedUsage:
 
 
 def dominant_share(team_usage: Mapping[str, float], capacity: Mapping[str, int],
-                   weight: float) -> float:
-    """max over pools of usage / capacity, divided by the team's weight."""
+                   weight: float, nominal: Mapping[str, int] = {}) -> float:
+    """max over pools of (usage above the team's nominal quota) / capacity,
+    divided by the team's weight.
+
+    Only use above nominal counts: a team's nominal quota is its entitlement,
+    so a large team using its own large quota is not "ahead" of a small one
+    (Kueue's fair sharing measures borrowing the same way).
+    """
     share = 0.0
     for pool, used in team_usage.items():
         cap = capacity.get(pool, 0)
         if cap > 0:
-            share = max(share, used / cap)
+            share = max(share, max(0.0, used - nominal.get(pool, 0)) / cap)
     return share / weight if weight > 0 else math.inf

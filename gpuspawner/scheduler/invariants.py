@@ -77,9 +77,11 @@ def quota_violations(state: ClusterState) -> list[str]:
     return out
 
 
-def idle_but_waiting(state: ClusterState, policy: Policy, reservations=()) -> list[str]:
+def idle_but_waiting(state: ClusterState, policy: Policy, reservations=(),
+                     quota_holds=()) -> list[str]:
     """Work conservation: a pending workload that fits its quota and the free
-    GPUs (outside backfill reservations) should not be waiting."""
+    GPUs (outside backfill reservations) should not be waiting. Work of a team
+    whose quota is held for its blocked head is left out (conservative)."""
     if policy.strict_fifo:
         return []
     out = []
@@ -87,10 +89,12 @@ def idle_but_waiting(state: ClusterState, policy: Policy, reservations=()) -> li
     for nom in state.nominations.values():
         w = state.pending[nom.workload_id]
         ledger.charge(w.team, w.pool, w.gpus)
+    held = {(h.team, h.pool) for h in quota_holds}
     for wid, w in state.pending.items():
-        if wid in state.nominations or w.gpus == 0:
+        if wid in state.nominations or w.gpus == 0 or (w.team, w.pool) in held:
             continue
-        if policy.quotas and ledger.check(w.team, w.pool, w.gpus) is not None:
+        if policy.quotas and (ledger.check(w.team, w.pool, w.gpus) is not None
+                              or ledger.breaks_lending(w.team, w.pool, w.gpus)):
             continue
         # Conservative: keep every other reservation's nodes as they are, even
         # for work short enough to ignore them (misses some, invents none).
@@ -120,11 +124,11 @@ def preemption_loops(history: Iterable[ev.Event]) -> list[str]:
 
 
 def check_all(state: ClusterState, policy: Policy, reservations=(),
-              history: Optional[Iterable[ev.Event]] = None) -> list[str]:
+              history: Optional[Iterable[ev.Event]] = None, quota_holds=()) -> list[str]:
     problems = gpu_conflicts(state) + partial_gangs(state)
     if policy.quotas:
         problems += quota_violations(state)
-    problems += idle_but_waiting(state, policy, reservations)
+    problems += idle_but_waiting(state, policy, reservations, quota_holds)
     if history is not None:
         problems += preemption_loops(history)
     return problems

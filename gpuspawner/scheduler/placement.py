@@ -59,9 +59,6 @@ class FreeIndex:
         for bucket in self.buckets.get(pool, ()):
             yield from bucket
 
-    def count(self, node: str) -> int:
-        return len(self.free[node])
-
     def take(self, node: str, gpus: Iterable[int]) -> None:
         free = self.free[node]
         pool = self.nodes[node].pool
@@ -89,10 +86,6 @@ class FreeIndex:
     def take_placement(self, placement: Placement) -> None:
         for node, gpus in placement:
             self.take(node, gpus)
-
-    def give_placement(self, placement: Placement) -> None:
-        for node, gpus in placement:
-            self.give(node, gpus)
 
     def candidates(self, pool: str, min_free: int, selector: Mapping[str, str],
                    limits: Mapping[str, int]) -> Iterable[tuple[str, int]]:

@@ -23,6 +23,9 @@ class Policy:
     fair_share: bool = True
     # EASY backfill: blocked heads get reservations, later work may not delay them.
     backfill: bool = True
+    # Inside a team, the first workload its quota blocks holds the team's
+    # quota: later work may start only if it ends before that quota frees.
+    quota_holds: bool = True
     # Reclaim of lent quota and priority preemption within a team.
     preemption: bool = True
     # Stop the cycle at the first workload that does not fit (strict FIFO).
@@ -67,7 +70,7 @@ POLICIES: dict[str, Policy] = {
     ),
     "quota-fifo": Policy(
         name="quota-fifo", quotas=True, fair_share=False, backfill=False,
-        preemption=False,
+        preemption=False, quota_holds=False,
     ),
     "gpuhub": Policy(name="gpuhub"),
 }

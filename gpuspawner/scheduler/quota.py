@@ -86,7 +86,21 @@ class QuotaLedger:
                                      + lendable(after, quota) - lendable(before, quota))
 
     def borrowing_ok(self, pool: str) -> bool:
-        return self.borrowed_total.get(pool, 0) <= self.unowned(pool) + self.lendable_total.get(pool, 0)
+        return self._lending_deficit(pool) <= 0
+
+    def _lending_deficit(self, pool: str) -> float:
+        return (self.borrowed_total.get(pool, 0) - self.unowned(pool)
+                - self.lendable_total.get(pool, 0))
+
+    def breaks_lending(self, team: str, pool: str, gpus: int) -> bool:
+        """Admitting ``gpus`` more for the team would leave more borrowed in
+        the pool than is lent: a lender taking back nominal quota from GPUs
+        that are free but not lendable."""
+        before = self._lending_deficit(pool)
+        self.charge(team, pool, gpus)
+        after = self._lending_deficit(pool)
+        self.charge(team, pool, -gpus)
+        return after > 0 and after > before
 
     def within_nominal(self, team: str, pool: str, gpus: int) -> bool:
         return self.used.get((team, pool), 0) + gpus <= self.quota(team, pool).nominal

@@ -106,16 +106,6 @@ class ClusterState:
         self._add_node(node)
         self.ledger = self._new_ledger()
 
-    def remove_node(self, name: str) -> None:
-        node = self.nodes[name]
-        if any(n == name for (n, _g) in self.owner):
-            raise ValueError(f"node {name} has running work; drain it first")
-        self.capacity[node.pool] -= len(node.usable_gpus())
-        self.index.remove_node(name)
-        del self.nodes[name]
-        self.unhealthy_nodes.discard(name)
-        self.ledger = self._new_ledger()
-
     def set_team(self, team: Team) -> None:
         self.teams[team.name] = team
         self.ledger = self._new_ledger()
@@ -222,7 +212,7 @@ class ClusterState:
         for node, _ in placement:
             self.node_drain[node] = max(self.node_drain.get(node, float("-inf")), r.end_estimate)
         self._advance_usage(w.team, w.pool, now, w.gpus)
-        if w.pool:
+        if w.gpus:
             self.running_by_pool.setdefault(w.pool, {})[wid] = None
             self._index_end(r)
             bisect.insort(self.eviction_order.setdefault((w.team, w.pool), []),
@@ -284,7 +274,7 @@ class ClusterState:
         self.ledger.charge(w.team, w.pool, -w.gpus)
         self._advance_usage(w.team, w.pool, now, -w.gpus)
         self._redrain(node for node, _ in r.placement)
-        if w.pool:
+        if w.gpus:
             self.running_by_pool[w.pool].pop(wid, None)
             self._unindex_end(r)
             if r.state is RunState.RUNNING:
@@ -358,10 +348,11 @@ class ClusterState:
         u.advance(now, self.half_life, u.rate + delta)
 
     def team_usage(self, now: float) -> dict[str, dict[str, float]]:
-        """team -> pool -> GPUs held now + decayed average GPUs held."""
+        """team -> pool -> the mean of the GPUs it holds now and the GPUs it
+        held on average (decayed over the half-life)."""
         out: dict[str, dict[str, float]] = {}
         for (team, pool), u in self.usage.items():
-            out.setdefault(team, {})[pool] = u.rate + u.average_gpus(now, self.half_life)
+            out.setdefault(team, {})[pool] = (u.rate + u.average_gpus(now, self.half_life)) / 2
         return out
 
     # ---- requeue ---------------------------------------------------------

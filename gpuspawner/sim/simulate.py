@@ -145,7 +145,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                     heapq.heappush(queue, (e.kill_at, LEAVE, next(seq), e.workload_id, job.token))
         if check:
             history.extend(result.events)
-            found = check_all(sched.state, policy, result.reservations, history)
+            found = check_all(sched.state, policy, result.reservations, history,
+                              result.quota_holds)
             problems.extend(f"t={now:.0f}: {p}" for p in found)
         if not timeline or timeline[-1][1] != in_use:
             timeline.append((now, {t: g for t, g in in_use.items() if g}))

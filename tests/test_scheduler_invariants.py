@@ -1,0 +1,376 @@
+"""Property-based tests: random clusters, random action sequences, and after
+every scheduling cycle the promised properties, checked twice: with
+``scheduler.invariants`` and with an independent recomputation written here
+from the running placements, the nodes and the quotas alone.
+
+Run for each of the four policies; the quota properties only where the
+policy enforces quotas.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuspawner.scheduler import (DEPLOYMENT, JOB, NOTEBOOK, POLICIES, Node, Quota, RunState,
+                                  Scheduler, Team, Workload)
+from gpuspawner.scheduler import events as ev
+from gpuspawner.scheduler import invariants
+
+POOLS = ("p0", "p1", "p2")
+PRIORITIES = ("best-effort", "batch", "interactive", "production")
+REGIONS = ("eu", "us")
+RACKS = ("r0", "r1")
+
+
+# ---- random clusters and actions ---------------------------------------------
+
+@st.composite
+def clusters(draw):
+    pools = POOLS[:draw(st.integers(2, 3))]
+    nodes = []
+    for i in range(draw(st.sampled_from([2, 3, 4, 4, 5, 5, 6, 6]))):
+        pool = pools[i] if i < len(pools) else draw(st.sampled_from(pools))
+        nodes.append(Node(f"n{i}", pool, draw(st.integers(2, 8)),
+                          topology={"rack": draw(st.sampled_from(RACKS))},
+                          labels={"region": draw(st.sampled_from(["eu", "eu", "us"]))}))
+    teams = []
+    for j in range(draw(st.integers(2, 4))):
+        quotas = {}
+        for pool in pools:
+            quotas[pool] = Quota(draw(st.integers(0, 8)),
+                                 draw(st.one_of(st.none(), st.integers(0, 6))),
+                                 draw(st.one_of(st.none(), st.integers(0, 6))))
+        teams.append(Team(f"t{j}", quotas, weight=draw(st.sampled_from([1.0, 2.0])),
+                          node_selector=draw(st.sampled_from([{}, {}, {}, {"region": "eu"}]))))
+    return nodes, teams
+
+
+# How often each action comes up: mostly submissions and cycles, so that
+# queues build up, preemptions and reservations happen.
+ACTION_KINDS = (["submit"] * 5 + ["cycle"] * 4 + ["finish"] * 2 + ["exit-preempted"] * 2
+                + ["cancel", "advance", "advance", "health"])
+
+
+@st.composite
+def actions(draw):
+    kind = draw(st.sampled_from(ACTION_KINDS))
+    if kind == "submit":
+        return (
+            "submit",
+            draw(st.integers(0, 3)),                                 # team (mod teams)
+            draw(st.sampled_from([0, 0, 0, 1, 1, 2])),               # pool (mod pools)
+            draw(st.integers(1, 4)),                                 # GPUs per node
+            draw(st.sampled_from([1] * 6 + [2, 2, 3])),               # nodes
+            draw(st.sampled_from([JOB, JOB, JOB, NOTEBOOK, NOTEBOOK, DEPLOYMENT])),
+            draw(st.sampled_from(PRIORITIES)),                       # jobs only
+            draw(st.sampled_from([None, 60.0, 600.0, 3600.0])),      # time limit
+            draw(st.sampled_from(["none", "none", "preferred", "required"])),
+            draw(st.sampled_from([{}] * 6 + [{"region": "eu"}, {"region": "us"}])),
+        )
+    if kind in ("finish", "exit-preempted", "cancel"):
+        return (kind, draw(st.integers(0, 50)))
+    if kind == "advance":
+        return (kind, draw(st.sampled_from([1.0, 10.0, 60.0, 300.0, 600.0, 3600.0])))
+    if kind == "health":
+        return (kind, draw(st.integers(0, 5)), draw(st.booleans()))
+    return ("cycle",)
+
+
+# ---- independent recomputation ---------------------------------------------
+
+def usable(node: Node, gpu: int) -> bool:
+    return node.healthy and gpu not in node.unhealthy_gpus and 0 <= gpu < node.gpus
+
+
+def selectors_ok(node: Node, team: Team | None, w: Workload) -> bool:
+    """A node must match the team's selector AND the workload's: a team's
+    selector is a restriction (data residency) that a workload cannot lift."""
+    team_sel = dict(team.node_selector) if team is not None else {}
+    return node.matches(team_sel) and node.matches(w.node_selector)
+
+
+def held(state):
+    out = {}
+    for r in state.running.values():
+        key = (r.workload.team, r.workload.pool)
+        out[key] = out.get(key, 0) + r.workload.gpus
+    return out
+
+
+def quota_of(state, team, pool) -> Quota:
+    t = state.teams.get(team)
+    return t.quota(pool) if t is not None else Quota()
+
+
+def ceiling_problems(state):
+    out = []
+    for (team, pool), n in held(state).items():
+        q = quota_of(state, team, pool)
+        if q.borrowing_limit is not None and n > q.nominal + q.borrowing_limit:
+            out.append(f"team {team} holds {n} {pool} GPUs > nominal {q.nominal} + "
+                       f"borrowing limit {q.borrowing_limit}")
+    return out
+
+
+def lending_problems(state):
+    """All borrowing in a pool is covered by unowned capacity plus what
+    lenders may lend of their idle nominal quota (min(idle, lending limit))."""
+    h = held(state)
+    out = []
+    for pool in {n.pool for n in state.nodes.values()}:
+        capacity = sum(1 for n in state.nodes.values() if n.pool == pool
+                       for g in range(n.gpus) if usable(n, g))
+        nominal = sum(t.quota(pool).nominal for t in state.teams.values())
+        unowned = max(0, capacity - nominal)
+        teams = set(state.teams) | {t for (t, p) in h if p == pool}
+        borrowed = lent = 0
+        for team in teams:
+            q = quota_of(state, team, pool)
+            used = h.get((team, pool), 0)
+            borrowed += max(0, used - q.nominal)
+            idle = max(0, q.nominal - used)
+            lent += idle if q.lending_limit is None else min(idle, q.lending_limit)
+        if borrowed > unowned + lent:
+            out.append(f"pool {pool}: {borrowed} borrowed > {unowned} unowned + {lent} lendable")
+    return out
+
+
+def gpu_problems(state):
+    """Each GPU has at most one holder, exists, and the free index agrees
+    with what nobody holds or has set aside."""
+    out = []
+    owner = {}
+    for wid, r in state.running.items():
+        w = r.workload
+        nodes = [n for n, _ in r.placement]
+        if w.gpus and (len(set(nodes)) != w.num_nodes
+                       or any(len(set(gs)) != w.gpus_per_node for _, gs in r.placement)):
+            out.append(f"partial gang {wid}: {w.num_nodes}x{w.gpus_per_node} holds {r.placement}")
+        for n, gs in r.placement:
+            node = state.nodes[n]
+            if node.pool != w.pool:
+                out.append(f"{wid} of pool {w.pool} runs on {n} of pool {node.pool}")
+            if not selectors_ok(node, state.teams.get(w.team), w):
+                out.append(f"{wid} runs on {n} whose labels {dict(node.labels)} do not match")
+            for g in gs:
+                if not 0 <= g < node.gpus:
+                    out.append(f"{wid} holds GPU {n}/{g} that does not exist")
+                if (n, g) in owner:
+                    out.append(f"GPU {n}/{g} held by {owner[(n, g)]} and {wid}")
+                owner[(n, g)] = wid
+    set_aside = {}
+    for nom in state.nominations.values():
+        for n, gs in nom.placement:
+            for g in gs:
+                if (n, g) in set_aside:
+                    out.append(f"GPU {n}/{g} set aside twice")
+                set_aside[(n, g)] = nom.workload_id
+                if (n, g) in owner and owner[(n, g)] not in nom.victims:
+                    out.append(f"GPU {n}/{g} set aside for {nom.workload_id} but held by "
+                               f"{owner[(n, g)]}, not one of its victims")
+    for name, node in state.nodes.items():
+        expect = sorted(g for g in range(node.gpus) if usable(node, g)
+                        and (name, g) not in owner and (name, g) not in set_aside)
+        if sorted(state.index.free.get(name, [])) != expect:
+            out.append(f"free GPUs of {name}: index {sorted(state.index.free.get(name, []))}, "
+                       f"recomputed {expect}")
+    return out
+
+
+def placement_problems(state, w: Workload, placement, what):
+    """An admission or nomination lands whole, in its pool, on matching,
+    healthy GPUs, inside one topology domain when required."""
+    out = []
+    team = state.teams.get(w.team)
+    nodes = [n for n, _ in placement]
+    if w.gpus and (len(set(nodes)) != w.num_nodes
+                   or any(len(set(gs)) != w.gpus_per_node for _, gs in placement)):
+        out.append(f"{what} {w.id} partially: {w.num_nodes}x{w.gpus_per_node} got {placement}")
+    for n, gs in placement:
+        node = state.nodes[n]
+        if node.pool != w.pool:
+            out.append(f"{what} {w.id} of pool {w.pool} on {n} of pool {node.pool}")
+        if not selectors_ok(node, team, w):
+            out.append(f"{what} {w.id} (team selector {dict(team.node_selector) if team else {}}, "
+                       f"own {dict(w.node_selector)}) on {n} labelled {dict(node.labels)}")
+        if any(not usable(node, g) for g in gs):
+            out.append(f"{what} {w.id} on unusable GPUs {n}/{gs}")
+    if w.topology == "required" and w.num_nodes > 1:
+        domains = {state.nodes[n].topology.get(w.topology_key, "") for n in nodes}
+        if len(domains) > 1:
+            out.append(f"{what} {w.id} spans {w.topology_key}s {sorted(domains)}")
+    return out
+
+
+def preemption_problems(state_before, policy, result):
+    """Only the two rules evict: reclaim of borrowed quota, or a higher
+    priority of the same team evicting a lower, preemptible job."""
+    out = []
+    events = result.events
+    if not policy.preemption:
+        return [f"{e.workload_id} preempted under {policy.name}" for e in events
+                if e.type == ev.PREEMPTED]
+    for e in events:
+        if e.type != ev.PREEMPTED:
+            continue
+        victim = state_before["running"][e.workload_id]
+        preemptor = state_before["pending"][e.preemptor_id]
+        if victim.team == preemptor.team:
+            pv, pp = (policy.priority_classes[victim.priority], policy.priority_classes[preemptor.priority])
+            if not (pv.value < pp.value and pv.preemptible and victim.kind == JOB):
+                out.append(f"{e.preemptor_id} ({preemptor.priority}) preempted {e.workload_id} "
+                           f"({victim.kind}, {victim.priority}) of its own team")
+        else:
+            q = quota_of(state_before["state"], victim.team, victim.pool)
+            if state_before["held"].get((victim.team, victim.pool), 0) <= q.nominal:
+                out.append(f"{e.preemptor_id} reclaimed {e.workload_id} of team {victim.team}, "
+                           f"which was not borrowing")
+    return out
+
+
+def loop_problems(history):
+    seen = set()
+    out = []
+    for e in history:
+        if e.type == ev.PREEMPTED:
+            if (e.workload_id, e.preemptor_id) in seen:
+                out.append(f"{e.preemptor_id} preempted {e.workload_id}, which had preempted it")
+            seen.add((e.preemptor_id, e.workload_id))
+    return out
+
+
+def held_by_quota_hold(state, result, wid, now):
+    """Backfill inside a team's quota (cycle.QuotaHold): the team's first
+    quota-blocked workload keeps the quota it will get when the team's running
+    work ends; later work of the team waits unless it ends by then or fits the
+    spare. ``invariants.idle_but_waiting`` does not know these holds, so work
+    a hold keeps waiting is not counted as idle-but-waiting here."""
+    w = state.pending[wid]
+    end = now + w.time_limit if w.time_limit is not None else float("inf")
+    for hold in getattr(result, "quota_holds", ()):
+        holder = state.pending.get(hold.workload_id)
+        if holder is not None and holder.id != wid and (holder.team, holder.pool) == (w.team, w.pool):
+            if not hold.allows(w.gpus, end):
+                return True
+    return False
+
+
+# ---- the driver ------------------------------------------------------------
+
+def run_actions(policy_name, cluster, acts):
+    policy = POLICIES[policy_name]
+    nodes, teams = cluster
+    s = Scheduler(nodes, teams, policy)
+    pools = sorted(teams[0].quotas)  # may include a pool without nodes: rejected at submit
+    node_names = [n.name for n in nodes]
+    now = 0.0
+    history = []
+    counter = 0
+    # Set when capacity shrinks (a node or GPU goes unhealthy): borrowing that
+    # was covered by the old capacity may no longer be, and the scheduler
+    # only takes borrowed GPUs back when a lender asks for them (reclaim), so
+    # the lending rule is skipped until it holds again. The team ceilings
+    # (nominal + borrowing limit) do not depend on capacity and are always checked.
+    shrunk = False
+
+    for act in list(acts) + [("cycle",)]:
+        kind = act[0]
+        if kind == "submit":
+            _, ti, pi, gpn, nn, wkind, prio, tl, topo, sel = act
+            counter += 1
+            w = Workload(f"w{counter}", teams[ti % len(teams)].name, pools[pi % len(pools)], gpn,
+                         now, kind=wkind, num_nodes=nn, priority=prio if wkind == JOB else "",
+                         time_limit=tl, topology=topo, node_selector=sel)
+            e = s.submit(w, now)
+            assert e.type in (ev.QUEUED, ev.REJECTED)
+            if e.type == ev.REJECTED:
+                assert e.message
+            history.append(e)
+        elif kind == "finish":
+            ids = sorted(w for w, r in s.state.running.items() if r.state is RunState.RUNNING)
+            if ids:
+                history.append(s.finished(ids[act[1] % len(ids)], now))
+        elif kind == "exit-preempted":
+            ids = sorted(w for w, r in s.state.running.items() if r.state is RunState.TERMINATING)
+            if ids:
+                wid = ids[act[1] % len(ids)]
+                r = s.state.running[wid]
+                e = s.finished(wid, now)
+                assert (e.type, e.attempt) == (ev.REQUEUED, r.workload.attempt + 1)
+                assert s.state.pending[wid].preempted_by >= {r.preempted_for}
+                history.append(e)
+        elif kind == "cancel":
+            ids = sorted(s.state.pending)
+            if ids:
+                history.append(s.cancel(ids[act[1] % len(ids)], now))
+        elif kind == "advance":
+            now += act[1]
+        elif kind == "health":
+            name = node_names[act[1] % len(node_names)]
+            old = s.state.nodes[name]
+            if old.healthy and not act[2]:
+                shrunk = True
+            s.set_node(replace(old, healthy=act[2]))
+        elif kind == "cycle":
+            before = {
+                "state": s.state,
+                "running": {wid: r.workload for wid, r in s.state.running.items()},
+                "pending": dict(s.state.pending),
+                "held": held(s.state),
+            }
+            snapshot = (sorted(s.state.pending), sorted((w, r.placement, r.state) for w, r in
+                                                        s.state.running.items()),
+                        sorted(s.state.nominations), dict(s.state.ledger.used))
+            result = s.cycle(now)
+            # Without explanations the cycle skips work only the reasons need;
+            # it must decide exactly the same.
+            fast = s.cycle(now, explain=False)
+            assert fast.events == result.events, "explain=False decides differently"
+            assert fast.reservations == result.reservations, "explain=False reserves differently"
+            assert snapshot == (sorted(s.state.pending), sorted((w, r.placement, r.state) for w, r in
+                                                                s.state.running.items()),
+                                sorted(s.state.nominations), dict(s.state.ledger.used)), \
+                "cycle() changed the state"
+            problems = []
+            for e in result.events:
+                if e.type in (ev.ADMITTED, ev.NOMINATED):
+                    w = s.state.pending[e.workload_id]
+                    problems += placement_problems(s.state, w, e.placement or (), e.type)
+            problems += preemption_problems(before, policy, result)
+            evicted = bool(result.of_type(ev.EVICTED))
+            follow = s.apply_result(result, now)  # apply(), keeping the reservations
+            history.extend(result.events)
+            history.extend(follow)
+
+            problems += invariants.gpu_conflicts(s.state) + invariants.partial_gangs(s.state)
+            problems += gpu_problems(s.state)
+            problems += invariants.preemption_loops(history) + loop_problems(history)
+            if policy.quotas:
+                problems += ceiling_problems(s.state)
+                lending = lending_problems(s.state)
+                if not lending:
+                    shrunk = False
+                if not shrunk:
+                    problems += lending + invariants.quota_violations(s.state)
+            # Work conservation. Work evicted from broken hardware is requeued
+            # by apply(), after the cycle decided, so it (and any healthy GPUs
+            # it gave back) is first seen by the next cycle.
+            if not evicted:
+                idle = invariants.idle_but_waiting(s.state, policy, result.reservations)
+                problems += [p for p in idle
+                             if not held_by_quota_hold(s.state, result, p.split()[0], now)]
+            for wid, why in result.waiting.items():
+                assert why, f"{wid} waits without a reason"
+            assert not problems, f"t={now} {policy_name}: " + "; ".join(problems)
+        else:  # pragma: no cover
+            raise AssertionError(act)
+
+
+@pytest.mark.parametrize("policy_name", sorted(POLICIES))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), acts=st.lists(actions(), min_size=20, max_size=60))
+def test_invariants_hold_after_every_cycle(policy_name, cluster, acts):
+    run_actions(policy_name, cluster, acts)
