@@ -419,6 +419,26 @@ def test_higher_priority_preempts_lower_within_team(setup, victim, preemptor_pri
         assert "urgent" in result.waiting
 
 
+@pytest.mark.parametrize("quota", [Quota(0, 3), Quota(3, 0)],
+                         ids=["borrowing-limit", "nominal-no-borrowing"])
+def test_team_never_above_its_quota_while_victims_shut_down(quota):
+    """A notebook that makes quota room by preempting its team's best-effort
+    job starts once the job has exited, not on other free GPUs during the
+    job's grace period (the team would hold both)."""
+    teams = [Team("t1", {"a100": quota}), team("other")]
+    s = sched([node("n1", 4)], teams)
+    start(s, wl("j", "t1", 1, priority="best-effort"))
+    submit(s, wl("nb", "t1", 3, t=1.0, kind=NOTEBOOK))
+    ceiling = 3
+    for t in (1.0, 2.0, 3.0):
+        s.step(t)
+        held = sum(r.workload.gpus for r in s.state.running.values() if r.workload.team == "t1")
+        assert held <= ceiling, (f"t={t}: t1 holds {held} GPUs (j "
+                                 f"{s.state.running['j'].state.value}), may hold {ceiling}")
+    s.finished("j", 4.0)
+    assert "nb" in admitted(s.step(5.0)) or "nb" in s.state.running
+
+
 @pytest.mark.parametrize(
     "grace_period, policy_grace, kill_after",
     [
@@ -443,7 +463,7 @@ def test_preempted_workload_requeued_with_attempt_plus_one(grace_period, policy_
     # during the grace period the preemptor waits and says for whom
     result = s.step(t + 1)
     assert not admitted(result)
-    assert "waiting for 4 GPU(s) held by preempted workload(s) y" in result.waiting["x"]
+    assert "waiting for preempted workload(s) y to exit" in result.waiting["x"]
 
     done = s.finished("y", t + 2)
     assert (done.type, done.attempt, done.message) == (ev.REQUEUED, 1, "requeued as attempt 1")

@@ -245,8 +245,8 @@ class _Cycle:
                     message="admitted on the GPUs its preemption freed"))
             else:
                 self.result.waiting[wid] = (
-                    f"waiting for {len(nom.outstanding)} GPU(s) held by preempted "
-                    f"workload(s) {', '.join(sorted(nom.victims))} to be released")
+                    f"waiting for preempted workload(s) {', '.join(sorted(nom.victims))} "
+                    f"to exit")
 
     def selector(self, w: Workload):
         return combined_selector(self.state.teams.get(w.team), w)

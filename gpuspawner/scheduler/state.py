@@ -30,7 +30,8 @@ class Nomination:
 
     @property
     def ready(self) -> bool:
-        return not self.outstanding
+        """Every victim has exited: its GPUs and its quota are free."""
+        return not self.outstanding and not self.victims
 
 
 class ClusterState:
@@ -273,6 +274,8 @@ class ClusterState:
                 self.index.give(node, give)
         self.ledger.charge(w.team, w.pool, -w.gpus)
         self._advance_usage(w.team, w.pool, now, -w.gpus)
+        for nom in self.nominations.values():
+            nom.victims.discard(wid)
         self._redrain(node for node, _ in r.placement)
         if w.gpus:
             self.running_by_pool[w.pool].pop(wid, None)
