@@ -646,6 +646,38 @@ def test_backfill_never_delays_reservation(arrival, policy, later):
     assert sorted(nodes_of(admitted(result)["h"])) == ["n1", "n2"]
 
 
+def test_backfill_never_delays_reservation_through_preemption():
+    """A workload behind h in the order may not take h's reserved GPUs by
+    preempting someone either. h (a's gang, one rack) waits for r's GPUs on
+    n1 at t=1000 with n2 reserved; w (d's job, within d's nominal, newer than
+    h) finds no room outside the reservation and c (no quota) borrows a GPU
+    of n2."""
+    nodes = [node("n1", 4, rack="r1"), node("n2", 4, rack="r1"), node("n3", 4, rack="r2")]
+    s = sched(nodes, [team("a", 6), team("d", 4), team("c")])
+    start(s, wl("r", "d", 2, kind=NOTEBOOK, time_limit=1000.0, on="n1"), wl("c2", "c", 4, on="n3"))
+    submit(s, wl("h", "a", 3, t=10.0, num_nodes=2, topology="required", time_limit=1000.0))
+    assert [(x.workload_id, x.start) for x in s.step(10.0).reservations] == [("h", 1000.0)]
+    start(s, wl("c1", "c", 1, t=15.0, on="n2"), now=15.0)
+    submit(s, wl("w", "d", 2, t=20.0))
+    needless = []
+    for t in (20.0, 20.0 + DELAY, 21.0 + DELAY, 500.0):
+        result = s.step(t)
+        for e in result.of_type(ev.PREEMPTED):
+            victim_gpus = set(s.state.running[e.workload_id].placement)
+            nominated = {nom.workload_id: nom.placement for nom in result.of_type(ev.NOMINATED)}
+            used = {(n, g) for n, gs in nominated.get(e.preemptor_id, ()) for g in gs}
+            if not {(n, g) for n, gs in victim_gpus for g in gs} & used:
+                needless.append(f"{e.workload_id} preempted for {e.preemptor_id}, which takes "
+                                f"other GPUs {sorted(used)}")
+            s.finished(e.workload_id, t)
+    s.finished("r", 1000.0)
+    result = s.step(1000.0)
+    w_on = s.state.running["w"].placement if "w" in s.state.running else None
+    assert "h" in admitted(result), (f"h delayed past its reserved start: "
+                                     f"{result.waiting.get('h')}; w runs on {w_on}")
+    assert not needless
+
+
 # ---- placement -------------------------------------------------------------
 
 @pytest.mark.parametrize("policy", ["gpuhub", "backfill"])

@@ -406,7 +406,8 @@ class _Cycle:
         if w.kind == JOB and self.now - w.submit_time < self.policy.preemption_delay:
             return False
         cands = candidates(w, self.catalog, self.ledger, self.policy, self.shares, self.unavailable)
-        plan = plan_preemption(w, self.selector(w), self.index, self.ledger, cands)
+        _shape, limits = self.shape_of(w)
+        plan = plan_preemption(w, self.selector(w), self.index, self.ledger, cands, limits)
         if plan is None:
             return False
         kill_grace = self.policy.default_grace_period

@@ -125,22 +125,25 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
 
 
 def plan_preemption(w: Workload, selector: Mapping[str, str], index: FreeIndex,
-                    ledger: QuotaLedger, cands: Sequence[Candidate]) -> Optional[PreemptionPlan]:
-    """The victims (fewest, most evictable) that make room for ``w``, or None."""
+                    ledger: QuotaLedger, cands: Sequence[Candidate],
+                    limits: Mapping[str, int] = {}) -> Optional[PreemptionPlan]:
+    """The victims (fewest, most evictable) that make room for ``w``, or None.
+    ``limits`` caps the GPUs ``w`` may take on reserved nodes: preempting does
+    not get around a backfill reservation."""
     if not cands:
         return None
     excess = {c.team: ledger.used.get((c.team, w.pool), 0) - ledger.quota(c.team, w.pool).nominal
               for c in cands if c.rule == RECLAIM}
     if w.num_nodes == 1:
-        plan = _single_node(w, selector, index, cands, excess)
+        plan = _single_node(w, selector, index, cands, excess, limits)
     else:
-        plan = _gang(w, selector, index, cands[:MAX_GANG_CANDIDATES], excess)
+        plan = _gang(w, selector, index, cands[:MAX_GANG_CANDIDATES], excess, limits)
     if plan is None:
         return None
     return _satisfy_quota(w, plan, ledger, cands, excess)
 
 
-def _single_node(w, selector, index, cands, excess) -> Optional[PreemptionPlan]:
+def _single_node(w, selector, index, cands, excess, limits) -> Optional[PreemptionPlan]:
     """The node where evicting the fewest GPUs makes room (then the fewest
     victims, then the most evictable ones), so a one-GPU workload does not
     evict an eight-GPU job when a one-GPU job would do."""
@@ -148,6 +151,8 @@ def _single_node(w, selector, index, cands, excess) -> Optional[PreemptionPlan]:
     on_node: dict[str, list[tuple[int, Candidate, tuple[int, ...]]]] = {}
     for rank, c in enumerate(cands):
         for node, gpus in c.running.placement:
+            if node in limits and limits[node] < g:
+                continue
             if node in index.free and (not selector or index.nodes[node].matches(selector)):
                 on_node.setdefault(node, []).append((rank, c, gpus))
     best = None
@@ -188,7 +193,7 @@ def _victims_on_node(options, need, excess):
     return None
 
 
-def _gang(w, selector, index, cands, excess) -> Optional[PreemptionPlan]:
+def _gang(w, selector, index, cands, excess, limits) -> Optional[PreemptionPlan]:
     def placement_without(victims: list[Candidate]):
         trial = index.copy()
         for c in victims:
@@ -196,7 +201,7 @@ def _gang(w, selector, index, cands, excess) -> Optional[PreemptionPlan]:
                 if node in trial.free:
                     trial.give(node, gpus)
         return find_placement(trial, w.pool, w.gpus_per_node, w.num_nodes, selector,
-                              w.topology, w.topology_key)
+                              w.topology, w.topology_key, limits)
 
     chosen: list[Candidate] = []
     taken: dict[str, int] = {}
