@@ -258,7 +258,11 @@ class _Cycle:
         policy = self.policy
         shape, limits = self.shape_of(w)
         closed = self.known_unplaceable(w, shape)
-        if closed and not self.explain and self.pool_done(w.team, w.pool):
+        # Without explanations a workload that cannot fit is skipped, unless
+        # its quota check could still create its team's quota hold (a decision).
+        may_hold = policy.quota_holds and policy.quotas and \
+            (w.team, w.pool) not in self.quota_holds
+        if closed and not self.explain and not may_hold and self.pool_done(w.team, w.pool):
             if policy.strict_fifo:
                 self.stopped = f"behind {w.id}"
             return
@@ -407,7 +411,8 @@ class _Cycle:
             return False
         cands = candidates(w, self.catalog, self.ledger, self.policy, self.shares, self.unavailable)
         _shape, limits = self.shape_of(w)
-        plan = plan_preemption(w, self.selector(w), self.index, self.ledger, cands, limits)
+        plan = plan_preemption(w, self.selector(w), self.index, self.ledger, cands,
+                               self.catalog, limits)
         if plan is None:
             return False
         kill_grace = self.policy.default_grace_period
@@ -430,6 +435,7 @@ class _Cycle:
             if now_free:
                 self.index.take(node, now_free)
         self.ledger.charge(w.team, w.pool, w.gpus)
+        self.catalog.admitted(w.team, w.pool, w.gpus)
         victims = ", ".join(c.running.workload.id for c in plan.victims)
         self.result.events.append(ev.Event(
             ev.NOMINATED, w.id, self.now, placement=plan.placement,

@@ -49,9 +49,14 @@ class VictimCatalog:
         self._state = state
         self._ledger = ledger
         self._above: dict[tuple[str, str], set[str]] = {}
-        # GPUs admitted earlier in this cycle, per (team, pool): the newest
-        # work, so the first to count as borrowed.
+        # GPUs charged to a team that no running workload holds yet: admitted
+        # earlier in this cycle or set aside for a nominated preemptor. They
+        # are the newest claims, so the first to count as borrowed, and no
+        # running work is evicted for them.
         self.admitted_now: dict[tuple[str, str], int] = {}
+        for nom in state.nominations.values():
+            w = state.pending[nom.workload_id]
+            self.admitted_now[(w.team, w.pool)] = self.admitted_now.get((w.team, w.pool), 0) + w.gpus
 
     def admitted(self, team: str, pool: str, gpus: int) -> None:
         key = (team, pool)
@@ -73,8 +78,7 @@ class VictimCatalog:
         cached = self._above.get((team, pool))
         if cached is not None:
             return cached
-        excess = (self._ledger.used.get((team, pool), 0) - self.admitted_now.get((team, pool), 0)
-                  - self._ledger.quota(team, pool).nominal)
+        excess = self.running_excess(team, pool)
         above: set[str] = set()
         if excess > 0:
             # newest first: key is (priority, -start, -submit, id)
@@ -85,6 +89,11 @@ class VictimCatalog:
                 excess -= self._state.running[key[-1]].workload.gpus
         self._above[(team, pool)] = above
         return above
+
+    def running_excess(self, team: str, pool: str) -> int:
+        """GPUs the team's running work holds above its nominal quota."""
+        return (self._ledger.used.get((team, pool), 0) - self.admitted_now.get((team, pool), 0)
+                - self._ledger.quota(team, pool).nominal)
 
     def teams_in(self, pool: str) -> list[str]:
         return [team for (team, p), order in self._state.eviction_order.items()
@@ -105,7 +114,7 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
     if policy.quotas and ledger.within_nominal(w.team, w.pool, w.gpus) \
             and ledger.borrowed_total.get(w.pool, 0) > 0:
         borrowers = [u for u in catalog.teams_in(w.pool) if u != w.team
-                     and ledger.used.get((u, w.pool), 0) > ledger.quota(u, w.pool).nominal]
+                     and catalog.running_excess(u, w.pool) > 0]
         borrowers.sort(key=lambda u: (-shares.get(u, 0.0), u))
         for u in borrowers:
             for r, above_nominal in catalog.team_victims(w.pool, u):
@@ -125,22 +134,21 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
 
 
 def plan_preemption(w: Workload, selector: Mapping[str, str], index: FreeIndex,
-                    ledger: QuotaLedger, cands: Sequence[Candidate],
+                    ledger: QuotaLedger, cands: Sequence[Candidate], catalog: VictimCatalog,
                     limits: Mapping[str, int] = {}) -> Optional[PreemptionPlan]:
     """The victims (fewest, most evictable) that make room for ``w``, or None.
     ``limits`` caps the GPUs ``w`` may take on reserved nodes: preempting does
     not get around a backfill reservation."""
     if not cands:
         return None
-    excess = {c.team: ledger.used.get((c.team, w.pool), 0) - ledger.quota(c.team, w.pool).nominal
-              for c in cands if c.rule == RECLAIM}
+    excess = {c.team: catalog.running_excess(c.team, w.pool) for c in cands if c.rule == RECLAIM}
     if w.num_nodes == 1:
         plan = _single_node(w, selector, index, cands, excess, limits)
     else:
         plan = _gang(w, selector, index, cands[:MAX_GANG_CANDIDATES], excess, limits)
     if plan is None:
         return None
-    return _satisfy_quota(w, plan, ledger, cands, excess)
+    return _satisfy_quota(w, plan, ledger, cands, catalog.admitted_now)
 
 
 def _single_node(w, selector, index, cands, excess, limits) -> Optional[PreemptionPlan]:
@@ -224,7 +232,7 @@ def _gang(w, selector, index, cands, excess, limits) -> Optional[PreemptionPlan]
     return PreemptionPlan(placement, chosen)
 
 
-def _satisfy_quota(w, plan: PreemptionPlan, ledger: QuotaLedger, cands, excess
+def _satisfy_quota(w, plan: PreemptionPlan, ledger: QuotaLedger, cands, not_running
                    ) -> Optional[PreemptionPlan]:
     """Add victims until the team's quota and the pool's lending rule hold."""
     trial = ledger.copy()
@@ -245,8 +253,8 @@ def _satisfy_quota(w, plan: PreemptionPlan, ledger: QuotaLedger, cands, excess
             return plan
         if id(c) in chosen:
             continue
-        if c.rule == RECLAIM and trial.used.get((c.team, w.pool), 0) - \
-                trial.quota(c.team, w.pool).nominal <= 0:
+        if c.rule == RECLAIM and trial.used.get((c.team, w.pool), 0) - not_running.get(
+                (c.team, w.pool), 0) - trial.quota(c.team, w.pool).nominal <= 0:
             continue
         trial.charge(c.team, w.pool, -c.running.workload.gpus)
         plan.victims.append(c)
