@@ -48,7 +48,7 @@ class SimResult:
     problems: list[str] = field(default_factory=list)
 
 
-def to_workload(job: TraceJob, cluster: Cluster, now: float = None) -> Workload:
+def to_workload(job: TraceJob, cluster: Cluster) -> Workload:
     gpn = cluster.pool_gpus_per_node()
     pool = job.gpu_type or next(iter(gpn))
     if pool not in gpn:
