@@ -421,20 +421,24 @@ def test_higher_priority_preempts_lower_within_team(setup, victim, preemptor_pri
 
 @pytest.mark.parametrize("quota", [Quota(0, 3), Quota(3, 0)],
                          ids=["borrowing-limit", "nominal-no-borrowing"])
-def test_team_never_above_its_quota_while_victims_shut_down(quota):
+@pytest.mark.parametrize("waiting_too", [False, True], ids=["alone", "team-work-waiting-too"])
+def test_team_never_above_its_quota_while_victims_shut_down(quota, waiting_too):
     """A notebook that makes quota room by preempting its team's best-effort
     job starts once the job has exited, not on other free GPUs during the
-    job's grace period (the team would hold both)."""
+    job's grace period (the team would hold both); and the quota the job
+    gives back is not handed to other waiting work of the team meanwhile."""
     teams = [Team("t1", {"a100": quota}), team("other")]
-    s = sched([node("n1", 4)], teams)
-    start(s, wl("j", "t1", 1, priority="best-effort"))
-    submit(s, wl("nb", "t1", 3, t=1.0, kind=NOTEBOOK))
+    s = sched([node("n1", 6)], teams)
+    start(s, wl("j", "t1", 3, priority="best-effort"))  # the team at its quota
+    if waiting_too:  # blocked by the team's quota
+        submit(s, wl("small", "t1", 1, t=0.5, priority="best-effort"))
+    submit(s, wl("nb", "t1", 1, t=1.0, kind=NOTEBOOK))
     ceiling = 3
     for t in (1.0, 2.0, 3.0):
         s.step(t)
-        held = sum(r.workload.gpus for r in s.state.running.values() if r.workload.team == "t1")
-        assert held <= ceiling, (f"t={t}: t1 holds {held} GPUs (j "
-                                 f"{s.state.running['j'].state.value}), may hold {ceiling}")
+        held = {wid: r.state.value for wid, r in s.state.running.items() if r.workload.team == "t1"}
+        gpus = sum(s.state.running[wid].workload.gpus for wid in held)
+        assert gpus <= ceiling, f"t={t}: t1 holds {gpus} GPUs ({held}), may hold {ceiling}"
     s.finished("j", 4.0)
     assert "nb" in admitted(s.step(5.0)) or "nb" in s.state.running
 

@@ -419,8 +419,9 @@ class _Cycle:
         for c in plan.victims:
             victim = c.running.workload
             grace = victim.grace_period if victim.grace_period is not None else kill_grace
+            # The victim stays charged to its team until it has exited: its
+            # quota is the preemptor's, not free for the team's other work.
             self.unavailable.add(victim.id)
-            self.ledger.charge(victim.team, victim.pool, -victim.gpus)
             if c.rule == PRIORITY:
                 why = f"preempted by higher-priority {w.priority} workload {w.id} of team {w.team}"
             else:
