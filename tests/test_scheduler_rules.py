@@ -731,13 +731,18 @@ TOPOLOGY_CASES = [
 ]
 
 
-@pytest.mark.parametrize("busy, num_nodes, required, preferred", TOPOLOGY_CASES)
-def test_topology_required_keeps_gang_in_one_domain(busy, num_nodes, required, preferred):
+def place_gang(busy, num_nodes, topology):
+    """A 4-GPU-per-node gang on the topology cluster with ``busy`` nodes taken."""
     s = topology_cluster()
     if busy:
         start(s, *[wl(f"busy-{n}", "a", 1, on=n) for n in busy])
-    submit(s, wl("gang", "a", 4, t=10.0, num_nodes=num_nodes, topology="required"))
-    result = s.step(10.0)
+    submit(s, wl("gang", "a", 4, t=10.0, num_nodes=num_nodes, topology=topology))
+    return s, s.step(10.0)
+
+
+@pytest.mark.parametrize("busy, num_nodes, required, preferred", TOPOLOGY_CASES)
+def test_topology_required_keeps_gang_in_one_domain(busy, num_nodes, required, preferred):
+    s, result = place_gang(busy, num_nodes, "required")
     if required is None:
         assert "gang" not in admitted(result)
         assert "gang" in result.waiting
@@ -758,11 +763,7 @@ def test_topology_required_gang_larger_than_any_domain_is_rejected():
     pytest.param([], 4, None, ["n1", "n3", "n4", "n5"], id="spans-racks-largest-first"),
 ])
 def test_topology_preferred_falls_back_across_domains(busy, num_nodes, required, preferred):
-    s = topology_cluster()
-    if busy:
-        start(s, *[wl(f"busy-{n}", "a", 1, on=n) for n in busy])
-    submit(s, wl("gang", "a", 4, t=10.0, num_nodes=num_nodes, topology="preferred"))
-    result = s.step(10.0)
+    _, result = place_gang(busy, num_nodes, "preferred")
     assert sorted(nodes_of(admitted(result)["gang"])) == preferred
 
 
