@@ -1,0 +1,46 @@
+"""What every backend (local processes, Kubernetes, Slurm) is asked to do.
+
+The service decides; a backend executes. A backend never decides who runs:
+it starts exactly what it is told, on exactly the GPUs it is told, and
+reports exits. Everything it needs to find its work again after a restart is
+in the ``LaunchSpec`` the service persisted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+# Why an attempt ended.
+EXITED = "exited"          # the command exited by itself (see returncode)
+TIME_LIMIT = "time-limit"  # killed for running past its time limit
+STOPPED = "stopped"        # stopped by the service (preemption, cancel, eviction)
+LOST = "lost"              # its process is gone and left no exit record
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One attempt of one workload, as the backend runs it."""
+
+    workload_id: str
+    attempt: int
+    argv: tuple[str, ...]
+    attempt_dir: str            # logs and the exit record live here
+    cwd: str
+    env: dict = field(default_factory=dict)
+    gpus: tuple[int, ...] = ()  # local GPU indices: CUDA_VISIBLE_DEVICES
+    time_limit: Optional[float] = None
+    grace_period: float = 30.0
+    checkpoint_dir: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class AttemptExit:
+    workload_id: str
+    attempt: int
+    reason: str                 # EXITED, TIME_LIMIT, STOPPED or LOST
+    returncode: Optional[int]
+    finished_at: float
+
+    @property
+    def succeeded(self) -> bool:
+        return self.reason == EXITED and self.returncode == 0
