@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--cycles", type=int, default=30)
     bench.add_argument("--seed", type=int, default=0)
     bench.set_defaults(func=cmd_bench)
+
+    from .hub.up import add_parser as add_up
+    add_up(sub)
     return parser
 
 

@@ -1,0 +1,183 @@
+"""Runs attempts as processes on this machine, one supervising runner each.
+
+Each attempt runs under ``runner.py`` in a session of its own, so it
+survives a restart of the service, and everything it starts shares one
+process group that ``stop`` and ``kill`` signal as a whole. The runner's
+``exit.json`` is the authority on how an attempt ended; a runner that is
+gone without one was killed: STOPPED if this backend stopped or killed it,
+else LOST.
+
+An attempt is reported once its runner is gone, not as soon as exit.json
+appears: by then the runner has also killed whatever the command left in
+its group, so the GPUs really are free.
+
+A stop in progress (its SIGKILL deadline) lives in memory only: after a
+restart the service re-issues ``stop`` for attempts it was stopping.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .base import LOST, STOPPED, AttemptExit, LaunchSpec
+from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat
+
+
+class BackendError(RuntimeError):
+    """An attempt that could not be started (its runner could not be launched)."""
+
+
+@dataclass
+class _Attempt:
+    spec: LaunchSpec
+    pid: int                         # the runner: also the process group id
+    proc: Optional[subprocess.Popen]  # None when adopted after a restart
+    start_ticks: Optional[int] = None  # adopted only: tells the runner from a reused pid
+    stopped: bool = False            # stopped or killed by us
+    kill_at: Optional[float] = None  # when a stop turns into SIGKILL
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+class LocalBackend:
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self._clock = clock
+        self._attempts: dict[tuple[str, int], _Attempt] = {}
+
+    @staticmethod
+    def log_path(attempt_dir: str) -> str:
+        return os.path.join(attempt_dir, LOG_FILE)
+
+    def running(self) -> set[tuple[str, int]]:
+        return set(self._attempts)
+
+    def start(self, spec: LaunchSpec) -> int:
+        """Launch the attempt's runner and return its pid (= its process group id).
+
+        A command that cannot be executed is not an error here: the runner
+        records it as an exit with returncode 127 or 126 (see runner.py).
+        """
+        key = (spec.workload_id, spec.attempt)
+        if key in self._attempts:
+            raise BackendError(f"attempt {key} is already running")
+        if not spec.argv:
+            raise BackendError(f"attempt {key} has no command")
+        # The runner works in spec.cwd: relative paths would resolve from there.
+        attempt_dir = os.path.abspath(spec.attempt_dir)
+        if os.path.exists(os.path.join(attempt_dir, RUNNER_FILE)):
+            # Its old exit.json would be taken for this run's.
+            raise BackendError(f"attempt directory {attempt_dir} was already used")
+        env = {**os.environ, **spec.env,
+               # Empty when no GPUs: the command sees none rather than all.
+               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
+               "GPUHUB_WORKLOAD_ID": spec.workload_id,
+               "GPUHUB_ATTEMPT": str(spec.attempt),
+               "GPUHUB_ATTEMPT_DIR": attempt_dir}
+        # -I: the user's cwd and PYTHON* variables must not change the runner's imports.
+        argv = [sys.executable, "-I", "-m", "gpuspawner.backends.runner", "--dir", attempt_dir,
+                "--grace", str(spec.grace_period)]
+        if spec.time_limit is not None:
+            argv += ["--time-limit", str(spec.time_limit)]
+        try:
+            os.makedirs(attempt_dir, exist_ok=True)
+            if spec.checkpoint_dir:
+                env["GPUHUB_CHECKPOINT_DIR"] = os.path.abspath(spec.checkpoint_dir)
+                os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
+            # The runner's own complaints (bad arguments, import errors) land in the log too.
+            with open(self.log_path(attempt_dir), "ab") as log:
+                proc = subprocess.Popen(argv + ["--", *spec.argv], cwd=spec.cwd, env=env,
+                                        stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            raise BackendError(f"cannot start attempt {key}: {e}") from e
+        self._attempts[key] = _Attempt(spec, proc.pid, proc)
+        return proc.pid
+
+    def stop(self, workload_id: str, attempt: int, grace: float) -> None:
+        """SIGTERM the attempt's group now, SIGKILL it at the first poll after grace."""
+        a = self._attempts.get((workload_id, attempt))
+        if a is None:
+            return  # already reported, or never ours
+        a.stopped = True
+        deadline = self._clock() + grace
+        if a.kill_at is None:
+            # Only the first stop sends SIGTERM: a second might checkpoint twice.
+            self._signal(a, signal.SIGTERM)
+            a.kill_at = deadline
+        else:
+            a.kill_at = min(a.kill_at, deadline)
+
+    def kill(self, workload_id: str, attempt: int) -> None:
+        a = self._attempts.get((workload_id, attempt))
+        if a is not None:
+            a.stopped = True
+            self._signal(a, signal.SIGKILL)
+
+    def poll(self) -> list[AttemptExit]:
+        """Escalate stops past their deadline; report each ended attempt, once."""
+        exits = []
+        for key, a in list(self._attempts.items()):
+            if self._alive(a):
+                if a.kill_at is not None and self._clock() >= a.kill_at:
+                    self._signal(a, signal.SIGKILL)
+                continue
+            exits.append(self._exit(a.spec, a.stopped))
+            del self._attempts[key]
+        return exits
+
+    def recover(self, specs: list[LaunchSpec]) -> list[AttemptExit]:
+        """Find the attempts a previous service started: adopt the live, report the ended.
+
+        Starts nothing. An attempt without runner.json is LOST: the service
+        died before starting it (the runner writes runner.json as it starts,
+        well within the time a service takes to restart).
+        """
+        exits = []
+        for spec in specs:
+            key = (spec.workload_id, spec.attempt)
+            if key in self._attempts:
+                continue
+            info = _read_json(os.path.join(spec.attempt_dir, RUNNER_FILE))
+            if info is not None:
+                a = _Attempt(spec, info["pid"], None, info["start_ticks"])
+                if self._alive(a):
+                    self._attempts[key] = a
+                    continue
+            exits.append(self._exit(spec, stopped=False))
+        return exits
+
+    def _alive(self, a: _Attempt) -> bool:
+        if a.proc is not None:
+            return a.proc.poll() is None  # also reaps it
+        # Not our child: we cannot reap it, so a zombie counts as gone, and a
+        # different start time means its pid now belongs to someone else.
+        stat = proc_stat(a.pid)
+        return stat is not None and stat[0] != "Z" and stat[1] == a.start_ticks
+
+    def _signal(self, a: _Attempt, signum: int) -> None:
+        # Only while the runner is alive: once it is gone its pid may be reused.
+        if self._alive(a):
+            try:
+                os.killpg(a.pid, signum)
+            except ProcessLookupError:
+                pass  # it ended between the check and the signal
+
+    def _exit(self, spec: LaunchSpec, stopped: bool) -> AttemptExit:
+        record = _read_json(os.path.join(spec.attempt_dir, EXIT_FILE))
+        if record is None:
+            return AttemptExit(spec.workload_id, spec.attempt, STOPPED if stopped else LOST,
+                               None, self._clock())
+        return AttemptExit(spec.workload_id, spec.attempt, record["reason"],
+                           record["returncode"], record["finished_at"])

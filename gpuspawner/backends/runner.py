@@ -1,0 +1,150 @@
+"""The supervisor that runs one attempt and records how it ended.
+
+    python -m gpuspawner.backends.runner --dir ATTEMPT_DIR
+        [--time-limit SECONDS] [--grace SECONDS] -- ARGV...
+
+The local backend starts it as the leader of a new session, so it outlives
+the service, and its process group holds everything the attempt runs. It
+leaves its traces in ATTEMPT_DIR, which is all a restarted service needs:
+
+- ``runner.json`` before the command starts: pid, pgid and start_ticks
+  (field 22 of /proc/<pid>/stat, which tells this runner from a later
+  process that reuses its pid);
+- ``output.log``: the command's stdout and stderr, appended;
+- ``exit.json`` once the command has ended: returncode (negative: killed by
+  that signal, as in ``subprocess``), reason (exited, time-limit, stopped)
+  and finished_at. A runner killed with SIGKILL leaves none.
+
+A command that cannot be executed at all ends as reason "exited" with the
+shell's codes, 127 (not found) or 126 (not executable), and a line in
+output.log saying why: to the user it is a command that failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Optional
+
+from .base import EXITED, STOPPED, TIME_LIMIT
+
+RUNNER_FILE = "runner.json"
+EXIT_FILE = "exit.json"
+LOG_FILE = "output.log"
+
+
+def proc_stat(pid: int) -> Optional[tuple[str, int]]:
+    """(state, start_ticks) of a live or zombie process; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after it.
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return fields[0].decode(), int(fields[19])  # fields 3 and 22
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write all of it or nothing: a reader never sees half a record."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m gpuspawner.backends.runner")
+    parser.add_argument("--dir", required=True, help="the attempt directory")
+    parser.add_argument("--time-limit", type=float, default=None)
+    parser.add_argument("--grace", type=float, default=30.0,
+                        help="seconds between SIGTERM and SIGKILL at the time limit")
+    if "--" not in argv:
+        parser.error("the command must follow --")
+    split = argv.index("--")
+    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
+    if not command:
+        parser.error("no command after --")
+    if os.getpgrp() != os.getpid():
+        # Signals go to the whole group; in someone else's group they would hit them too.
+        parser.error("must lead its own process group (start it with setsid)")
+    return args, command
+
+
+class _Cause:
+    """Why the command is ending, when something ends it: the first cause wins."""
+
+    reason: Optional[str] = None
+
+    def note(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args, command = _parse(sys.argv[1:] if argv is None else argv)
+    cause = _Cause()
+
+    def on_sigterm(signum, frame):
+        # The service signals the whole group: the command gets this SIGTERM too.
+        # The runner only notes it and stays to record the exit.
+        cause.note(STOPPED)
+
+    # A SIGTERM before this point kills the runner (no exit.json: the service
+    # knows it stopped it); one before the command starts is not passed on,
+    # and the service's SIGKILL at the end of the grace period ends the attempt.
+    signal.signal(signal.SIGTERM, on_sigterm)
+    write_json(os.path.join(args.dir, RUNNER_FILE), {
+        "pid": os.getpid(), "pgid": os.getpgrp(),
+        "start_ticks": proc_stat(os.getpid())[1], "started_at": time.time()})
+
+    with open(os.path.join(args.dir, LOG_FILE), "ab", buffering=0) as log:
+        try:
+            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        except OSError as e:
+            log.write(f"gpuspawner: cannot start {command[0]!r}: {e}\n".encode())
+            _finish(args.dir, 127 if isinstance(e, FileNotFoundError) else 126, EXITED)
+            return
+    returncode = _wait(child, args.time_limit, args.grace, cause)
+    _finish(args.dir, returncode, cause.reason or EXITED)
+
+
+def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,
+          cause: _Cause) -> int:
+    """Wait for the command, enforcing the time limit: SIGTERM, then SIGKILL after grace."""
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    terminated = False
+    while True:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        if not terminated:
+            cause.note(TIME_LIMIT)
+            # The whole group, as the service does when it stops an attempt.
+            os.killpg(os.getpid(), signal.SIGTERM)
+            terminated, deadline = True, time.monotonic() + grace
+        else:
+            # Not the group: that would kill the runner before it records the exit.
+            child.kill()
+            deadline = None
+
+
+def _finish(attempt_dir: str, returncode: int, reason: str) -> None:
+    write_json(os.path.join(attempt_dir, EXIT_FILE), {
+        "returncode": returncode, "reason": reason, "finished_at": time.time()})
+    # The attempt is over and its GPUs go to the next one: nothing it left
+    # behind in its group may keep running. The runner goes with them.
+    os.killpg(os.getpid(), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Hub-side pieces of the embedded default: the authenticator and `gpuhub up`."""

@@ -1,0 +1,134 @@
+"""The ``Inventory`` configurable: where this host's GPUs come from."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from traitlets import Dict, Enum, Int, List, Unicode
+from traitlets.config import LoggingConfigurable
+
+from .declared import declared_gpus
+from .model import Gpu
+from .nvml import NvmlUnavailable, read_nvml
+
+__all__ = ["Inventory"]
+
+ADMIN_REASON = "marked out of service by an admin"
+
+
+class Inventory(LoggingConfigurable):
+    """Finds this host's GPUs: from NVML, or from a list declared in the config."""
+
+    source = Enum(
+        ["auto", "nvml", "declared"],
+        default_value="auto",
+        help="""
+        Where the GPUs come from.
+
+        - "nvml": ask the NVIDIA driver (NVML); fail at start if NVML is not there.
+          Use this on GPU hosts, so that a broken driver stops the hub instead of
+          silently scheduling onto made-up GPUs.
+        - "declared": use `Inventory.declared`, never NVML. For development,
+          tests and simulations on machines without GPUs.
+        - "auto": NVML when it answers, else the declared list (with a warning
+          in the log saying why NVML was not used).
+
+        Example::
+
+            c.Inventory.source = "nvml"
+        """,
+    ).tag(config=True)
+
+    declared = List(
+        Dict(),
+        default_value=[{"model": "Fake GPU", "count": 4, "memory_mib": 16384, "pool": "default"}],
+        help="""
+        The GPUs to use when they do not come from NVML (source "declared", or
+        "auto" on a host without NVML).
+
+        Each entry gives `model`, `count` and `memory_mib` (per GPU), and
+        optionally `pool` (default: a slug of the model, e.g. "a100-sxm4-80gb").
+        Indices are numbered on across entries. The default is four 16 GiB fake
+        GPUs in the pool "default", enough to try the hub on a laptop.
+
+        Example::
+
+            c.Inventory.declared = [
+                {"model": "NVIDIA A100-SXM4-80GB", "count": 4, "memory_mib": 81920, "pool": "a100"},
+                {"model": "NVIDIA L4", "count": 2, "memory_mib": 23034},
+            ]
+        """,
+    ).tag(config=True)
+
+    pool = Unicode(
+        "",
+        help="""
+        Put every GPU found by NVML into this pool instead of a pool named
+        after its model (e.g. "h200").
+
+        Useful when one host's GPUs should be scheduled as one pool whatever
+        the driver calls them, or to keep pool names stable across a hardware
+        refresh. Empty (the default) means one pool per GPU model. Declared
+        GPUs take their pool from their own entry instead.
+
+        Example::
+
+            c.Inventory.pool = "training"
+        """,
+    ).tag(config=True)
+
+    unhealthy = List(
+        Int(),
+        default_value=[],
+        help="""
+        GPU indices (as `nvidia-smi` numbers them) that an admin takes out of
+        service, e.g. a GPU with a fan fault or one reserved for maintenance.
+
+        They stay in the inventory, marked unhealthy with the reason "marked
+        out of service by an admin", so nothing is scheduled onto them.
+
+        Example::
+
+            c.Inventory.unhealthy = [3]
+        """,
+    ).tag(config=True)
+
+    def discover(self, nvml: Any = None) -> tuple[str, list[Gpu]]:
+        """``(source used, GPUs)``, the source being "nvml" or "declared".
+
+        ``nvml`` is handed to ``read_nvml`` (tests pass a fake pynvml).
+        Raises ``NvmlUnavailable`` for source "nvml" without NVML, and
+        ``InventoryError`` for a bad declared list.
+        """
+        if self.source == "declared":
+            used, gpus = "declared", declared_gpus(self.declared)
+        else:
+            try:
+                used, gpus = "nvml", read_nvml(nvml)
+            except NvmlUnavailable as e:
+                if self.source == "nvml":
+                    raise
+                used, gpus = "declared", declared_gpus(self.declared)
+                self.log.warning("%s; using the %d declared GPU(s) of Inventory.declared "
+                                 "(set Inventory.source = 'nvml' to make this an error)",
+                                 e, len(gpus))
+            else:
+                if self.pool:
+                    gpus = [replace(g, pool=self.pool) for g in gpus]
+                if not gpus:
+                    self.log.warning("NVML answered but reports no GPUs on this host")
+        return used, self._mark_unhealthy(gpus)
+
+    def _mark_unhealthy(self, gpus: list[Gpu]) -> list[Gpu]:
+        marked = set(self.unhealthy)
+        missing = sorted(marked - {g.index for g in gpus})
+        if missing:
+            self.log.warning("Inventory.unhealthy names GPU index(es) %s that this host "
+                             "does not have", missing)
+        out = []
+        for g in gpus:
+            if g.index in marked:
+                reason = "; ".join(r for r in (ADMIN_REASON, g.health_reason) if r)
+                g = replace(g, healthy=False, health_reason=reason)
+            out.append(g)
+        return out

@@ -1,0 +1,387 @@
+"""The scheduler service: a JupyterHub service (tornado + HubOAuth) that runs
+the scheduling loop and serves the REST API at /services/gpuhub/api/v1/.
+
+Configured with traitlets from ``gpuhub_config.py``; started by the hub as a
+managed service (``python -m gpuspawner.service -f gpuhub_config.py``).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from typing import Any, Optional
+from urllib.parse import quote, urlparse
+
+import yaml
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
+from sqlalchemy import select
+from tornado import httpclient, ioloop, web
+from tornado.httpserver import HTTPServer
+from traitlets import Bool, Dict, Float, Integer, Unicode, default
+from traitlets.config import Application
+
+from ..backends.local import LocalBackend
+from ..inventory import Inventory
+from ..scheduler.model import Node, Quota
+from ..scheduler.policy import get_policy
+from ..store import NodeRow, GpuRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
+from . import handlers as h
+from .engine import Engine, EngineConfig, LocalNode
+from .identity import identity_from_model
+from .specs import Limits
+
+OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
+
+
+class GpuHubService(Application):
+    name = "gpuhub-service"
+    description = "GPU Hub scheduler service"
+    classes = [Inventory]
+    aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
+
+    config_file = Unicode("gpuhub_config.py", help="""
+        The traitlets config file to load (Python). It sits next to the hub's
+        ``jupyterhub_config.py``. Example: ``-f /etc/gpuhub/gpuhub_config.py``.
+        """).tag(config=True)
+
+    data_dir = Unicode(help="""
+        Where the service keeps its state: the SQLite database (by default),
+        job logs and exit records, checkpoints and user workspaces.
+
+        Example::
+
+            c.GpuHubService.data_dir = "/var/lib/gpuhub"
+        """).tag(config=True)
+
+    @default("data_dir")
+    def _data_dir_default(self):
+        return os.environ.get("GPUHUB_DATA_DIR", os.path.abspath("gpuhub-data"))
+
+    db_url = Unicode(help="""
+        SQLAlchemy URL of the database. SQLite in ``data_dir`` by default; use
+        PostgreSQL in production. Migrations run at every start.
+
+        Example::
+
+            c.GpuHubService.db_url = "postgresql://gpuhub@db.internal/gpuhub"
+        """).tag(config=True)
+
+    @default("db_url")
+    def _db_url_default(self):
+        return os.environ.get("GPUHUB_DB_URL") or f"sqlite:///{self.data_dir}/gpuhub.sqlite"
+
+    policy = Unicode("gpuhub", help="""
+        The scheduling policy: "gpuhub" (quotas, borrowing, fair share,
+        backfill, preemption) or a baseline ("fifo", "backfill", "quota-fifo")
+        for comparison. See docs/scheduler.md.
+        """).tag(config=True)
+
+    team_group_prefix = Unicode("team-", help="""
+        A team is a JupyterHub group whose name starts with this prefix; the
+        team's name is the rest. Groups without it are not teams.
+
+        Example: the group "team-vision" is the team "vision".
+        """).tag(config=True)
+
+    teams = Dict(help="""
+        Teams and quotas to create at first start. Afterwards the database is
+        the truth: admins change quotas through the API (``PUT
+        /api/v1/teams/NAME``) and a restart does not undo them. A team named
+        here that is not yet in the database is created at the next start.
+
+        Example::
+
+            c.GpuHubService.teams = {
+                "vision": {"weight": 2, "quotas": {"a100": {"nominal": 4, "borrowing_limit": 4}}},
+                "nlp": {"quotas": {"a100": {"nominal": 4, "lending_limit": 2}}},
+            }
+        """).tag(config=True)
+
+    default_quota = Dict({"nominal": 0, "borrowing_limit": None, "lending_limit": None}, help="""
+        The quota, in every pool, of a team that first appears through a
+        submission (its group exists in the hub but no quota was declared).
+        The default (nominal 0, no borrowing limit) lets such a team use idle
+        GPUs only, first to be reclaimed.
+        """).tag(config=True)
+
+    cycle_interval = Float(1.0, help="""
+        Seconds between scheduling cycles. A submission, cancellation or exit
+        also wakes the loop at once, so this mostly bounds how late a time
+        limit or a grace period is noticed.
+        """).tag(config=True)
+
+    default_time_limit = Float(24 * 3600.0, allow_none=True, help="""
+        Time limit, in seconds, of a job submitted without one. Backfill can
+        only plan around jobs with a limit; None allows unbounded jobs.
+        """).tag(config=True)
+
+    max_time_limit = Float(7 * 24 * 3600.0, help="""
+        The longest time limit a job may ask for, in seconds; longer requests
+        are refused with 400.
+        """).tag(config=True)
+
+    default_grace_period = Float(30.0, help="""
+        Seconds between SIGTERM and SIGKILL when a job is preempted or
+        cancelled, unless the job asks for its own ``grace_period``.
+        """).tag(config=True)
+
+    default_pool = Unicode("", help="""
+        The pool of a job that names none. Empty: the only pool when there is
+        one, otherwise jobs must name theirs.
+        """).tag(config=True)
+
+    max_body_size = Integer(1024 * 1024, help="""
+        Largest request body accepted, in bytes; larger ones get 413.
+        """).tag(config=True)
+
+    log_follow_timeout = Float(3600.0, help="""
+        Longest a ``logs?follow=true`` stream stays open, in seconds; clients
+        reconnect with Last-Event-ID to go on.
+        """).tag(config=True)
+
+    node_name = Unicode(help="""
+        Name of this host's node in the scheduler (default: the host name).
+        """).tag(config=True)
+
+    @default("node_name")
+    def _node_name_default(self):
+        return socket.gethostname() or "localhost"
+
+    workspace_root = Unicode("{data_dir}/workspaces/{username}", help="""
+        A user's workspace: where jobs run when they name no working_dir, and
+        what a relative working_dir starts from. ``{username}`` and
+        ``{data_dir}`` are filled in. With a notebook spawner that runs users
+        in their home directories, point this at them.
+
+        Example::
+
+            c.GpuHubService.workspace_root = "/home/{username}"
+        """).tag(config=True)
+
+    group_cache_seconds = Float(10.0, help="""
+        How long a user's JupyterHub groups (their teams) are cached.
+        """).tag(config=True)
+
+    generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
+
+    # ---- start -----------------------------------------------------------
+    def initialize(self, argv=None) -> None:
+        super().initialize(argv)
+        if self.generate_config:
+            print(self.generate_config_file())
+            self.exit(0)
+        if os.path.exists(self.config_file):
+            self.load_config_file(self.config_file)
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.store = Store(self.db_url)
+        self.inventory = Inventory(parent=self)
+        self.source, gpus = self.inventory.discover()
+        nodes = self._nodes(gpus)
+        self._record_inventory(nodes, gpus)
+        self._seed_teams()
+        self.engine = Engine(self.store, LocalBackend(), nodes, get_policy(self.policy),
+                             EngineConfig(data_dir=self.data_dir,
+                                          team_prefix=self.team_group_prefix,
+                                          default_quota=Quota(**self.default_quota),
+                                          workspace_root=self.workspace_root,
+                                          default_grace_period=self.default_grace_period))
+        self.engine.start()
+        self._groups: dict[str, tuple[float, list[str]]] = {}
+
+    def _nodes(self, gpus) -> list[LocalNode]:
+        """One node per pool on this host (a host may mix GPU models)."""
+        by_pool: dict[str, list] = {}
+        for g in gpus:
+            by_pool.setdefault(g.pool, []).append(g)
+        out = []
+        for pool, members in sorted(by_pool.items()):
+            name = self.node_name if len(by_pool) == 1 else f"{self.node_name}/{pool}"
+            unhealthy = frozenset(i for i, g in enumerate(members) if not g.healthy)
+            out.append(LocalNode(Node(name, pool, len(members), unhealthy_gpus=unhealthy),
+                                 [g.index for g in members]))
+        return out
+
+    def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
+        by_index = {g.index: g for g in gpus}
+        now = time.time()
+        with self.store.transaction() as s:
+            for ln in nodes:
+                n = ln.node
+                if s.get(PoolRow, n.pool) is None:
+                    s.add(PoolRow(name=n.pool))
+                    s.flush()
+                row = s.get(NodeRow, n.name) or NodeRow(name=n.name)
+                row.pool, row.gpus, row.healthy = n.pool, n.gpus, True
+                row.source, row.updated_at = self.source, now
+                row.labels = row.labels or {}
+                row.topology = row.topology or {}
+                s.add(row)
+                s.flush()
+                for i, device in enumerate(ln.devices):
+                    g = by_index[device]
+                    gr = s.get(GpuRow, (n.name, i)) or GpuRow(node=n.name, index=i)
+                    gr.uuid, gr.model, gr.memory_mib = g.uuid, g.model, g.memory_mib
+                    gr.healthy, gr.health_reason = g.healthy, g.health_reason
+                    s.add(gr)
+        if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
+            self.default_pool = nodes[0].node.pool
+
+    def _seed_teams(self) -> None:
+        now = time.time()
+        with self.store.transaction() as s:
+            for name, spec in self.teams.items():
+                if s.get(TeamRow, name) is not None:
+                    continue
+                s.add(TeamRow(name=name, group=self.team_group_prefix + name,
+                              weight=float(spec.get("weight", 1.0)), created_at=now))
+                s.flush()
+                for pool, q in (spec.get("quotas") or {}).items():
+                    s.add(QuotaRow(team=name, pool=pool, nominal=q.get("nominal", 0),
+                                   borrowing_limit=q.get("borrowing_limit"),
+                                   lending_limit=q.get("lending_limit")))
+
+    # ---- used by handlers ------------------------------------------------
+    @property
+    def api_prefix(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/") + "api/v1/"
+
+    def limits(self) -> Limits:
+        return Limits(max_time_limit=self.max_time_limit,
+                      default_time_limit=self.default_time_limit,
+                      default_pool=self.default_pool)
+
+    def identity(self, model: dict, groups: list[str]):
+        return identity_from_model(model, groups, self.team_group_prefix)
+
+    async def groups_of(self, model: dict) -> list[str]:
+        """The user's groups, asked of the hub with the service's own token
+        (the caller's token may not be allowed to read them)."""
+        name = model["name"]
+        cached = self._groups.get(name)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        auth = HubOAuth.instance()
+        req = httpclient.HTTPRequest(f"{auth.api_url}/users/{quote(name)}",
+                                     headers={"Authorization": f"token {auth.api_token}"})
+        try:
+            resp = await httpclient.AsyncHTTPClient().fetch(req)
+            groups = json.loads(resp.body).get("groups") or []
+        except httpclient.HTTPClientError as e:
+            self.log.warning("could not read groups of %s from the hub: %s", name, e)
+            groups = model.get("groups") or []
+        self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
+        return groups
+
+    def pools_view(self, who) -> list[dict]:
+        state = self.engine.scheduler.state
+        held = state.held_gpus()
+        queued: dict[str, list[int]] = {}
+        for w in state.pending.values():
+            q = queued.setdefault(w.pool, [0, 0])
+            q[0] += 1
+            q[1] += w.gpus
+        with self.store.session() as s:
+            nodes = s.scalars(select(NodeRow)).all()
+            gpus = s.scalars(select(GpuRow)).all()
+        out = []
+        for pool in sorted(state.capacity):
+            used = {team: n for (team, p), n in held.items() if p == pool and n}
+            pool_nodes = [n for n in nodes if n.pool == pool]
+            out.append({
+                "name": pool, "capacity": state.capacity[pool],
+                "total": sum(n.gpus for n in pool_nodes),
+                "used": sum(used.values()),
+                "free": state.index.pool_free[pool],
+                "queued_workloads": queued.get(pool, [0, 0])[0],
+                "queued_gpus": queued.get(pool, [0, 0])[1],
+                "teams": used if who.admin else {t: n for t, n in used.items() if who.sees_team(t)},
+                "nodes": [{"name": n.name, "gpus": n.gpus, "drained": n.drained,
+                           "source": n.source,
+                           "devices": [{"index": g.index, "uuid": g.uuid, "model": g.model,
+                                        "memory_mib": g.memory_mib, "healthy": g.healthy,
+                                        "health_reason": g.health_reason}
+                                       for g in gpus if g.node == n.name]}
+                          for n in pool_nodes],
+            })
+        return out
+
+    def teams_view(self, who) -> list[dict]:
+        held = self.engine.scheduler.state.held_gpus()
+        with self.store.session() as s:
+            teams = s.scalars(select(TeamRow).order_by(TeamRow.name)).all()
+            quotas = s.scalars(select(QuotaRow)).all()
+        out = []
+        for t in teams:
+            if not who.sees_team(t.name):
+                continue
+            out.append({"name": t.name, "group": t.group, "weight": t.weight,
+                        "quotas": {q.pool: {"nominal": q.nominal,
+                                            "borrowing_limit": q.borrowing_limit,
+                                            "lending_limit": q.lending_limit,
+                                            "used": held.get((t.name, q.pool), 0)}
+                                   for q in quotas if q.team == t.name}})
+        return out
+
+    def openapi(self) -> dict:
+        with open(OPENAPI) as f:
+            return yaml.safe_load(f)
+
+    # ---- serve -----------------------------------------------------------
+    def make_app(self) -> web.Application:
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/")
+        api = prefix + "api/v1"
+        wid = r"/workloads/([A-Za-z0-9_-]{1,32})"
+        routes = [
+            (api + r"/me", h.MeHandler),
+            (api + r"/workloads", h.WorkloadsHandler),
+            (api + wid, h.WorkloadHandler),
+            (api + wid + r"/cancel", h.CancelHandler),
+            (api + wid + r"/events", h.EventsHandler),
+            (api + wid + r"/logs", h.LogsHandler),
+            (api + r"/pools", h.PoolsHandler),
+            (api + r"/teams", h.TeamsHandler),
+            (api + r"/teams/([A-Za-z0-9._-]{1,128})", h.TeamHandler),
+            (api + r"/usage", h.UsageHandler),
+            (api + r"/openapi.json", h.OpenAPIHandler),
+            (api + r"/health", h.HealthHandler),
+            (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+        ]
+        return web.Application(routes, engine=self.engine, gpuhub=self,
+                               cookie_secret=os.urandom(32), xsrf_cookies=False)
+
+    async def _loop(self) -> None:
+        wake = asyncio.Event()
+        self.engine.wake = wake.set
+        while True:
+            try:
+                self.engine.tick()
+            except Exception:
+                self.log.exception("scheduling cycle failed")
+            try:
+                await asyncio.wait_for(wake.wait(), self.cycle_interval)
+            except asyncio.TimeoutError:
+                pass
+            wake.clear()
+            # Let a burst of requests land before the next cycle.
+            await asyncio.sleep(0.02)
+
+    def start(self) -> None:
+        url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
+        server = HTTPServer(self.make_app(), max_body_size=max(self.max_body_size * 8, 1 << 24),
+                            xheaders=True)
+        server.listen(url.port or 80, url.hostname)
+        with open(os.path.join(self.data_dir, "service.pid"), "w") as f:
+            f.write(str(os.getpid()))
+        self.log.info("GPU Hub service on %s (inventory: %s; policy: %s; db: %s)",
+                      url.geturl(), self.source, self.policy, self.store.engine.url.drivername)
+        loop = ioloop.IOLoop.current()
+        loop.add_callback(self._loop)
+        loop.start()
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    app = GpuHubService.instance()
+    app.initialize(argv)
+    app.start()

@@ -1,0 +1,474 @@
+"""The scheduling loop: the one place where the core, the database and the
+backend meet.
+
+Every decision is persisted before it is acted on: a cycle's admissions and
+preemptions are committed, then the core applies them, then the backend
+starts or stops processes. A crash between two steps leaves the database
+describing work that may not have started; at the next start the backend
+reports such work as lost and it is requeued.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from ..backends.base import EXITED, LOST, TIME_LIMIT, AttemptExit, LaunchSpec
+from ..scheduler import events as ev
+from ..scheduler.model import Node, Quota
+from ..scheduler.policy import Policy
+from ..store import (Allocation, Attempt, AuditEntry, EventRow, QuotaRow, Store, TeamRow,
+                     UsageRow, WorkloadRow)
+from .identity import Identity
+from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HOLDING_STATES, QUEUED, RUNNING,
+                      STOPPING, SUCCEEDED, field_for_reason, load_teams, placement_from_json,
+                      placement_to_json, rebuild, to_team, to_workload)
+from .specs import JobSpec, SpecError
+
+log = logging.getLogger("gpuhub.engine")
+
+
+class NotFound(LookupError):
+    """No such workload, or one the caller may not see (same answer)."""
+
+
+class Conflict(ValueError):
+    """The request does not fit the workload's state."""
+
+
+class Forbidden(PermissionError):
+    pass
+
+
+@dataclass
+class LocalNode:
+    """A node of this host: the core's view plus the device indices behind
+    the node's GPU numbers."""
+
+    node: Node
+    devices: list[int] = field(default_factory=list)
+
+
+@dataclass
+class EngineConfig:
+    data_dir: str
+    team_prefix: str = "team-"
+    default_quota: Quota = Quota(0, None, None)
+    workspace_root: str = "{data_dir}/workspaces/{username}"
+    default_grace_period: float = 30.0
+
+
+class Engine:
+    def __init__(self, store: Store, backend, nodes: list[LocalNode], policy: Policy,
+                 config: EngineConfig, clock: Callable[[], float] = time.time):
+        self.store = store
+        self.backend = backend
+        self.nodes = {n.node.name: n for n in nodes}
+        self.policy = policy
+        self.config = config
+        self.clock = clock
+        self.scheduler = None
+        self._reasons: dict[str, str] = {}
+        # Set by the app to wake the loop early after a submit or cancel.
+        self.wake: Callable[[], None] = lambda: None
+
+    # ---- start -----------------------------------------------------------
+    def start(self) -> None:
+        """Rebuild the core from the database and find running work again."""
+        now = self.clock()
+        with self.store.transaction() as s:
+            self.scheduler, unplaceable = rebuild(s, [n.node for n in self.nodes.values()],
+                                                  self.policy)
+            specs = [self._launch_spec(s, row) for row in
+                     s.scalars(select(WorkloadRow).where(WorkloadRow.state.in_(HOLDING_STATES)))
+                     if row.id not in unplaceable]
+        for wid in unplaceable:
+            self._lost_without_core(wid, now, "its GPUs are no longer in the inventory")
+        for x in self.backend.recover(specs):
+            self.on_exit(x)
+        with self.store.session() as s:
+            stopping = s.scalars(select(WorkloadRow).where(WorkloadRow.state == STOPPING)).all()
+        for row in stopping:
+            # The stop was persisted before the restart; say it again.
+            grace = (max(0.0, row.kill_at - now) if row.kill_at is not None
+                     else self._grace(row))
+            self.backend.stop(row.id, row.attempt, grace)
+        log.info("rebuilt: %d queued, %d running; %d recovered attempts",
+                 len(self.scheduler.state.pending), len(self.scheduler.state.running), len(specs))
+
+    # ---- requests --------------------------------------------------------
+    def submit(self, who: Identity, spec: JobSpec) -> WorkloadRow:
+        if not who.can_submit:
+            raise Forbidden("you may not submit work (scope custom:gpuhub:submit)")
+        team = self._team_for(who, spec.team)
+        now = self.clock()
+        priority = spec.priority or "batch"
+        if priority not in self.policy.priority_classes:
+            raise SpecError("priority", f"unknown priority class {priority!r}; known: "
+                                        f"{', '.join(sorted(self.policy.priority_classes))}")
+        if spec.pool not in self.scheduler.state.capacity:
+            raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
+                                    f"{', '.join(sorted(self.scheduler.state.capacity)) or 'none'}")
+        self._ensure_team(team, now)
+        wid = "w" + secrets.token_hex(6)
+        cwd = self._working_dir(who.name, spec)
+        row = WorkloadRow(
+            id=wid, name=spec.name, kind=spec.kind, team=team, user=who.name,
+            project=spec.project, pool=spec.pool, gpus_per_node=spec.gpus, num_nodes=spec.nodes,
+            priority=priority, time_limit=spec.time_limit, grace_period=spec.grace_period,
+            spec={**spec.stored(), "working_dir": cwd}, state=QUEUED, reason="queued",
+            attempt=0, preempted_by=[], submitted_at=now)
+        reason = self.scheduler.validate(to_workload(row))
+        if reason is not None:
+            raise SpecError(field_for_reason(reason), reason)
+        with self.store.transaction() as s:
+            s.add(row)
+            s.flush()
+            self._event(s, wid, "submitted", now, f"submitted by {who.name} to team {team}",
+                        attempt=0)
+            self._audit(s, now, who.name, "submit", wid,
+                        {"team": team, "pool": spec.pool, "gpus": row.gpus_per_node * row.num_nodes})
+        self.scheduler.submit(to_workload(row), now)
+        self.wake()
+        return row
+
+    def cancel(self, who: Identity, wid: str) -> WorkloadRow:
+        now = self.clock()
+        with self.store.transaction() as s:
+            row = self._visible(s, who, wid)
+            if not who.acts_on(row.user, row.team):
+                raise Forbidden(f"workload {wid} belongs to {row.user}; only they, a lead of team "
+                                f"{row.team} or an admin may cancel it")
+            if row.state in FINAL_STATES:
+                raise Conflict(f"workload {wid} has already {row.state}")
+            self._audit(s, now, who.name, "cancel", wid, {"state": row.state})
+            if row.state == QUEUED:
+                row.state, row.finished_at = CANCELLED, now
+                row.reason = f"cancelled by {who.name} while queued"
+                row.nomination = None
+                self._event(s, wid, "cancelled", now, row.reason, attempt=row.attempt)
+                stop = None
+            else:
+                row.cancel_requested = True
+                row.state = STOPPING
+                row.reason = f"cancelled by {who.name}; stopping"
+                self._event(s, wid, "cancel-requested", now, row.reason, attempt=row.attempt)
+                stop = (row.attempt, self._grace(row))
+        if stop is None:
+            self.scheduler.cancel(wid, now)
+            self._reasons.pop(wid, None)
+        else:
+            self.backend.stop(wid, stop[0], stop[1])
+        self.wake()
+        return row
+
+    def set_team(self, who: Identity, name: str, weight: Optional[float],
+                 quotas: Optional[dict[str, Quota]]) -> None:
+        if not who.admin:
+            raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
+        now = self.clock()
+        for pool in quotas or {}:
+            if pool not in self.scheduler.state.capacity:
+                raise SpecError(f"quotas.{pool}", f"unknown pool {pool!r}; known pools: "
+                                f"{', '.join(sorted(self.scheduler.state.capacity))}")
+        with self.store.transaction() as s:
+            team = self._ensure_team(name, now, s)
+            before = {"weight": team.weight, "quotas": {q.pool: [q.nominal, q.borrowing_limit,
+                                                                  q.lending_limit]
+                                                         for q in self._quota_rows(s, name)}}
+            if weight is not None:
+                team.weight = weight
+            for pool, q in (quotas or {}).items():
+                row = s.get(QuotaRow, (name, pool)) or QuotaRow(team=name, pool=pool)
+                row.nominal, row.borrowing_limit, row.lending_limit = (
+                    q.nominal, q.borrowing_limit, q.lending_limit)
+                s.add(row)
+            s.flush()
+            after_rows = self._quota_rows(s, name)
+            self._audit(s, now, who.name, "set-team", name, {
+                "before": before, "after": {"weight": team.weight, "quotas": {
+                    q.pool: [q.nominal, q.borrowing_limit, q.lending_limit] for q in after_rows}}})
+            self.scheduler.set_team(to_team(team, after_rows))
+        self.wake()
+
+    # ---- the loop --------------------------------------------------------
+    def tick(self) -> None:
+        for x in self.backend.poll():
+            self.on_exit(x)
+        now = self.clock()
+        result = self.scheduler.cycle(now, explain=True)
+        changed = {w: r for w, r in result.waiting.items() if self._reasons.get(w) != r}
+        if result.events or changed:
+            with self.store.transaction() as s:
+                for e in result.events:
+                    self._persist_decision(s, e, now)
+                for wid, reason in changed.items():
+                    row = s.get(WorkloadRow, wid)
+                    if row is not None and row.state == QUEUED:
+                        row.reason = reason
+        self._reasons.update(changed)
+        for e in self.scheduler.apply_result(result, now):
+            with self.store.transaction() as s:
+                self._event(s, e.workload_id, e.type, now, e.message, attempt=e.attempt)
+        for e in result.events:
+            self._act(e, now)
+
+    def _persist_decision(self, s: Session, e: ev.Event, now: float) -> None:
+        row = s.get(WorkloadRow, e.workload_id)
+        data = {}
+        if e.type == ev.ADMITTED:
+            row.state, row.reason, row.nomination = RUNNING, "", None
+            row.started_at = row.started_at or now
+            s.add(Attempt(workload_id=row.id, number=row.attempt, state=RUNNING,
+                          placement=placement_to_json(e.placement), gpus=self._gpus(row),
+                          started_at=now, attempt_dir=self._attempt_dir(row.id, row.attempt),
+                          borrowed=e.borrowed))
+            s.flush()
+            for node, gpus in e.placement:
+                for g in gpus:
+                    s.add(Allocation(node=node, gpu=g, workload_id=row.id, attempt=row.attempt))
+            s.flush()
+            data = {"placement": placement_to_json(e.placement), "borrowed": e.borrowed}
+        elif e.type == ev.NOMINATED:
+            row.nomination = placement_to_json(e.placement)
+            row.reason = e.message
+        elif e.type == ev.NOMINATION_DROPPED:
+            row.nomination = None
+        elif e.type == ev.PREEMPTED:
+            row.state, row.preempted_for, row.kill_at = STOPPING, e.preemptor_id, e.kill_at
+            row.reason = e.message
+            data = {"preemptor": e.preemptor_id, "kill_at": e.kill_at}
+        elif e.type == ev.EVICTED:
+            self._end_attempt(s, row, now, "evicted", None, e.message)
+            self._requeue_row(row, e.message)
+        self._event(s, row.id, e.type, now, e.message, attempt=row.attempt, data=data)
+
+    def _act(self, e: ev.Event, now: float) -> None:
+        if e.type == ev.ADMITTED:
+            with self.store.session() as s:
+                spec = self._launch_spec(s, s.get(WorkloadRow, e.workload_id))
+            try:
+                self.backend.start(spec)
+            except Exception as err:  # a job that cannot start fails; others go on
+                log.exception("could not start %s", e.workload_id)
+                self.on_exit(AttemptExit(e.workload_id, spec.attempt, EXITED, 127, self.clock()),
+                             detail=f"could not start: {err}")
+        elif e.type == ev.PREEMPTED:
+            attempt = self.scheduler.state.running[e.workload_id].workload.attempt
+            self.backend.stop(e.workload_id, attempt, max(0.0, (e.kill_at or now) - now))
+        elif e.type == ev.EVICTED:
+            # The core already requeued it as attempt + 1: kill the old one.
+            attempt = self.scheduler.state.pending[e.workload_id].attempt - 1
+            self.backend.kill(e.workload_id, attempt)
+
+    # ---- exits -----------------------------------------------------------
+    def on_exit(self, x: AttemptExit, detail: str = "") -> None:
+        """An attempt ended: record it, then tell the core."""
+        with self.store.transaction() as s:
+            row = s.get(WorkloadRow, x.workload_id)
+            attempt = s.get(Attempt, (x.workload_id, x.attempt))
+            if row is None or attempt is None or attempt.state != RUNNING or row.attempt != x.attempt:
+                return  # already recorded (an evicted attempt's late exit)
+            preempted = row.state == STOPPING and row.preempted_for is not None
+            requeue = False
+            if row.cancel_requested:
+                state, outcome, msg = CANCELLED, "cancelled", "cancelled; stopped"
+            elif preempted:
+                requeue, outcome = True, "preempted"
+                msg = f"preempted for {row.preempted_for}; requeued as attempt {row.attempt + 1}"
+            elif x.reason == LOST:
+                requeue, outcome = True, "lost"
+                msg = f"attempt {row.attempt} was lost; requeued as attempt {row.attempt + 1}"
+            elif x.reason == TIME_LIMIT:
+                state, outcome = FAILED, "failed"
+                msg = f"killed at its time limit of {row.time_limit:.0f} s"
+            elif x.reason == EXITED and x.returncode == 0:
+                state, outcome, msg = SUCCEEDED, "succeeded", "exited with code 0"
+            else:
+                state, outcome = FAILED, "failed"
+                msg = detail or describe_returncode(x.returncode, x.reason)
+            self._end_attempt(s, row, x.finished_at, outcome, x.returncode, msg)
+            if requeue:
+                self._requeue_row(row, msg)
+                self._event(s, row.id, ev.REQUEUED, x.finished_at, msg, attempt=row.attempt)
+            else:
+                row.state, row.finished_at, row.exit_code = state, x.finished_at, x.returncode
+                row.reason, row.kill_at, row.preempted_for = msg, None, None
+                self._event(s, row.id, ev.FINISHED, x.finished_at, msg, attempt=row.attempt,
+                            data={"state": state, "exit_code": x.returncode})
+        if x.workload_id in self.scheduler.state.running:
+            self.scheduler.finished(x.workload_id, x.finished_at, requeue=requeue)
+        self._reasons.pop(x.workload_id, None)
+        self.wake()
+
+    def _lost_without_core(self, wid: str, now: float, why: str) -> None:
+        with self.store.transaction() as s:
+            row = s.get(WorkloadRow, wid)
+            msg = f"attempt {row.attempt} was lost ({why}); requeued as attempt {row.attempt + 1}"
+            self._end_attempt(s, row, now, "lost", None, msg)
+            self._requeue_row(row, msg)
+            self._event(s, wid, ev.REQUEUED, now, msg, attempt=row.attempt)
+        self.scheduler.state.add_pending(to_workload(row))
+
+    def _end_attempt(self, s: Session, row: WorkloadRow, now: float, outcome: str,
+                     returncode: Optional[int], msg: str) -> None:
+        attempt = s.get(Attempt, (row.id, row.attempt))
+        if attempt is None:
+            return
+        attempt.state, attempt.ended_at = outcome, now
+        attempt.exit_code, attempt.reason = returncode, msg
+        seconds = max(0.0, now - attempt.started_at)
+        s.add(UsageRow(workload_id=row.id, attempt=attempt.number, team=row.team, user=row.user,
+                       project=row.project, pool=row.pool, kind=row.kind, gpus=attempt.gpus,
+                       started_at=attempt.started_at, ended_at=now,
+                       gpu_seconds=attempt.gpus * seconds,
+                       borrowed_gpu_seconds=attempt.borrowed * seconds))
+        s.execute(delete(Allocation).where(Allocation.workload_id == row.id))
+
+    @staticmethod
+    def _requeue_row(row: WorkloadRow, msg: str) -> None:
+        """The database side of the core's requeue: same workload, attempt + 1,
+        remembering who preempted it."""
+        blockers = set(row.preempted_by or ())
+        if row.preempted_for:
+            blockers.add(row.preempted_for)
+        row.preempted_by = sorted(blockers)
+        row.attempt += 1
+        row.state, row.reason = QUEUED, msg
+        row.kill_at, row.preempted_for, row.nomination = None, None, None
+
+    # ---- helpers ---------------------------------------------------------
+    def _visible(self, s: Session, who: Identity, wid: str) -> WorkloadRow:
+        row = s.get(WorkloadRow, wid)
+        if row is None or not (who.sees_team(row.team) or row.user == who.name):
+            raise NotFound(f"no workload {wid}")
+        return row
+
+    def get(self, who: Identity, wid: str) -> WorkloadRow:
+        with self.store.session() as s:
+            return self._visible(s, who, wid)
+
+    def _team_for(self, who: Identity, asked: Optional[str]) -> str:
+        if asked:
+            if asked not in who.teams and not who.admin:
+                raise SpecError("team", f"you are not a member of team {asked!r} (JupyterHub "
+                                        f"group {self.config.team_prefix}{asked})", status=403)
+            return asked
+        if len(who.teams) == 1:
+            return next(iter(who.teams))
+        if not who.teams:
+            raise SpecError("team", f"you are in no team: ask an admin to add you to a "
+                                    f"JupyterHub group named {self.config.team_prefix}<team>",
+                            status=403)
+        raise SpecError("team", f"you are in teams {', '.join(sorted(who.teams))}: say which one")
+
+    def _ensure_team(self, name: str, now: float, s: Optional[Session] = None) -> TeamRow:
+        if s is None:
+            with self.store.transaction() as s:
+                return self._ensure_team(name, now, s)
+        team = s.get(TeamRow, name)
+        if team is None:
+            team = TeamRow(name=name, group=self.config.team_prefix + name, weight=1.0,
+                           created_at=now)
+            s.add(team)
+            q = self.config.default_quota
+            rows = [QuotaRow(team=name, pool=pool, nominal=q.nominal,
+                             borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit)
+                    for pool in sorted(self.scheduler.state.capacity)]
+            s.add_all(rows)
+            s.flush()
+            self.scheduler.set_team(to_team(team, rows))
+        return team
+
+    @staticmethod
+    def _quota_rows(s: Session, team: str) -> list[QuotaRow]:
+        return list(s.scalars(select(QuotaRow).where(QuotaRow.team == team)))
+
+    def reload_teams(self) -> None:
+        with self.store.session() as s:
+            for team in load_teams(s):
+                self.scheduler.set_team(team)
+
+    def _working_dir(self, user: str, spec: JobSpec) -> str:
+        home = self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)
+        os.makedirs(home, exist_ok=True)
+        cwd = os.path.normpath(os.path.join(home, spec.working_dir or "."))
+        if not os.path.isdir(cwd):
+            raise SpecError("working_dir", f"{spec.working_dir!r} is not a directory "
+                                           f"(relative paths start at {home})")
+        if spec.notebook and not os.path.isfile(os.path.join(cwd, spec.notebook)):
+            raise SpecError("notebook", f"{spec.notebook!r} is not a file in {cwd}")
+        return cwd
+
+    def _attempt_dir(self, wid: str, attempt: int) -> str:
+        return os.path.join(self.config.data_dir, "workloads", wid, f"attempt-{attempt}")
+
+    def _grace(self, row: WorkloadRow) -> float:
+        return row.grace_period if row.grace_period is not None else self.config.default_grace_period
+
+    @staticmethod
+    def _gpus(row: WorkloadRow) -> int:
+        return row.gpus_per_node * row.num_nodes
+
+    def _launch_spec(self, s: Session, row: WorkloadRow) -> LaunchSpec:
+        attempt = s.get(Attempt, (row.id, row.attempt))
+        placement = placement_from_json(attempt.placement if attempt else ())
+        devices = tuple(self.nodes[node].devices[g] for node, gpus in placement
+                        if node in self.nodes for g in gpus)
+        spec = row.spec
+        cwd = spec.get("working_dir") or self.config.data_dir
+        checkpoint = spec.get("checkpoint_dir") or os.path.join(
+            self.config.data_dir, "workloads", row.id, "checkpoints")
+        attempt_dir = self._attempt_dir(row.id, row.attempt)
+        env = {**(spec.get("env") or {}), "GPUHUB_USER": row.user, "GPUHUB_TEAM": row.team,
+               "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool}
+        return LaunchSpec(workload_id=row.id, attempt=row.attempt,
+                          argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
+                          cwd=cwd, env=env, gpus=devices, time_limit=row.time_limit,
+                          grace_period=self._grace(row),
+                          checkpoint_dir=os.path.join(cwd, checkpoint))
+
+    @staticmethod
+    def _event(s: Session, wid: str, type_: str, now: float, message: str,
+               attempt: Optional[int] = None, data: Optional[dict] = None) -> None:
+        s.add(EventRow(workload_id=wid, type=type_, time=now, attempt=attempt, message=message,
+                       data=data or {}))
+
+    @staticmethod
+    def _audit(s: Session, now: float, actor: str, action: str, target: str, detail: dict) -> None:
+        s.add(AuditEntry(time=now, actor=actor, action=action, target=target, detail=detail))
+
+
+def job_argv(spec: dict, attempt_dir: str) -> list[str]:
+    """The command line of a job: its command, or papermill for a notebook."""
+    if spec.get("notebook"):
+        nb = spec["notebook"]
+        out = spec.get("output_notebook") or os.path.join(
+            attempt_dir, os.path.splitext(os.path.basename(nb))[0] + ".output.ipynb")
+        return [sys.executable, "-m", "papermill", "--log-output", "-k", "python3", nb, out,
+                "-y", json.dumps(spec.get("parameters") or {})]
+    command = spec["command"]
+    if spec.get("shell"):
+        return ["/bin/sh", "-c", command[0]]
+    return list(command)
+
+
+def describe_returncode(returncode: Optional[int], reason: str) -> str:
+    if returncode is None:
+        return f"ended ({reason})"
+    if returncode < 0:
+        return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+def shell_quote(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,313 @@
+"""Thin tornado handlers: authenticate, validate, call the engine, map domain
+errors to status codes. No scheduling logic lives here."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any, Optional
+
+from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
+from sqlalchemy import func, select
+from tornado import web
+from tornado.iostream import StreamClosedError
+
+from ..scheduler.model import Quota
+from ..store import Attempt, EventRow, WorkloadRow
+from . import views
+from .engine import Conflict, Forbidden, NotFound
+from .identity import Identity
+from .rebuild import STATES
+from .specs import SpecError, parse_job
+from .usage import usage_report
+
+
+class APIHandler(HubOAuthenticated, web.RequestHandler):
+    @property
+    def engine(self):
+        return self.settings["engine"]
+
+    @property
+    def gpuhub(self):
+        return self.settings["gpuhub"]
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+
+    def get_login_url(self):
+        raise web.HTTPError(401, "authentication required: send 'Authorization: token <TOKEN>'")
+
+    async def prepare(self) -> None:
+        length = int(self.request.headers.get("Content-Length") or 0)
+        if length > self.gpuhub.max_body_size:
+            raise web.HTTPError(413, f"request body of {length} bytes is larger than the "
+                                     f"{self.gpuhub.max_body_size} allowed")
+        model = await self.hub_auth.get_user(self, sync=False)
+        try:
+            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+        except UserNotAllowed:
+            raise web.HTTPError(403, "this token may not use the gpuhub service "
+                                     "(needs access:services!service=gpuhub)")
+        if self._hub_auth_user_cache is None:
+            raise web.HTTPError(401, "authentication required: send 'Authorization: token <TOKEN>'")
+        if self._hub_auth_user_cache.get("kind") == "user":
+            groups = await self.gpuhub.groups_of(self._hub_auth_user_cache)
+        else:
+            groups = []
+        self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
+
+    def json_body(self) -> Any:
+        try:
+            return json.loads(self.request.body or b"null")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise SpecError("body", f"is not valid JSON: {e}")
+
+    def write_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(data))
+
+    def write_error(self, status_code: int, **kwargs) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        body: dict[str, Any] = {"status": status_code}
+        if isinstance(exc, SpecError):
+            body["error"], body["field"] = str(exc), exc.field
+        elif type(exc) in DOMAIN_ERRORS:
+            body["error"] = str(exc)
+        elif isinstance(exc, web.HTTPError) and exc.log_message:
+            body["error"] = exc.log_message % exc.args if exc.args else exc.log_message
+        else:
+            body["error"] = self._reason
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(body))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, SpecError):
+            self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
+        elif type(e) in DOMAIN_ERRORS:
+            self.send_error(DOMAIN_ERRORS[type(e)], exc_info=(type(e), e, e.__traceback__))
+        else:
+            super()._handle_request_exception(e)
+
+
+DOMAIN_ERRORS = {NotFound: 404, Forbidden: 403, Conflict: 409}
+
+
+class MeHandler(APIHandler):
+    def get(self):
+        who = self.identity
+        self.write_json({"name": who.name, "teams": sorted(who.teams), "leads": sorted(who.leads),
+                         "admin": who.admin, "can_submit": who.can_submit})
+
+
+class WorkloadsHandler(APIHandler):
+    def get(self):
+        who = self.identity
+        q = select(WorkloadRow)
+        for name, column in (("team", WorkloadRow.team), ("user", WorkloadRow.user),
+                             ("kind", WorkloadRow.kind), ("pool", WorkloadRow.pool),
+                             ("project", WorkloadRow.project)):
+            values = self.get_arguments(name)
+            if values:
+                q = q.where(column.in_(values))
+        states = self.get_arguments("state")
+        bad = sorted(set(states) - set(STATES))
+        if bad:
+            raise SpecError("state", f"unknown state {bad[0]!r}; known: {', '.join(STATES)}")
+        if states:
+            q = q.where(WorkloadRow.state.in_(states))
+        if not who.admin:
+            q = q.where(WorkloadRow.team.in_(sorted(who.teams | who.leads)))
+        limit = self.get_argument("limit", "100")
+        if not limit.isdigit() or not 1 <= int(limit) <= 1000:
+            raise SpecError("limit", "must be an integer between 1 and 1000")
+        q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id).limit(int(limit))
+        with self.engine.store.session() as s:
+            rows = s.scalars(q).all()
+        self.write_json({"workloads": [views.workload(r) for r in rows]})
+
+    def post(self):
+        spec = parse_job(self.json_body(), self.gpuhub.limits())
+        row = self.engine.submit(self.identity, spec)
+        self.set_header("Location", f"{self.gpuhub.api_prefix}workloads/{row.id}")
+        self.write_json(views.workload(row), status=201)
+
+
+class WorkloadHandler(APIHandler):
+    def get(self, wid: str):
+        row = self.engine.get(self.identity, wid)
+        with self.engine.store.session() as s:
+            attempts = s.scalars(select(Attempt).where(Attempt.workload_id == wid)
+                                 .order_by(Attempt.number)).all()
+        out = views.workload(row, attempts[-1] if attempts else None)
+        out["attempts"] = [views.attempt_view(a) for a in attempts]
+        self.write_json(out)
+
+    def delete(self, wid: str):
+        row = self.engine.cancel(self.identity, wid)
+        self.write_json(views.workload(row), status=202)
+
+
+class CancelHandler(WorkloadHandler):
+    def post(self, wid: str):
+        self.delete(wid)
+
+
+class EventsHandler(APIHandler):
+    def get(self, wid: str):
+        self.engine.get(self.identity, wid)
+        with self.engine.store.session() as s:
+            rows = s.scalars(select(EventRow).where(EventRow.workload_id == wid)
+                             .order_by(EventRow.id)).all()
+        self.write_json({"events": [views.event(e) for e in rows]})
+
+
+class LogsHandler(APIHandler):
+    """The output of one attempt (the latest by default); with ``follow``,
+    a server-sent event stream that ends when the attempt does."""
+
+    async def get(self, wid: str):
+        row = self.engine.get(self.identity, wid)
+        arg = self.get_argument("attempt", str(row.attempt))
+        if not arg.isdigit() or int(arg) > row.attempt:
+            raise SpecError("attempt", f"must be an attempt number between 0 and {row.attempt}")
+        path = os.path.join(self.engine._attempt_dir(wid, int(arg)), "output.log")
+        follow = self.get_argument("follow", "false").lower() in ("1", "true", "yes")
+        if not follow and "text/event-stream" not in self.request.headers.get("Accept", ""):
+            self.set_header("Content-Type", "text/plain; charset=UTF-8")
+            self.finish(_read_from(path, 0))
+            return
+        await self._stream(wid, int(arg), path)
+
+    async def _stream(self, wid: str, attempt: int, path: str) -> None:
+        self.set_header("Content-Type", "text/event-stream")
+        offset = int(self.request.headers.get("Last-Event-ID") or 0)
+        deadline = time.monotonic() + self.gpuhub.log_follow_timeout
+        while True:
+            chunk = _read_from(path, offset)
+            if chunk:
+                offset += len(chunk)
+                text = chunk.decode("utf-8", "replace")
+                self.write(f"id: {offset}\nevent: log\ndata: {json.dumps({'text': text})}\n\n")
+            state = self._attempt_state(wid, attempt)
+            try:
+                if state != "running" and not chunk:
+                    self.write(f"event: end\ndata: {json.dumps({'attempt_state': state})}\n\n")
+                    await self.flush()
+                    break
+                await self.flush()
+            except StreamClosedError:
+                return
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.25 if chunk else 0.5)
+        self.finish()
+
+    def _attempt_state(self, wid: str, attempt: int) -> str:
+        with self.engine.store.session() as s:
+            a = s.get(Attempt, (wid, attempt))
+            if a is not None:
+                return a.state
+            row = s.get(WorkloadRow, wid)
+            return "queued" if row is not None and row.state == "queued" else "none"
+
+
+def _read_from(path: str, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(1 << 20)
+    except FileNotFoundError:
+        return b""
+
+
+class PoolsHandler(APIHandler):
+    def get(self):
+        self.write_json({"pools": self.gpuhub.pools_view(self.identity)})
+
+
+class TeamsHandler(APIHandler):
+    def get(self):
+        self.write_json({"teams": self.gpuhub.teams_view(self.identity)})
+
+
+class TeamHandler(APIHandler):
+    def get(self, name: str):
+        teams = [t for t in self.gpuhub.teams_view(self.identity) if t["name"] == name]
+        if not teams:
+            raise NotFound(f"no team {name}")
+        self.write_json(teams[0])
+
+    def put(self, name: str):
+        if not self.identity.admin:
+            raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
+        weight, quotas = parse_team(self.json_body())
+        self.engine.set_team(self.identity, name, weight, quotas)
+        self.get(name)
+
+    patch = put
+
+
+def parse_team(body: Any) -> tuple[Optional[float], dict[str, Quota]]:
+    if not isinstance(body, dict):
+        raise SpecError("body", "must be a JSON object with 'quotas' and/or 'weight'")
+    unknown = sorted(set(body) - {"quotas", "weight"})
+    if unknown:
+        raise SpecError(unknown[0], "is not a known field; known fields: quotas, weight")
+    weight = body.get("weight")
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
+                               or not 0 < weight <= 1000):
+        raise SpecError("weight", f"must be a number in (0, 1000], got {weight!r}")
+    quotas = {}
+    raw = body.get("quotas", {})
+    if not isinstance(raw, dict):
+        raise SpecError("quotas", "must be an object of pool: {nominal, borrowing_limit, lending_limit}")
+    for pool, q in raw.items():
+        if not isinstance(q, dict):
+            raise SpecError(f"quotas.{pool}", "must be an object")
+        extra = sorted(set(q) - {"nominal", "borrowing_limit", "lending_limit"})
+        if extra:
+            raise SpecError(f"quotas.{pool}.{extra[0]}", "is not a known field")
+        values = {}
+        for key in ("nominal", "borrowing_limit", "lending_limit"):
+            v = q.get(key, 0 if key == "nominal" else None)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0
+                                  or v > 1_000_000):
+                raise SpecError(f"quotas.{pool}.{key}", f"must be a non-negative integer"
+                                f"{'' if key == 'nominal' else ' or null'}, got {v!r}")
+            values[key] = v
+        quotas[pool] = Quota(**values)
+    return (float(weight) if weight is not None else None), quotas
+
+
+class UsageHandler(APIHandler):
+    def get(self):
+        now = self.engine.clock()
+        try:
+            start = float(self.get_argument("from", str(now - 30 * 86400)))
+            end = float(self.get_argument("to", str(now)))
+        except ValueError:
+            raise SpecError("from", "'from' and 'to' are UNIX times in seconds")
+        if end < start:
+            raise SpecError("to", "must not be before 'from'")
+        group_by = self.get_argument("group_by", "team")
+        with self.engine.store.session() as s:
+            report = usage_report(s, start, end, now, group_by,
+                                  None if self.identity.admin else
+                                  sorted(self.identity.teams | self.identity.leads))
+        self.write_json(report)
+
+
+class OpenAPIHandler(web.RequestHandler):
+    def get(self):
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(self.settings["gpuhub"].openapi()))
+
+
+class HealthHandler(web.RequestHandler):
+    def get(self):
+        with self.settings["engine"].store.session() as s:
+            s.execute(select(func.count()).select_from(WorkloadRow)).scalar()
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps({"status": "ok"}))

@@ -1,0 +1,99 @@
+"""Convert between database rows and the scheduler core's plain data, and
+rebuild the core's state from the database at start."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..scheduler import Scheduler
+from ..scheduler.model import Node, Quota, Team, Workload
+from ..store import Attempt, QuotaRow, TeamRow, WorkloadRow
+
+QUEUED = "queued"
+RUNNING = "running"
+STOPPING = "stopping"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+ACTIVE_STATES = (QUEUED, RUNNING, STOPPING)
+HOLDING_STATES = (RUNNING, STOPPING)
+FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
+STATES = ACTIVE_STATES + FINAL_STATES
+
+
+def placement_to_json(placement) -> list:
+    return [[node, list(gpus)] for node, gpus in placement]
+
+
+def placement_from_json(data) -> tuple:
+    return tuple((node, tuple(gpus)) for node, gpus in data or ())
+
+
+def to_workload(row: WorkloadRow) -> Workload:
+    return Workload(id=row.id, team=row.team, pool=row.pool, gpus_per_node=row.gpus_per_node,
+                    num_nodes=row.num_nodes, submit_time=row.submitted_at, user=row.user,
+                    kind=row.kind, priority=row.priority, time_limit=row.time_limit,
+                    attempt=row.attempt, preempted_by=frozenset(row.preempted_by or ()),
+                    grace_period=row.grace_period)
+
+
+def to_team(row: TeamRow, quotas: Iterable[QuotaRow]) -> Team:
+    return Team(name=row.name, weight=row.weight,
+                quotas={q.pool: Quota(q.nominal, q.borrowing_limit, q.lending_limit)
+                        for q in quotas})
+
+
+def load_teams(session: Session) -> list[Team]:
+    quotas: dict[str, list[QuotaRow]] = {}
+    for q in session.scalars(select(QuotaRow)):
+        quotas.setdefault(q.team, []).append(q)
+    return [to_team(t, quotas.get(t.name, ())) for t in session.scalars(select(TeamRow))]
+
+
+def rebuild(session: Session, nodes: Iterable[Node], policy) -> tuple[Scheduler, list[str]]:
+    """The core as the database describes it. Returns the scheduler and the
+    ids of holding workloads whose placement no longer fits the hardware
+    (they must be treated as lost)."""
+    sched = Scheduler(nodes, load_teams(session), policy)
+    state = sched.state
+    unplaceable: list[str] = []
+    holding = session.scalars(select(WorkloadRow).where(WorkloadRow.state.in_(HOLDING_STATES))
+                              .order_by(WorkloadRow.started_at)).all()
+    for row in holding:
+        attempt = session.get(Attempt, (row.id, row.attempt))
+        state.add_pending(to_workload(row))
+        try:
+            state.start(row.id, placement_from_json(attempt.placement if attempt else None),
+                        attempt.started_at if attempt else row.started_at)
+        except (ValueError, KeyError):
+            state.remove_pending(row.id)
+            unplaceable.append(row.id)
+            continue
+        if row.state == STOPPING and row.kill_at is not None and not row.cancel_requested:
+            state.preempt(row.id, row.preempted_for, row.kill_at)
+    queued = session.scalars(select(WorkloadRow).where(WorkloadRow.state == QUEUED)
+                             .order_by(WorkloadRow.submitted_at)).all()
+    for row in queued:
+        state.add_pending(to_workload(row))
+    for row in queued:
+        if row.nomination:
+            victims = [r.id for r in holding if r.preempted_for == row.id]
+            state.nominate(row.id, placement_from_json(row.nomination), victims)
+    return sched, unplaceable
+
+
+def field_for_reason(reason: str) -> str:
+    """Which request field a core validation message is about."""
+    if reason.startswith("unknown priority"):
+        return "priority"
+    if "pool" in reason.split(";")[0] and ("unknown pool" in reason or "may not use" in reason):
+        return "pool"
+    if "labelled" in reason and "restricted" in reason:
+        return "team"
+    return "nodes" if "nodes" in reason else "gpus"
+
+
+def optional_int(value) -> Optional[int]:
+    return None if value is None else int(value)

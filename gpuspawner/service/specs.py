@@ -1,0 +1,211 @@
+"""Job specs as users send them: parsing and validation.
+
+Pure: a JSON object in, a ``JobSpec`` or a ``SpecError`` naming the field
+out. What needs the live cluster (does the pool exist, may the team use it)
+is checked by the engine, which raises the same error type.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
+                         r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
+# The service sets these; a job may not override them.
+RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+RESERVED_ENV_PREFIX = "GPUHUB_"
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 1024
+MAX_ENV = 256
+MAX_TEXT = 64 * 1024
+
+FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
+          "env", "pool", "gpus", "nodes", "time_limit", "priority", "checkpoint_dir", "project",
+          "team", "grace_period")
+
+
+class SpecError(ValueError):
+    """A request that cannot be taken, with the field to blame."""
+
+    def __init__(self, field_name: str, message: str, status: int = 400):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the operator allows (from the service's config)."""
+
+    max_time_limit: float = 7 * 24 * 3600.0
+    default_time_limit: Optional[float] = 24 * 3600.0
+    max_grace_period: float = 3600.0
+    default_pool: str = ""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    kind: str
+    pool: str
+    gpus: int
+    nodes: int
+    name: str = ""
+    command: Optional[tuple[str, ...]] = None
+    shell: bool = False
+    notebook: Optional[str] = None
+    parameters: dict = field(default_factory=dict)
+    output_notebook: Optional[str] = None
+    working_dir: Optional[str] = None
+    env: dict = field(default_factory=dict)
+    time_limit: Optional[float] = None
+    priority: str = ""
+    checkpoint_dir: Optional[str] = None
+    project: str = ""
+    team: Optional[str] = None
+    grace_period: Optional[float] = None
+
+    def stored(self) -> dict[str, Any]:
+        """What is kept in the workload's ``spec`` column."""
+        return {"command": list(self.command) if self.command else None, "shell": self.shell,
+                "notebook": self.notebook, "parameters": self.parameters,
+                "output_notebook": self.output_notebook, "working_dir": self.working_dir,
+                "env": self.env, "checkpoint_dir": self.checkpoint_dir}
+
+
+def parse_duration(value: Any, field_name: str) -> float:
+    """Seconds from a number or a string such as "90", "45m", "2h30m", "1d"."""
+    if isinstance(value, bool):
+        raise SpecError(field_name, "must be a number of seconds or a duration such as '2h30m'")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            seconds = float(text)
+        else:
+            m = DURATION_RE.match(text)
+            if not m or not any(m.groups()):
+                raise SpecError(field_name, f"{value!r} is not a duration (examples: 600, '45m', "
+                                            f"'2h30m', '1d')")
+            d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+            seconds = d * 86400 + h * 3600 + mi * 60 + s
+    else:
+        raise SpecError(field_name, "must be a number of seconds or a duration such as '2h30m'")
+    if seconds != seconds or seconds <= 0:
+        raise SpecError(field_name, f"must be positive, got {value!r}")
+    return seconds
+
+
+def _int(body: dict, key: str, default: int, low: int, high: int) -> int:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(key, f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise SpecError(key, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _text(body: dict, key: str, max_len: int = 255, required: bool = False) -> Optional[str]:
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise SpecError(key, "is required")
+        return None
+    if not isinstance(value, str):
+        raise SpecError(key, f"must be a string, got {type(value).__name__}")
+    if len(value) > max_len:
+        raise SpecError(key, f"is longer than {max_len} characters")
+    if "\x00" in value:
+        raise SpecError(key, "must not contain NUL characters")
+    return value
+
+
+def _command(body: dict) -> tuple[Optional[tuple[str, ...]], bool]:
+    value = body.get("command")
+    if value is None:
+        return None, False
+    if isinstance(value, str):
+        if not value.strip():
+            raise SpecError("command", "must not be empty")
+        if len(value) > MAX_TEXT or "\x00" in value:
+            raise SpecError("command", f"must be at most {MAX_TEXT} characters without NUL")
+        return (value,), True
+    if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        if sum(len(a) for a in value) > MAX_TEXT or any("\x00" in a for a in value):
+            raise SpecError("command", f"must be at most {MAX_TEXT} characters without NUL")
+        return tuple(value), False
+    raise SpecError("command", "must be a shell command string or a non-empty list of strings")
+
+
+def _env(body: dict) -> dict[str, str]:
+    value = body.get("env", {})
+    if not isinstance(value, dict):
+        raise SpecError("env", "must be an object of NAME: value strings")
+    if len(value) > MAX_ENV:
+        raise SpecError("env", f"has more than {MAX_ENV} variables")
+    for name, val in value.items():
+        if not ENV_NAME_RE.match(name):
+            raise SpecError(f"env.{name}", "is not a valid environment variable name")
+        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
+            raise SpecError(f"env.{name}", "is set by GPU Hub and cannot be overridden")
+        if not isinstance(val, str) or "\x00" in val or len(val) > MAX_TEXT:
+            raise SpecError(f"env.{name}", "must be a string")
+    return dict(value)
+
+
+def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
+    """Validate a submitted job. Raises ``SpecError`` naming the field."""
+    if not isinstance(body, dict):
+        raise SpecError("body", "must be a JSON object")
+    unknown = sorted(set(body) - set(FIELDS))
+    if unknown:
+        raise SpecError(unknown[0], f"is not a known field; known fields: {', '.join(FIELDS)}")
+    kind = body.get("kind", "job")
+    if kind != "job":
+        raise SpecError("kind", f"only 'job' can be submitted here; {kind!r} workloads are "
+                                f"started by the hub's spawner or the deployments API")
+    name = _text(body, "name") or ""
+    if name and not NAME_RE.match(name):
+        raise SpecError("name", "may use letters, digits, '.', '_' and '-' (at most 128)")
+    command, shell = _command(body)
+    notebook = _text(body, "notebook", 4096)
+    if (command is None) == (notebook is None):
+        raise SpecError("command", "give exactly one of 'command' or 'notebook'")
+    parameters = body.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise SpecError("parameters", "must be an object of notebook parameters")
+    if parameters and notebook is None:
+        raise SpecError("parameters", "only apply to a notebook job")
+    output_notebook = _text(body, "output_notebook", 4096)
+    if output_notebook and notebook is None:
+        raise SpecError("output_notebook", "only applies to a notebook job")
+    pool = _text(body, "pool", 64) or limits.default_pool
+    if not pool:
+        raise SpecError("pool", "is required (no default pool is configured)")
+    time_limit = limits.default_time_limit
+    if body.get("time_limit") is not None:
+        time_limit = parse_duration(body["time_limit"], "time_limit")
+        if time_limit > limits.max_time_limit:
+            raise SpecError("time_limit", f"{time_limit:.0f} seconds is above the maximum of "
+                                          f"{limits.max_time_limit:.0f} seconds")
+    grace = None
+    if body.get("grace_period") is not None:
+        grace = parse_duration(body["grace_period"], "grace_period")
+        if grace > limits.max_grace_period:
+            raise SpecError("grace_period", f"must be at most {limits.max_grace_period:.0f} seconds")
+    return JobSpec(
+        kind=kind, pool=pool, name=name,
+        gpus=_int(body, "gpus", 1, 0, MAX_GPUS_PER_NODE),
+        nodes=_int(body, "nodes", 1, 1, MAX_NODES),
+        command=command, shell=shell, notebook=notebook, parameters=parameters,
+        output_notebook=output_notebook,
+        working_dir=_text(body, "working_dir", 4096),
+        env=_env(body), time_limit=time_limit,
+        priority=_text(body, "priority", 64) or "",
+        checkpoint_dir=_text(body, "checkpoint_dir", 4096),
+        project=_text(body, "project", 255) or "",
+        team=_text(body, "team", 128), grace_period=grace)

@@ -1,0 +1,46 @@
+"""JSON views of rows, as the REST API shows them."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Optional
+
+from ..store import Attempt, EventRow, WorkloadRow
+
+
+def iso(t: Optional[float]) -> Optional[str]:
+    if t is None:
+        return None
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
+    spec = row.spec or {}
+    out = {
+        "id": row.id, "name": row.name, "kind": row.kind, "team": row.team, "user": row.user,
+        "project": row.project, "state": row.state, "reason": row.reason,
+        "pool": row.pool, "gpus": row.gpus_per_node * row.num_nodes,
+        "gpus_per_node": row.gpus_per_node, "nodes": row.num_nodes, "priority": row.priority,
+        "time_limit": row.time_limit, "grace_period": row.grace_period,
+        "command": spec.get("command"), "notebook": spec.get("notebook"),
+        "parameters": spec.get("parameters") or {}, "working_dir": spec.get("working_dir"),
+        "env": spec.get("env") or {}, "checkpoint_dir": spec.get("checkpoint_dir"),
+        "attempt": row.attempt, "exit_code": row.exit_code,
+        "cancel_requested": row.cancel_requested,
+        "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at),
+    }
+    if attempt is not None and attempt.number == row.attempt and attempt.state == "running":
+        out["placement"] = [{"node": n, "gpus": g} for n, g in attempt.placement]
+    return out
+
+
+def attempt_view(a: Attempt) -> dict:
+    return {"number": a.number, "state": a.state, "gpus": a.gpus, "borrowed": a.borrowed,
+            "placement": [{"node": n, "gpus": g} for n, g in a.placement],
+            "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
+            "exit_code": a.exit_code, "reason": a.reason}
+
+
+def event(e: EventRow) -> dict:
+    return {"id": e.id, "type": e.type, "time": iso(e.time), "attempt": e.attempt,
+            "message": e.message, "data": e.data or {}}

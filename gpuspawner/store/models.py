@@ -1,0 +1,188 @@
+"""Tables. Times are UNIX seconds (floats), the scheduler core's clock.
+
+Invariants the schema itself enforces:
+- a GPU is held by at most one attempt (``allocations`` is keyed by node and
+  GPU index), so a bug elsewhere cannot double-book hardware;
+- the audit log and the event log are only ever inserted into.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sqlalchemy import (JSON, Boolean, Float, ForeignKey, ForeignKeyConstraint, Index, Integer,
+                        String, Text)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class PoolRow(Base):
+    __tablename__ = "pools"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name"))
+    gpus: Mapped[int] = mapped_column(Integer)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Admin drain: no new work is placed here; running work finishes.
+    drained: Mapped[bool] = mapped_column(Boolean, default=False)
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    topology: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    source: Mapped[str] = mapped_column(String(32), default="declared")
+    updated_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class GpuRow(Base):
+    __tablename__ = "gpus"
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(128), default="")
+    model: Mapped[str] = mapped_column(String(128), default="")
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    health_reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class TeamRow(Base):
+    __tablename__ = "teams"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    group: Mapped[str] = mapped_column(String(255))
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class QuotaRow(Base):
+    __tablename__ = "quotas"
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="CASCADE"), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    nominal: Mapped[int] = mapped_column(Integer, default=0)
+    borrowing_limit: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    lending_limit: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+
+
+class WorkloadRow(Base):
+    __tablename__ = "workloads"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), default="")
+    kind: Mapped[str] = mapped_column(String(16))
+    team: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(String(255))
+    project: Mapped[str] = mapped_column(String(255), default="")
+    pool: Mapped[str] = mapped_column(String(64))
+    gpus_per_node: Mapped[int] = mapped_column(Integer)
+    num_nodes: Mapped[int] = mapped_column(Integer, default=1)
+    priority: Mapped[str] = mapped_column(String(64))
+    time_limit: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    grace_period: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    # The job as submitted: command or notebook, env, working dir, ...
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # queued, running, stopping, succeeded, failed, cancelled
+    state: Mapped[str] = mapped_column(String(16))
+    # Why it waits, or why it ended.
+    reason: Mapped[str] = mapped_column(Text, default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    preempted_by: Mapped[list[Any]] = mapped_column(default=list)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # While stopping after a preemption: for whom, and the end of the grace.
+    preempted_for: Mapped[Optional[str]] = mapped_column(String(32), nullable=True)
+    kill_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    # GPUs set aside for it while its victims exit: [[node, [gpu, ...]], ...]
+    nomination: Mapped[Optional[list[Any]]] = mapped_column(nullable=True)
+
+    __table_args__ = (
+        Index("ix_workloads_state", "state"),
+        Index("ix_workloads_team_state", "team", "state"),
+        Index("ix_workloads_user", "user"),
+    )
+
+
+class Attempt(Base):
+    """One run of a workload on some GPUs."""
+
+    __tablename__ = "attempts"
+    workload_id: Mapped[str] = mapped_column(ForeignKey("workloads.id"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # running, succeeded, failed, preempted, evicted, lost, cancelled
+    state: Mapped[str] = mapped_column(String(16))
+    placement: Mapped[list[Any]] = mapped_column(default=list)
+    gpus: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    attempt_dir: Mapped[str] = mapped_column(Text, default="")
+    borrowed: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Allocation(Base):
+    """A GPU held by a running attempt. The primary key is the GPU."""
+
+    __tablename__ = "allocations"
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    gpu: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[str] = mapped_column(String(32))
+    attempt: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (
+        ForeignKeyConstraint(["workload_id", "attempt"],
+                             ["attempts.workload_id", "attempts.number"]),
+        Index("ix_allocations_workload", "workload_id"),
+    )
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_id: Mapped[str] = mapped_column(String(32))
+    type: Mapped[str] = mapped_column(String(32))
+    time: Mapped[float] = mapped_column(Float)
+    attempt: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    __table_args__ = (Index("ix_events_workload", "workload_id", "id"),)
+
+
+class UsageRow(Base):
+    """GPU-seconds of one finished attempt: the usage ledger."""
+
+    __tablename__ = "usage"
+    workload_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(String(255))
+    project: Mapped[str] = mapped_column(String(255), default="")
+    pool: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))
+    gpus: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float] = mapped_column(Float)
+    gpu_seconds: Mapped[float] = mapped_column(Float)
+    # GPU-seconds of it that ran on borrowed quota.
+    borrowed_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+    __table_args__ = (Index("ix_usage_team_end", "team", "ended_at"),)
+
+
+class AuditEntry(Base):
+    """Who did what. Append-only: never updated, never deleted."""
+
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(255))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(255), default="")
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    __table_args__ = (Index("ix_audit_time", "time"),)

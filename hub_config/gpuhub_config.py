@@ -1,0 +1,19 @@
+# The scheduler service's configuration (traitlets). Every option and its
+# help text: `python -m gpuspawner.service --help-all`.
+import json
+import os
+
+c = get_config()  # noqa: F821
+
+# GPUs: NVML when the host has NVIDIA GPUs, else four fake GPUs in the pool
+# "default" (see Inventory.declared).
+c.Inventory.source = "auto"
+
+# Teams and quotas created at first start (`gpuhub up --demo` writes some).
+data_dir = os.environ.get("GPUHUB_DATA_DIR", "gpuhub-data")
+initial = os.path.join(data_dir, "initial-users.json")
+if os.path.exists(initial):
+    with open(initial) as f:
+        c.GpuHubService.teams = json.load(f).get("teams", {})
+
+c.GpuHubService.default_grace_period = 30

@@ -1,0 +1,79 @@
+# The embedded single-machine GPU Hub: JupyterHub + configurable-http-proxy +
+# the scheduler service, SQLite, local processes. Started by `gpuhub up`
+# (make run), which sets the GPUHUB_* variables read here.
+import json
+import os
+import shutil
+import sys
+
+c = get_config()  # noqa: F821
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(here)
+data_dir = os.path.abspath(os.environ.get("GPUHUB_DATA_DIR", os.path.join(root, "gpuhub-data")))
+os.makedirs(data_dir, exist_ok=True)
+port = int(os.environ.get("GPUHUB_PORT", "8000"))
+ip = os.environ.get("GPUHUB_IP", "127.0.0.1")
+service_port = int(os.environ.get("GPUHUB_SERVICE_PORT", str(port + 2)))
+
+c.JupyterHub.bind_url = f"http://{ip}:{port}"
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(os.environ.get("GPUHUB_HUB_PORT", str(port + 1)))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(os.environ.get('GPUHUB_PROXY_API_PORT', str(port + 3)))}"
+proxy = os.path.join(root, "node_modules", ".bin", "configurable-http-proxy")
+c.ConfigurableHTTPProxy.command = [proxy if os.path.exists(proxy)
+                                   else shutil.which("configurable-http-proxy") or proxy]
+c.JupyterHub.db_url = f"sqlite:///{data_dir}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = os.path.join(data_dir, "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = os.path.join(data_dir, "jupyterhub.pid")
+
+# Authentication: NativeAuthenticator, sign-ups need an admin's approval.
+initial = os.path.join(data_dir, "initial-users.json")
+first = json.load(open(initial)) if os.path.exists(initial) else {}
+c.JupyterHub.authenticator_class = "gpuspawner.hub.auth.GpuHubAuthenticator"
+c.GpuHubAuthenticator.initial_users_file = initial
+c.Authenticator.admin_users = set(first.get("admins", ["admin"]))
+c.Authenticator.allow_all = True  # every approved NativeAuthenticator user
+c.NativeAuthenticator.open_signup = False
+c.NativeAuthenticator.minimum_password_length = 10
+# Teams are JupyterHub groups named team-<name>.
+c.JupyterHub.load_groups = {group: {"users": users}
+                            for group, users in first.get("groups", {}).items()}
+c.JupyterHub.load_groups.setdefault("gpuhub-admins", {"users": sorted(c.Authenticator.admin_users)})
+
+# Who may do what with the scheduler (see docs/service.md).
+c.JupyterHub.custom_scopes = {
+    "custom:gpuhub:submit": {"description": "Submit GPU work and manage your own workloads."},
+    "custom:gpuhub:team-admin": {"description": "Manage every workload of your team."},
+    "custom:gpuhub:admin": {"description": "Administer GPU Hub: pools, quotas, everyone's work."},
+}
+c.JupyterHub.load_roles = [
+    {"name": "user",
+     "scopes": ["self", "access:services!service=gpuhub", "custom:gpuhub:submit"]},
+    # GPU Hub admins are the members of the group gpuhub-admins (JupyterHub's
+    # own admin role cannot be extended).
+    {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
+     "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", "access:services!service=gpuhub"]},
+    {"name": "gpuhub-service", "services": ["gpuhub"],
+     "scopes": ["read:users", "read:groups", "list:users", "list:groups"]},
+]
+
+# The scheduler service, managed (started and restarted) by the hub.
+c.JupyterHub.services = [{
+    "name": "gpuhub",
+    "display": True,
+    "url": f"http://127.0.0.1:{service_port}",
+    "command": [sys.executable, "-m", "gpuspawner.service",
+                "-f", os.environ.get("GPUHUB_CONFIG", os.path.join(here, "gpuhub_config.py"))],
+    "environment": {"GPUHUB_DATA_DIR": data_dir,
+                    "GPUHUB_DB_URL": os.environ.get("GPUHUB_DB_URL", "")},
+    "oauth_client_allowed_scopes": ["custom:gpuhub:submit", "custom:gpuhub:team-admin",
+                                    "custom:gpuhub:admin", "access:services!service=gpuhub"],
+}]
+
+# Notebook servers run as the hub's user in per-user workspaces (the GPU-aware
+# spawner of the spawner issue replaces this).
+c.JupyterHub.spawner_class = "simple"
+c.Spawner.default_url = "/lab"
+c.LocalProcessSpawner.home_dir_template = os.path.join(data_dir, "workspaces", "{username}")
+c.Spawner.notebook_dir = os.path.join(data_dir, "workspaces", "{username}")

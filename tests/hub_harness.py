@@ -1,0 +1,198 @@
+"""A real JupyterHub + configurable-http-proxy + GPU Hub service for tests.
+
+The hub runs the project's embedded config (hub_config/) with the few test
+overrides: DummyAuthenticator, declared fake GPUs, fast cycles, and a test
+admin service whose token mints user tokens. Everything is started in its
+own process group and stopped by PID; jobs the service started (which
+outlive the service by design) are killed through their runner records.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Optional
+
+import requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+
+
+def free_port_block(n: int = 4) -> int:
+    """A port p with p..p+n-1 free (the hub uses four consecutive ports)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as t:
+                try:
+                    t.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free ports")
+
+
+class Hub:
+    def __init__(self, workdir: str, *, groups: dict[str, list[str]], teams: dict,
+                 gpus: int = 4, db_url: str = "", admins: tuple[str, ...] = ("root-admin",),
+                 extra_service_config: str = ""):
+        self.workdir = workdir
+        self.data_dir = os.path.join(workdir, "data")
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.port = free_port_block()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api = f"{self.url}/services/gpuhub/api/v1"
+        self.groups = groups
+        self.admins = admins
+        self.db_url = db_url
+        self.proc: Optional[subprocess.Popen] = None
+        self.tokens: dict[str, str] = {}
+        hub_cfg = os.path.join(workdir, "jupyterhub_config.py")
+        svc_cfg = os.path.join(workdir, "gpuhub_config.py")
+        with open(hub_cfg, "w") as f:
+            f.write(textwrap.dedent(f"""
+                c = get_config()
+                load_subconfig({os.path.join(ROOT, 'hub_config', 'jupyterhub_config.py')!r})
+                c.JupyterHub.authenticator_class = "dummy"
+                c.DummyAuthenticator.password = "test-password"
+                c.Authenticator.admin_users = {set(admins)!r}
+                c.JupyterHub.load_groups = {{g: {{"users": u}} for g, u in {groups!r}.items()}}
+                c.JupyterHub.load_groups["gpuhub-admins"] = {{"users": {list(admins)!r}}}
+                c.JupyterHub.services.append({{"name": "test-admin", "api_token": {ADMIN_TOKEN!r}}})
+                c.JupyterHub.load_roles.append({{"name": "test-admin", "services": ["test-admin"],
+                    "scopes": ["admin:users", "tokens", "admin:groups", "list:users"]}})
+                c.JupyterHub.log_level = "WARN"
+            """))
+        with open(svc_cfg, "w") as f:
+            f.write(textwrap.dedent(f"""
+                c = get_config()
+                c.Inventory.source = "declared"
+                c.Inventory.declared = [{{"model": "Fake GPU", "count": {gpus}, "memory_mib": 16384,
+                                          "pool": "default"}}]
+                c.GpuHubService.teams = {teams!r}
+                c.GpuHubService.cycle_interval = 0.2
+                c.GpuHubService.default_grace_period = 3
+                c.GpuHubService.group_cache_seconds = 0
+            """) + extra_service_config)
+        self.env = dict(os.environ, GPUHUB_DATA_DIR=self.data_dir, GPUHUB_PORT=str(self.port),
+                        GPUHUB_CONFIG=svc_cfg, GPUHUB_DB_URL=db_url)
+        self.hub_cfg = hub_cfg
+
+    # ---- lifecycle ---------------------------------------------------------
+    def start(self, timeout: float = 60) -> "Hub":
+        self.log = open(os.path.join(self.workdir, "hub.log"), "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", self.hub_cfg],
+                                     cwd=self.workdir, env=self.env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hub exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if requests.get(f"{self.api}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"service not ready after {timeout}s:\n{self.tail()}")
+
+    def tail(self, n: int = 60) -> str:
+        with open(os.path.join(self.workdir, "hub.log"), "rb") as f:
+            return b"\n".join(f.read().splitlines()[-n:]).decode("utf-8", "replace")
+
+    def service_pid(self) -> int:
+        with open(os.path.join(self.data_dir, "service.pid")) as f:
+            return int(f.read())
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.kill_jobs()
+        if getattr(self, "log", None):
+            self.log.close()
+
+    def kill_jobs(self) -> None:
+        """Jobs outlive the service on purpose; the test ends them."""
+        for path in glob.glob(os.path.join(self.data_dir, "workloads", "*", "*", "runner.json")):
+            try:
+                with open(path) as f:
+                    pgid = json.load(f)["pgid"]
+                os.killpg(pgid, signal.SIGKILL)
+            except (OSError, ValueError, KeyError):
+                pass
+
+    # ---- clients -------------------------------------------------------------
+    def token(self, user: str) -> str:
+        if user not in self.tokens:
+            headers = {"Authorization": f"token {ADMIN_TOKEN}"}
+            r = requests.post(f"{self.url}/hub/api/users/{user}", headers=headers, timeout=10)
+            assert r.status_code in (201, 409), r.text
+            r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", headers=headers,
+                              json={"note": "test", "expires_in": 3600}, timeout=10)
+            assert r.status_code == 201, r.text
+            self.tokens[user] = r.json()["token"]
+        return self.tokens[user]
+
+    def client(self, user: str) -> "Client":
+        return Client(self.api, self.token(user))
+
+
+class Client:
+    def __init__(self, api: str, token: str):
+        self.api = api
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"token {token}"
+
+    def request(self, method: str, path: str, **kw) -> requests.Response:
+        kw.setdefault("timeout", 30)
+        return self.session.request(method, self.api + path, **kw)
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, **kw):
+        return self.request("POST", path, **kw)
+
+    def submit(self, **spec) -> dict:
+        r = self.post("/workloads", json=spec)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def workload(self, wid: str) -> dict:
+        r = self.get(f"/workloads/{wid}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait(self, wid: str, states, timeout: float = 60) -> dict:
+        states = (states,) if isinstance(states, str) else tuple(states)
+        deadline = time.monotonic() + timeout
+        while True:
+            w = self.workload(wid)
+            if w["state"] in states:
+                return w
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{wid} is {w['state']} ({w['reason']}), not {states}")
+            time.sleep(0.2)

@@ -1,0 +1,301 @@
+"""The local backend, with real processes: short ``python -c`` commands.
+
+Each test asserts what a user would notice: how the attempt is reported
+(reason, returncode), what its output.log holds, which GPUs and variables
+it sees, that a stop lets it checkpoint or kills everything it started, and
+that a restarted service finds its attempts again. Nothing sleeps for long:
+the tests poll with a deadline of a few seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
+from gpuspawner.backends.local import BackendError, LocalBackend
+from gpuspawner.backends.runner import RUNNER_FILE, proc_stat
+
+# Runs until a file named "go" appears in its cwd, then exits 5; a SIGTERM
+# makes it checkpoint and exit 0.
+WAIT_FOR_GO = """
+import os, signal, sys, time
+def term(*_):
+    print("checkpointing")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("ready")
+while not os.path.exists("go"):
+    time.sleep(0.01)
+sys.exit(5)
+"""
+
+# Ignores SIGTERM, and so does the grandchild it starts (SIG_IGN is inherited).
+IGNORE_SIGTERM = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print("grandchild", grandchild.pid)
+time.sleep(60)
+"""
+
+
+# ---- helpers ---------------------------------------------------------------
+
+def make_spec(tmp_path, code="", attempt=1, argv=None, **kw) -> LaunchSpec:
+    return LaunchSpec("job", attempt, argv or (sys.executable, "-c", code),
+                      str(tmp_path / f"attempt-{attempt}"), str(tmp_path), **kw)
+
+
+def wait_until(predicate, timeout=5.0):
+    """The first truthy value of predicate(), polled until the deadline."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+    return value
+
+
+def output(spec) -> str:
+    try:
+        with open(LocalBackend.log_path(spec.attempt_dir)) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def wait_for_output(spec, text) -> str:
+    return wait_until(lambda: text in output(spec) and output(spec))
+
+
+def single_exit(backend):
+    """Poll until the one attempt ends; it is reported once and untracked."""
+    exits = wait_until(backend.poll)
+    assert len(exits) == 1
+    assert backend.running() == set() and backend.poll() == []
+    return exits[0]
+
+
+def gone(pid, start_ticks) -> bool:
+    stat = proc_stat(pid)
+    return stat is None or stat[0] == "Z" or stat[1] != start_ticks
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+# ---- running ---------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, returncode, logged", [
+    ((sys.executable, "-c", "import sys; print('out line'); print('err line', file=sys.stderr)"),
+     0, ["out line", "err line"]),
+    ((sys.executable, "-c", "import sys; print('out line'); print('err line', file=sys.stderr);"
+                            " sys.exit(3)"),
+     3, ["out line", "err line"]),
+    (("/nonexistent/gpuhub-command",), 127, ["cannot start '/nonexistent/gpuhub-command'"]),
+], ids=["exit-0", "exit-3", "not-found"])
+def test_exit_is_reported_with_its_returncode_and_output(tmp_path, argv, returncode, logged):
+    backend = LocalBackend()
+    spec = make_spec(tmp_path, argv=argv)
+    pid = backend.start(spec)
+    assert backend.running() == {("job", 1)} and pid > 0
+    e = single_exit(backend)
+    assert (e.workload_id, e.attempt, e.reason, e.returncode) == ("job", 1, EXITED, returncode)
+    assert e.succeeded == (returncode == 0)
+    for line in logged:
+        assert line in output(spec)
+
+
+@pytest.mark.parametrize("gpus, visible, checkpoint", [
+    ((0, 2), "0,2", True),
+    ((), "", False),   # no GPUs: none visible, not all of them
+], ids=["two-gpus", "no-gpus"])
+def test_command_sees_exactly_its_gpus_and_attempt(tmp_path, monkeypatch, gpus, visible,
+                                                     checkpoint):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the service's own must not leak
+    code = ("import json, os; print(json.dumps({'cwd': os.getcwd(), **{k: v for k, v in"
+            " os.environ.items() if k.startswith(('GPUHUB_', 'CUDA_', 'MY_'))}}))")
+    spec = make_spec(tmp_path, code, attempt=3, gpus=gpus, env={"MY_SETTING": "x"},
+                     checkpoint_dir=str(tmp_path / "ckpt") if checkpoint else None)
+    backend = LocalBackend()
+    backend.start(spec)
+    assert single_exit(backend).returncode == 0
+    expected = {"cwd": str(tmp_path), "CUDA_VISIBLE_DEVICES": visible, "MY_SETTING": "x",
+                "GPUHUB_WORKLOAD_ID": "job", "GPUHUB_ATTEMPT": "3",
+                "GPUHUB_ATTEMPT_DIR": spec.attempt_dir}
+    if checkpoint:
+        expected["GPUHUB_CHECKPOINT_DIR"] = spec.checkpoint_dir
+        assert os.path.isdir(spec.checkpoint_dir)
+    assert json.loads(output(spec)) == expected
+
+
+@pytest.mark.parametrize("code, returncode", [
+    ("import time; time.sleep(30)", -signal.SIGTERM),
+    ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(30)",
+     -signal.SIGKILL),  # SIGKILLed once the grace period is over
+], ids=["obeys-sigterm", "ignores-sigterm"])
+def test_time_limit_ends_the_attempt(tmp_path, code, returncode):
+    backend = LocalBackend()
+    backend.start(make_spec(tmp_path, code, time_limit=0.5, grace_period=0.3))
+    e = single_exit(backend)
+    assert (e.reason, e.returncode) == (TIME_LIMIT, returncode)
+
+
+@pytest.mark.parametrize("problem", ["same-attempt-twice", "attempt-dir-reused", "no-such-cwd"])
+def test_start_refuses_what_it_cannot_run_cleanly(tmp_path, problem):
+    backend = LocalBackend()
+    spec = make_spec(tmp_path, "pass")
+    if problem == "same-attempt-twice":
+        backend.start(make_spec(tmp_path, WAIT_FOR_GO))
+    elif problem == "attempt-dir-reused":
+        backend.start(spec)
+        single_exit(backend)
+    else:
+        spec = replace(spec, cwd=str(tmp_path / "missing"))
+    with pytest.raises(BackendError):
+        backend.start(spec)
+    if problem == "same-attempt-twice":
+        (tmp_path / "go").touch()
+        assert single_exit(backend).returncode == 5
+
+
+# ---- stopping --------------------------------------------------------------
+
+def test_stop_lets_the_command_checkpoint(tmp_path):
+    backend = LocalBackend()
+    spec = make_spec(tmp_path, WAIT_FOR_GO)
+    backend.start(spec)
+    wait_for_output(spec, "ready")
+    backend.stop("job", 1, grace=30)
+    e = single_exit(backend)
+    assert (e.reason, e.returncode) == (STOPPED, 0)
+    assert "checkpointing" in output(spec)
+
+
+def test_stop_kills_the_whole_group_once_the_grace_period_is_over(tmp_path):
+    clock = FakeClock()
+    backend = LocalBackend(clock)
+    spec = make_spec(tmp_path, IGNORE_SIGTERM)
+    pid = backend.start(spec)
+    grandchild = int(wait_for_output(spec, "grandchild").split()[1])
+    processes = [(p, proc_stat(p)[1]) for p in (pid, grandchild)]
+    backend.stop("job", 1, grace=10)
+    backend.stop("job", 1, grace=60)  # again: harmless, and the deadline stays
+
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:  # within the grace period it keeps running
+        assert backend.poll() == []
+        time.sleep(0.02)
+    clock.now += 10
+    e = single_exit(backend)
+    assert (e.reason, e.returncode) == (STOPPED, None)  # SIGKILLed: no exit record
+    wait_until(lambda: all(gone(*p) for p in processes), timeout=2)
+
+
+# ---- restart of the service ------------------------------------------------
+
+@pytest.mark.parametrize("ending, reason, returncode", [
+    ("by-itself", EXITED, 5),
+    ("stopped-by-new-service", STOPPED, 0),
+])
+def test_recover_adopts_a_running_attempt_and_reports_its_end(tmp_path, ending, reason,
+                                                                returncode):
+    old = LocalBackend()
+    spec = make_spec(tmp_path, WAIT_FOR_GO)
+    old.start(spec)
+    wait_for_output(spec, "ready")
+
+    new = LocalBackend()  # the restarted service: nothing in memory
+    assert new.recover([spec]) == []
+    assert new.running() == {("job", 1)} and new.poll() == []
+    if ending == "by-itself":
+        (tmp_path / "go").touch()
+    else:
+        new.stop("job", 1, grace=30)
+    # The old backend never reaps it: to the new one it ends as a zombie.
+    e = single_exit(new)
+    assert (e.reason, e.returncode) == (reason, returncode)
+    single_exit(old)
+
+
+def never_started(tmp_path, backend):
+    return make_spec(tmp_path, "pass")  # the service died before starting it
+
+
+def runner_killed(tmp_path, backend):
+    spec = make_spec(tmp_path, WAIT_FOR_GO)
+    os.killpg(backend.start(spec), signal.SIGKILL)
+    assert single_exit(backend).reason == LOST  # nobody here stopped it
+    return spec
+
+
+def pid_reused(tmp_path, backend):
+    # runner.json names a live process (this one) that started at another time.
+    spec = make_spec(tmp_path, "pass")
+    os.makedirs(spec.attempt_dir)
+    with open(os.path.join(spec.attempt_dir, RUNNER_FILE), "w") as f:
+        json.dump({"pid": os.getpid(), "pgid": os.getpgrp(),
+                   "start_ticks": proc_stat(os.getpid())[1] - 1, "started_at": 0}, f)
+    return spec
+
+
+def finished(tmp_path, backend):
+    spec = make_spec(tmp_path, "import sys; sys.exit(4)")
+    backend.start(spec)
+    single_exit(backend)
+    return spec
+
+
+@pytest.mark.parametrize("setup, reason, returncode", [
+    (never_started, LOST, None),
+    (runner_killed, LOST, None),
+    (pid_reused, LOST, None),
+    (finished, EXITED, 4),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_recover_reports_attempts_that_are_no_longer_running(tmp_path, setup, reason,
+                                                             returncode):
+    spec = setup(tmp_path, LocalBackend())
+    files = sorted(tmp_path.rglob("*"))
+    new = LocalBackend()
+    [e] = new.recover([spec])
+    assert (e.workload_id, e.attempt, e.reason, e.returncode) == ("job", 1, reason, returncode)
+    assert new.running() == set() and new.poll() == []
+    assert sorted(tmp_path.rglob("*")) == files  # recover starts nothing
+
+
+# ---- reporting -------------------------------------------------------------
+
+def test_every_attempt_is_reported_exactly_once(tmp_path):
+    backend = LocalBackend()
+    specs = {n: make_spec(tmp_path, code, attempt=n) for n, code in [
+        (1, "pass"), (2, "import sys; sys.exit(1)"), (3, WAIT_FOR_GO), (4, WAIT_FOR_GO),
+        (5, "pass")]}
+    for spec in specs.values():
+        backend.start(spec)
+    for n in (3, 4):
+        wait_for_output(specs[n], "ready")
+    backend.stop("job", 3, grace=30)
+    backend.kill("job", 4)
+    # A stop that comes after the command ended changes nothing.
+    wait_until(lambda: os.path.exists(os.path.join(specs[5].attempt_dir, "exit.json")))
+    backend.stop("job", 5, grace=30)
+
+    reported = []
+    wait_until(lambda: reported.extend(backend.poll()) or len(reported) >= len(specs))
+    assert sorted(e.attempt for e in reported) == sorted(specs)  # each once
+    assert {e.attempt: (e.reason, e.returncode) for e in reported} == {
+        1: (EXITED, 0), 2: (EXITED, 1), 3: (STOPPED, 0), 4: (STOPPED, None), 5: (EXITED, 0)}
+    assert backend.poll() == [] and backend.running() == set()
+    backend.stop("job", 3, grace=30)  # already reported: nothing to do, no error
+    backend.kill("job", 4)
+    assert backend.poll() == []
