@@ -87,6 +87,7 @@ class Hub:
                 c.GpuHubService.cycle_interval = 0.2
                 c.GpuHubService.default_grace_period = 3
                 c.GpuHubService.group_cache_seconds = 0
+                c.GpuHubService.preemption_delay = 0.5
             """) + extra_service_config)
         self.env = dict(os.environ, GPUHUB_DATA_DIR=self.data_dir, GPUHUB_PORT=str(self.port),
                         GPUHUB_CONFIG=svc_cfg, GPUHUB_DB_URL=db_url)

@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import time
+from dataclasses import replace
 from typing import Any, Optional
 from urllib.parse import quote, urlparse
 
@@ -76,6 +77,13 @@ class GpuHubService(Application):
         The scheduling policy: "gpuhub" (quotas, borrowing, fair share,
         backfill, preemption) or a baseline ("fifo", "backfill", "quota-fifo")
         for comparison. See docs/scheduler.md.
+        """).tag(config=True)
+
+    preemption_delay = Float(300.0, help="""
+        Seconds a batch job waits for GPUs to free up by themselves before it
+        may preempt (reclaim borrowed GPUs, or evict lower priority work).
+        Notebooks and deployments preempt at once. Shorter: lenders get their
+        quota back sooner; longer: fewer jobs are interrupted.
         """).tag(config=True)
 
     team_group_prefix = Unicode("team-", help="""
@@ -181,7 +189,7 @@ class GpuHubService(Application):
         nodes = self._nodes(gpus)
         self._record_inventory(nodes, gpus)
         self._seed_teams()
-        self.engine = Engine(self.store, LocalBackend(), nodes, get_policy(self.policy),
+        self.engine = Engine(self.store, LocalBackend(), nodes, replace(get_policy(self.policy), preemption_delay=self.preemption_delay),
                              EngineConfig(data_dir=self.data_dir,
                                           team_prefix=self.team_group_prefix,
                                           default_quota=Quota(**self.default_quota),

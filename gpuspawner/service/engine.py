@@ -125,7 +125,10 @@ class Engine:
             id=wid, name=spec.name, kind=spec.kind, team=team, user=who.name,
             project=spec.project, pool=spec.pool, gpus_per_node=spec.gpus, num_nodes=spec.nodes,
             priority=priority, time_limit=spec.time_limit, grace_period=spec.grace_period,
-            spec={**spec.stored(), "working_dir": cwd}, state=QUEUED, reason="queued",
+            spec={**spec.stored(), "working_dir": cwd,
+                  "checkpoint_dir": os.path.join(cwd, spec.checkpoint_dir) if spec.checkpoint_dir
+                  else os.path.join(self.config.data_dir, "workloads", wid, "checkpoints")},
+            state=QUEUED, reason="queued",
             attempt=0, preempted_by=[], submitted_at=now)
         reason = self.scheduler.validate(to_workload(row))
         if reason is not None:
@@ -426,8 +429,6 @@ class Engine:
                         if node in self.nodes for g in gpus)
         spec = row.spec
         cwd = spec.get("working_dir") or self.config.data_dir
-        checkpoint = spec.get("checkpoint_dir") or os.path.join(
-            self.config.data_dir, "workloads", row.id, "checkpoints")
         attempt_dir = self._attempt_dir(row.id, row.attempt)
         env = {**(spec.get("env") or {}), "GPUHUB_USER": row.user, "GPUHUB_TEAM": row.team,
                "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool}
@@ -435,7 +436,7 @@ class Engine:
                           argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
                           cwd=cwd, env=env, gpus=devices, time_limit=row.time_limit,
                           grace_period=self._grace(row),
-                          checkpoint_dir=os.path.join(cwd, checkpoint))
+                          checkpoint_dir=spec["checkpoint_dir"])
 
     @staticmethod
     def _event(s: Session, wid: str, type_: str, now: float, message: str,

@@ -192,7 +192,7 @@ class LogsHandler(APIHandler):
                 self.write(f"id: {offset}\nevent: log\ndata: {json.dumps({'text': text})}\n\n")
             state = self._attempt_state(wid, attempt)
             try:
-                if state != "running" and not chunk:
+                if state not in ("running", "queued") and not chunk:
                     self.write(f"event: end\ndata: {json.dumps({'attempt_state': state})}\n\n")
                     await self.flush()
                     break
@@ -210,7 +210,8 @@ class LogsHandler(APIHandler):
             if a is not None:
                 return a.state
             row = s.get(WorkloadRow, wid)
-            return "queued" if row is not None and row.state == "queued" else "none"
+            waiting = row is not None and row.state == "queued" and row.attempt == attempt
+            return "queued" if waiting else (row.state if row is not None else "none")
 
 
 def _read_from(path: str, offset: int) -> bytes:

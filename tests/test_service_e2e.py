@@ -1,0 +1,221 @@
+"""The scheduler service end to end: a real JupyterHub, its proxy, the
+service as a hub-managed service, and real job processes on fake GPUs."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import time
+
+import pytest
+
+from hub_harness import Hub
+from jobs import CHECKPOINTING, read_trace
+
+TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
+         "b": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}}}
+GROUPS = {"team-a": ["alice", "amy"], "team-b": ["bob"]}
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    h = Hub(str(tmp_path_factory.mktemp("hub")), groups=GROUPS, teams=TEAMS, gpus=4)
+    try:
+        yield h.start()
+    finally:
+        h.stop()
+
+
+def ts(iso: str) -> float:
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def train(steps: int, step_s: float) -> list[str]:
+    return [sys.executable, "-c", CHECKPOINTING, str(steps), str(step_s)]
+
+
+def wait_for(predicate, timeout: float = 30, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_borrowing_reclaim_requeue_and_usage_ledger(hub):
+    alice, bob = hub.client("alice"), hub.client("bob")
+    jobs = [alice.submit(command=train(40, 0.1), gpus=1, name=f"a{i}") for i in range(5)]
+    ids = [j["id"] for j in jobs]
+
+    def states():
+        return [alice.workload(i)["state"] for i in ids]
+    # Team a holds its nominal 2 and borrows b's idle 2; the fifth waits.
+    wait_for(lambda: states().count("running") == 4, what="4 of a's jobs running")
+    queued = [alice.workload(i) for i in ids if alice.workload(i)["state"] == "queued"]
+    assert len(queued) == 1 and queued[0]["reason"]
+    running = [alice.workload(i) for i in ids if alice.workload(i)["state"] == "running"]
+    assert sum(w["attempts"][-1]["borrowed"] for w in running) == 2
+
+    # The lender wants its quota back: one borrowed job of a is reclaimed.
+    b_job = bob.submit(command=train(5, 0.1), gpus=1)
+    b_done = bob.wait(b_job["id"], ("succeeded", "failed"), 60)
+    assert b_done["state"] == "succeeded", b_done
+    finished = [alice.wait(i, ("succeeded", "failed"), 90) for i in ids]
+    assert [w["state"] for w in finished] == ["succeeded"] * 5
+    victims = [w for w in finished if w["attempt"] > 0]
+    assert len(victims) == 1, [w["attempts"] for w in finished]
+    victim = victims[0]
+    assert [a["state"] for a in victim["attempts"]] == ["preempted", "succeeded"]
+    types = [e["type"] for e in alice.get(f"/workloads/{victim['id']}/events").json()["events"]]
+    assert types.index("preempted") < types.index("requeued") < types.index("finished")
+    assert types.count("admitted") == 2
+    # The second attempt resumed from the checkpoint the first one wrote.
+    trace = read_trace(os.path.join(victim["checkpoint_dir"], "trace"))
+    stop = [t for t in trace if t[0] == "stop"][0]
+    second = [t for t in trace if t[0] == "start" and t[1] == 1][0]
+    assert second[3] == stop[3] > 0
+    log = alice.get(f"/workloads/{victim['id']}/logs", params={"attempt": 0}).text
+    assert "checkpointed at step" in log
+
+    # The usage ledger adds up: every attempt's GPUs x wall time, per team.
+    expected: dict[str, float] = {}
+    for w in finished + [b_done]:
+        for a in w["attempts"]:
+            expected[w["team"]] = expected.get(w["team"], 0) + a["gpus"] * (
+                ts(a["ended_at"]) - ts(a["started_at"]))
+    admin = hub.client("root-admin")
+    usage = admin.get("/usage", params={"group_by": "team"}).json()
+    got = {r["team"]: r["gpu_seconds"] for r in usage["rows"]}
+    for team, seconds in expected.items():
+        assert got[team] == pytest.approx(seconds, abs=0.05)
+    borrowed = {r["team"]: r["borrowed_gpu_seconds"] for r in usage["rows"]}
+    assert borrowed["a"] > 0 and borrowed["b"] == 0
+    pools = alice.get("/pools").json()["pools"]
+    assert pools[0]["free"] == 4 and pools[0]["used"] == 0
+
+
+def test_another_teams_workload_is_invisible(hub):
+    alice, amy, bob = hub.client("alice"), hub.client("amy"), hub.client("bob")
+    job = alice.submit(command=train(200, 0.1), gpus=1)
+    wid = job["id"]
+    for path in (f"/workloads/{wid}", f"/workloads/{wid}/events", f"/workloads/{wid}/logs"):
+        r = bob.get(path)
+        assert r.status_code == 404, (path, r.text)
+    assert bob.request("DELETE", f"/workloads/{wid}").status_code == 404
+    assert bob.post(f"/workloads/{wid}/cancel").status_code == 404
+    assert wid not in [w["id"] for w in bob.get("/workloads").json()["workloads"]]
+    assert wid not in [w["id"] for w in bob.get("/workloads", params={"team": "a"}).json()["workloads"]]
+    # A teammate sees it but may not cancel it; the owner may.
+    assert amy.get(f"/workloads/{wid}").status_code == 200
+    r = amy.request("DELETE", f"/workloads/{wid}")
+    assert r.status_code == 403 and "alice" in r.json()["error"]
+    assert alice.workload(wid)["state"] in ("queued", "running")
+    assert alice.request("DELETE", f"/workloads/{wid}").status_code == 202
+    assert alice.wait(wid, "cancelled", 30)["cancel_requested"]
+    # Quotas: read by members, changed by admins only.
+    r = bob.request("PUT", "/teams/a", json={"quotas": {"default": {"nominal": 4}}})
+    assert r.status_code == 403
+    assert alice.get("/teams/a").json()["quotas"]["default"]["nominal"] == 2
+    assert bob.get("/teams/a").status_code == 404
+    admin = hub.client("root-admin")
+    r = admin.request("PUT", "/teams/b", json={"quotas": {"default": {"nominal": 2, "borrowing_limit": 1}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["quotas"]["default"]["borrowing_limit"] == 1
+    r = admin.request("PUT", "/teams/b", json={"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}})
+    assert r.status_code == 200
+
+
+HUGE = "x" * (2 * 1024 * 1024)
+
+
+@pytest.mark.parametrize("body, status, field", [
+    ("{not json", 400, "body"),
+    ('["a list"]', 400, "body"),
+    ({"command": "true", "pool": "tpu-v9"}, 400, "pool"),
+    ({"command": "true", "gpus": -1}, 400, "gpus"),
+    ({"command": "true", "gpus": 5}, 400, "gpus"),
+    ({"command": "true", "gpus": "two"}, 400, "gpus"),
+    ({"command": "true", "time_limit": 10 ** 12}, 400, "time_limit"),
+    ({"command": "true", "time_limit": "forever"}, 400, "time_limit"),
+    ({"command": "true", "time_limit": -5}, 400, "time_limit"),
+    ({"command": "true", "nodes": 2}, 400, "nodes"),
+    ({"command": "true", "priority": "urgent"}, 400, "priority"),
+    ({"command": "true", "env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}}, 400, "env.CUDA_VISIBLE_DEVICES"),
+    ({"command": "true", "team": "b"}, 403, "team"),
+    ({"command": "true", "gpu": 1}, 400, "gpu"),
+    ({"gpus": 1}, 400, "command"),
+    ({"command": "true", "working_dir": "no/such/dir"}, 400, "working_dir"),
+    ({"command": HUGE}, 413, None),
+])
+def test_bad_input_is_refused_and_nothing_is_stored(hub, body, status, field):
+    alice = hub.client("alice")
+    admin = hub.client("root-admin")
+    before = len(admin.get("/workloads", params={"limit": 1000}).json()["workloads"])
+    if isinstance(body, str):
+        r = alice.post("/workloads", data=body, headers={"Content-Type": "application/json"})
+    else:
+        r = alice.post("/workloads", json=body)
+    assert r.status_code == status, r.text
+    err = r.json()
+    assert err["status"] == status and err["error"]
+    if field:
+        assert err["field"] == field and field.split(".")[0] in err["error"]
+    after = len(admin.get("/workloads", params={"limit": 1000}).json()["workloads"])
+    assert after == before
+
+
+def test_unauthenticated_and_unknown_routes(hub):
+    import requests
+    r = requests.get(f"{hub.api}/workloads", timeout=10)
+    assert r.status_code in (401, 403)
+    r = requests.get(f"{hub.api}/workloads", headers={"Authorization": "token nonsense"}, timeout=10)
+    assert r.status_code in (401, 403)
+    alice = hub.client("alice")
+    assert alice.get("/workloads/does-not-exist").status_code == 404
+    assert alice.get("/workloads", params={"state": "sleeping"}).json()["field"] == "state"
+
+
+def test_openapi_document_matches_the_routes(hub):
+    import re
+    import requests
+    from openapi_spec_validator import validate
+    doc = requests.get(f"{hub.api}/openapi.json", timeout=10).json()
+    validate(doc)
+    from gpuspawner.service.app import GpuHubService
+    app = GpuHubService.instance().make_app.__func__  # the routes as the service registers them
+    import inspect
+    source = inspect.getsource(app)
+    routes = {m.replace('" + wid + r"', "/workloads/{id}").replace('wid + r"', "/workloads/{id}")
+              for m in re.findall(r'\(api \+ (?:wid \+ )?r?"([^"]*)"', source)}
+    assert set(doc["paths"]) >= {"/workloads", "/workloads/{id}/events", "/pools", "/usage"}
+    for path in doc["paths"]:
+        tail = path.replace("{id}", "").replace("{name}", "")
+        assert any(tail.rstrip("/").split("/")[-1] in r for r in routes), path
+
+
+def test_logs_follow_streams_until_the_job_ends(hub):
+    import json
+    import requests
+    alice = hub.client("alice")
+    job = alice.submit(command=[sys.executable, "-c",
+                                "import time\nfor i in range(5):\n print('line', i, flush=True); time.sleep(0.2)"],
+                       gpus=0)
+    r = alice.session.get(f"{hub.api}/workloads/{job['id']}/logs", params={"follow": "true"},
+                          stream=True, timeout=60)
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    text, end = "", None
+    event = None
+    for line in r.iter_lines(decode_unicode=True):
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            if event == "log":
+                text += data["text"]
+            elif event == "end":
+                end = data
+                break
+    assert [f"line {i}" for i in range(5)] == [l for l in text.splitlines() if l.startswith("line")]
+    assert end == {"attempt_state": "succeeded"}
