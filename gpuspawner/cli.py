@@ -75,6 +75,9 @@ def cmd_trace(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.target == "api":
+        from .bench_api import cmd_bench_api
+        return cmd_bench_api(args)
     from .sim.bench import format_rows, run_bench
 
     def progress(row):
@@ -119,16 +122,23 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--teams", type=int, help="number of teams (default: 8 named teams)")
     trace.set_defaults(func=cmd_trace)
 
-    bench = sub.add_parser("bench", help="scheduling cycle benchmark against fifo")
+    bench = sub.add_parser("bench", help="benchmarks: scheduling cycle against fifo (default), "
+                                         "or the REST API through the proxy (api)")
+    bench.add_argument("target", nargs="?", choices=["scheduler", "api"], default="scheduler",
+                       help="what to measure (default: scheduler)")
     bench.add_argument("--json", action="store_true", help="one JSON object per measurement")
     bench.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000],
                        help="pending workloads to measure at")
     bench.add_argument("--cycles", type=int, default=30)
     bench.add_argument("--seed", type=int, default=0)
+    from .bench_api import add_arguments as add_bench_api
+    add_bench_api(bench)
     bench.set_defaults(func=cmd_bench)
 
     from .hub.up import add_parser as add_up
     add_up(sub)
+    from .cli_client import add_parsers as add_client
+    add_client(sub)
     return parser
 
 

@@ -36,6 +36,31 @@ from .specs import Limits
 OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
 
 
+# The REST API, as the OpenAPI document names its paths.
+API_ROUTES = [
+    ("/me", h.MeHandler),
+    ("/workloads", h.WorkloadsHandler),
+    ("/workloads/{id}", h.WorkloadHandler),
+    ("/workloads/{id}/cancel", h.CancelHandler),
+    ("/workloads/{id}/events", h.EventsHandler),
+    ("/workloads/{id}/logs", h.LogsHandler),
+    ("/pools", h.PoolsHandler),
+    ("/teams", h.TeamsHandler),
+    ("/teams/{name}", h.TeamHandler),
+    ("/usage", h.UsageHandler),
+    ("/openapi.json", h.OpenAPIHandler),
+    ("/health", h.HealthHandler),
+]
+PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})"}
+
+
+def route_regex(path: str) -> str:
+    out = path.replace(".", r"\.")
+    for param, regex in PATH_PARAMS.items():
+        out = out.replace(param, regex)
+    return out
+
+
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
@@ -339,23 +364,9 @@ class GpuHubService(Application):
     # ---- serve -----------------------------------------------------------
     def make_app(self) -> web.Application:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/")
-        api = prefix + "api/v1"
-        wid = r"/workloads/([A-Za-z0-9_-]{1,32})"
-        routes = [
-            (api + r"/me", h.MeHandler),
-            (api + r"/workloads", h.WorkloadsHandler),
-            (api + wid, h.WorkloadHandler),
-            (api + wid + r"/cancel", h.CancelHandler),
-            (api + wid + r"/events", h.EventsHandler),
-            (api + wid + r"/logs", h.LogsHandler),
-            (api + r"/pools", h.PoolsHandler),
-            (api + r"/teams", h.TeamsHandler),
-            (api + r"/teams/([A-Za-z0-9._-]{1,128})", h.TeamHandler),
-            (api + r"/usage", h.UsageHandler),
-            (api + r"/openapi.json", h.OpenAPIHandler),
-            (api + r"/health", h.HealthHandler),
-            (prefix + r"oauth_callback", HubOAuthCallbackHandler),
-        ]
+        routes = [(prefix + "api/v1" + route_regex(path), handler)
+                  for path, handler in API_ROUTES]
+        routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))
         return web.Application(routes, engine=self.engine, gpuhub=self,
                                cookie_secret=os.urandom(32), xsrf_cookies=False)
 

@@ -383,6 +383,7 @@ class Engine:
             team = TeamRow(name=name, group=self.config.team_prefix + name, weight=1.0,
                            created_at=now)
             s.add(team)
+            s.flush()
             q = self.config.default_quota
             rows = [QuotaRow(team=name, pool=pool, nominal=q.nominal,
                              borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit)

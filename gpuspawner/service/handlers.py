@@ -149,9 +149,10 @@ class WorkloadHandler(APIHandler):
         self.write_json(views.workload(row), status=202)
 
 
-class CancelHandler(WorkloadHandler):
+class CancelHandler(APIHandler):
     def post(self, wid: str):
-        self.delete(wid)
+        row = self.engine.cancel(self.identity, wid)
+        self.write_json(views.workload(row), status=202)
 
 
 class EventsHandler(APIHandler):

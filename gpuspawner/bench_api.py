@@ -1,0 +1,276 @@
+"""``gpuhub bench api``: the REST API's throughput and latency through the proxy.
+
+Against a live hub (``--url`` of the hub, ``--token`` of a user who may
+submit), or a temporary one started for the run (``--start-hub``), three
+rows are measured, each with ``--requests`` requests from ``--concurrency``
+threads (one ``requests.Session`` per thread), after a few warm-up requests:
+
+* baseline: JupyterHub's own ``GET /hub/api/user`` (same proxy, same token),
+* submit: ``POST /workloads`` of a tiny job (``true``, 0 GPUs),
+* list: ``GET /workloads?limit=50``.
+
+Throughput is requests over the wall time of the row; latencies are per
+request, body read included. The ratios compare each row with the baseline
+of the same run. Only the given URL is contacted, and by default only a hub
+on this machine (loopback).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
+from urllib.parse import urlsplit
+
+import requests
+
+from .client import GpuHubError, TokenMissing, hub_url_of, resolve_token, resolve_url
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WARMUP = 5
+BENCH_JOB = {"command": "true", "gpus": 0, "name": "gpuhub-bench", "project": "bench",
+             "time_limit": 60}
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear-interpolated percentile (p in 0..100) of unsorted values."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    k = (len(xs) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def summarize(name: str, latencies_s: list[float], wall_s: float, errors: int,
+              concurrency: int) -> dict:
+    n = len(latencies_s)
+    return {"name": name, "requests": n, "errors": errors, "concurrency": concurrency,
+            "wall_s": round(wall_s, 4),
+            "rps": round(n / wall_s, 2) if wall_s > 0 else 0.0,
+            "p50_ms": round(percentile(latencies_s, 50) * 1000, 2),
+            "p99_ms": round(percentile(latencies_s, 99) * 1000, 2),
+            "mean_ms": round(sum(latencies_s) / n * 1000, 2) if n else 0.0}
+
+
+def add_ratios(rows: list[dict]) -> list[dict]:
+    """Each row's throughput and latency relative to the first (the baseline)."""
+    base = rows[0]
+    for r in rows:
+        r["rps_vs_baseline"] = round(r["rps"] / base["rps"], 3) if base["rps"] else None
+        r["p50_vs_baseline"] = round(r["p50_ms"] / base["p50_ms"], 3) if base["p50_ms"] else None
+        r["p99_vs_baseline"] = round(r["p99_ms"] / base["p99_ms"], 3) if base["p99_ms"] else None
+    return rows
+
+
+def _ratio(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def format_rows(rows: list[dict]) -> str:
+    header = (f"{'request':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
+              f"{'req/s vs base':>13} {'p50 vs base':>11} {'p99 vs base':>11}")
+    lines = [header]
+    for r in rows:
+        lines.append(f"{r['name']:<34} {r['rps']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+                     f"{r['errors']:>6} {_ratio(r.get('rps_vs_baseline')):>13} "
+                     f"{_ratio(r.get('p50_vs_baseline')):>11} "
+                     f"{_ratio(r.get('p99_vs_baseline')):>11}")
+    return "\n".join(lines)
+
+
+def is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+class _Runner:
+    """N requests over C threads, one Session per thread (closed at the end)."""
+
+    def __init__(self, token: str, concurrency: int, timeout: float = 30.0):
+        self.token = token
+        self.concurrency = max(1, concurrency)
+        self.timeout = timeout
+        self.local = threading.local()
+        self.sessions: list[requests.Session] = []
+        self.lock = threading.Lock()
+
+    def session(self) -> requests.Session:
+        s = getattr(self.local, "session", None)
+        if s is None:
+            s = requests.Session()
+            s.headers["Authorization"] = f"token {self.token}"
+            adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=1)
+            s.mount("http://", adapter)
+            s.mount("https://", adapter)
+            self.local.session = s
+            with self.lock:
+                self.sessions.append(s)
+        return s
+
+    def one(self, method: str, url: str, expect: int, body: Optional[dict]) -> tuple[float, bool]:
+        t0 = time.perf_counter()
+        try:
+            r = self.session().request(method, url, json=body, timeout=self.timeout)
+            _ = r.content
+            ok = r.status_code == expect
+        except requests.RequestException:
+            ok = False
+        return time.perf_counter() - t0, ok
+
+    def run(self, pool: ThreadPoolExecutor, name: str, method: str, url: str, expect: int,
+            body: Optional[dict], n: int) -> dict:
+        list(pool.map(lambda _: self.one(method, url, expect, body), range(WARMUP)))
+        t0 = time.perf_counter()
+        results = list(pool.map(lambda _: self.one(method, url, expect, body), range(n)))
+        wall = time.perf_counter() - t0
+        return summarize(name, [lat for lat, _ in results], wall,
+                         sum(1 for _, ok in results if not ok), self.concurrency)
+
+    def close(self) -> None:
+        for s in self.sessions:
+            s.close()
+
+
+def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 8,
+                  team: Optional[str] = None,
+                  progress: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """The three rows (baseline first), with ratios to the baseline."""
+    hub_url = hub_url_of(hub_url)
+    api = hub_url + "/services/gpuhub/api/v1"
+    job = dict(BENCH_JOB, **({"team": team} if team else {}))
+    plan = [("GET /hub/api/user (baseline)", "GET", hub_url + "/hub/api/user", 200, None),
+            ("POST /workloads (submit)", "POST", api + "/workloads", 201, job),
+            ("GET /workloads?limit=50 (list)", "GET", api + "/workloads?limit=50", 200, None)]
+    runner = _Runner(token, concurrency)
+    rows = []
+    try:
+        with ThreadPoolExecutor(max_workers=runner.concurrency) as pool:
+            for name, method, url, expect, body in plan:
+                row = runner.run(pool, name, method, url, expect, body, max(1, n))
+                rows.append(row)
+                if progress:
+                    progress(row)
+    finally:
+        runner.close()
+    return add_ratios(rows)
+
+
+def _check_first(hub_url: str, token: str) -> None:
+    """Before measuring: the service answers and the token's user may submit
+    (else the server's reason, not a table of errors)."""
+    api = hub_url_of(hub_url) + "/services/gpuhub/api/v1"
+    try:
+        r = requests.get(api + "/me", headers={"Authorization": f"token {token}"}, timeout=10)
+    except requests.RequestException as e:
+        raise GpuHubError(f"cannot reach {api}: {e}")
+    if r.status_code != 200:
+        try:
+            msg = r.json().get("error") or r.text
+        except ValueError:
+            msg = f"HTTP {r.status_code} from {api}/me"
+        raise GpuHubError(msg)
+    if not r.json().get("can_submit"):
+        raise GpuHubError(f"user {r.json().get('name')} may not submit jobs")
+
+
+def start_temporary_hub(workdir: str):
+    """A hub from the test harness (tests/hub_harness.py) with one bench team."""
+    path = os.path.join(ROOT, "tests")
+    if not os.path.exists(os.path.join(path, "hub_harness.py")):
+        raise GpuHubError("--start-hub needs a source checkout (tests/hub_harness.py)")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    from hub_harness import Hub  # noqa: E402
+
+    hub = Hub(workdir, groups={"team-bench": ["bench"]},
+              teams={"bench": {"quotas": {"default": {"nominal": 4}}}}, gpus=4)
+    try:
+        hub.start()
+    except BaseException:
+        hub.stop()
+        raise
+    return hub
+
+
+def add_arguments(parser) -> None:
+    """The options of ``gpuhub bench api`` (added to the ``bench`` parser)."""
+    g = parser.add_argument_group("bench api")
+    g.add_argument("--url", help="the hub's URL (default $GPUHUB_URL, else "
+                                 "http://127.0.0.1:8000)")
+    g.add_argument("--token", help="a user's API token (default $GPUHUB_TOKEN, else "
+                                   "$JUPYTERHUB_API_TOKEN)")
+    g.add_argument("--team", help="team the benchmark's jobs are charged to")
+    g.add_argument("--requests", type=int, default=200, help="requests per row (default 200)")
+    g.add_argument("--concurrency", type=int, default=8, help="client threads (default 8)")
+    g.add_argument("--start-hub", action="store_true",
+                   help="start a temporary hub (tests/hub_harness.py) for the run, then stop it")
+    g.add_argument("--allow-remote", action="store_true",
+                   help="allow a hub that is not on this machine")
+
+
+def cmd_bench_api(args) -> int:
+    if args.requests < 1 or args.requests > 100_000 or args.concurrency < 1 \
+            or args.concurrency > 256:
+        print("gpuhub bench: --requests must be 1..100000 and --concurrency 1..256",
+              file=sys.stderr)
+        return 2
+
+    def progress(row):
+        if not args.json:
+            print(f"  measured {row['name']}", file=sys.stderr, flush=True)
+
+    hub = None
+    tmp = None
+    try:
+        if args.start_hub:
+            tmp = tempfile.TemporaryDirectory(prefix="gpuhub-bench-")
+            if not args.json:
+                print("starting a temporary hub ...", file=sys.stderr, flush=True)
+            hub = start_temporary_hub(tmp.name)
+            url, token, team = hub.url, hub.token("bench"), "bench"
+        else:
+            url = hub_url_of(resolve_url(args.url))
+            token = resolve_token(args.token)
+            team = args.team
+            if not args.allow_remote and not is_loopback(url):
+                print(f"gpuhub bench: {url} is not on this machine; bench api only loads a "
+                      f"local hub unless --allow-remote is given", file=sys.stderr)
+                return 2
+        _check_first(url, token)
+        rows = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
+                             team=team, progress=progress)
+    except GpuHubError as e:
+        print(f"gpuhub bench: {e}", file=sys.stderr)
+        return 2 if isinstance(e, TokenMissing) else 1
+    finally:
+        if hub is not None:
+            hub.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    if args.json:
+        for row in rows:
+            print(json.dumps(dict(row, url=url), sort_keys=True))
+    else:
+        print(f"gpuhub API through the proxy at {url}: {args.requests} requests per row, "
+              f"concurrency {args.concurrency}; baseline: JupyterHub's GET /hub/api/user "
+              f"in the same run")
+        print(format_rows(rows))
+    return 1 if any(r["errors"] for r in rows) else 0

@@ -1,0 +1,489 @@
+"""``gpuhub submit | ls | logs | cancel | quota | pools``: the REST API from a shell.
+
+Every command takes ``--url`` (else ``$GPUHUB_URL``, else the embedded hub at
+http://127.0.0.1:8000/services/gpuhub), ``--token`` (else ``$GPUHUB_TOKEN``,
+else ``$JUPYTERHUB_API_TOKEN``) and ``--json`` (print the API's JSON instead
+of a table). A refused request prints ``gpuhub CMD: <the server's message>``
+and exits 1; a usage error (or no token) exits 2.
+
+The formatting and parsing functions here are pure (rows in, text out) so
+they can be tested without a hub.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
+                     resolve_token, resolve_url)
+
+STATES = ("queued", "running", "stopping", "succeeded", "failed", "cancelled")
+ACTIVE_STATES = ("queued", "running", "stopping")
+REASON_WIDTH = 48
+
+
+class UsageError(Exception):
+    """A command line that cannot be run (exit 2)."""
+
+
+# ---- pure helpers: parsing ----------------------------------------------------------
+
+def parse_env_pair(text: str) -> tuple[str, str]:
+    """``K=V`` → (K, V); the value may contain '=' and be empty."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
+def parse_param_value(text: str) -> Any:
+    """A papermill-style parameter value: int, float, True/False/None, else the string."""
+    if text in ("True", "true"):
+        return True
+    if text in ("False", "false"):
+        return False
+    if text in ("None", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_limit(text: str) -> Optional[int]:
+    """A quota limit: a non-negative integer, or ``none`` for no limit."""
+    if text.strip().lower() in ("none", "null", "unlimited", "-"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer or 'none'")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
+def command_payload(argv: Sequence[str]) -> Any:
+    """What ``-- COMMAND...`` becomes: one argument is a shell string
+    (``"echo a && echo b"``), several an argv list run without a shell."""
+    argv = list(argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        return None
+    return argv[0] if len(argv) == 1 else argv
+
+
+def build_job_spec(args: argparse.Namespace) -> dict:
+    """The JSON body of POST /workloads from ``gpuhub submit``'s arguments."""
+    command = command_payload(args.command or [])
+    if (command is None) == (args.notebook is None):
+        raise UsageError("give a command after '--' or --notebook NB.ipynb (exactly one)")
+    if args.parameters and args.notebook is None:
+        raise UsageError("-p/--parameter only applies to --notebook")
+    spec: dict[str, Any] = {}
+    if command is not None:
+        spec["command"] = command
+    else:
+        spec["notebook"] = args.notebook
+        if args.parameters:
+            spec["parameters"] = {k: parse_param_value(v) for k, v in args.parameters}
+        if args.output_notebook:
+            spec["output_notebook"] = args.output_notebook
+    for key, value in (("name", args.name), ("pool", args.pool), ("gpus", args.gpus),
+                       ("nodes", args.nodes), ("time_limit", args.time_limit),
+                       ("grace_period", args.grace_period), ("priority", args.priority),
+                       ("team", args.team), ("project", args.project),
+                       ("working_dir", args.workdir), ("checkpoint_dir", args.checkpoint_dir)):
+        if value is not None:
+            spec[key] = value
+    if args.env:
+        spec["env"] = dict(args.env)
+    return spec
+
+
+def quota_change(team: Optional[dict], pool: Optional[str], nominal: Optional[int],
+                 borrowing: Any = ..., lending: Any = ...,
+                 weight: Optional[float] = None) -> dict:
+    """The PUT /teams/{name} body for ``gpuhub quota set``: the pool's quota
+    with the limits not given kept from ``team`` (the team as it is now, or
+    None for a new team). ``...`` means "not given"; None means "no limit"."""
+    body: dict[str, Any] = {}
+    if weight is not None:
+        body["weight"] = weight
+    if pool is not None:
+        current = ((team or {}).get("quotas") or {}).get(pool) or {}
+        quota = {"nominal": nominal if nominal is not None else current.get("nominal", 0),
+                 "borrowing_limit": current.get("borrowing_limit"),
+                 "lending_limit": current.get("lending_limit")}
+        if borrowing is not ...:
+            quota["borrowing_limit"] = borrowing
+        if lending is not ...:
+            quota["lending_limit"] = lending
+        body["quotas"] = {pool: quota}
+    return body
+
+
+def parse_time(value: Optional[str]) -> Optional[float]:
+    """UNIX seconds from the API's ISO 8601 times (``…Z``)."""
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+# ---- pure helpers: formatting ------------------------------------------------------------
+
+def fmt_age(seconds: Optional[float]) -> str:
+    """A short duration: 45s, 12m, 3h05m, 2d04h."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def truncate(text: Optional[str], width: int) -> str:
+    text = " ".join((text or "").split())
+    if len(text) <= width:
+        return text
+    return text[: max(width - 3, 0)] + "..."
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Columns left-aligned, two spaces apart, no trailing spaces."""
+    rows = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = []
+    for row in [list(headers)] + rows:
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return "\n".join(lines)
+
+
+def fmt_gpus(w: dict) -> str:
+    nodes = w.get("nodes") or 1
+    if nodes > 1:
+        return f"{nodes}x{w.get('gpus_per_node', 0)}"
+    return str(w.get("gpus", 0))
+
+
+def fmt_limit(value: Optional[int]) -> str:
+    return "none" if value is None else str(value)
+
+
+WORKLOAD_HEADERS = ("ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE", "STARTED",
+                    "REASON")
+
+
+def workload_row(w: dict, now: float) -> list[str]:
+    submitted, started = parse_time(w.get("submitted_at")), parse_time(w.get("started_at"))
+    return [w.get("id", ""), w.get("name") or "-", w.get("team", ""), w.get("user", ""),
+            w.get("state", ""), fmt_gpus(w), w.get("pool", ""),
+            fmt_age(now - submitted) if submitted else "-",
+            fmt_age(now - started) + " ago" if started else "-",
+            truncate(w.get("reason"), REASON_WIDTH)]
+
+
+def format_workloads(workloads: Sequence[dict], now: float) -> str:
+    if not workloads:
+        return "No workloads."
+    return format_table(WORKLOAD_HEADERS, [workload_row(w, now) for w in workloads])
+
+
+def format_pools(pools: Sequence[dict]) -> str:
+    rows = []
+    for p in pools:
+        capacity = str(p.get("capacity", 0))
+        if p.get("total", p.get("capacity")) != p.get("capacity"):
+            capacity += f" of {p['total']}"
+        queued = str(p.get("queued_workloads", 0))
+        if p.get("queued_workloads"):
+            queued += f" ({p.get('queued_gpus', 0)} GPUs)"
+        teams = ", ".join(f"{t}={n}" for t, n in sorted((p.get("teams") or {}).items())) or "-"
+        rows.append([p.get("name", ""), capacity, p.get("used", 0), p.get("free", 0), queued,
+                     teams])
+    if not rows:
+        return "No pools."
+    return format_table(("POOL", "CAPACITY", "USED", "FREE", "QUEUED", "TEAMS"), rows)
+
+
+def format_quotas(teams: Sequence[dict]) -> str:
+    rows = []
+    for t in teams:
+        weight = f"{t.get('weight', 1.0):g}"
+        quotas = t.get("quotas") or {}
+        if not quotas:
+            rows.append([t.get("name", ""), "-", weight, "-", "-", "-", "-"])
+        for pool, q in sorted(quotas.items()):
+            rows.append([t.get("name", ""), pool, weight, q.get("nominal", 0),
+                         fmt_limit(q.get("borrowing_limit")), fmt_limit(q.get("lending_limit")),
+                         q.get("used", 0)])
+    if not rows:
+        return "No teams."
+    return format_table(("TEAM", "POOL", "WEIGHT", "NOMINAL", "BORROWING", "LENDING", "USED"),
+                        rows)
+
+
+def format_cancelled(w: dict) -> str:
+    if w.get("state") == "cancelled":
+        return f"{w['id']} cancelled"
+    return f"{w['id']} {w.get('state', '')}: {w.get('reason') or 'stopping'}"
+
+
+# ---- commands -------------------------------------------------------------------------
+
+def _client(args) -> GpuHubClient:
+    return GpuHubClient(resolve_url(args.url), resolve_token(args.token))
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _note(text: str) -> None:
+    print(f"gpuhub: {text}", file=sys.stderr, flush=True)
+
+
+def _stream(client: GpuHubClient, wid: str, attempt: Optional[int] = None) -> None:
+    for text in client.follow_logs(wid, attempt, notify=_note):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def cmd_submit(args) -> int:
+    spec = build_job_spec(args)
+    client = _client(args)
+    w = client.submit(spec)
+    if args.json:
+        _print_json(w)
+    else:
+        print(w["id"], flush=True)
+    if not args.follow:
+        return 0
+    _stream(client, w["id"])
+    final = client.wait(w["id"], TERMINAL_STATES, timeout=30)
+    if final["state"] != "succeeded":
+        _note(f"{w['id']} {final['state']}: {final.get('reason') or ''}".rstrip(": "))
+        return 1
+    return 0
+
+
+def cmd_ls(args) -> int:
+    states = args.state or ([] if args.all else list(ACTIVE_STATES))
+    workloads = _client(args).list_workloads(state=states, team=args.team, user=args.user,
+                                             pool=args.pool, project=args.project,
+                                             limit=args.limit)
+    if args.json:
+        _print_json({"workloads": workloads})
+    else:
+        print(format_workloads(workloads, time.time()))
+    return 0
+
+
+def cmd_logs(args) -> int:
+    client = _client(args)
+    if args.follow:
+        _stream(client, args.id, args.attempt)
+        return 0
+    text = client.logs(args.id, args.attempt)
+    if args.json:
+        _print_json({"id": args.id, "attempt": args.attempt, "text": text})
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+def cmd_cancel(args) -> int:
+    client = _client(args)
+    status, out = 0, []
+    for wid in args.ids:
+        try:
+            w = client.cancel(wid)
+        except ApiError as e:
+            if e.status == 0:
+                raise
+            print(f"gpuhub cancel: {wid}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        out.append(w)
+        if not args.json:
+            print(format_cancelled(w))
+    if args.json:
+        _print_json(out[0] if len(args.ids) == 1 and out else out)
+    return status
+
+
+def cmd_quota(args) -> int:
+    words = list(args.words)
+    setting = bool(words) and words[0] == "set"
+    flags_given = any(v is not None for v in (args.pool, args.nominal, args.weight)) or \
+        args.borrowing_limit is not ... or args.lending_limit is not ...
+    if not setting:
+        if len(words) > 1:
+            raise UsageError("usage: gpuhub quota [TEAM] | gpuhub quota set TEAM --pool P ...")
+        if flags_given:
+            raise UsageError("--pool/--nominal/--borrowing-limit/--lending-limit/--weight go "
+                             "with 'gpuhub quota set TEAM'")
+        client = _client(args)
+        teams = [client.team(words[0])] if words else client.teams()
+        if args.json:
+            _print_json(teams[0] if words else {"teams": teams})
+        else:
+            print(format_quotas(teams))
+        return 0
+    if len(words) != 2:
+        raise UsageError("usage: gpuhub quota set TEAM --pool P --nominal N "
+                         "[--borrowing-limit N|none] [--lending-limit N|none] [--weight W]")
+    name = words[1]
+    pool_flags = args.nominal is not None or args.borrowing_limit is not ... or \
+        args.lending_limit is not ...
+    if pool_flags and args.pool is None:
+        raise UsageError("--nominal, --borrowing-limit and --lending-limit need --pool")
+    if args.pool is not None and args.nominal is None:
+        raise UsageError("--pool needs --nominal N")
+    if args.pool is None and args.weight is None:
+        raise UsageError("nothing to change: give --pool P --nominal N and/or --weight W")
+    client = _client(args)
+    current = None
+    if args.pool is not None:
+        try:
+            current = client.team(name)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+    body = quota_change(current, args.pool, args.nominal, args.borrowing_limit,
+                        args.lending_limit, args.weight)
+    team = client.set_team(name, weight=body.get("weight"), quotas=body.get("quotas"))
+    if args.json:
+        _print_json(team)
+    else:
+        print(format_quotas([team]))
+    return 0
+
+
+def cmd_pools(args) -> int:
+    pools = _client(args).pools()
+    if args.json:
+        _print_json({"pools": pools})
+    else:
+        print(format_pools(pools))
+    return 0
+
+
+def _guard(name: str, fn: Callable[[Any], int]) -> Callable[[Any], int]:
+    """Errors as one line on stderr: 1 for refused requests, 2 for usage."""
+    def run(args) -> int:
+        try:
+            return fn(args)
+        except (UsageError, TokenMissing) as e:
+            print(f"gpuhub {name}: {e}", file=sys.stderr)
+            return 2
+        except GpuHubError as e:
+            print(f"gpuhub {name}: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+    return run
+
+
+# ---- argparse ---------------------------------------------------------------------------
+
+def common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_argument_group("connection")
+    g.add_argument("--url", help="the service URL (default $GPUHUB_URL, else "
+                                 "http://127.0.0.1:8000/services/gpuhub)")
+    g.add_argument("--token", help="a JupyterHub API token (default $GPUHUB_TOKEN, else "
+                                   "$JUPYTERHUB_API_TOKEN)")
+    common.add_argument("--json", action="store_true", help="print the API's JSON")
+    return common
+
+
+def add_parsers(sub) -> None:
+    """Register the client commands into the ``gpuhub`` subparsers."""
+    common = common_options()
+
+    p = sub.add_parser("submit", parents=[common], help="submit a job",
+                       usage="gpuhub submit [options] -- COMMAND... | --notebook NB.ipynb",
+                       description="Submit a job and print its id. The command goes after '--': "
+                                   "several words are run as an argv list without a shell, one "
+                                   "quoted argument with /bin/sh -c.")
+    p.add_argument("--gpus", type=int, help="GPUs per node (default 1)")
+    p.add_argument("--nodes", type=int, help="nodes (default 1)")
+    p.add_argument("--pool", help="GPU pool (default: the configured default)")
+    p.add_argument("--time-limit", help="e.g. 90, 45m, 2h30m, 1d")
+    p.add_argument("--grace-period", help="seconds between SIGTERM and SIGKILL (e.g. 30, 2m)")
+    p.add_argument("--priority", help="production, interactive, batch or best-effort")
+    p.add_argument("--team", help="team to charge (default: your only team)")
+    p.add_argument("--project", help="label for cost attribution")
+    p.add_argument("--name", help="a name for the workload")
+    p.add_argument("--workdir", help="working directory (relative to your workspace)")
+    p.add_argument("--env", action="append", type=parse_env_pair, metavar="K=V",
+                   help="environment variable (repeat)")
+    p.add_argument("--checkpoint-dir", help="handed to the job as GPUHUB_CHECKPOINT_DIR")
+    p.add_argument("--notebook", metavar="NB.ipynb", help="run a notebook with papermill")
+    p.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append",
+                   metavar=("KEY", "VALUE"), help="notebook parameter (repeat)")
+    p.add_argument("--output-notebook", help="where the executed notebook goes")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="stream the output until the job ends; exit 0 only if it succeeded")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after '--'")
+    p.set_defaults(func=_guard("submit", cmd_submit))
+
+    p = sub.add_parser("ls", parents=[common], help="list workloads",
+                       description="Workloads of your teams (all for admins), newest first. "
+                                   "By default the queued, running and stopping ones.")
+    p.add_argument("--state", action="extend", nargs="+", choices=STATES,
+                   help="only these states (repeatable)")
+    p.add_argument("--team")
+    p.add_argument("--user")
+    p.add_argument("--pool")
+    p.add_argument("--project")
+    p.add_argument("--all", action="store_true", help="finished workloads too")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    p.set_defaults(func=_guard("ls", cmd_ls))
+
+    p = sub.add_parser("logs", parents=[common], help="print a workload's output")
+    p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
+    p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    p.add_argument("id")
+    p.set_defaults(func=_guard("logs", cmd_logs))
+
+    p = sub.add_parser("cancel", parents=[common], help="cancel workloads")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.set_defaults(func=_guard("cancel", cmd_cancel))
+
+    p = sub.add_parser("quota", parents=[common], help="show or set team quotas",
+                       usage="gpuhub quota [TEAM]\n       gpuhub quota set TEAM --pool P "
+                             "--nominal N [--borrowing-limit N|none] [--lending-limit N|none] "
+                             "[--weight W]",
+                       description="Show the quotas of your teams (all for admins), or, as an "
+                                   "admin, set one. Limits not given are kept; 'none' means "
+                                   "no limit.")
+    p.add_argument("words", nargs="*", metavar="TEAM | set TEAM")
+    p.add_argument("--pool")
+    p.add_argument("--nominal", type=int)
+    p.add_argument("--borrowing-limit", type=parse_limit, default=..., metavar="N|none")
+    p.add_argument("--lending-limit", type=parse_limit, default=..., metavar="N|none")
+    p.add_argument("--weight", type=float)
+    p.set_defaults(func=_guard("quota", cmd_quota))
+
+    p = sub.add_parser("pools", parents=[common], help="GPU pools: capacity, use, queue")
+    p.set_defaults(func=_guard("pools", cmd_pools))

@@ -1,0 +1,41 @@
+"""Shared fixtures: databases for the store and service tests."""
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+# PostgreSQL answers here on the project's machines and in CI (trust auth);
+# GPUHUB_TEST_PG points elsewhere.
+PG_ADMIN_URL = os.environ.get("GPUHUB_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database, dropped afterwards."""
+    import psycopg
+    name = "gpuhub_test_" + secrets.token_hex(4)
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL.replace("postgresql+psycopg", "postgresql"),
+                                autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as e:
+        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({e}); start it or set "
+                    f"GPUHUB_TEST_PG to a server where the tests may create databases")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        base = PG_ADMIN_URL.rsplit("/", 1)[0]
+        try:
+            yield f"{base}/{name}"
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/gpuhub.sqlite"
+    return request.getfixturevalue("pg_url")

@@ -1,0 +1,132 @@
+"""The engine across restarts, without the hub: a real database (SQLite and
+PostgreSQL), real job processes, and a new Engine standing in for the
+restarted service."""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import func, select
+
+from gpuspawner.backends.local import LocalBackend
+from gpuspawner.scheduler.model import Node, Quota
+from gpuspawner.scheduler.policy import get_policy
+from gpuspawner.service.engine import Engine, EngineConfig, LocalNode
+from gpuspawner.service.identity import Identity
+from gpuspawner.service.specs import parse_job
+from gpuspawner.store import Allocation, Attempt, Store, WorkloadRow
+
+ALICE = Identity("alice", teams=frozenset({"a"}), can_submit=True)
+
+
+class NeverStarts(LocalBackend):
+    """A service that dies after persisting an admission, before the process
+    starts (the window 'persist, then act' leaves open)."""
+
+    def start(self, spec):
+        return None
+
+
+def make_engine(url, data_dir, backend=None) -> Engine:
+    engine = Engine(Store(url), backend or LocalBackend(),
+                    [LocalNode(Node("host", "default", 4), [0, 1, 2, 3])],
+                    replace(get_policy("gpuhub"), preemption_delay=0),
+                    EngineConfig(data_dir=str(data_dir), default_grace_period=2))
+    engine.start()
+    return engine
+
+
+def run_until(engine: Engine, done, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        engine.tick()
+        if done():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def state(engine: Engine, wid: str) -> WorkloadRow:
+    with engine.store.session() as s:
+        return s.get(WorkloadRow, wid)
+
+
+def job(seconds: float, gpus: int = 1):
+    return parse_job({"command": [sys.executable, "-c", f"import time; time.sleep({seconds})"],
+                      "gpus": gpus, "pool": "default"})
+
+
+def test_restart_adopts_running_jobs_and_records_those_that_ended(db_url, tmp_path):
+    first = make_engine(db_url, tmp_path)
+    short = first.submit(ALICE, job(0.3)).id
+    long = first.submit(ALICE, job(60, gpus=2)).id
+    run_until(first, lambda: state(first, long).state == "running"
+              and state(first, short).state == "running")
+    # The service dies (nothing is cleaned up); the short job ends meanwhile.
+    time.sleep(1.0)
+    second = make_engine(db_url, tmp_path)
+    assert state(second, short).state == "succeeded"
+    assert state(second, short).attempt == 0
+    row = state(second, long)
+    assert (row.state, row.attempt) == ("running", 0)
+    assert set(second.scheduler.state.running) == {long}
+    # Its two GPUs stay booked: a 3-GPU job must wait, a 2-GPU job runs.
+    waits = second.submit(ALICE, job(0.1, gpus=3)).id
+    fits = second.submit(ALICE, job(0.1, gpus=2)).id
+    run_until(second, lambda: state(second, fits).state == "succeeded")
+    assert state(second, waits).state == "queued"
+    with second.store.session() as s:
+        long_gpus = {tuple(p) for p in
+                     [(n, g) for n, gs in s.get(Attempt, (long, 0)).placement for g in gs]}
+        fit_gpus = {(n, g) for n, gs in s.get(Attempt, (fits, 0)).placement for g in gs}
+    assert not long_gpus & fit_gpus
+    # The adopted process is stopped like any other.
+    second.cancel(ALICE, long)
+    run_until(second, lambda: state(second, waits).state == "succeeded")
+    assert state(second, long).state == "cancelled"
+    with second.store.session() as s:
+        assert s.scalar(select(func.count()).select_from(Allocation)) == 0
+        assert s.scalar(select(func.count()).select_from(Attempt)) == 4
+    assert not second.scheduler.state.running and second.backend.running() == set()
+
+
+def test_admission_persisted_but_never_started_is_requeued(db_url, tmp_path):
+    crashed = make_engine(db_url, tmp_path, backend=NeverStarts())
+    wid = crashed.submit(ALICE, job(0.1)).id
+    crashed.tick()
+    assert state(crashed, wid).state == "running"
+    restarted = make_engine(db_url, tmp_path)
+    row = state(restarted, wid)
+    assert (row.state, row.attempt) == ("queued", 1)
+    run_until(restarted, lambda: state(restarted, wid).state == "succeeded")
+    with restarted.store.session() as s:
+        attempts = s.scalars(select(Attempt).where(Attempt.workload_id == wid)
+                             .order_by(Attempt.number)).all()
+    assert [a.state for a in attempts] == ["lost", "succeeded"]
+
+
+def test_preempted_job_stopping_at_restart_is_stopped_and_requeued(db_url, tmp_path):
+    """A victim inside its grace period when the service dies is still
+    stopped after the restart, requeued, and its preemptor then runs."""
+    engine = make_engine(db_url, tmp_path)
+    admin = Identity("root", admin=True)
+    engine.set_team(admin, "a", None, {"default": Quota(0, None, None)})
+    engine.set_team(admin, "b", None, {"default": Quota(4, 0, None)})
+    victim = engine.submit(ALICE, parse_job({
+        "command": [sys.executable, "-c", "import signal, time\n"
+                    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"],
+        "gpus": 4, "pool": "default", "grace_period": 3})).id
+    run_until(engine, lambda: state(engine, victim).state == "running")
+    bob = Identity("bob", teams=frozenset({"b"}), can_submit=True)
+    lender = engine.submit(bob, job(0.1, gpus=2)).id
+    run_until(engine, lambda: state(engine, victim).state == "stopping")
+    restarted = make_engine(db_url, tmp_path)
+    run_until(restarted, lambda: state(restarted, lender).state == "succeeded", timeout=30)
+    row = state(restarted, victim)
+    assert row.attempt == 1 and row.state in ("queued", "running")
+    with restarted.store.session() as s:
+        assert s.get(Attempt, (victim, 0)).state == "preempted"
+    restarted.cancel(ALICE, victim)
+    run_until(restarted, lambda: state(restarted, victim).state == "cancelled")
