@@ -1,0 +1,633 @@
+"""The ``gpuhub`` client commands (submit, ls, logs, cancel, quota, pools,
+bench api) and the HTTP client under them.
+
+Pure parts (parsing, formatting, SSE) are table-driven; the log follower's
+resume is checked against a scripted local HTTP server; the commands run
+in-process (``main([...])``) against one real hub (JupyterHub + proxy +
+service, tests/hub_harness.py) shared by the module.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gpuspawner import bench_api
+from gpuspawner.cli import build_parser, main
+from gpuspawner.cli_client import (build_job_spec, command_payload, fmt_age, format_cancelled,
+                                   format_pools, format_quotas, format_table, format_workloads,
+                                   parse_env_pair, parse_limit, parse_param_value, quota_change,
+                                   truncate, workload_row)
+from gpuspawner.client import (DEFAULT_URL, ApiError, GpuHubClient, TokenMissing, hub_url_of,
+                               iter_lines, iter_sse, normalize_url, resolve_token, resolve_url)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hub_harness import Hub  # noqa: E402
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+def iso(t):
+    import datetime as dt
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+# ---- pure: configuration ----------------------------------------------------------------
+
+@pytest.mark.parametrize("given, service", [
+    ("http://h:8000", "http://h:8000/services/gpuhub"),
+    ("http://h:8000/", "http://h:8000/services/gpuhub"),
+    ("http://h:8000/hub/", "http://h:8000/services/gpuhub"),
+    ("h:8000", "http://h:8000/services/gpuhub"),
+    ("http://h:8000/services/gpuhub/", "http://h:8000/services/gpuhub"),
+    ("http://h:8000/services/gpuhub/api/v1", "http://h:8000/services/gpuhub"),
+    ("https://gpu.example.org/prefix/services/gpuhub", "https://gpu.example.org/prefix/services/gpuhub"),
+])
+def test_normalize_url(given, service):
+    assert normalize_url(given) == service
+
+
+@pytest.mark.parametrize("flag, env, expected", [
+    ("http://a:1", {"GPUHUB_URL": "http://b:2"}, "http://a:1/services/gpuhub"),
+    (None, {"GPUHUB_URL": "http://b:2/services/gpuhub"}, "http://b:2/services/gpuhub"),
+    (None, {}, DEFAULT_URL),
+])
+def test_resolve_url(flag, env, expected):
+    assert resolve_url(flag, env) == expected
+
+
+@pytest.mark.parametrize("flag, env, expected", [
+    ("t-flag", {"GPUHUB_TOKEN": "t-env", "JUPYTERHUB_API_TOKEN": "t-nb"}, "t-flag"),
+    (None, {"GPUHUB_TOKEN": "t-env", "JUPYTERHUB_API_TOKEN": "t-nb"}, "t-env"),
+    (None, {"JUPYTERHUB_API_TOKEN": "t-nb"}, "t-nb"),
+    (None, {}, TokenMissing),
+    ("", {"GPUHUB_TOKEN": ""}, TokenMissing),
+])
+def test_resolve_token(flag, env, expected):
+    if expected is TokenMissing:
+        with pytest.raises(TokenMissing, match="--token.*GPUHUB_TOKEN"):
+            resolve_token(flag, env)
+    else:
+        assert resolve_token(flag, env) == expected
+
+
+def test_hub_url_of():
+    assert hub_url_of("http://h:8000/services/gpuhub/api/v1") == "http://h:8000"
+    assert hub_url_of("http://h:8000") == "http://h:8000"
+
+
+@pytest.mark.parametrize("error, shown", [
+    (ApiError(400, "pool: unknown pool 'x'", "pool"), "pool: unknown pool 'x'"),
+    (ApiError(400, "must be positive", "gpus"), "gpus: must be positive"),
+    (ApiError(403, "forbidden"), "forbidden"),
+])
+def test_api_error_names_field(error, shown):
+    assert str(error) == shown
+
+
+# ---- pure: server-sent events -----------------------------------------------------------
+
+@pytest.mark.parametrize("chunks, lines", [
+    ([b"a\nb\n"], ["a", "b"]),
+    ([b"a\r", b"\nb\r\n"], ["a", "b"]),          # CRLF split across chunks
+    ([b"a\rb\r"], ["a", "b"]),                   # bare CR
+    ([b"\xc3", b"\xa9t\xc3\xa9\n"], ["été"]),     # UTF-8 split across chunks
+    ([b"x\n\n", b"y"], ["x", "", "y"]),           # unterminated tail
+    ([b"", b"z\n"], ["z"]),
+])
+def test_iter_lines(chunks, lines):
+    assert list(iter_lines(chunks)) == lines
+
+
+@pytest.mark.parametrize("text, events", [
+    ('id: 6\nevent: log\ndata: {"text": "hi"}\n\n',
+     [("log", '{"text": "hi"}', "6")]),
+    (': comment\ndata: a\ndata: b\n\n', [("message", "a\nb", None)]),
+    ('event: end\ndata:{"attempt_state":"failed"}\n\n', [("end", '{"attempt_state":"failed"}', None)]),
+    ('event: log\ndata: cut off', []),          # no blank line: never dispatched
+    ('event: ping\n\nid: 3\nevent: log\ndata: x\n\n', [("log", "x", "3")]),
+])
+def test_iter_sse(text, events):
+    got = [(e.event, e.data, e.id) for e in iter_sse(iter_lines([text.encode()]))]
+    assert got == events
+
+
+# ---- pure: submit arguments -----------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--", "echo a && echo b"], "echo a && echo b"),
+    (["--", "python", "train.py", "--lr", "3"], ["python", "train.py", "--lr", "3"]),
+    (["python", "x.py"], ["python", "x.py"]),
+    (["--", "--", "x"], ["--", "x"]),
+    ([], None),
+    (["--"], None),
+])
+def test_command_payload(argv, expected):
+    assert command_payload(argv) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("A=1", ("A", "1")), ("B=x=y", ("B", "x=y")), ("EMPTY=", ("EMPTY", "")),
+    ("novalue", argparse.ArgumentTypeError), ("=v", argparse.ArgumentTypeError),
+])
+def test_parse_env_pair(text, expected):
+    if expected is argparse.ArgumentTypeError:
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_env_pair(text)
+    else:
+        assert parse_env_pair(text) == expected
+
+
+@pytest.mark.parametrize("text, value", [
+    ("3", 3), ("-2", -2), ("0.1", 0.1), ("1e-3", 0.001), ("True", True), ("false", False),
+    ("None", None), ("resnet", "resnet"), ("", ""),
+])
+def test_parse_param_value(text, value):
+    assert parse_param_value(text) == value and type(parse_param_value(text)) is type(value)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("0", 0), ("4", 4), ("none", None), ("None", None), ("-1", argparse.ArgumentTypeError),
+    ("x", argparse.ArgumentTypeError),
+])
+def test_parse_limit(text, value):
+    if value is argparse.ArgumentTypeError:
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_limit(text)
+    else:
+        assert parse_limit(text) == value
+
+
+@pytest.mark.parametrize("argv, spec", [
+    (["--", "nvidia-smi"], {"command": "nvidia-smi"}),
+    (["--gpus", "2", "--nodes", "2", "--pool", "a100", "--time-limit", "2h", "--priority",
+      "production", "--team", "a", "--project", "p1", "--name", "run-1", "--workdir", "exp",
+      "--env", "A=1", "--env", "B=2", "--checkpoint-dir", "ckpt", "--", "python", "t.py"],
+     {"command": ["python", "t.py"], "gpus": 2, "nodes": 2, "pool": "a100", "time_limit": "2h",
+      "priority": "production", "team": "a", "project": "p1", "name": "run-1",
+      "working_dir": "exp", "env": {"A": "1", "B": "2"}, "checkpoint_dir": "ckpt"}),
+    (["--gpus", "0", "--notebook", "nb.ipynb", "-p", "lr", "0.01", "-p", "arch", "resnet"],
+     {"notebook": "nb.ipynb", "gpus": 0, "parameters": {"lr": 0.01, "arch": "resnet"}}),
+])
+def test_build_job_spec(argv, spec):
+    assert build_job_spec(build_parser().parse_args(["submit"] + argv)) == spec
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "exactly one"),
+    (["--notebook", "nb.ipynb", "--", "echo"], "exactly one"),
+    (["-p", "a", "1", "--", "echo"], "only applies to --notebook"),
+])
+def test_build_job_spec_refuses(argv, message):
+    from gpuspawner.cli_client import UsageError
+    with pytest.raises(UsageError, match=message):
+        build_job_spec(build_parser().parse_args(["submit"] + argv))
+
+
+@pytest.mark.parametrize("team, args, body", [
+    (None, ("default", 2, ..., ..., None),
+     {"quotas": {"default": {"nominal": 2, "borrowing_limit": None, "lending_limit": None}}}),
+    ({"quotas": {"default": {"nominal": 1, "borrowing_limit": 3, "lending_limit": 1}}},
+     ("default", 2, ..., ..., None),
+     {"quotas": {"default": {"nominal": 2, "borrowing_limit": 3, "lending_limit": 1}}}),
+    ({"quotas": {"default": {"nominal": 1, "borrowing_limit": 3, "lending_limit": 1}}},
+     ("default", 1, None, 0, None),
+     {"quotas": {"default": {"nominal": 1, "borrowing_limit": None, "lending_limit": 0}}}),
+    ({"quotas": {"other": {"nominal": 5, "borrowing_limit": 1}}}, ("default", 4, 2, ..., 2.5),
+     {"weight": 2.5, "quotas": {"default": {"nominal": 4, "borrowing_limit": 2,
+                                            "lending_limit": None}}}),
+    (None, (None, None, ..., ..., 3.0), {"weight": 3.0}),
+])
+def test_quota_change_keeps_limits_not_given(team, args, body):
+    assert quota_change(team, *args) == body
+
+
+# ---- pure: formatting -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seconds, text", [
+    (None, "-"), (-3, "0s"), (0, "0s"), (59.9, "59s"), (60, "1m"), (3599, "59m"),
+    (3600, "1h00m"), (3 * 3600 + 5 * 60, "3h05m"), (86400, "1d00h"), (2 * 86400 + 4 * 3600, "2d04h"),
+])
+def test_fmt_age(seconds, text):
+    assert fmt_age(seconds) == text
+
+
+@pytest.mark.parametrize("text, width, out", [
+    (None, 10, ""), ("short", 10, "short"), ("exactly10!", 10, "exactly10!"),
+    ("a much longer reason", 10, "a much ..."), ("multi\nline  text", 20, "multi line text"),
+])
+def test_truncate(text, width, out):
+    assert truncate(text, width) == out
+
+
+def test_format_table_aligns_columns():
+    text = format_table(("A", "LONGER"), [("xx", 1), ("y", "")])
+    assert text.splitlines() == ["A   LONGER", "xx  1", "y"]
+
+
+WORKLOAD = {"id": "w1", "name": "train", "team": "a", "user": "alice", "state": "running",
+            "gpus": 2, "gpus_per_node": 2, "nodes": 1, "pool": "default", "reason": "",
+            "submitted_at": iso(NOW - 600), "started_at": iso(NOW - 90)}
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({}, ["w1", "train", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+    ({"state": "queued", "started_at": None, "name": "", "reason": "waiting for quota: " + "x" * 60},
+     ["w1", "-", "a", "alice", "queued", "2", "default", "10m", "-",
+      ("waiting for quota: " + "x" * 60)[:45] + "..."]),
+    ({"gpus": 16, "gpus_per_node": 8, "nodes": 2}, ["w1", "train", "a", "alice", "running",
+                                                    "2x8", "default", "10m", "1m ago", ""]),
+])
+def test_workload_row(overrides, expected):
+    assert workload_row(dict(WORKLOAD, **overrides), NOW) == expected
+
+
+def test_format_workloads():
+    lines = format_workloads([WORKLOAD, dict(WORKLOAD, id="w22", state="queued")], NOW).splitlines()
+    assert lines[0].split() == ["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE",
+                                "STARTED", "REASON"]
+    assert lines[1].split()[:5] == ["w1", "train", "a", "alice", "running"]
+    assert lines[2].split()[0] == "w22"
+    assert format_workloads([], NOW) == "No workloads."
+
+
+@pytest.mark.parametrize("pool, row", [
+    ({"name": "default", "capacity": 4, "total": 4, "used": 3, "free": 1, "queued_workloads": 2,
+      "queued_gpus": 5, "teams": {"b": 1, "a": 2}},
+     ["default", "4", "3", "1", "2", "(5", "GPUs)", "a=2,", "b=1"]),
+    ({"name": "a100", "capacity": 7, "total": 8, "used": 0, "free": 7, "queued_workloads": 0,
+      "queued_gpus": 0, "teams": {}},
+     ["a100", "7", "of", "8", "0", "7", "0", "-"]),
+])
+def test_format_pools(pool, row):
+    lines = format_pools([pool]).splitlines()
+    assert lines[0].split() == ["POOL", "CAPACITY", "USED", "FREE", "QUEUED", "TEAMS"]
+    assert lines[1].split() == row
+
+
+@pytest.mark.parametrize("team, rows", [
+    ({"name": "a", "weight": 1.0, "quotas": {"default": {"nominal": 2, "borrowing_limit": 2,
+                                                          "lending_limit": None, "used": 1}}},
+     [["a", "default", "1", "2", "2", "none", "1"]]),
+    ({"name": "b", "weight": 2.5, "quotas": {"y": {"nominal": 0, "borrowing_limit": None,
+                                                    "lending_limit": 0, "used": 0},
+                                              "x": {"nominal": 8, "borrowing_limit": None,
+                                                    "lending_limit": None, "used": 8}}},
+     [["b", "x", "2.5", "8", "none", "none", "8"], ["b", "y", "2.5", "0", "none", "0", "0"]]),
+    ({"name": "c", "weight": 1.0, "quotas": {}}, [["c", "-", "1", "-", "-", "-", "-"]]),
+])
+def test_format_quotas(team, rows):
+    lines = format_quotas([team]).splitlines()
+    assert lines[0].split() == ["TEAM", "POOL", "WEIGHT", "NOMINAL", "BORROWING", "LENDING", "USED"]
+    assert [line.split() for line in lines[1:]] == rows
+
+
+@pytest.mark.parametrize("w, text", [
+    ({"id": "w1", "state": "cancelled", "reason": "cancelled"}, "w1 cancelled"),
+    ({"id": "w2", "state": "stopping", "reason": "cancel requested; stopping"},
+     "w2 stopping: cancel requested; stopping"),
+])
+def test_format_cancelled(w, text):
+    assert format_cancelled(w) == text
+
+
+@pytest.mark.parametrize("values, p, expected", [
+    ([], 50, 0.0), ([5.0], 99, 5.0), ([1, 2, 3, 4], 50, 2.5), ([3, 1, 2], 50, 2.0),
+    (list(range(101)), 99, 99.0), ([1, 2], 100, 2.0),
+])
+def test_percentile(values, p, expected):
+    assert bench_api.percentile(values, p) == pytest.approx(expected)
+
+
+def test_bench_rows_and_ratios():
+    rows = bench_api.add_ratios([
+        bench_api.summarize("GET /hub/api/user (baseline)", [0.002] * 10, 0.01, 0, 2),
+        bench_api.summarize("POST /workloads (submit)", [0.004] * 10, 0.02, 1, 2)])
+    assert rows[0]["rps"] == 1000 and rows[1]["rps"] == 500
+    assert rows[1]["rps_vs_baseline"] == 0.5 and rows[1]["p50_vs_baseline"] == 2.0
+    lines = bench_api.format_rows(rows).splitlines()
+    assert len(lines) == 3 and "0.50x" in lines[2] and "2.00x" in lines[2]
+
+
+@pytest.mark.parametrize("url, local", [
+    ("http://127.0.0.1:8000", True), ("http://localhost:8000", True), ("http://[::1]:8000", True),
+    ("http://10.1.2.3:8000", False), ("http://192.0.2.1", False),
+])
+def test_is_loopback(url, local):
+    assert bench_api.is_loopback(url) is local
+
+
+# ---- the log follower against a scripted server ---------------------------------------------
+
+LOG = "/services/gpuhub/api/v1/workloads/w1/logs"
+ONE = "/services/gpuhub/api/v1/workloads/w1"
+
+
+def sse(*events):
+    out = ""
+    for kind, data, eid in events:
+        out += (f"id: {eid}\n" if eid is not None else "") + f"event: {kind}\n" \
+               f"data: {json.dumps(data)}\n\n"
+    return out.encode()
+
+
+class Scripted:
+    """A local HTTP server answering the logs endpoint from a script: each
+    item is (body bytes, how): 'close' ends after the body (HTTP/1.0),
+    'short' sends it as one chunk of a chunked body that never ends (the
+    connection breaks mid-stream)."""
+
+    def __init__(self, logs, workloads):
+        self.logs, self.workloads, self.seen = list(logs), list(workloads), []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                outer.seen.append((path, self.path, self.headers.get("Last-Event-ID")))
+                if path == LOG:
+                    body, how = outer.logs.pop(0)
+                    if how == "short":
+                        self.protocol_version = "HTTP/1.1"
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    if how == "short":
+                        self.send_header("Transfer-Encoding", "chunked")
+                        body = b"%x\r\n%s\r\n" % (len(body), body)  # no last chunk
+                    self.end_headers()
+                    self.wfile.write(body)
+                    self.wfile.flush()
+                    self.close_connection = True
+                elif path == ONE:
+                    w = outer.workloads.pop(0) if len(outer.workloads) > 1 else outer.workloads[0]
+                    data = json.dumps(w).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                else:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("how", ["close", "short"])
+def test_follow_resumes_with_last_event_id(how):
+    first = sse(("log", {"text": "hello\n"}, 6)) + b'id: 12\nevent: log\ndata: {"te'
+    second = sse(("log", {"text": "world\n"}, 12), ("end", {"attempt_state": "succeeded"}, None))
+    srv = Scripted([(first, how), (second, "close")],
+                   [{"id": "w1", "state": "succeeded", "attempt": 0}])
+    try:
+        client = GpuHubClient(srv.url, "tok")
+        assert "".join(client.follow_logs("w1")) == "hello\nworld\n"
+        assert client.last_attempt_state == "succeeded"
+        logs = [s for s in srv.seen if s[0] == LOG]
+        assert [s[2] for s in logs] == [None, "6"]
+        assert all("follow=true" in s[1] and "attempt=0" in s[1] for s in logs)
+    finally:
+        srv.close()
+
+
+def test_follow_waits_while_queued_and_moves_to_requeued_attempt():
+    srv = Scripted(
+        [(sse(("end", {"attempt_state": "queued"}, None)), "close"),
+         (sse(("log", {"text": "a0\n"}, 3), ("end", {"attempt_state": "preempted"}, None)), "close"),
+         (sse(("log", {"text": "a1\n"}, 3), ("end", {"attempt_state": "succeeded"}, None)), "close")],
+        [{"id": "w1", "state": "queued", "attempt": 0, "reason": "waiting for GPUs"},
+         {"id": "w1", "state": "queued", "attempt": 0, "reason": "waiting for GPUs"},
+         {"id": "w1", "state": "queued", "attempt": 1, "reason": "preempted"},
+         {"id": "w1", "state": "succeeded", "attempt": 1}])
+    notes = []
+    try:
+        client = GpuHubClient(srv.url, "tok")
+        out = "".join(client.follow_logs("w1", poll_interval=0.01, notify=notes.append))
+        assert out == "a0\na1\n"
+        assert client.last_attempt_state == "succeeded"
+        attempts = [re.search(r"attempt=(\d+)", s[1]).group(1) for s in srv.seen if s[0] == LOG]
+        assert attempts == ["0", "0", "1"]
+        assert any("waiting for GPUs" in n for n in notes)
+        assert any("following attempt 1" in n for n in notes)
+    finally:
+        srv.close()
+
+
+def test_follow_gives_up_when_the_server_is_gone():
+    client = GpuHubClient("http://127.0.0.1:9", "tok", timeout=1)
+    with pytest.raises(ApiError, match="cannot reach"):
+        list(client.follow_logs("w1", attempt=0, max_retries=1))
+
+
+# ---- end to end: the commands against a real hub -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    h = Hub(str(tmp_path_factory.mktemp("hub")),
+            groups={"team-a": ["alice"], "team-b": ["bob"]},
+            teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
+                   "b": {"quotas": {"default": {"nominal": 2}}}},
+            gpus=4)
+    try:
+        h.start()
+        yield h
+    finally:
+        h.stop()
+
+
+@pytest.fixture
+def svc(hub):
+    return hub.url + "/services/gpuhub"
+
+
+@pytest.fixture(autouse=True)
+def no_env_config(monkeypatch):
+    for name in ("GPUHUB_URL", "GPUHUB_TOKEN", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run(capsys, *argv):
+    """main([...]) in-process: (exit code, stdout, stderr)."""
+    try:
+        rc = main(list(argv))
+    except SystemExit as e:  # argparse usage errors
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def as_user(hub, svc, user):
+    return ["--url", svc, "--token", hub.token(user)]
+
+
+def test_submit_ls_logs_follow(hub, svc, capsys):
+    alice = as_user(hub, svc, "alice")
+    rc, out, err = run(capsys, "submit", *alice, "--name", "hello", "--gpus", "1", "--",
+                       "sh", "-c", "echo hello-from-job; sleep 2; echo done-$((40+2))")
+    assert rc == 0, err
+    wid = out.strip()
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", wid)
+
+    rc, out, err = run(capsys, "ls", *alice)
+    assert rc == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    assert lines[0][:5] == ["ID", "NAME", "TEAM", "USER", "STATE"]
+    mine = [row for row in lines if row[0] == wid]
+    assert mine and mine[0][1:4] == ["hello", "a", "alice"] and mine[0][4] in ("queued", "running")
+
+    t0 = time.monotonic()
+    rc, out, err = run(capsys, "logs", "-f", *alice, wid)
+    assert rc == 0, err
+    assert out == "hello-from-job\ndone-42\n"
+    assert time.monotonic() - t0 < 20
+
+    rc, out, _ = run(capsys, "ls", *alice, "--all", "--json")
+    w = [w for w in json.loads(out)["workloads"] if w["id"] == wid][0]
+    assert w["state"] == "succeeded" and w["name"] == "hello"
+    rc, out, _ = run(capsys, "ls", *alice, "--state", "succeeded")
+    assert wid in out
+    rc, out, _ = run(capsys, "ls", *alice)  # finished: not among the active ones
+    assert wid not in out
+    rc, out, _ = run(capsys, "logs", *alice, "--attempt", "0", wid)
+    assert rc == 0 and out == "hello-from-job\ndone-42\n"
+
+
+@pytest.mark.parametrize("command, rc_expected, text", [
+    (["echo ok-$((1+1))"], 0, "ok-2\n"),                # one string: run by the shell
+    (["sh", "-c", "echo failing; exit 3"], 1, "failing\n"),
+])
+def test_submit_follow_exit_code_is_the_jobs_success(hub, svc, capsys, command, rc_expected,
+                                                      text):
+    rc, out, err = run(capsys, "submit", *as_user(hub, svc, "alice"), "--gpus", "0",
+                       "--follow", "--", *command)
+    assert rc == rc_expected, err
+    wid, _, logs = out.partition("\n")
+    assert logs == text
+    if rc_expected:
+        assert f"{wid} failed" in err and "code 3" in err
+
+
+def test_cancel_long_job(hub, svc, capsys):
+    alice = as_user(hub, svc, "alice")
+    rc, out, err = run(capsys, "submit", *alice, "--gpus", "1", "--", "sleep", "60")
+    assert rc == 0, err
+    wid = out.strip()
+    hub.client("alice").wait(wid, "running", timeout=15)
+    rc, out, err = run(capsys, "cancel", *alice, wid)
+    assert rc == 0, err
+    assert out.startswith(wid)
+    w = hub.client("alice").wait(wid, "cancelled", timeout=15)
+    assert w["state"] == "cancelled"
+    # Cancelling it again, or an unknown id: the server's message, exit 1.
+    rc, out, err = run(capsys, "cancel", *alice, wid, "wdoesnotexist")
+    assert rc == 1
+    assert f"gpuhub cancel: {wid}: workload {wid} has already cancelled" in err
+    assert "gpuhub cancel: wdoesnotexist: no workload wdoesnotexist" in err
+
+
+def test_pools_and_quota(hub, svc, capsys):
+    alice = as_user(hub, svc, "alice")
+    rc, out, err = run(capsys, "pools", *alice)
+    assert rc == 0, err
+    header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
+    assert header == ["POOL", "CAPACITY", "USED", "FREE", "QUEUED", "TEAMS"]
+    assert row[0] == "default" and row[1] == "4"
+    assert int(row[2]) + int(row[3]) == 4
+
+    rc, out, err = run(capsys, "quota", *alice)
+    assert rc == 0, err
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert [r[:6] for r in rows] == [["a", "default", "1", "2", "2", "none"]]  # b is not hers
+
+    rc, out, _ = run(capsys, "quota", *alice, "a", "--json")
+    assert json.loads(out)["quotas"]["default"]["nominal"] == 2
+    rc, out, _ = run(capsys, "pools", *alice, "--json")
+    assert json.loads(out)["pools"][0]["capacity"] == 4
+
+    rc, out, _ = run(capsys, "quota", *as_user(hub, svc, "root-admin"))
+    assert {line.split()[0] for line in out.splitlines()[1:]} >= {"a", "b"}
+
+
+def test_quota_set_is_admin_only_and_keeps_limits(hub, svc, capsys):
+    admin = as_user(hub, svc, "root-admin")
+    rc, out, err = run(capsys, "quota", "set", "c", *admin, "--pool", "default", "--nominal",
+                       "1", "--borrowing-limit", "3", "--weight", "2")
+    assert rc == 0, err
+    assert out.splitlines()[1].split()[:6] == ["c", "default", "2", "1", "3", "none"]
+    rc, out, err = run(capsys, "quota", "set", "c", *admin, "--pool", "default", "--nominal", "2")
+    assert rc == 0, err
+    assert out.splitlines()[1].split()[:6] == ["c", "default", "2", "2", "3", "none"]
+    rc, out, err = run(capsys, "quota", "set", "c", *admin, "--pool", "default", "--nominal", "2",
+                       "--borrowing-limit", "none", "--lending-limit", "1")
+    assert out.splitlines()[1].split()[:6] == ["c", "default", "2", "2", "none", "1"]
+
+    rc, out, err = run(capsys, "quota", "set", "a", *as_user(hub, svc, "alice"), "--pool",
+                       "default", "--nominal", "4")
+    assert rc == 1 and err.startswith("gpuhub quota: ") and "custom:gpuhub:admin" in err
+    rc, out, err = run(capsys, "quota", "set", "c", *admin, "--nominal", "2")
+    assert rc == 2 and "need --pool" in err
+    rc, out, err = run(capsys, "quota", "set", "c", *admin, "--pool", "nope", "--nominal", "1")
+    assert rc == 1 and "quotas.nope" in err and "unknown pool" in err
+
+
+def test_unknown_pool_prints_the_servers_message(hub, svc, capsys):
+    rc, out, err = run(capsys, "submit", *as_user(hub, svc, "alice"), "--pool", "nope", "--",
+                       "true")
+    assert rc == 1 and out == ""
+    assert err.strip() == "gpuhub submit: pool: unknown pool 'nope'; known pools: default"
+
+
+@pytest.mark.parametrize("argv, rc_expected, message", [
+    (["ls"], 2, "gpuhub ls: no API token: pass --token"),
+    (["pools", "--token", "not-a-real-token"], 1, "gpuhub pools: authentication required"),
+])
+def test_token_errors(hub, svc, capsys, argv, rc_expected, message):
+    rc, out, err = run(capsys, *argv, "--url", svc)
+    assert rc == rc_expected and out == ""
+    assert err.startswith(message)
+
+
+def test_environment_and_bare_hub_url(hub, svc, capsys, monkeypatch):
+    monkeypatch.setenv("GPUHUB_URL", hub.url)            # the hub's URL is enough
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.token("bob"))
+    rc, out, err = run(capsys, "quota")
+    assert rc == 0, err
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["b"]
+
+
+def test_unreachable_and_usage_errors(capsys):
+    rc, out, err = run(capsys, "ls", "--url", "http://127.0.0.1:9", "--token", "t")
+    assert rc == 1 and err.startswith("gpuhub ls: cannot reach http://127.0.0.1:9/")
+    rc, out, err = run(capsys, "submit", "--url", "http://127.0.0.1:9", "--token", "t")
+    assert rc == 2 and "exactly one" in err
+    rc, out, err = run(capsys, "ls", "--state", "sleeping")
+    assert rc == 2 and "invalid choice" in err
+
+
+def test_bench_api_smoke(hub, capsys):
+    rc, out, err = run(capsys, "bench", "api", "--url", hub.url, "--token", hub.token("alice"),
+                       "--requests", "20", "--concurrency", "4", "--json")
+    assert rc == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["name"].split(" (")[0] for r in rows] == [
+        "GET /hub/api/user", "POST /workloads", "GET /workloads?limit=50"]
+    assert all(r["rps"] > 0 and r["requests"] == 20 and r["errors"] == 0 for r in rows)
+    assert rows[0]["rps_vs_baseline"] == 1.0 and rows[1]["rps_vs_baseline"] > 0
