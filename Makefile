@@ -1,10 +1,13 @@
-# GPU Hub: the two commands are `make demo` (set up and start) and `make test`.
+# GPU Hub: the two commands are `make run` (set up and start the embedded hub)
+# and `make test` (set up and run the tests).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PROXY := node_modules/.bin/configurable-http-proxy
+ARGS ?=
 
-.PHONY: setup demo test bench clean
+.PHONY: setup run demo test bench bench-api clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +15,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# configurable-http-proxy (JupyterHub's proxy) from the npm registry, into
+# the project, not globally.
+$(PROXY): package.json package-lock.json
+	command -v npm >/dev/null || (apt-get update && apt-get install -y nodejs npm)
+	npm install --no-audit --no-fund
+	touch $(PROXY)
+
+setup: $(STAMP) $(PROXY)
+
+# Starts JupyterHub + proxy + the scheduler service on this host (SQLite,
+# local processes, NVML GPUs or four declared fake ones). Prints the URL and
+# the first admin's password. `make run ARGS=--demo` adds demo teams/users.
+run: $(STAMP) $(PROXY)
+	$(BIN)/gpuhub up $(ARGS)
 
 # Replays a 15,000-job Philly-like trace on 2,000 GPUs under the four
 # policies and writes the usage chart to out/usage.png.
@@ -21,11 +37,16 @@ demo: $(STAMP)
 	$(BIN)/gpuhub trace out/philly-15k.csv --jobs 15000 --load 1.3
 	$(BIN)/gpuhub simulate out/philly-15k.csv --cluster examples/philly-cluster.yaml --plot out/usage.png
 
-test: $(STAMP)
+test: $(STAMP) $(PROXY)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/gpuhub bench
 
+# Submit/list throughput and p99 through the proxy against a temporary hub,
+# next to JupyterHub's own GET /hub/api/user.
+bench-api: $(STAMP) $(PROXY)
+	$(BIN)/gpuhub bench api --start-hub
+
 clean:
-	rm -rf $(VENV) out .pytest_cache .hypothesis
+	rm -rf $(VENV) out .pytest_cache .hypothesis node_modules

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 
+import bcrypt
 from nativeauthenticator import NativeAuthenticator
 from nativeauthenticator.orm import UserInfo
 from traitlets import Unicode
@@ -34,9 +35,15 @@ class GpuHubAuthenticator(NativeAuthenticator):
                 users = json.load(f).get("users", {})
             for name, password in users.items():
                 if self.get_user(name) is None:
-                    import bcrypt
                     self.db.add(UserInfo(username=self.normalize_username(name),
                                          password=bcrypt.hashpw(password.encode(), bcrypt.gensalt()),
                                          is_authorized=True))
                     self.db.commit()
                     self.log.info("created user %s", name)
+
+    def get_handlers(self, app):
+        # nativeauthenticator 1.3's own /login page calls the hub's statsd
+        # client, which JupyterHub 6 no longer has (every login would be a
+        # 500). JupyterHub's login page calls the same authenticate().
+        return [(path, handler) for path, handler in super().get_handlers(app)
+                if path != r"/login"]

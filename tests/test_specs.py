@@ -1,0 +1,113 @@
+"""Job spec validation and scope parsing: pure, table-driven."""
+from __future__ import annotations
+
+import pytest
+
+from gpuspawner.service.identity import identity_from_model
+from gpuspawner.service.specs import Limits, SpecError, parse_duration, parse_job
+
+LIMITS = Limits(max_time_limit=7 * 86400, default_time_limit=86400, default_pool="a100")
+
+
+@pytest.mark.parametrize("text, seconds", [
+    (600, 600), (1.5, 1.5), ("90", 90), ("45m", 2700), ("2h30m", 9000), ("1d", 86400),
+    ("1h 15s", 3615), ("0.5h", 1800),
+])
+def test_durations(text, seconds):
+    assert parse_duration(text, "time_limit") == seconds
+
+
+@pytest.mark.parametrize("text", ["forever", "", "h", "-5", -5, 0, True, None, "2x", [1]])
+def test_bad_durations_name_the_field(text):
+    with pytest.raises(SpecError) as e:
+        parse_duration(text, "time_limit")
+    assert e.value.field == "time_limit"
+
+
+@pytest.mark.parametrize("body, field", [
+    (None, "body"),
+    ([], "body"),
+    ({"command": "x", "colour": "red"}, "colour"),
+    ({"command": "x", "kind": "notebook"}, "kind"),
+    ({}, "command"),
+    ({"command": "x", "notebook": "a.ipynb"}, "command"),
+    ({"command": ""}, "command"),
+    ({"command": []}, "command"),
+    ({"command": ["python", 3]}, "command"),
+    ({"command": "x", "gpus": -1}, "gpus"),
+    ({"command": "x", "gpus": 65}, "gpus"),
+    ({"command": "x", "gpus": 1.5}, "gpus"),
+    ({"command": "x", "gpus": True}, "gpus"),
+    ({"command": "x", "nodes": 0}, "nodes"),
+    ({"command": "x", "time_limit": 8 * 86400}, "time_limit"),
+    ({"command": "x", "grace_period": "2h"}, "grace_period"),
+    ({"command": "x", "env": {"GPUHUB_ATTEMPT": "3"}}, "env.GPUHUB_ATTEMPT"),
+    ({"command": "x", "env": {"1BAD": "x"}}, "env.1BAD"),
+    ({"command": "x", "env": {"OK": 1}}, "env.OK"),
+    ({"command": "x", "env": []}, "env"),
+    ({"command": "x", "name": "has space"}, "name"),
+    ({"command": "x", "parameters": {"lr": 0.1}}, "parameters"),
+    ({"notebook": "t.ipynb", "parameters": [1]}, "parameters"),
+    ({"command": "x", "project": 7}, "project"),
+    ({"command": "x", "pool": "p" * 65}, "pool"),
+    ({"command": "x\x00y"}, "command"),
+])
+def test_bad_specs_name_the_field(body, field):
+    with pytest.raises(SpecError) as e:
+        parse_job(body, LIMITS)
+    assert e.value.field == field
+    assert e.value.status == 400
+
+
+@pytest.mark.parametrize("body, expect", [
+    ({"command": "python train.py"}, {"command": ("python train.py",), "shell": True,
+                                      "gpus": 1, "nodes": 1, "pool": "a100",
+                                      "time_limit": 86400}),
+    ({"command": ["python", "t.py"], "gpus": 0, "time_limit": "2h"},
+     {"command": ("python", "t.py"), "shell": False, "gpus": 0, "time_limit": 7200}),
+    ({"notebook": "t.ipynb", "parameters": {"lr": 0.1}, "pool": "h100", "gpus": 8, "nodes": 2},
+     {"notebook": "t.ipynb", "parameters": {"lr": 0.1}, "pool": "h100", "gpus": 8, "nodes": 2}),
+    ({"command": "x", "env": {"WANDB_MODE": "offline"}, "project": "search", "priority": "best-effort"},
+     {"env": {"WANDB_MODE": "offline"}, "project": "search", "priority": "best-effort"}),
+])
+def test_good_specs(body, expect):
+    spec = parse_job(body, LIMITS)
+    for key, value in expect.items():
+        assert getattr(spec, key) == value, key
+
+
+def test_no_pool_and_no_default():
+    with pytest.raises(SpecError) as e:
+        parse_job({"command": "x"}, Limits(default_pool=""))
+    assert e.value.field == "pool"
+
+
+@pytest.mark.parametrize("scopes, groups, expect", [
+    (["custom:gpuhub:submit"], ["team-a", "staff"],
+     dict(teams={"a"}, leads=set(), admin=False, can_submit=True)),
+    ([], ["team-a"], dict(teams={"a"}, leads=set(), admin=False, can_submit=False)),
+    (["custom:gpuhub:submit", "custom:gpuhub:team-admin!group=team-b"], ["team-a", "team-b"],
+     dict(teams={"a", "b"}, leads={"b"}, admin=False)),
+    (["custom:gpuhub:team-admin"], ["team-a", "team-b"], dict(leads={"a", "b"})),
+    (["custom:gpuhub:team-admin!group=other"], ["team-a"], dict(leads=set())),
+    (["custom:gpuhub:admin"], [], dict(teams=set(), admin=True, can_submit=True)),
+])
+def test_identity_from_scopes_and_groups(scopes, groups, expect):
+    who = identity_from_model({"name": "u", "scopes": scopes}, groups, "team-")
+    for key, value in expect.items():
+        assert getattr(who, key) == value, key
+
+
+@pytest.mark.parametrize("who, owner, team, sees, acts", [
+    (dict(teams={"a"}), "u", "a", True, True),
+    (dict(teams={"a"}), "v", "a", True, False),
+    (dict(teams={"a"}), "v", "b", False, False),
+    (dict(teams={"a"}, leads={"a"}), "v", "a", True, True),
+    (dict(admin=True), "v", "z", True, True),
+])
+def test_who_sees_and_acts(who, owner, team, sees, acts):
+    from gpuspawner.service.identity import Identity
+    ident = Identity("u", teams=frozenset(who.get("teams", ())),
+                     leads=frozenset(who.get("leads", ())), admin=who.get("admin", False))
+    assert ident.sees_team(team) is sees
+    assert ident.acts_on(owner, team) is acts
