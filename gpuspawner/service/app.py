@@ -29,7 +29,7 @@ from ..scheduler.model import Node, Quota
 from ..scheduler.policy import get_policy
 from ..store import NodeRow, GpuRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
 from . import handlers as h
-from .engine import Engine, EngineConfig, LocalNode
+from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import identity_from_model
 from .specs import Limits
 
@@ -211,7 +211,7 @@ class GpuHubService(Application):
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
         self.source, gpus = self.inventory.discover()
-        nodes = self._nodes(gpus)
+        nodes = local_nodes(gpus, self.node_name)
         self._record_inventory(nodes, gpus)
         self._seed_teams()
         self.engine = Engine(self.store, LocalBackend(), nodes, replace(get_policy(self.policy), preemption_delay=self.preemption_delay),
@@ -222,19 +222,6 @@ class GpuHubService(Application):
                                           default_grace_period=self.default_grace_period))
         self.engine.start()
         self._groups: dict[str, tuple[float, list[str]]] = {}
-
-    def _nodes(self, gpus) -> list[LocalNode]:
-        """One node per pool on this host (a host may mix GPU models)."""
-        by_pool: dict[str, list] = {}
-        for g in gpus:
-            by_pool.setdefault(g.pool, []).append(g)
-        out = []
-        for pool, members in sorted(by_pool.items()):
-            name = self.node_name if len(by_pool) == 1 else f"{self.node_name}/{pool}"
-            unhealthy = frozenset(i for i, g in enumerate(members) if not g.healthy)
-            out.append(LocalNode(Node(name, pool, len(members), unhealthy_gpus=unhealthy),
-                                 [g.index for g in members]))
-        return out
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
         by_index = {g.index: g for g in gpus}

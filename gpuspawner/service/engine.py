@@ -58,6 +58,21 @@ class LocalNode:
     devices: list[int] = field(default_factory=list)
 
 
+def local_nodes(gpus, host: str) -> list[LocalNode]:
+    """This host's GPUs (inventory ``Gpu`` records) as scheduler nodes: one
+    node per pool, since a host may mix GPU models."""
+    by_pool: dict[str, list] = {}
+    for g in gpus:
+        by_pool.setdefault(g.pool, []).append(g)
+    out = []
+    for pool, members in sorted(by_pool.items()):
+        name = host if len(by_pool) == 1 else f"{host}/{pool}"
+        unhealthy = frozenset(i for i, g in enumerate(members) if not g.healthy)
+        out.append(LocalNode(Node(name, pool, len(members), unhealthy_gpus=unhealthy),
+                             [g.index for g in members]))
+    return out
+
+
 @dataclass
 class EngineConfig:
     data_dir: str

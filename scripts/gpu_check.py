@@ -1,0 +1,91 @@
+"""Runs the NVML inventory and the local backend on a real GPU host.
+
+GPUs come from NVML; one job per GPU asks the CUDA driver (through ctypes,
+so it honours CUDA_VISIBLE_DEVICES like any CUDA program) which devices it
+sees; a 0-GPU job must see none. Prints what it saw and exits non-zero on
+a mismatch. Usage: python scripts/gpu_check.py [DATA_DIR]
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+from gpuspawner.backends.local import LocalBackend
+from gpuspawner.inventory import Inventory
+from gpuspawner.scheduler.policy import get_policy
+from gpuspawner.service.engine import Engine, EngineConfig, local_nodes
+from gpuspawner.service.identity import Identity
+from gpuspawner.service.specs import parse_job
+from gpuspawner.store import Store, WorkloadRow
+
+CUDA_PROBE = r'''
+import ctypes, json, os
+cuda = ctypes.CDLL("libcuda.so.1")
+rc = cuda.cuInit(0)  # 100: CUDA_ERROR_NO_DEVICE, what an empty CUDA_VISIBLE_DEVICES gives
+assert rc in (0, 100), rc
+n = ctypes.c_int(0)
+if rc == 0:
+    cuda.cuDeviceGetCount(ctypes.byref(n))
+uuids = []
+for i in range(n.value):
+    dev = ctypes.c_int()
+    cuda.cuDeviceGet(ctypes.byref(dev), i)
+    raw = (ctypes.c_ubyte * 16)()
+    cuda.cuDeviceGetUuid(raw, dev)
+    b = bytes(raw).hex()
+    uuids.append("GPU-%s-%s-%s-%s-%s" % (b[:8], b[8:12], b[12:16], b[16:20], b[20:]))
+print(json.dumps({"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuInit": rc, "uuids": uuids}))
+'''
+
+
+def main() -> int:
+    data = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
+    source, gpus = Inventory(source="nvml").discover()
+    print("inventory:", source)
+    for g in gpus:
+        print(f"  {g.index} {g.uuid} {g.model} {g.memory_mib} MiB pool={g.pool} "
+              f"healthy={g.healthy} util={g.utilization_pct}% used={g.memory_used_mib} MiB")
+    nodes = local_nodes(gpus, "gpu-host")
+    engine = Engine(Store(f"sqlite:///{data}/gpuhub.sqlite"), LocalBackend(), nodes,
+                    get_policy("gpuhub"), EngineConfig(data_dir=data))
+    engine.start()
+    who = Identity("checker", teams=frozenset({"ops"}), can_submit=True)
+    pool = nodes[0].node.pool
+    ids = [engine.submit(who, parse_job({"command": [sys.executable, "-c", CUDA_PROBE],
+                                         "gpus": n, "pool": pool})).id
+           for n in [1] * len(gpus) + [0]]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        engine.tick()
+        with engine.store.session() as s:
+            rows = [s.get(WorkloadRow, i) for i in ids]
+        if all(r.state in ("succeeded", "failed") for r in rows):
+            break
+        time.sleep(0.2)
+    ok = True
+    by_index = {g.index: g.uuid for g in gpus}
+    seen = set()
+    for r in rows:
+        log = open(os.path.join(data, "workloads", r.id, "attempt-0", "output.log")).read()
+        print(f"job {r.id} gpus={r.gpus_per_node} {r.state}: {log.strip()}")
+        if r.state != "succeeded":
+            ok = False
+            continue
+        out = json.loads(log.strip().splitlines()[-1])
+        want = [by_index[int(i)] for i in out["visible"].split(",") if i]
+        if out["uuids"] != want or len(want) != r.gpus_per_node:
+            print(f"  MISMATCH: expected {want}")
+            ok = False
+        seen.update(want)
+    if seen != set(by_index.values()):
+        print("  not every GPU was used exactly once:", seen)
+        ok = False
+    print("RESULT:", "ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
