@@ -174,6 +174,8 @@ def test_unauthenticated_and_unknown_routes(hub):
     assert r.status_code in (401, 403)
     alice = hub.client("alice")
     assert alice.get("/workloads/does-not-exist").status_code == 404
+    page = requests.get(f"{hub.url}/services/gpuhub/", timeout=10)
+    assert page.status_code == 200 and "api/v1/openapi.json" in page.text
     assert alice.get("/workloads", params={"state": "sleeping"}).json()["field"] == "state"
 
 
@@ -215,3 +217,28 @@ def test_logs_follow_streams_until_the_job_ends(hub):
                 break
     assert [f"line {i}" for i in range(5)] == [l for l in text.splitlines() if l.startswith("line")]
     assert end == {"attempt_state": "succeeded"}
+
+
+def test_notebook_job_runs_with_parameters(hub):
+    import json
+    import nbformat
+    alice = hub.client("alice")
+    nb = nbformat.v4.new_notebook(metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("epochs = 1", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("import os\nprint('trained', epochs, 'epochs on GPUs',"
+                                          " os.environ['CUDA_VISIBLE_DEVICES'])")]
+    workspace = os.path.join(hub.data_dir, "workspaces", "alice", "nbs")
+    os.makedirs(workspace, exist_ok=True)
+    nbformat.write(nb, os.path.join(workspace, "train.ipynb"))
+    job = alice.submit(notebook="train.ipynb", working_dir="nbs", parameters={"epochs": 3},
+                       gpus=1)
+    done = alice.wait(job["id"], ("succeeded", "failed"), 120)
+    log = alice.get(f"/workloads/{job['id']}/logs").text
+    assert done["state"] == "succeeded", log
+    out = nbformat.read(done["output_notebook"], as_version=4)
+    printed = "".join(o.get("text", "") for c in out.cells if c.cell_type == "code"
+                      for o in c.get("outputs", []))
+    assert "trained 3 epochs on GPUs" in printed
+    assert json.dumps(done["parameters"]) == '{"epochs": 3}'

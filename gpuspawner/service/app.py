@@ -354,6 +354,7 @@ class GpuHubService(Application):
         routes = [(prefix + "api/v1" + route_regex(path), handler)
                   for path, handler in API_ROUTES]
         routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))
+        routes.append((prefix, h.IndexHandler))
         return web.Application(routes, engine=self.engine, gpuhub=self,
                                cookie_secret=os.urandom(32), xsrf_cookies=False)
 

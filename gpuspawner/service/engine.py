@@ -33,6 +33,7 @@ from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HOLDING_STATES, QUEUED, R
                       STOPPING, SUCCEEDED, field_for_reason, load_teams, placement_from_json,
                       placement_to_json, rebuild, to_team, to_workload)
 from .specs import JobSpec, SpecError
+from .views import output_notebook
 
 log = logging.getLogger("gpuhub.engine")
 
@@ -468,10 +469,8 @@ class Engine:
 def job_argv(spec: dict, attempt_dir: str) -> list[str]:
     """The command line of a job: its command, or papermill for a notebook."""
     if spec.get("notebook"):
-        nb = spec["notebook"]
-        out = spec.get("output_notebook") or os.path.join(
-            attempt_dir, os.path.splitext(os.path.basename(nb))[0] + ".output.ipynb")
-        return [sys.executable, "-m", "papermill", "--log-output", "-k", "python3", nb, out,
+        return [sys.executable, "-m", "papermill", "--log-output", "-k", "python3",
+                spec["notebook"], output_notebook(spec, attempt_dir),
                 "-y", json.dumps(spec.get("parameters") or {})]
     command = spec["command"]
     if spec.get("shell"):

@@ -307,6 +307,21 @@ class OpenAPIHandler(web.RequestHandler):
         self.finish(json.dumps(self.settings["gpuhub"].openapi()))
 
 
+class IndexHandler(web.RequestHandler):
+    """What a person who clicks the service in the hub's menu sees, until the
+    admin panel exists: where the API and its documentation are."""
+
+    def get(self):
+        api = self.settings["gpuhub"].api_prefix
+        self.finish(f"""<!doctype html><title>GPU Hub</title>
+<h1>GPU Hub scheduler service</h1>
+<p>REST API: <code>{api}</code> (send <code>Authorization: token &lt;your JupyterHub
+token&gt;</code>; get one at <a href="/hub/token">/hub/token</a>).</p>
+<p>API reference: <a href="{api}openapi.json">{api}openapi.json</a> (OpenAPI 3).</p>
+<p>From a terminal: <code>gpuhub submit --gpus 1 -- python train.py</code>,
+<code>gpuhub ls</code>, <code>gpuhub logs -f ID</code>, <code>gpuhub pools</code>.</p>""")
+
+
 class HealthHandler(web.RequestHandler):
     def get(self):
         with self.settings["engine"].store.session() as s:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Optional
 
 from ..store import Attempt, EventRow, WorkloadRow
@@ -31,7 +32,17 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
     }
     if attempt is not None and attempt.number == row.attempt and attempt.state == "running":
         out["placement"] = [{"node": n, "gpus": g} for n, g in attempt.placement]
+    if spec.get("notebook") and attempt is not None:
+        out["output_notebook"] = output_notebook(spec, attempt.attempt_dir)
     return out
+
+
+def output_notebook(spec: dict, attempt_dir: str) -> str:
+    """Where papermill writes the executed notebook of an attempt."""
+    if spec.get("output_notebook"):
+        return os.path.join(spec.get("working_dir") or "", spec["output_notebook"])
+    stem = os.path.splitext(os.path.basename(spec["notebook"]))[0]
+    return os.path.join(attempt_dir, stem + ".output.ipynb")
 
 
 def attempt_view(a: Attempt) -> dict:
