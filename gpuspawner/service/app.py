@@ -66,6 +66,8 @@ class GpuHubService(Application):
     description = "GPU Hub scheduler service"
     classes = [Inventory]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
+    flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
+                                 "print a config file with every option and its help, then exit")}
 
     config_file = Unicode("gpuhub_config.py", help="""
         The traitlets config file to load (Python). It sits next to the hub's
