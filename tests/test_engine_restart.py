@@ -7,7 +7,6 @@ import sys
 import time
 from dataclasses import replace
 
-import pytest
 from sqlalchemy import func, select
 
 from gpuspawner.backends.local import LocalBackend

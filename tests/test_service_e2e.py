@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from tornado.web import RequestHandler
 
 from hub_harness import Hub
 from jobs import CHECKPOINTING, read_trace
@@ -189,13 +190,12 @@ def test_openapi_document_matches_the_routes(hub):
     assert set(doc["paths"]) == {path for path, _ in API_ROUTES}
     for path, handler in API_ROUTES:
         served = {m for m in ("get", "post", "put", "patch", "delete")
-                  if getattr(handler, m) is not getattr(__import__("tornado.web").web.RequestHandler, m)}
+                  if getattr(handler, m) is not getattr(RequestHandler, m)}
         assert set(doc["paths"][path]) - {"parameters"} == served, path
 
 
 def test_logs_follow_streams_until_the_job_ends(hub):
     import json
-    import requests
     alice = hub.client("alice")
     job = alice.submit(command=[sys.executable, "-c",
                                 "import time\nfor i in range(5):\n print('line', i, flush=True); time.sleep(0.2)"],

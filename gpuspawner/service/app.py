@@ -12,7 +12,7 @@ import os
 import socket
 import time
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Optional
 from urllib.parse import quote, urlparse
 
 import yaml
@@ -25,9 +25,9 @@ from traitlets.config import Application
 
 from ..backends.local import LocalBackend
 from ..inventory import Inventory
-from ..scheduler.model import Node, Quota
+from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
-from ..store import NodeRow, GpuRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
+from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow
 from . import handlers as h
 from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import identity_from_model

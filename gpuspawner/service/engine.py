@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import secrets
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from ..store import (Allocation, Attempt, AuditEntry, EventRow, QuotaRow, Store,
                      UsageRow, WorkloadRow)
 from .identity import Identity
 from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HOLDING_STATES, QUEUED, RUNNING,
-                      STOPPING, SUCCEEDED, field_for_reason, load_teams, placement_from_json,
+                      STOPPING, SUCCEEDED, field_for_reason, placement_from_json,
                       placement_to_json, rebuild, to_team, to_workload)
 from .specs import JobSpec, SpecError
 from .views import output_notebook
@@ -413,11 +412,6 @@ class Engine:
     def _quota_rows(s: Session, team: str) -> list[QuotaRow]:
         return list(s.scalars(select(QuotaRow).where(QuotaRow.team == team)))
 
-    def reload_teams(self) -> None:
-        with self.store.session() as s:
-            for team in load_teams(s):
-                self.scheduler.set_team(team)
-
     def _working_dir(self, user: str, spec: JobSpec) -> str:
         home = self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)
         os.makedirs(home, exist_ok=True)
@@ -484,7 +478,3 @@ def describe_returncode(returncode: Optional[int], reason: str) -> str:
     if returncode < 0:
         return f"killed by signal {-returncode}"
     return f"exited with code {returncode}"
-
-
-def shell_quote(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)

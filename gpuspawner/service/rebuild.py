@@ -2,7 +2,7 @@
 rebuild the core's state from the database at start."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -93,7 +93,3 @@ def field_for_reason(reason: str) -> str:
     if "labelled" in reason and "restricted" in reason:
         return "team"
     return "nodes" if "nodes" in reason else "gpus"
-
-
-def optional_int(value) -> Optional[int]:
-    return None if value is None else int(value)
