@@ -3,6 +3,7 @@
 # (make run), which sets the GPUHUB_* variables read here.
 import json
 import os
+import secrets
 import shutil
 import sys
 
@@ -71,9 +72,35 @@ c.JupyterHub.services = [{
                                     "custom:gpuhub:admin", "access:services!service=gpuhub"],
 }]
 
-# Notebook servers run as the hub's user in per-user workspaces (the GPU-aware
-# spawner of the spawner issue replaces this).
-c.JupyterHub.spawner_class = "simple"
+# The spawner asks the service for GPUs on users' behalf with its own token.
+token_file = os.path.join(data_dir, "spawner-token")
+if not os.path.exists(token_file):
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+with open(token_file) as f:
+    spawner_token = f.read().strip()
+c.JupyterHub.services.append({"name": "gpuhub-spawner", "api_token": spawner_token})
+c.JupyterHub.load_roles.append(
+    {"name": "gpuhub-spawner", "services": ["gpuhub-spawner"],
+     "scopes": ["custom:gpuhub:admin", "access:services!service=gpuhub"]})
+
+# Notebook servers: local processes (as the hub's user, in per-user
+# workspaces) that see exactly the GPUs the scheduler admitted them with.
+c.JupyterHub.spawner_class = "gpuspawner.spawner.local.LocalGPUSpawner"
+c.GPUSpawnerMixin.gpuhub_api_url = f"http://127.0.0.1:{service_port}/services/gpuhub/api/v1"
+c.GPUSpawnerMixin.gpuhub_token = spawner_token
+c.GPUSpawnerMixin.gpuhub_public_url = f"http://{ip}:{port}/services/gpuhub"
 c.Spawner.default_url = "/lab"
+c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]  # this environment's
+if os.getuid() == 0:
+    # Servers run as the hub's user; Jupyter refuses root unless told.
+    c.Spawner.args = ["--allow-root"]
 c.LocalProcessSpawner.home_dir_template = os.path.join(data_dir, "workspaces", "{username}")
 c.Spawner.notebook_dir = os.path.join(data_dir, "workspaces", "{username}")
+# The server's token reaches the service (the CLI and the lab extension use
+# it from the server side), besides what servers need by default.
+c.Spawner.server_token_scopes = [
+    "users:activity!user", "access:servers!server",
+    "access:services!service=gpuhub", "custom:gpuhub:submit",
+]

@@ -75,7 +75,7 @@ class Hub:
                 c.JupyterHub.services.append({{"name": "test-admin", "api_token": {ADMIN_TOKEN!r}}})
                 c.JupyterHub.load_roles.append({{"name": "test-admin", "services": ["test-admin"],
                     "scopes": ["admin:users", "tokens", "admin:groups", "list:users"]}})
-                c.JupyterHub.log_level = "WARN"
+                c.JupyterHub.log_level = {os.environ.get("GPUHUB_TEST_HUB_LOG", "WARN")!r}
             """))
         with open(svc_cfg, "w") as f:
             f.write(textwrap.dedent(f"""

@@ -42,6 +42,7 @@ API_ROUTES = [
     ("/workloads", h.WorkloadsHandler),
     ("/workloads/{id}", h.WorkloadHandler),
     ("/workloads/{id}/cancel", h.CancelHandler),
+    ("/workloads/{id}/release", h.ReleaseHandler),
     ("/workloads/{id}/events", h.EventsHandler),
     ("/workloads/{id}/logs", h.LogsHandler),
     ("/pools", h.PoolsHandler),
@@ -195,6 +196,17 @@ class GpuHubService(Application):
             c.GpuHubService.workspace_root = "/home/{username}"
         """).tag(config=True)
 
+    notebook_gpu_limits = Dict(help="""
+        The most GPUs one notebook server may hold, per team and pool, apart
+        from the team's quota (which bounds all its work together). Keys are
+        team names and pool names, "*" for any. The spawn form offers no more;
+        a larger request is refused with 400.
+
+        Example (everyone at most 2 GPUs per notebook; vision 1 on a100)::
+
+            c.GpuHubService.notebook_gpu_limits = {"*": {"*": 2}, "vision": {"a100": 1}}
+        """).tag(config=True)
+
     group_cache_seconds = Float(10.0, help="""
         How long a user's JupyterHub groups (their teams) are cached.
         """).tag(config=True)
@@ -221,7 +233,8 @@ class GpuHubService(Application):
                                           team_prefix=self.team_group_prefix,
                                           default_quota=Quota(**self.default_quota),
                                           workspace_root=self.workspace_root,
-                                          default_grace_period=self.default_grace_period))
+                                          default_grace_period=self.default_grace_period,
+                                          notebook_gpu_limits=self.notebook_gpu_limits))
         self.engine.start()
         self._groups: dict[str, tuple[float, list[str]]] = {}
 
@@ -338,7 +351,10 @@ class GpuHubService(Application):
         for t in teams:
             if not who.sees_team(t.name):
                 continue
+            limits = {pool: self.engine.notebook_gpu_limit(t.name, pool)
+                      for pool in self.engine.scheduler.state.capacity}
             out.append({"name": t.name, "group": t.group, "weight": t.weight,
+                        "notebook_gpu_limits": {p: n for p, n in limits.items() if n is not None},
                         "quotas": {q.pool: {"nominal": q.nominal,
                                             "borrowing_limit": q.borrowing_limit,
                                             "lending_limit": q.lending_limit,

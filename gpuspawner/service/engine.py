@@ -29,7 +29,7 @@ from ..store import (Allocation, Attempt, AuditEntry, EventRow, QuotaRow, Store,
                      UsageRow, WorkloadRow)
 from .identity import Identity
 from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HOLDING_STATES, QUEUED, RUNNING,
-                      STOPPING, SUCCEEDED, field_for_reason, placement_from_json,
+                      STOPPED, STOPPING, SUCCEEDED, field_for_reason, placement_from_json,
                       placement_to_json, rebuild, to_team, to_workload)
 from .specs import JobSpec, SpecError
 from .views import output_notebook
@@ -80,6 +80,8 @@ class EngineConfig:
     default_quota: Quota = Quota(0, None, None)
     workspace_root: str = "{data_dir}/workspaces/{username}"
     default_grace_period: float = 30.0
+    # team or "*" -> pool or "*" -> most GPUs one notebook server may hold.
+    notebook_gpu_limits: dict = field(default_factory=dict)
 
 
 class Engine:
@@ -103,15 +105,18 @@ class Engine:
         with self.store.transaction() as s:
             self.scheduler, unplaceable = rebuild(s, [n.node for n in self.nodes.values()],
                                                   self.policy)
+            # Jobs only: notebook servers are run (and found again) by the hub.
             specs = [self._launch_spec(s, row) for row in
-                     s.scalars(select(WorkloadRow).where(WorkloadRow.state.in_(HOLDING_STATES)))
+                     s.scalars(select(WorkloadRow).where(WorkloadRow.state.in_(HOLDING_STATES),
+                                                         WorkloadRow.kind == "job"))
                      if row.id not in unplaceable]
         for wid in unplaceable:
             self._lost_without_core(wid, now, "its GPUs are no longer in the inventory")
         for x in self.backend.recover(specs):
             self.on_exit(x)
         with self.store.session() as s:
-            stopping = s.scalars(select(WorkloadRow).where(WorkloadRow.state == STOPPING)).all()
+            stopping = s.scalars(select(WorkloadRow).where(WorkloadRow.state == STOPPING,
+                                                           WorkloadRow.kind == "job")).all()
         for row in stopping:
             # The stop was persisted before the restart; say it again.
             grace = (max(0.0, row.kill_at - now) if row.kill_at is not None
@@ -121,10 +126,23 @@ class Engine:
                  len(self.scheduler.state.pending), len(self.scheduler.state.running), len(specs))
 
     # ---- requests --------------------------------------------------------
-    def submit(self, who: Identity, spec: JobSpec) -> WorkloadRow:
+    def submit(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
+               ) -> WorkloadRow:
+        """Queue a job (users) or a notebook server's GPUs (the spawner, an
+        admin identity acting for ``on_behalf_of``)."""
         if not who.can_submit:
             raise Forbidden("you may not submit work (scope custom:gpuhub:submit)")
-        team = self._team_for(who, spec.team)
+        external = spec.kind != "job"
+        if external or on_behalf_of:
+            if not who.admin:
+                raise Forbidden("only the hub's spawner (scope custom:gpuhub:admin) may ask for "
+                                "GPUs on someone's behalf")
+            if not on_behalf_of or not spec.team:
+                raise SpecError("user" if not on_behalf_of else "team",
+                                "is required when asking on someone's behalf")
+            team, user = spec.team, on_behalf_of
+        else:
+            team, user = self._team_for(who, spec.team), who.name
         now = self.clock()
         priority = spec.priority or "batch"
         if priority not in self.policy.priority_classes:
@@ -133,17 +151,18 @@ class Engine:
         if spec.pool not in self.scheduler.state.capacity:
             raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
                                     f"{', '.join(sorted(self.scheduler.state.capacity)) or 'none'}")
+        if spec.kind == "notebook":
+            most = self.notebook_gpu_limit(team, spec.pool)
+            if most is not None and spec.gpus > most:
+                raise SpecError("gpus", f"a notebook server of team {team} may hold at most "
+                                        f"{most} {spec.pool} GPU(s)")
         self._ensure_team(team, now)
         wid = "w" + secrets.token_hex(6)
-        cwd = self._working_dir(who.name, spec)
         row = WorkloadRow(
-            id=wid, name=spec.name, kind=spec.kind, team=team, user=who.name,
+            id=wid, name=spec.name, kind=spec.kind, team=team, user=user,
             project=spec.project, pool=spec.pool, gpus_per_node=spec.gpus, num_nodes=spec.nodes,
             priority=priority, time_limit=spec.time_limit, grace_period=spec.grace_period,
-            spec={**spec.stored(), "working_dir": cwd,
-                  "checkpoint_dir": os.path.join(cwd, spec.checkpoint_dir) if spec.checkpoint_dir
-                  else os.path.join(self.config.data_dir, "workloads", wid, "checkpoints")},
-            state=QUEUED, reason="queued",
+            spec={} if external else self._job_spec(wid, user, spec), state=QUEUED, reason="queued",
             attempt=0, preempted_by=[], submitted_at=now)
         reason = self.scheduler.validate(to_workload(row))
         if reason is not None:
@@ -151,8 +170,8 @@ class Engine:
         with self.store.transaction() as s:
             s.add(row)
             s.flush()
-            self._event(s, wid, "submitted", now, f"submitted by {who.name} to team {team}",
-                        attempt=0)
+            self._event(s, wid, "submitted", now, f"{spec.kind} submitted by {who.name} for "
+                                                  f"{user} to team {team}", attempt=0)
             self._audit(s, now, who.name, "submit", wid,
                         {"team": team, "pool": spec.pool, "gpus": row.gpus_per_node * row.num_nodes})
         self.scheduler.submit(to_workload(row), now)
@@ -166,6 +185,9 @@ class Engine:
             if not who.acts_on(row.user, row.team):
                 raise Forbidden(f"workload {wid} belongs to {row.user}; only they, a lead of team "
                                 f"{row.team} or an admin may cancel it")
+            if row.kind != "job":
+                raise Conflict(f"workload {wid} is a {row.kind}: stop it where it was started "
+                               f"(the hub's server page), which gives its GPUs back")
             if row.state in FINAL_STATES:
                 raise Conflict(f"workload {wid} has already {row.state}")
             self._audit(s, now, who.name, "cancel", wid, {"state": row.state})
@@ -188,6 +210,60 @@ class Engine:
             self.backend.stop(wid, stop[0], stop[1])
         self.wake()
         return row
+
+    def release(self, who: Identity, wid: str, why: str) -> WorkloadRow:
+        """A notebook server (or deployment) stopped: its GPUs go back now.
+        Idempotent, so a stop, a crash and a cull report it once between them."""
+        if not who.admin:
+            raise Forbidden("only the hub's spawner may release a server's GPUs")
+        now = self.clock()
+        with self.store.transaction() as s:
+            row = s.get(WorkloadRow, wid)
+            if row is None:
+                raise NotFound(f"no workload {wid}")
+            if row.kind == "job":
+                raise Conflict(f"workload {wid} is a job: cancel it instead")
+            if row.state in FINAL_STATES:
+                return row
+            was = row.state
+            msg = f"stopped ({why})" if why else "stopped"
+            if was != QUEUED:
+                self._end_attempt(s, row, now, STOPPED, None, msg)
+            row.state, row.finished_at, row.reason = STOPPED, now, msg
+            row.kill_at, row.preempted_for, row.nomination = None, None, None
+            self._event(s, wid, ev.FINISHED, now, msg, attempt=row.attempt,
+                        data={"state": STOPPED})
+            self._audit(s, now, who.name, "release", wid, {"state": was, "why": why})
+        if was == QUEUED:
+            self.scheduler.cancel(wid, now)
+        elif wid in self.scheduler.state.running:
+            self.scheduler.finished(wid, now, requeue=False)
+        self._reasons.pop(wid, None)
+        self.wake()
+        return row
+
+    def notebook_gpu_limit(self, team: str, pool: str) -> Optional[int]:
+        limits = self.config.notebook_gpu_limits
+        for t in (team, "*"):
+            for p in (pool, "*"):
+                if p in limits.get(t, {}):
+                    return limits[t][p]
+        return None
+
+    def queue_position(self, wid: str) -> Optional[int]:
+        """1 for the next of its team's queue to be considered."""
+        w = self.scheduler.state.pending.get(wid)
+        if w is None:
+            return None
+        pending = self.scheduler.state.pending
+        queue = [q for q in self.scheduler.state.queue(self.scheduler.state.group_of(w))
+                 if pending.get(q.id) is q]
+        return next((i + 1 for i, q in enumerate(queue) if q.id == wid), None)
+
+    def devices(self, placement) -> list[int]:
+        """The host device indices behind a placement (local nodes)."""
+        return [self.nodes[node].devices[g] for node, gpus in placement
+                if node in self.nodes for g in gpus]
 
     def set_team(self, who: Identity, name: str, weight: Optional[float],
                  quotas: Optional[dict[str, Quota]]) -> None:
@@ -271,6 +347,10 @@ class Engine:
         self._event(s, row.id, e.type, now, e.message, attempt=row.attempt, data=data)
 
     def _act(self, e: ev.Event, now: float) -> None:
+        state = self.scheduler.state
+        w = state.running.get(e.workload_id) or state.pending.get(e.workload_id)
+        if w is not None and getattr(w, "workload", w).kind != "job":
+            return  # its spawner starts and stops it, and sees the decision in the API
         if e.type == ev.ADMITTED:
             with self.store.session() as s:
                 spec = self._launch_spec(s, s.get(WorkloadRow, e.workload_id))
@@ -411,6 +491,12 @@ class Engine:
     @staticmethod
     def _quota_rows(s: Session, team: str) -> list[QuotaRow]:
         return list(s.scalars(select(QuotaRow).where(QuotaRow.team == team)))
+
+    def _job_spec(self, wid: str, user: str, spec: JobSpec) -> dict:
+        cwd = self._working_dir(user, spec)
+        checkpoint = (os.path.join(cwd, spec.checkpoint_dir) if spec.checkpoint_dir
+                      else os.path.join(self.config.data_dir, "workloads", wid, "checkpoints"))
+        return {**spec.stored(), "working_dir": cwd, "checkpoint_dir": checkpoint}
 
     def _working_dir(self, user: str, spec: JobSpec) -> str:
         home = self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)

@@ -19,7 +19,7 @@ from . import views
 from .engine import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .rebuild import STATES
-from .specs import SpecError, parse_job
+from .specs import SpecError, parse_job, parse_server
 from .usage import usage_report
 
 
@@ -128,8 +128,12 @@ class WorkloadsHandler(APIHandler):
         self.write_json({"workloads": [views.workload(r) for r in rows]})
 
     def post(self):
-        spec = parse_job(self.json_body(), self.gpuhub.limits())
-        row = self.engine.submit(self.identity, spec)
+        body = self.json_body()
+        if isinstance(body, dict) and body.get("kind", "job") != "job":
+            spec = parse_server(body, self.gpuhub.limits())
+            row = self.engine.submit(self.identity, spec, on_behalf_of=body.get("user"))
+        else:
+            row = self.engine.submit(self.identity, parse_job(body, self.gpuhub.limits()))
         self.set_header("Location", f"{self.gpuhub.api_prefix}workloads/{row.id}")
         self.write_json(views.workload(row), status=201)
 
@@ -142,6 +146,10 @@ class WorkloadHandler(APIHandler):
                                  .order_by(Attempt.number)).all()
         out = views.workload(row, attempts[-1] if attempts else None)
         out["attempts"] = [views.attempt_view(a) for a in attempts]
+        if "placement" in out:
+            out["devices"] = self.engine.devices([(p["node"], p["gpus"]) for p in out["placement"]])
+        if row.state == "queued":
+            out["queue_position"] = self.engine.queue_position(wid)
         self.write_json(out)
 
     def delete(self, wid: str):
@@ -153,6 +161,18 @@ class CancelHandler(APIHandler):
     def post(self, wid: str):
         row = self.engine.cancel(self.identity, wid)
         self.write_json(views.workload(row), status=202)
+
+
+class ReleaseHandler(APIHandler):
+    """The spawner reports a notebook server stopped (or crashed, or culled)."""
+
+    def post(self, wid: str):
+        body = self.json_body() or {}
+        why = body.get("reason", "") if isinstance(body, dict) else ""
+        if not isinstance(why, str) or len(why) > 1000:
+            raise SpecError("reason", "must be a string of at most 1000 characters")
+        row = self.engine.release(self.identity, wid, why)
+        self.write_json(views.workload(row))
 
 
 class EventsHandler(APIHandler):

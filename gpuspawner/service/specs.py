@@ -157,6 +157,27 @@ def _env(body: dict) -> dict[str, str]:
     return dict(value)
 
 
+SERVER_FIELDS = ("kind", "user", "team", "pool", "gpus", "name", "priority", "project")
+
+
+def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
+    """A notebook server's GPUs, asked for by a spawner on a user's behalf.
+    The spawner runs the server; the scheduler only admits and accounts."""
+    if not isinstance(body, dict):
+        raise SpecError("body", "must be a JSON object")
+    unknown = sorted(set(body) - set(SERVER_FIELDS))
+    if unknown:
+        raise SpecError(unknown[0], f"is not a known field of a notebook server; known fields: "
+                                    f"{', '.join(SERVER_FIELDS)}")
+    name = _text(body, "name") or ""
+    if name and not NAME_RE.match(name):
+        raise SpecError("name", "may use letters, digits, '.', '_' and '-' (at most 128)")
+    return JobSpec(kind="notebook", pool=_text(body, "pool", 64) or limits.default_pool,
+                   gpus=_int(body, "gpus", 1, 0, MAX_GPUS_PER_NODE), nodes=1, name=name,
+                   time_limit=None, priority=_text(body, "priority", 64) or "interactive",
+                   project=_text(body, "project", 255) or "", team=_text(body, "team", 128))
+
+
 def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
     """Validate a submitted job. Raises ``SpecError`` naming the field."""
     if not isinstance(body, dict):
@@ -166,7 +187,7 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
         raise SpecError(unknown[0], f"is not a known field; known fields: {', '.join(FIELDS)}")
     kind = body.get("kind", "job")
     if kind != "job":
-        raise SpecError("kind", f"only 'job' can be submitted here; {kind!r} workloads are "
+        raise SpecError("kind", f"only 'job' can be submitted by users; {kind!r} workloads are "
                                 f"started by the hub's spawner or the deployments API")
     name = _text(body, "name") or ""
     if name and not NAME_RE.match(name):

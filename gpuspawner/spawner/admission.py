@@ -1,0 +1,247 @@
+"""The admission path both GPU spawners share.
+
+A notebook server that wants GPUs is a workload: before the server starts,
+the spawner asks the scheduler service for them (on the user's behalf, with
+the spawner's own token), waits in the queue while the progress page says
+why, and starts the server on exactly the GPUs it was given. When the server
+stops, crashes or is culled, the spawner releases the workload (the service
+makes that idempotent, so it happens once). CPU-only servers skip all this.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any, Optional
+
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from traitlets import Float, Unicode, default
+from traitlets.config import Configurable
+
+from .options import GpuRequest, OptionsError, offers, parse_options, render_form
+
+RUNNING = "running"
+QUEUED = "queued"
+
+
+class ServiceError(RuntimeError):
+    pass
+
+
+class GPUSpawnerMixin(Configurable):
+    """Mixed into a Spawner class before it (``class S(GPUSpawnerMixin, LocalProcessSpawner)``)."""
+
+    gpuhub_api_url = Unicode(help="""
+        The scheduler service's REST API as the hub reaches it (directly, not
+        through the proxy). The embedded config sets it.
+
+        Example::
+
+            c.GPUSpawnerMixin.gpuhub_api_url = "http://127.0.0.1:8002/services/gpuhub/api/v1"
+        """).tag(config=True)
+
+    @default("gpuhub_api_url")
+    def _api_url_default(self):
+        return os.environ.get("GPUHUB_API_URL", "")
+
+    gpuhub_token = Unicode(help="""
+        The spawner's token for the scheduler service: a JupyterHub service
+        token with ``custom:gpuhub:admin`` (it asks for GPUs on users'
+        behalf). Default: $GPUHUB_SPAWNER_TOKEN.
+        """).tag(config=True)
+
+    @default("gpuhub_token")
+    def _token_default(self):
+        return os.environ.get("GPUHUB_SPAWNER_TOKEN", "")
+
+    gpuhub_public_url = Unicode("", help="""
+        The service's URL as notebook servers reach it, given to them as
+        $GPUHUB_URL so that the `gpuhub` CLI and the lab extension find it.
+
+        Example: ``http://127.0.0.1:8000/services/gpuhub``
+        """).tag(config=True)
+
+    team_group_prefix = Unicode("team-", help="""
+        Groups named with this prefix are teams (as in the service's config).
+        """).tag(config=True)
+
+    queue_poll_interval = Float(1.0, help="""
+        Seconds between checks of a queued server's workload while it waits.
+        """).tag(config=True)
+
+    # ---- state that belongs to one spawn ------------------------------
+    workload_id: Optional[str] = None
+    devices: Optional[list] = None
+    gpu_request: Optional[GpuRequest] = None
+
+    def load_state(self, state):
+        super().load_state(state)
+        self.workload_id = state.get("gpuhub_workload_id")
+        self.devices = state.get("gpuhub_devices")
+
+    def get_state(self):
+        state = super().get_state()
+        if self.workload_id:
+            state["gpuhub_workload_id"] = self.workload_id
+            state["gpuhub_devices"] = self.devices
+        return state
+
+    def clear_state(self):
+        # Nothing of a spawn (failed or not) may leak into the next one.
+        super().clear_state()
+        self.workload_id = None
+        self.devices = None
+        self.gpu_request = None
+        self._progress_messages = []
+
+    # ---- talking to the service ---------------------------------------
+    async def _service(self, method: str, path: str, body: Any = None) -> Any:
+        if not self.gpuhub_api_url:
+            raise ServiceError("GPUSpawnerMixin.gpuhub_api_url is not set")
+        req = HTTPRequest(self.gpuhub_api_url.rstrip("/") + path, method=method,
+                          headers={"Authorization": f"token {self.gpuhub_token}",
+                                   "Content-Type": "application/json"},
+                          body=None if body is None else json.dumps(body),
+                          allow_nonstandard_methods=True, request_timeout=30)
+        try:
+            resp = await AsyncHTTPClient().fetch(req)
+        except HTTPClientError as e:
+            detail = ""
+            if e.response is not None and e.response.body:
+                try:
+                    detail = json.loads(e.response.body).get("error", "")
+                except ValueError:
+                    detail = e.response.body[:200].decode("utf-8", "replace")
+            err = ServiceError(detail or str(e))
+            err.status = e.code
+            raise err
+        return json.loads(resp.body) if resp.body else None
+
+    def _teams(self) -> list[str]:
+        prefix = self.team_group_prefix
+        return sorted(g.name[len(prefix):] for g in self.user.groups
+                      if g.name.startswith(prefix) and len(g.name) > len(prefix))
+
+    async def _offers(self):
+        pools = (await self._service("GET", "/pools"))["pools"]
+        mine = set(self._teams())
+        teams = [t for t in (await self._service("GET", "/teams"))["teams"] if t["name"] in mine]
+        # A team with no row yet still has the default quota: show it with none.
+        known = {t["name"] for t in teams}
+        teams += [{"name": t, "quotas": {}} for t in sorted(mine - known)]
+        return offers(pools, teams)
+
+    # ---- the spawn form -------------------------------------------------
+    async def _gpu_options_form(self, spawner=None) -> str:
+        self._offers_seen = await self._offers()
+        return render_form(self._offers_seen)
+
+    @default("options_form")
+    def _options_form_default(self):
+        return self._gpu_options_form
+
+    def options_from_form(self, formdata):
+        offered = getattr(self, "_offers_seen", None)
+        if offered is None:
+            return formdata  # checked in start(), against fresh numbers
+        try:
+            request = parse_options(formdata, offered)
+        except OptionsError as e:
+            raise ValueError(e.message if e.field == "gpus" else str(e))
+        return {"team": request.team, "pool": request.pool, "gpus": request.gpus}
+
+    # ---- admission ---------------------------------------------------------
+    def _say(self, message: str, progress: int = 10) -> None:
+        self._progress_messages = getattr(self, "_progress_messages", [])
+        self._progress_messages.append({"progress": progress, "message": message})
+
+    async def admit(self) -> Optional[dict]:
+        """Ask for the GPUs in ``user_options`` and wait until they are ours.
+        Returns the running workload (None for a CPU-only server)."""
+        try:
+            request = parse_options(self.user_options or {}, await self._offers())
+        except OptionsError as e:
+            raise web.HTTPError(400, str(e))
+        self.gpu_request = request
+        if request.cpu_only:
+            self.devices = []
+            return None
+        w = await self._service("POST", "/workloads", {
+            "kind": "notebook", "user": self.user.name, "team": request.team,
+            "pool": request.pool, "gpus": request.gpus, "name": self.name or "default"})
+        self.workload_id = w["id"]
+        want = f"{request.gpus} × {request.pool} GPU{'s' if request.gpus > 1 else ''}"
+        self._say(f"asked the scheduler for {want} for team {request.team}")
+        last = None
+        try:
+            while True:
+                w = await self._service("GET", f"/workloads/{self.workload_id}")
+                if w["state"] == RUNNING:
+                    break
+                if w["state"] != QUEUED:
+                    raise web.HTTPError(503, f"the scheduler ended the request: {w['reason']}")
+                msg = (f"waiting for {want}, position {w.get('queue_position') or '?'} in team "
+                       f"{request.team}'s queue: {w['reason']}")
+                if msg != last:
+                    self._say(msg, 20)
+                    last = msg
+                await asyncio.sleep(self.queue_poll_interval)
+        except BaseException:
+            await self.release("the spawn was cancelled or failed while queued")
+            raise
+        self.devices = w.get("devices", [])
+        self._say(f"got {want} (devices {', '.join(map(str, self.devices))}); starting the "
+                  f"server", 50)
+        return w
+
+    async def release(self, reason: str, wid: Optional[str] = None) -> None:
+        """Give the workload's GPUs back (``wid``: one remembered by a caller
+        whose base class cleared the state first)."""
+        wid = wid or self.workload_id
+        self.workload_id = None
+        if not wid:
+            return
+        self.log.info("releasing %s's workload %s: %s", self._log_name, wid, reason)
+        try:
+            await self._service("POST", f"/workloads/{wid}/release", {"reason": reason})
+        except ServiceError as e:
+            if getattr(e, "status", None) != 404:
+                self.workload_id = wid  # keep it, so the next stop tries again
+                self.log.error("could not release workload %s: %s", wid, e)
+                raise
+
+    async def workload_lost(self) -> Optional[str]:
+        """Why the server must stop (its GPUs were reclaimed), or None."""
+        if not self.workload_id:
+            return None
+        try:
+            w = await self._service("GET", f"/workloads/{self.workload_id}")
+        except ServiceError as e:
+            if getattr(e, "status", None) == 404:
+                return "its workload is gone"
+            return None  # the service is down: keep the server
+        if w["state"] == RUNNING:
+            return None
+        return f"its GPUs were taken back ({w['state']}: {w['reason']})"
+
+    def gpu_env(self) -> dict[str, str]:
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in (self.devices or []))}
+        if self.workload_id:
+            env["GPUHUB_WORKLOAD_ID"] = self.workload_id
+        if self.gpu_request is not None:
+            env["GPUHUB_TEAM"] = self.gpu_request.team
+        if self.gpuhub_public_url:
+            env["GPUHUB_URL"] = self.gpuhub_public_url
+        return env
+
+    async def progress(self):
+        sent = 0
+        while True:
+            messages = getattr(self, "_progress_messages", [])
+            while sent < len(messages):
+                yield messages[sent]
+                sent += 1
+            if not getattr(self, "_spawn_pending", False):
+                return
+            await asyncio.sleep(0.5)

@@ -1,0 +1,169 @@
+"""What a user may ask for on the spawn page: pure functions over the pools
+and teams the scheduler service reports.
+
+The same ``parse_options`` checks the spawn form and ``user_options`` sent to
+the hub's REST API, so both refuse the same requests with the same message.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+class OptionsError(ValueError):
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    team: str
+    pool: str
+    gpus: int
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.gpus == 0
+
+
+@dataclass(frozen=True)
+class PoolOffer:
+    """One pool as one team sees it."""
+
+    pool: str
+    model: str
+    memory_mib: int
+    largest_node: int
+    nominal: int
+    ceiling: Optional[int]   # nominal + borrowing limit; None: no limit
+    used: int                # GPUs the team holds in the pool now
+    free_in_pool: int
+    notebook_limit: Optional[int]
+
+    @property
+    def most(self) -> int:
+        """Most GPUs one server of the team may ask for here."""
+        bounds = [self.largest_node]
+        if self.ceiling is not None:
+            bounds.append(self.ceiling)
+        if self.notebook_limit is not None:
+            bounds.append(self.notebook_limit)
+        return max(0, min(bounds))
+
+    def within_nominal(self, gpus: int) -> bool:
+        return self.used + gpus <= self.nominal
+
+    def describe(self, gpus: int) -> str:
+        free_quota = max(0, self.nominal - self.used)
+        text = (f"{gpus} × {self.model} ({self.memory_mib // 1024} GiB) in pool {self.pool}: "
+                f"{free_quota} of the team's {self.nominal} free in its quota, "
+                f"{self.free_in_pool} idle in the pool")
+        if not self.within_nominal(gpus):
+            text += " — borrows idle GPUs of other teams, so it may be preempted"
+        return text
+
+
+def offers(pools: list[dict], teams: list[dict]) -> dict[str, list[PoolOffer]]:
+    """team -> what it can ask for in each pool, from GET /pools and /teams."""
+    out: dict[str, list[PoolOffer]] = {}
+    for team in teams:
+        rows = []
+        for pool in pools:
+            devices = [d for n in pool["nodes"] for d in n.get("devices", []) if d["healthy"]]
+            q = team["quotas"].get(pool["name"], {"nominal": 0, "borrowing_limit": 0})
+            ceiling = (None if q.get("borrowing_limit") is None
+                       else q["nominal"] + q["borrowing_limit"])
+            rows.append(PoolOffer(
+                pool=pool["name"], model=devices[0]["model"] if devices else pool["name"],
+                memory_mib=devices[0]["memory_mib"] if devices else 0,
+                largest_node=max((n["gpus"] for n in pool["nodes"]), default=0),
+                nominal=q["nominal"], ceiling=ceiling, used=pool["teams"].get(team["name"], 0),
+                free_in_pool=pool["free"],
+                notebook_limit=team.get("notebook_gpu_limits", {}).get(pool["name"])))
+        out[team["name"]] = rows
+    return out
+
+
+def _one(form: dict, key: str) -> Any:
+    value = form.get(key)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value
+
+
+def parse_options(options: dict, teams: dict[str, list[PoolOffer]]) -> GpuRequest:
+    """Check a request against what the user's teams can get. ``options`` is
+    either form data (lists of strings) or ``user_options`` from the API."""
+    if not isinstance(options, dict):
+        raise OptionsError("user_options", "must be an object")
+    if not teams:
+        raise OptionsError("team", "you are in no team, so you cannot use GPUs; ask an admin")
+    choice = _one(options, "gpu_choice")
+    if choice:  # the form's radio button: "pool:gpus"
+        pool, _, gpus = str(choice).partition(":")
+    else:
+        pool, gpus = _one(options, "pool"), _one(options, "gpus")
+    team = _one(options, "team") or (next(iter(teams)) if len(teams) == 1 else None)
+    if team is None:
+        raise OptionsError("team", f"you are in teams {', '.join(sorted(teams))}: choose which "
+                                   f"one pays for this server")
+    if team not in teams:
+        raise OptionsError("team", f"you are not in team {team!r}")
+    try:
+        gpus = int(gpus if gpus is not None else 0)
+    except (TypeError, ValueError):
+        raise OptionsError("gpus", f"must be a whole number, got {gpus!r}")
+    if gpus < 0:
+        raise OptionsError("gpus", f"must be 0 or more, got {gpus}")
+    if gpus == 0:
+        return GpuRequest(team, pool or "", 0)
+    by_pool = {o.pool: o for o in teams[team]}
+    if pool not in by_pool:
+        raise OptionsError("pool", f"unknown pool {pool!r}; pools: {', '.join(sorted(by_pool))}")
+    offer = by_pool[pool]
+    if gpus > offer.most:
+        why = []
+        if offer.notebook_limit is not None and gpus > offer.notebook_limit:
+            why.append(f"a notebook server of team {team} may hold at most "
+                       f"{offer.notebook_limit} {pool} GPU(s)")
+        if offer.ceiling is not None and gpus > offer.ceiling:
+            why.append(f"team {team} may hold at most {offer.ceiling} {pool} GPUs (nominal "
+                       f"{offer.nominal} + borrowing limit {offer.ceiling - offer.nominal}) and "
+                       f"holds {offer.used} now")
+        if gpus > offer.largest_node:
+            why.append(f"no {pool} machine has more than {offer.largest_node} GPUs")
+        raise OptionsError("gpus", f"{gpus} GPUs is more than you can get: {'; '.join(why)}")
+    return GpuRequest(team, pool, gpus)
+
+
+def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = None) -> str:
+    """The spawn page's options: which team pays, then one choice per pool and
+    GPU count, each saying what it costs the team's quota."""
+    esc = html.escape
+    parts = []
+    names = sorted(teams)
+    if len(names) > 1:
+        opts = "".join(f'<option value="{esc(t)}"{" selected" if t == chosen_team else ""}>'
+                       f'{esc(t)}</option>' for t in names)
+        parts.append(f'<label for="gpuhub-team">Team that pays</label>'
+                     f'<select id="gpuhub-team" name="team" class="form-control">{opts}</select>')
+    elif names:
+        parts.append(f'<input type="hidden" name="team" value="{esc(names[0])}">'
+                     f'<p>Team: <b>{esc(names[0])}</b></p>')
+    parts.append('<fieldset class="gpuhub-choices"><legend>GPUs</legend>')
+    parts.append('<div class="radio"><label><input type="radio" name="gpu_choice" value=":0" '
+                 'checked> CPU only (no GPU)</label></div>')
+    for team in names:
+        for offer in teams[team]:
+            for gpus in range(1, offer.most + 1):
+                label = offer.describe(gpus)
+                if len(names) > 1:
+                    label = f"[{team}] " + label
+                parts.append(f'<div class="radio" data-team="{esc(team)}"><label>'
+                             f'<input type="radio" name="gpu_choice" '
+                             f'value="{esc(offer.pool)}:{gpus}"> {esc(label)}</label></div>')
+    parts.append("</fieldset>")
+    return "\n".join(parts)
