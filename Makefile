@@ -37,7 +37,12 @@ demo: $(STAMP)
 	$(BIN)/gpuhub trace out/philly-15k.csv --jobs 15000 --load 1.3
 	$(BIN)/gpuhub simulate out/philly-15k.csv --cluster examples/philly-cluster.yaml --plot out/usage.png
 
-test: $(STAMP) $(PROXY)
+# The browser tests drive Debian's Chromium (no browser download).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get update && apt-get install -y chromium
+
+test: $(STAMP) $(PROXY) $(CHROMIUM)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -56,7 +56,8 @@ c.JupyterHub.load_roles = [
     {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
      "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", "access:services!service=gpuhub"]},
     {"name": "gpuhub-service", "services": ["gpuhub"],
-     "scopes": ["read:users", "read:groups", "list:users", "list:groups"]},
+     # Teams are groups; servers are read to find notebook GPUs to release.
+     "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers"]},
 ]
 
 # The scheduler service, managed (started and restarted) by the hub.

@@ -49,13 +49,15 @@ def free_port_block(n: int = 4) -> int:
 class Hub:
     def __init__(self, workdir: str, *, groups: dict[str, list[str]], teams: dict,
                  gpus: int = 4, db_url: str = "", admins: tuple[str, ...] = ("root-admin",),
-                 extra_service_config: str = ""):
+                 extra_service_config: str = "", extra_hub_config: str = ""):
         self.workdir = workdir
         self.data_dir = os.path.join(workdir, "data")
         os.makedirs(self.data_dir, exist_ok=True)
         self.port = free_port_block()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}/services/gpuhub/api/v1"
+        # What the hub's notebook servers have as JUPYTERHUB_API_URL.
+        self.hub_api = f"http://127.0.0.1:{self.port + 1}/hub/api"
         self.groups = groups
         self.admins = admins
         self.db_url = db_url
@@ -76,7 +78,7 @@ class Hub:
                 c.JupyterHub.load_roles.append({{"name": "test-admin", "services": ["test-admin"],
                     "scopes": ["admin:users", "tokens", "admin:groups", "list:users"]}})
                 c.JupyterHub.log_level = {os.environ.get("GPUHUB_TEST_HUB_LOG", "WARN")!r}
-            """))
+            """) + textwrap.dedent(extra_hub_config))
         with open(svc_cfg, "w") as f:
             f.write(textwrap.dedent(f"""
                 c = get_config()
@@ -132,6 +134,7 @@ class Hub:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
         self.kill_jobs()
+        self.kill_servers()
         if getattr(self, "log", None):
             self.log.close()
 
@@ -143,6 +146,18 @@ class Hub:
                     pgid = json.load(f)["pgid"]
                 os.killpg(pgid, signal.SIGKILL)
             except (OSError, ValueError, KeyError):
+                pass
+
+    def kill_servers(self) -> None:
+        """Notebook servers of this hub that outlived it (a test failed
+        before stopping them)."""
+        needle = f"JUPYTERHUB_API_URL={self.hub_api}".encode()
+        for path in glob.glob("/proc/[0-9]*/environ"):
+            try:
+                with open(path, "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        os.kill(int(path.split("/")[2]), signal.SIGKILL)
+            except (OSError, ValueError):
                 pass
 
     # ---- clients -------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import time
 from dataclasses import replace
@@ -27,10 +28,10 @@ from ..backends.local import LocalBackend
 from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
-from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow
+from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
 from . import handlers as h
 from .engine import Engine, EngineConfig, LocalNode, local_nodes
-from .identity import identity_from_model
+from .identity import Identity, identity_from_model
 from .specs import Limits
 
 OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
@@ -52,6 +53,8 @@ API_ROUTES = [
     ("/openapi.json", h.OpenAPIHandler),
     ("/health", h.HealthHandler),
 ]
+# Who the service is when it acts by itself (reconciliation).
+SERVICE_IDENTITY = Identity("gpuhub-service", admin=True, can_submit=True)
 PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})"}
 
 
@@ -207,6 +210,18 @@ class GpuHubService(Application):
             c.GpuHubService.notebook_gpu_limits = {"*": {"*": 2}, "vision": {"a100": 1}}
         """).tag(config=True)
 
+    reconcile_interval = Float(60.0, help="""
+        Seconds between checks that every notebook server holding GPUs still
+        exists in the hub. A server that stopped while the service was down
+        (a hub restart stops the service first) could not report it; this
+        check releases its GPUs. 0 turns it off.
+        """).tag(config=True)
+
+    reconcile_grace = Float(120.0, help="""
+        A notebook workload younger than this (seconds since it was admitted)
+        is left alone by the reconciliation: its server may still be starting.
+        """).tag(config=True)
+
     group_cache_seconds = Float(10.0, help="""
         How long a user's JupyterHub groups (their teams) are cached.
         """).tag(config=True)
@@ -309,6 +324,33 @@ class GpuHubService(Application):
         self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
         return groups
 
+    async def reconcile_servers(self) -> list[str]:
+        """Release notebook workloads whose server the hub no longer has."""
+        now = time.time()
+        with self.store.session() as s:
+            rows = s.scalars(select(WorkloadRow).where(
+                WorkloadRow.kind == "notebook", WorkloadRow.state.in_(("running", "stopping")),
+                WorkloadRow.started_at < now - self.reconcile_grace)).all()
+        auth = HubOAuth.instance()
+        released = []
+        for row in rows:
+            req = httpclient.HTTPRequest(f"{auth.api_url}/users/{quote(row.user)}",
+                                         headers={"Authorization": f"token {auth.api_token}"})
+            try:
+                resp = await httpclient.AsyncHTTPClient().fetch(req)
+                servers = json.loads(resp.body).get("servers") or {}
+            except httpclient.HTTPClientError as e:
+                if e.code != 404:
+                    continue  # the hub does not answer: decide nothing
+                servers = {}
+            except OSError:
+                continue
+            if row.name not in servers:
+                self.engine.release(SERVICE_IDENTITY, row.id,
+                                    "the hub has no such server any more (reconciled)")
+                released.append(row.id)
+        return released
+
     def pools_view(self, who) -> list[dict]:
         state = self.engine.scheduler.state
         held = state.held_gpus()
@@ -376,6 +418,16 @@ class GpuHubService(Application):
         return web.Application(routes, engine=self.engine, gpuhub=self,
                                cookie_secret=os.urandom(32), xsrf_cookies=False)
 
+    async def _reconcile_loop(self) -> None:
+        while self.reconcile_interval > 0:
+            await asyncio.sleep(self.reconcile_interval)
+            try:
+                released = await self.reconcile_servers()
+                if released:
+                    self.log.warning("released GPUs of vanished servers: %s", released)
+            except Exception:
+                self.log.exception("reconciling notebook servers failed")
+
     async def _loop(self) -> None:
         wake = asyncio.Event()
         self.engine.wake = wake.set
@@ -403,7 +455,12 @@ class GpuHubService(Application):
                       url.geturl(), self.source, self.policy, self.store.engine.url.drivername)
         loop = ioloop.IOLoop.current()
         loop.add_callback(self._loop)
+        loop.add_callback(self._reconcile_loop)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # Jobs run on by design; state is in the database. Just stop.
+            asyncio.get_event_loop().add_signal_handler(sig, loop.stop)
         loop.start()
+        self.store.close()
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -106,6 +106,10 @@ class GPUSpawnerMixin(Configurable):
                           allow_nonstandard_methods=True, request_timeout=30)
         try:
             resp = await AsyncHTTPClient().fetch(req)
+        except OSError as e:  # the service is down (a hub shutdown stops it first)
+            err = ServiceError(f"the scheduler service is not reachable: {e}")
+            err.status = None
+            raise err
         except HTTPClientError as e:
             detail = ""
             if e.response is not None and e.response.body:
@@ -141,6 +145,11 @@ class GPUSpawnerMixin(Configurable):
     def _options_form_default(self):
         return self._gpu_options_form
 
+    @default("apply_user_options")
+    def _apply_user_options_default(self):
+        # team, pool and gpus are checked and applied by admit() in start().
+        return lambda spawner, user_options: None
+
     def options_from_form(self, formdata):
         offered = getattr(self, "_offers_seen", None)
         if offered is None:
@@ -169,7 +178,7 @@ class GPUSpawnerMixin(Configurable):
             return None
         w = await self._service("POST", "/workloads", {
             "kind": "notebook", "user": self.user.name, "team": request.team,
-            "pool": request.pool, "gpus": request.gpus, "name": self.name or "default"})
+            "pool": request.pool, "gpus": request.gpus, "name": self.name})
         self.workload_id = w["id"]
         want = f"{request.gpus} × {request.pool} GPU{'s' if request.gpus > 1 else ''}"
         self._say(f"asked the scheduler for {want} for team {request.team}")
@@ -206,10 +215,10 @@ class GPUSpawnerMixin(Configurable):
         try:
             await self._service("POST", f"/workloads/{wid}/release", {"reason": reason})
         except ServiceError as e:
+            # The server is gone either way; the service finds such workloads
+            # itself (GpuHubService.reconcile_interval) and releases them.
             if getattr(e, "status", None) != 404:
-                self.workload_id = wid  # keep it, so the next stop tries again
-                self.log.error("could not release workload %s: %s", wid, e)
-                raise
+                self.log.error("could not release workload %s now: %s", wid, e)
 
     async def workload_lost(self) -> Optional[str]:
         """Why the server must stop (its GPUs were reclaimed), or None."""

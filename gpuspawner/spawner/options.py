@@ -61,7 +61,9 @@ class PoolOffer:
         text = (f"{gpus} × {self.model} ({self.memory_mib // 1024} GiB) in pool {self.pool}: "
                 f"{free_quota} of the team's {self.nominal} free in its quota, "
                 f"{self.free_in_pool} idle in the pool")
-        if not self.within_nominal(gpus):
+        if self.ceiling is not None and self.used + gpus > self.ceiling:
+            text += " — the team's quota is in use: waits in the queue until it frees up"
+        elif not self.within_nominal(gpus):
             text += " — borrows idle GPUs of other teams, so it may be preempted"
         return text
 

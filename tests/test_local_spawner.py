@@ -1,0 +1,238 @@
+"""LocalGPUSpawner end to end: a real JupyterHub, real notebook servers, the
+scheduler service and four fake GPUs."""
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import time
+
+import pytest
+import requests
+
+from hub_harness import Hub
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    h = Hub(str(tmp_path_factory.mktemp("spawnhub")),
+            groups={"team-a": ["alice", "amy"], "team-b": ["bob"]},
+            teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}},
+                   "b": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}},
+            extra_service_config='c.GpuHubService.notebook_gpu_limits = {"b": {"default": 1}}\n'
+                                 "c.GpuHubService.reconcile_interval = 1\n"
+                                 "c.GpuHubService.reconcile_grace = 3\n",
+            extra_hub_config="c.Spawner.poll_interval = 2\n")
+    try:
+        yield h.start()
+    finally:
+        h.stop()
+
+
+class Servers:
+    def __init__(self, hub: Hub, user: str):
+        self.hub, self.user = hub, user
+        self.s = requests.Session()
+        self.s.headers["Authorization"] = f"token {hub.token(user)}"
+        self.base = f"{hub.url}/hub/api/users/{user}"
+
+    def start(self, **options) -> requests.Response:
+        return self.s.post(f"{self.base}/server", json=options, timeout=60)
+
+    def stop(self) -> None:
+        r = self.s.delete(f"{self.base}/server", timeout=60)
+        assert r.status_code in (202, 204), r.text
+        self.wait(lambda srv: srv is None, "stopped")
+
+    def server(self):
+        return self.s.get(self.base, timeout=10).json()["servers"].get("")
+
+    def wait(self, done, what, timeout=90):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            srv = self.server()
+            if done(srv):
+                return srv
+            time.sleep(0.5)
+        raise AssertionError(f"{self.user}'s server not {what}: {self.server()}")
+
+    def wait_ready(self):
+        return self.wait(lambda srv: srv is not None and srv["ready"], "ready")
+
+    def workloads(self):
+        return [w for w in requests.get(f"{self.hub.api}/workloads",
+                                        params={"user": self.user, "kind": "notebook"},
+                                        headers={"Authorization": f"token {self.hub.token('root-admin')}"},
+                                        timeout=10).json()["workloads"]]
+
+    def server_env(self) -> dict:
+        """The environment of the user's single-user server process."""
+        for path in glob.glob("/proc/[0-9]*/environ"):
+            try:
+                with open(path, "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            except OSError:
+                continue
+            if (env.get(b"JUPYTERHUB_USER") == self.user.encode()
+                    and env.get(b"JUPYTERHUB_API_URL", b"").startswith(self.hub.hub_api.encode())):
+                return {k.decode(): v.decode() for k, v in env.items()}
+        raise AssertionError(f"no server process of {self.user}")
+
+
+def progress_messages(servers: Servers, want: str, timeout=30) -> list[str]:
+    import json
+    seen = []
+    with servers.s.get(f"{servers.base}/server/progress", stream=True, timeout=timeout) as r:
+        for line in r.iter_lines(decode_unicode=True):
+            if line.startswith("data: "):
+                seen.append(json.loads(line[6:]).get("message", ""))
+                if want in seen[-1]:
+                    break
+    return seen
+
+
+def test_second_server_queues_until_the_first_stops(hub):
+    alice, amy = Servers(hub, "alice"), Servers(hub, "amy")
+    assert alice.start(pool="default", gpus=2).status_code in (201, 202)
+    alice.wait_ready()
+    alice_gpus = alice.server_env()["CUDA_VISIBLE_DEVICES"].split(",")
+    assert len(alice_gpus) == 2
+    assert alice.server_env()["GPUHUB_URL"].endswith("/services/gpuhub")
+
+    assert amy.start(pool="default", gpus=2).status_code == 202
+    seen = progress_messages(amy, "position 1 in team a's queue")
+    assert any("waiting for 2 × default GPUs" in m for m in seen), seen
+    assert amy.server() is not None and not amy.server()["ready"]
+
+    alice.stop()
+    assert [w["state"] for w in alice.workloads()] == ["stopped"]
+    amy.wait_ready()
+    amy_gpus = amy.server_env()["CUDA_VISIBLE_DEVICES"].split(",")
+    assert len(amy_gpus) == 2 and all(g in "0123" for g in amy_gpus)
+    amy.stop()
+    states = [w["state"] for w in amy.workloads()]
+    assert states == ["stopped"]
+    pool = requests.get(f"{hub.api}/pools", headers={"Authorization": f"token {hub.token('amy')}"},
+                        timeout=10).json()["pools"][0]
+    assert pool["used"] == 0
+
+
+@pytest.mark.parametrize("user, options, words", [
+    ("alice", {"pool": "default", "gpus": 3}, "team a may hold at most 2 default GPUs"),
+    ("bob", {"pool": "default", "gpus": 2}, "notebook server of team b may hold at most 1"),
+    ("alice", {"pool": "tpu", "gpus": 1}, "unknown pool 'tpu'"),
+    ("alice", {"pool": "default", "gpus": "many"}, "whole number"),
+])
+def test_over_limit_requests_are_refused_before_anything_starts(hub, user, options, words):
+    servers = Servers(hub, user)
+    before = len(servers.workloads())
+    r = servers.start(**options)
+    assert r.status_code == 400, r.text
+    assert words in r.json()["message"]
+    assert servers.server() is None
+    assert len(servers.workloads()) == before
+
+
+def test_a_failed_gpu_spawn_does_not_poison_the_next_cpu_spawn(hub):
+    bob = Servers(hub, "bob")
+    assert bob.start(pool="default", gpus=5).status_code == 400
+    assert bob.start(gpus=0).status_code in (201, 202)
+    bob.wait_ready()
+    env = bob.server_env()
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and "GPUHUB_WORKLOAD_ID" not in env
+    bob.stop()
+
+
+def test_a_crashed_server_gives_its_gpus_back_once(hub):
+    alice = Servers(hub, "alice")
+    assert alice.start(pool="default", gpus=1).status_code in (201, 202)
+    alice.wait_ready()
+    env = alice.server_env()
+    wid = env["GPUHUB_WORKLOAD_ID"]
+    pids = [int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*/environ")
+            if _env_has(p, b"GPUHUB_WORKLOAD_ID=" + wid.encode())]
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    alice.wait(lambda srv: srv is None, "noticed dead", timeout=60)
+    admin = {"Authorization": f"token {hub.token('root-admin')}"}
+    deadline = time.monotonic() + 30
+    while requests.get(f"{hub.api}/workloads/{wid}", headers=admin, timeout=10).json()["state"] != "stopped":
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    events = requests.get(f"{hub.api}/workloads/{wid}/events", headers=admin, timeout=10).json()["events"]
+    assert [e["type"] for e in events].count("finished") == 1
+    # Releasing again (a late stop) changes nothing.
+    r = requests.post(f"{hub.api}/workloads/{wid}/release", headers=admin, json={"reason": "again"},
+                      timeout=10)
+    assert r.status_code == 200 and r.json()["state"] == "stopped"
+    events = requests.get(f"{hub.api}/workloads/{wid}/events", headers=admin, timeout=10).json()["events"]
+    assert [e["type"] for e in events].count("finished") == 1
+
+
+def _env_has(path: str, needle: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return needle in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def test_users_cannot_release_or_cancel_a_notebook(hub):
+    amy = Servers(hub, "amy")
+    assert amy.start(pool="default", gpus=1).status_code in (201, 202)
+    amy.wait_ready()
+    wid = amy.server_env()["GPUHUB_WORKLOAD_ID"]
+    h = {"Authorization": f"token {hub.token('amy')}"}
+    assert requests.post(f"{hub.api}/workloads/{wid}/release", headers=h, timeout=10).status_code == 403
+    r = requests.delete(f"{hub.api}/workloads/{wid}", headers=h, timeout=10)
+    assert r.status_code == 409 and "hub" in r.json()["error"]
+    assert requests.get(f"{hub.api}/workloads/{wid}", headers=h, timeout=10).json()["state"] == "running"
+    amy.stop()
+
+
+def test_gpus_of_a_server_the_hub_no_longer_has_are_released(hub):
+    """A server that stopped while the service was down could not release
+    its GPUs; the service finds it by asking the hub (reconcile_interval)."""
+    admin = {"Authorization": f"token {hub.token('root-admin')}"}
+    r = requests.post(f"{hub.api}/workloads", headers=admin, timeout=10,
+                      json={"kind": "notebook", "user": "bob", "team": "b", "pool": "default",
+                            "gpus": 1, "name": "ghost"})
+    assert r.status_code == 201, r.text
+    wid = r.json()["id"]
+    deadline = time.monotonic() + 30
+    while True:
+        w = requests.get(f"{hub.api}/workloads/{wid}", headers=admin, timeout=10).json()
+        if w["state"] == "stopped":
+            break
+        assert time.monotonic() < deadline, w
+        time.sleep(0.5)
+    assert "reconciled" in w["reason"]
+
+
+def test_hub_restart_releases_the_gpus_exactly_once(hub):
+    """On shutdown the hub stops its services before the servers, so the
+    spawner cannot report the stop; after the restart the service finds the
+    server gone and releases its GPUs, once."""
+    amy = Servers(hub, "amy")
+    assert amy.start(pool="default", gpus=2).status_code in (201, 202)
+    amy.wait_ready()
+    wid = amy.server_env()["GPUHUB_WORKLOAD_ID"]
+    hub.stop()
+    hub.start()
+    admin = {"Authorization": f"token {hub.token('root-admin')}"}
+    deadline = time.monotonic() + 60
+    while True:
+        w = requests.get(f"{hub.api}/workloads/{wid}", headers=admin, timeout=10).json()
+        if w["state"] == "stopped":
+            break
+        assert time.monotonic() < deadline, w
+        time.sleep(0.5)
+    events = requests.get(f"{hub.api}/workloads/{wid}/events", headers=admin, timeout=10).json()
+    assert [e["type"] for e in events["events"]].count("finished") == 1
+    pool = requests.get(f"{hub.api}/pools", headers=admin, timeout=10).json()["pools"][0]
+    assert pool["used"] == 0
+    # And the team can use its GPUs again.
+    assert amy.start(pool="default", gpus=2).status_code in (201, 202)
+    amy.wait_ready()
+    amy.stop()

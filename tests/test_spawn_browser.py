@@ -1,0 +1,233 @@
+"""The spawn page in a real browser: a user picks GPUs on the hub's form,
+waits in her team's queue on the progress page while a teammate holds the
+team's quota, and lands in JupyterLab once the GPUs are hers.
+
+Chromium is the system's (/usr/bin/chromium), driven by Playwright's sync API;
+the hub is the real embedded one (tests/hub_harness.py). Screenshots of the
+form, the queued progress page and JupyterLab are also kept in
+docs/screenshots/ so that people can see the pages.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import time
+
+import pytest
+import requests
+
+from hub_harness import Hub
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCREENSHOTS = os.path.join(ROOT, "docs", "screenshots")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update"]
+PASSWORD = "test-password"
+# A loaded 2-core machine: starting a server and JupyterLab takes a while.
+SLOW_MS = 120_000
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def server_state(hub: Hub, user: str) -> dict | None:
+    r = requests.get(f"{hub.url}/hub/api/users/{user}",
+                     headers={"Authorization": f"token {hub.token(user)}"}, timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json().get("servers", {}).get("")
+
+
+def shot(page, tmp_path, name: str, *, keep: bool = True) -> str:
+    """Screenshot into tmp_path; ``keep``: copy it to docs/screenshots too."""
+    path = os.path.join(str(tmp_path), name)
+    page.screenshot(path=path, full_page=True)
+    if keep:
+        os.makedirs(SCREENSHOTS, exist_ok=True)
+        shutil.copyfile(path, os.path.join(SCREENSHOTS, name))
+    return path
+
+
+def stop_servers(hub: Hub, users) -> None:
+    """Stop the users' servers through the REST API while the scheduler
+    service is still up (the hub stops its services before the servers when
+    it shuts down, and a spawner that cannot reach the service then fails to
+    stop its server)."""
+    for user in users:
+        try:
+            requests.delete(f"{hub.url}/hub/api/users/{user}/server",
+                            headers={"Authorization": f"token {hub.token(user)}"}, timeout=30)
+            wait_for(lambda: server_state(hub, user) is None, 60, f"{user}'s server to stop")
+        except Exception as e:  # cleanup: report, carry on
+            print(f"could not stop {user}'s server: {e}")
+
+
+def server_pids(hub: Hub) -> set[int]:
+    """PIDs of the notebook servers the hub runs now: its child processes
+    that work in this test's user workspaces."""
+    children: set[int] = set()
+    for task in os.listdir(f"/proc/{hub.proc.pid}/task"):
+        try:
+            with open(f"/proc/{hub.proc.pid}/task/{task}/children") as f:
+                children.update(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    workspaces = os.path.join(hub.data_dir, "workspaces") + os.sep
+    found = set()
+    for pid in children:
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(workspaces):
+                found.add(pid)
+        except OSError:
+            pass
+    return found
+
+
+def kill_leftover_servers(hub: Hub, pids) -> None:
+    """Safety net after hub.stop(): end the notebook servers this test's hub
+    started that still run (by PID, checking they work under this test's
+    directory, so a reused PID is left alone)."""
+    for pid in pids:
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if not cwd.startswith(hub.data_dir + os.sep):
+            continue
+        print(f"killing leftover notebook server {pid} ({cwd})")
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                wait_for(lambda: not os.path.exists(f"/proc/{pid}/cwd"), 10, f"{pid} to exit")
+                break
+            except AssertionError:
+                pass
+
+
+def login(page, hub: Hub, user: str) -> None:
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", PASSWORD)
+    with page.expect_navigation():
+        page.click("#login_submit")
+    assert "/hub/login" not in page.url, f"login failed: {page.url}"
+
+
+def test_spawn_form_queue_and_lab(tmp_path):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    hub = Hub(str(tmp_path), groups={"team-a": ["alice", "amy"]},
+              teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}},
+              gpus=4)
+    pids: set[int] = set()  # notebook servers the hub started, to be sure they end
+    try:
+        hub.start()
+        amy = {"Authorization": f"token {hub.token('amy')}"}
+        hub.token("alice")  # creates alice in the hub, in her team's group
+
+        # 1. amy holds the team's whole quota (2 GPUs).
+        r = requests.post(f"{hub.url}/hub/api/users/amy/server", headers=amy,
+                          json={"pool": "default", "gpus": 2}, timeout=30)
+        assert r.status_code in (201, 202), r.text
+        wait_for(lambda: (server_state(hub, "amy") or {}).get("ready"), 120,
+                 "amy's server to be ready")
+        pids |= server_pids(hub)
+
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                context = browser.new_context(viewport={"width": 1280, "height": 900})
+                context.set_default_timeout(60_000)
+                context.set_default_navigation_timeout(SLOW_MS)
+                page = context.new_page()
+
+                # 2. alice logs in through the form and opens the spawn page.
+                login(page, hub, "alice")
+                page.goto(f"{hub.url}/hub/spawn")
+                radios = page.locator('input[name="gpu_choice"]')
+                sync_api.expect(radios).to_have_count(3)
+                values = [radios.nth(i).get_attribute("value") for i in range(3)]
+                assert values == [":0", "default:1", "default:2"]
+                assert page.locator('input[type="hidden"][name="team"]').get_attribute(
+                    "value") == "a"
+                form = page.locator("#spawn_form")
+                labels = form.inner_text()
+                assert "CPU only" in labels
+                assert "1 × Fake GPU" in labels and "2 × Fake GPU" in labels
+                # amy holds the quota: the form says none of it is left.
+                assert "0 of the team's 2 free in its quota" in labels
+                shot(page, tmp_path, "spawn-form.png")
+
+                # 4. More than the team can get (the form offers no such
+                # choice: post a manipulated value) comes back on the form.
+                page.evaluate("""() => {
+                    const r = document.querySelector('input[name="gpu_choice"][value="default:2"]');
+                    r.value = "default:3";
+                    r.checked = true;
+                }""")
+                with page.expect_navigation():
+                    page.click('#spawn_form button[type="submit"]')
+                error = page.locator(".spawn-error-msg")
+                sync_api.expect(error).to_contain_text("more than you can get")
+                sync_api.expect(error).to_contain_text("3 GPUs")
+                # The form is shown again, so alice can choose anew.
+                sync_api.expect(page.locator('input[name="gpu_choice"]')).to_have_count(3)
+                shot(page, tmp_path, "spawn-error.png", keep=False)
+                assert server_state(hub, "alice") is None, "a refused form started a server"
+
+                # 2 (cont.). Choose 2 GPUs and start: alice queues behind amy.
+                page.goto(f"{hub.url}/hub/spawn")
+                page.check('input[name="gpu_choice"][value="default:2"]')
+                page.click('#spawn_form button[type="submit"]')
+                page.wait_for_url(re.compile(r"/hub/spawn-pending/alice"), timeout=SLOW_MS)
+                log = page.locator("#progress-log")
+                sync_api.expect(log).to_contain_text("waiting for 2 × default GPUs",
+                                                     timeout=SLOW_MS)
+                sync_api.expect(log).to_contain_text("position 1")
+                sync_api.expect(page.locator("#progress-message")).to_contain_text("waiting for")
+                page.locator("#progress-details").evaluate("d => d.open = true")
+                shot(page, tmp_path, "spawn-queued.png")
+                assert not (server_state(hub, "alice") or {}).get("ready")
+
+                # 3. amy stops: the GPUs go to alice, whose page lands in JupyterLab.
+                r = requests.delete(f"{hub.url}/hub/api/users/amy/server", headers=amy,
+                                    timeout=30)
+                assert r.status_code in (202, 204), r.text
+                page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=SLOW_MS)
+                page.wait_for_selector("#jp-main-dock-panel", state="visible", timeout=SLOW_MS)
+                sync_api.expect(page).to_have_title(re.compile("JupyterLab"), timeout=SLOW_MS)
+                # Let the launcher render before the picture is taken.
+                try:
+                    page.wait_for_selector(".jp-Launcher", state="visible", timeout=30_000)
+                except sync_api.TimeoutError:
+                    pass
+                shot(page, tmp_path, "lab.png")
+                assert (server_state(hub, "alice") or {}).get("ready")
+                pids |= server_pids(hub)
+                context.close()
+            finally:
+                browser.close()
+    except BaseException:
+        if hub.proc is not None:
+            print(f"---- hub log (tail) ----\n{hub.tail(80)}")
+        raise
+    finally:
+        if hub.proc is not None and hub.proc.poll() is None:
+            stop_servers(hub, ("alice", "amy"))
+        hub.stop()
+        kill_leftover_servers(hub, pids)
