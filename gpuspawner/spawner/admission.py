@@ -191,7 +191,9 @@ class GPUSpawnerMixin(Configurable):
                 if w["state"] != QUEUED:
                     raise web.HTTPError(503, f"the scheduler ended the request: {w['reason']}")
                 msg = (f"waiting for {want}, position {w.get('queue_position') or '?'} in team "
-                       f"{request.team}'s queue: {w['reason']}")
+                       f"{request.team}'s queue")
+                if w["reason"] and w["reason"] != "queued":  # not yet looked at: no reason
+                    msg += f": {w['reason']}"
                 if msg != last:
                     self._say(msg, 20)
                     last = msg
