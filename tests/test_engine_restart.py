@@ -129,3 +129,17 @@ def test_preempted_job_stopping_at_restart_is_stopped_and_requeued(db_url, tmp_p
         assert s.get(Attempt, (victim, 0)).state == "preempted"
     restarted.cancel(ALICE, victim)
     run_until(restarted, lambda: state(restarted, victim).state == "cancelled")
+
+
+def test_a_job_lost_again_and_again_fails_instead_of_looping(db_url, tmp_path):
+    engine = make_engine(db_url, tmp_path, backend=NeverStarts())
+    wid = engine.submit(ALICE, job(0.1)).id
+    for attempt in range(3):
+        engine.tick()
+        assert (state(engine, wid).state, state(engine, wid).attempt) == ("running", attempt)
+        engine = make_engine(db_url, tmp_path, backend=NeverStarts())  # restart: lost
+    row = state(engine, wid)
+    assert row.state == "failed" and "lost 3 times" in row.reason
+    with engine.store.session() as s:
+        assert [a.state for a in s.scalars(select(Attempt).where(Attempt.workload_id == wid)
+                                           .order_by(Attempt.number))] == ["lost"] * 3

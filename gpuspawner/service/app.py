@@ -210,6 +210,13 @@ class GpuHubService(Application):
             c.GpuHubService.notebook_gpu_limits = {"*": {"*": 2}, "vision": {"a100": 1}}
         """).tag(config=True)
 
+    max_lost_attempts = Integer(3, help="""
+        A job whose process vanishes without an exit record (the host
+        rebooted, someone killed the supervisor) is requeued; after this many
+        such losses it fails instead, so a job that kills its own supervisor
+        cannot loop forever.
+        """).tag(config=True)
+
     reconcile_interval = Float(60.0, help="""
         Seconds between checks that every notebook server holding GPUs still
         exists in the hub. A server that stopped while the service was down
@@ -249,7 +256,8 @@ class GpuHubService(Application):
                                           default_quota=Quota(**self.default_quota),
                                           workspace_root=self.workspace_root,
                                           default_grace_period=self.default_grace_period,
-                                          notebook_gpu_limits=self.notebook_gpu_limits))
+                                          notebook_gpu_limits=self.notebook_gpu_limits,
+                                          max_lost_attempts=self.max_lost_attempts))
         self.engine.start()
         self._groups: dict[str, tuple[float, list[str]]] = {}
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from ..backends.base import EXITED, LOST, TIME_LIMIT, AttemptExit, LaunchSpec
@@ -82,6 +82,8 @@ class EngineConfig:
     default_grace_period: float = 30.0
     # team or "*" -> pool or "*" -> most GPUs one notebook server may hold.
     notebook_gpu_limits: dict = field(default_factory=dict)
+    # A job lost this many times (its process vanished) fails instead.
+    max_lost_attempts: int = 3
 
 
 class Engine:
@@ -383,6 +385,10 @@ class Engine:
             elif preempted:
                 requeue, outcome = True, "preempted"
                 msg = f"preempted for {row.preempted_for}; requeued as attempt {row.attempt + 1}"
+            elif x.reason == LOST and self._lost_before(s, row.id) + 1 >= self.config.max_lost_attempts:
+                state, outcome = FAILED, "lost"
+                msg = (f"attempt {row.attempt} was lost; lost {self.config.max_lost_attempts} "
+                       f"times, so it is not requeued again")
             elif x.reason == LOST:
                 requeue, outcome = True, "lost"
                 msg = f"attempt {row.attempt} was lost; requeued as attempt {row.attempt + 1}"
@@ -407,6 +413,11 @@ class Engine:
             self.scheduler.finished(x.workload_id, x.finished_at, requeue=requeue)
         self._reasons.pop(x.workload_id, None)
         self.wake()
+
+    @staticmethod
+    def _lost_before(s: Session, wid: str) -> int:
+        return s.scalar(select(func.count()).select_from(Attempt).where(
+            Attempt.workload_id == wid, Attempt.state == "lost")) or 0
 
     def _lost_without_core(self, wid: str, now: float, why: str) -> None:
         with self.store.transaction() as s:
