@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import replace
 
+import pytest
 from sqlalchemy import func, select
 
 from gpuspawner.backends.local import LocalBackend
@@ -143,3 +144,20 @@ def test_a_job_lost_again_and_again_fails_instead_of_looping(db_url, tmp_path):
     with engine.store.session() as s:
         assert [a.state for a in s.scalars(select(Attempt).where(Attempt.workload_id == wid)
                                            .order_by(Attempt.number))] == ["lost"] * 3
+
+
+def test_restart_keeps_the_fair_share_history(db_url, tmp_path):
+    """A team that just used many GPU-hours is not forgiven by a restart."""
+    first = make_engine(db_url, tmp_path)
+    ids = [first.submit(ALICE, job(0.5, gpus=2)).id for _ in range(2)]
+    long = first.submit(ALICE, job(30, gpus=1)).id
+    run_until(first, lambda: all(state(first, i).state == "succeeded" for i in ids)
+              and state(first, long).state == "running")
+    now = time.time()
+    before = first.scheduler.state.team_usage(now)["a"]["default"]
+    second = make_engine(db_url, tmp_path)
+    after = second.scheduler.state.team_usage(now)["a"]["default"]
+    assert before > 0.5 and after == pytest.approx(before, rel=0.02)
+    assert second.scheduler.state.usage[("a", "default")].rate == 1  # the long job
+    second.cancel(ALICE, long)
+    run_until(second, lambda: state(second, long).state == "cancelled")

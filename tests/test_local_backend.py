@@ -299,3 +299,21 @@ def test_every_attempt_is_reported_exactly_once(tmp_path):
     backend.stop("job", 3, grace=30)  # already reported: nothing to do, no error
     backend.kill("job", 4)
     assert backend.poll() == []
+
+
+def test_recover_right_after_start_adopts_instead_of_running_it_twice(tmp_path):
+    """A service that restarts before the runner wrote runner.json must not
+    call the attempt lost (it would be started a second time): start()
+    leaves launch.json before it returns."""
+    first = LocalBackend()
+    spec = make_spec(tmp_path, WAIT_FOR_GO)
+    first.start(spec)
+    runner_json = os.path.join(spec.attempt_dir, RUNNER_FILE)
+    wait_until(lambda: os.path.exists(runner_json))
+    os.remove(runner_json)  # as if the restart came before the runner wrote it
+    restarted = LocalBackend()
+    assert restarted.recover([spec]) == []
+    assert restarted.running() == {("job", 1)}
+    restarted.kill("job", 1)
+    e = single_exit(restarted)
+    assert (e.reason, e.returncode) == (STOPPED, None)

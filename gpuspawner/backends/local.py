@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .base import LOST, STOPPED, AttemptExit, LaunchSpec
-from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat
+from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat, write_json
+
+LAUNCH_FILE = "launch.json"
 
 
 class BackendError(RuntimeError):
@@ -76,7 +78,7 @@ class LocalBackend:
             raise BackendError(f"attempt {key} has no command")
         # The runner works in spec.cwd: relative paths would resolve from there.
         attempt_dir = os.path.abspath(spec.attempt_dir)
-        if os.path.exists(os.path.join(attempt_dir, RUNNER_FILE)):
+        if any(os.path.exists(os.path.join(attempt_dir, f)) for f in (RUNNER_FILE, LAUNCH_FILE)):
             # Its old exit.json would be taken for this run's.
             raise BackendError(f"attempt directory {attempt_dir} was already used")
         env = {**os.environ, **spec.env,
@@ -103,6 +105,12 @@ class LocalBackend:
         except OSError as e:
             raise BackendError(f"cannot start attempt {key}: {e}") from e
         self._attempts[key] = _Attempt(spec, proc.pid, proc)
+        # Written before start() returns, so a service that restarts before
+        # the runner wrote runner.json still finds the process.
+        stat = proc_stat(proc.pid)
+        if stat is not None:
+            write_json(os.path.join(attempt_dir, LAUNCH_FILE),
+                       {"pid": proc.pid, "pgid": proc.pid, "start_ticks": stat[1]})
         return proc.pid
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
@@ -140,16 +148,17 @@ class LocalBackend:
     def recover(self, specs: list[LaunchSpec]) -> list[AttemptExit]:
         """Find the attempts a previous service started: adopt the live, report the ended.
 
-        Starts nothing. An attempt without runner.json is LOST: the service
-        died before starting it (the runner writes runner.json as it starts,
-        well within the time a service takes to restart).
+        Starts nothing. An attempt with neither runner.json (written by the
+        runner) nor launch.json (written by start() before it returns) is
+        LOST: the service died before starting it.
         """
         exits = []
         for spec in specs:
             key = (spec.workload_id, spec.attempt)
             if key in self._attempts:
                 continue
-            info = _read_json(os.path.join(spec.attempt_dir, RUNNER_FILE))
+            info = (_read_json(os.path.join(spec.attempt_dir, RUNNER_FILE))
+                    or _read_json(os.path.join(spec.attempt_dir, LAUNCH_FILE)))
             if info is not None:
                 a = _Attempt(spec, info["pid"], None, info["start_ticks"])
                 if self._alive(a):

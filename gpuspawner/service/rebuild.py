@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..scheduler import Scheduler
+from ..scheduler.fairshare import DecayedUsage
 from ..scheduler.model import Node, Quota, Team, Workload
-from ..store import Attempt, QuotaRow, TeamRow, WorkloadRow
+from ..store import Attempt, QuotaRow, TeamRow, UsageRow, WorkloadRow
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -82,7 +83,32 @@ def rebuild(session: Session, nodes: Iterable[Node], policy) -> tuple[Scheduler,
         if row.nomination:
             victims = [r.id for r in holding if r.preempted_for == row.id]
             state.nominate(row.id, placement_from_json(row.nomination), victims)
+    state.usage = replay_usage(session, state.half_life,
+                               [(r.team, r.pool, session.get(Attempt, (r.id, r.attempt)))
+                                for r in holding if r.id not in unplaceable])
     return sched, unplaceable
+
+
+def replay_usage(session: Session, half_life: float, running) -> dict:
+    """The fair-share history (decayed GPU-seconds per team and pool) from
+    the usage ledger, so a restart does not forgive a team's recent use.
+    ``running``: (team, pool, attempt) of the work that holds GPUs now."""
+    horizon = max((a.started_at for _t, _p, a in running if a), default=0.0)
+    changes: list[tuple[float, str, str, int]] = []
+    latest = session.scalar(select(func.max(UsageRow.ended_at)))
+    if latest is not None:
+        horizon = max(horizon, latest)
+        since = horizon - 10 * half_life  # older use has decayed below 0.1%
+        for u in session.scalars(select(UsageRow).where(UsageRow.ended_at >= since)):
+            changes += [(u.started_at, u.team, u.pool, u.gpus), (u.ended_at, u.team, u.pool, -u.gpus)]
+    for team, pool, a in running:
+        if a is not None:
+            changes.append((a.started_at, team, pool, a.gpus))
+    usage: dict[tuple[str, str], DecayedUsage] = {}
+    for t, team, pool, delta in sorted(changes, key=lambda c: (c[0], -c[3])):
+        u = usage.setdefault((team, pool), DecayedUsage(updated_at=t))
+        u.advance(t, half_life, u.rate + delta)
+    return usage
 
 
 def field_for_reason(reason: str) -> str:
