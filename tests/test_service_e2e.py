@@ -242,3 +242,39 @@ def test_notebook_job_runs_with_parameters(hub):
                       for o in c.get("outputs", []))
     assert "trained 3 epochs on GPUs" in printed
     assert json.dumps(done["parameters"]) == '{"epochs": 3}'
+
+
+def test_notices_audit_and_gpus(hub, tmp_path):
+    alice, bob, admin = hub.client("alice"), hub.client("bob"), hub.client("root-admin")
+    r = alice.post("/notices", json={"user": "alice", "kind": "x", "message": "hi"})
+    assert r.status_code == 403
+    r = admin.post("/notices", json={"user": "alice", "server": "", "kind": "cull-warning",
+                                     "message": "your server will be stopped at 12:00"})
+    assert r.status_code == 201, r.text
+    nid = r.json()["id"]
+    assert [n["message"] for n in alice.get("/notices").json()["notices"]] == [
+        "your server will be stopped at 12:00"]
+    assert bob.get("/notices").json()["notices"] == []
+    assert bob.get("/notices", params={"user": "alice"}).json()["notices"] == []
+    assert admin.post("/notices", json={"user": "alice", "kind": "x"}).json()["field"] == "message"
+    assert admin.request("DELETE", f"/notices/{nid}").status_code == 200
+    assert alice.get("/notices").json()["notices"] == []
+
+    assert alice.get("/audit").status_code == 403
+    assert alice.post("/audit", json={"action": "cull"}).status_code == 403
+    r = admin.post("/audit", json={"action": "cull", "target": "alice/", "detail": {"idle_s": 7200}})
+    assert r.status_code == 201
+    entries = admin.get("/audit", params={"action": "cull"}).json()["entries"]
+    assert entries[0]["detail"] == {"idle_s": 7200} and entries[0]["actor"] == "root-admin"
+    notices = admin.get("/audit", params={"action": "notice"}).json()["entries"]
+    assert notices[0]["target"] == "alice/" and notices[0]["detail"]["kind"] == "cull-warning"
+
+    job = alice.submit(command=train(300, 0.1), gpus=1)
+    alice.wait(job["id"], "running", 30)
+    assert alice.get("/gpus").status_code == 403
+    gpus = admin.get("/gpus").json()["gpus"]
+    assert len(gpus) == 4 and all(g["utilization_pct"] == 0.0 for g in gpus)
+    held = [g for g in gpus if g["workload"]]
+    assert [(g["workload"]["id"], g["workload"]["user"]) for g in held] == [(job["id"], "alice")]
+    alice.request("DELETE", f"/workloads/{job['id']}")
+    alice.wait(job["id"], "cancelled", 30)

@@ -1,15 +1,16 @@
 """The ``Inventory`` configurable: where this host's GPUs come from."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
-from typing import Any
+from typing import Any, Optional
 
 from traitlets import Dict, Enum, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from .declared import declared_gpus
 from .model import Gpu
-from .nvml import NvmlUnavailable, read_nvml
+from .nvml import NvmlUnavailable, read_nvml, sample_utilization
 
 __all__ = ["Inventory"]
 
@@ -93,6 +94,36 @@ class Inventory(LoggingConfigurable):
         """,
     ).tag(config=True)
 
+    declared_utilization_file = Unicode(
+        "",
+        help="""
+        A JSON file {"GPU index": utilization %} that declared GPUs report as
+        their utilization (missing: 0). Demos and tests use it to make fake
+        GPUs look busy or idle to the culler and the metrics.
+
+        Example::
+
+            c.Inventory.declared_utilization_file = "/tmp/fake-gpu-util.json"
+        """,
+    ).tag(config=True)
+
+    source_used = ""
+
+    def sample(self, nvml: Any = None) -> dict[int, tuple[float, Optional[int]]]:
+        """``{index: (utilization %, memory used MiB or None)}`` now, from
+        the source ``discover`` used."""
+        if self.source_used == "nvml":
+            return dict(sample_utilization(nvml))
+        values: dict = {}
+        if self.declared_utilization_file:
+            try:
+                with open(self.declared_utilization_file) as f:
+                    values = json.load(f)
+            except (OSError, ValueError) as e:
+                self.log.warning("cannot read %s: %s", self.declared_utilization_file, e)
+        return {g.index: (float(values.get(str(g.index), 0.0)), None)
+                for g in declared_gpus(self.declared)}
+
     def discover(self, nvml: Any = None) -> tuple[str, list[Gpu]]:
         """``(source used, GPUs)``, the source being "nvml" or "declared".
 
@@ -117,6 +148,7 @@ class Inventory(LoggingConfigurable):
                     gpus = [replace(g, pool=self.pool) for g in gpus]
                 if not gpus:
                     self.log.warning("NVML answered but reports no GPUs on this host")
+        self.source_used = used
         return used, self._mark_unhealthy(gpus)
 
     def _mark_unhealthy(self, gpus: list[Gpu]) -> list[Gpu]:

@@ -50,12 +50,17 @@ API_ROUTES = [
     ("/teams", h.TeamsHandler),
     ("/teams/{name}", h.TeamHandler),
     ("/usage", h.UsageHandler),
+    ("/gpus", h.GpusHandler),
+    ("/notices", h.NoticesHandler),
+    ("/notices/{nid}", h.NoticeHandler),
+    ("/audit", h.AuditHandler),
     ("/openapi.json", h.OpenAPIHandler),
     ("/health", h.HealthHandler),
 ]
 # Who the service is when it acts by itself (reconciliation).
 SERVICE_IDENTITY = Identity("gpuhub-service", admin=True, can_submit=True)
-PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})"}
+PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})",
+               "{nid}": r"([0-9]{1,12})"}
 
 
 def route_regex(path: str) -> str:
@@ -358,6 +363,24 @@ class GpuHubService(Application):
                                     "the hub has no such server any more (reconciled)")
                 released.append(row.id)
         return released
+
+    def gpus_view(self) -> list[dict]:
+        state = self.engine.scheduler.state
+        sample = self.inventory.sample()
+        owners = {wid for wid in state.owner.values()}
+        with self.store.session() as s:
+            rows = {r.id: r for r in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(owners)))}
+        out = []
+        for ln in self.engine.nodes.values():
+            for g, device in enumerate(ln.devices):
+                util, mem = sample.get(device, (None, None))
+                row = rows.get(state.owner.get((ln.node.name, g)))
+                out.append({"node": ln.node.name, "gpu": g, "device": device, "pool": ln.node.pool,
+                            "utilization_pct": util, "memory_used_mib": mem,
+                            "workload": None if row is None else {
+                                "id": row.id, "kind": row.kind, "user": row.user,
+                                "team": row.team, "name": row.name}})
+        return out
 
     def pools_view(self, who) -> list[dict]:
         state = self.engine.scheduler.state

@@ -14,7 +14,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..scheduler.model import Quota
-from ..store import Attempt, EventRow, WorkloadRow
+from ..store import Attempt, AuditEntry, EventRow, NoticeRow, WorkloadRow
 from . import views
 from .engine import Conflict, Forbidden, NotFound
 from .identity import Identity
@@ -319,6 +319,108 @@ class UsageHandler(APIHandler):
                                   None if self.identity.admin else
                                   sorted(self.identity.teams | self.identity.leads))
         self.write_json(report)
+
+
+class AdminHandler(APIHandler):
+    async def prepare(self) -> None:
+        await super().prepare()
+        if not self.identity.admin:
+            raise web.HTTPError(403, "this needs the scope custom:gpuhub:admin")
+
+
+class GpusHandler(AdminHandler):
+    """Every GPU of this host's nodes: utilization now and who holds it (for
+    the culler and the metrics)."""
+
+    def get(self):
+        self.write_json({"sampled_at": views.iso(self.engine.clock()),
+                         "gpus": self.gpuhub.gpus_view()})
+
+
+class NoticesHandler(APIHandler):
+    """Messages for a user's server (the culler's warnings). Users read their
+    own; admins (the culler) post and read anyone's."""
+
+    def get(self):
+        now = self.engine.clock()
+        q = select(NoticeRow).where(NoticeRow.cleared_at.is_(None)).order_by(NoticeRow.id)
+        user = self.get_argument("user", None)
+        if not self.identity.admin:
+            user = self.identity.name
+        if user:
+            q = q.where(NoticeRow.user == user)
+        with self.engine.store.session() as s:
+            rows = [n for n in s.scalars(q) if n.expires_at is None or n.expires_at > now]
+        self.write_json({"notices": [views.notice(n) for n in rows]})
+
+    def post(self):
+        if not self.identity.admin:
+            raise Forbidden("posting notices needs the scope custom:gpuhub:admin")
+        body = self.json_body()
+        if not isinstance(body, dict):
+            raise SpecError("body", "must be a JSON object")
+        for key in ("user", "kind", "message"):
+            if not isinstance(body.get(key), str) or not body[key] or len(body[key]) > 2000:
+                raise SpecError(key, "is required: a string of at most 2000 characters")
+        expires = body.get("expires_at")
+        if expires is not None and (isinstance(expires, bool) or not isinstance(expires, (int, float))):
+            raise SpecError("expires_at", "must be a UNIX time in seconds")
+        now = self.engine.clock()
+        with self.engine.store.transaction() as s:
+            row = NoticeRow(user=body["user"], server=str(body.get("server") or ""),
+                            kind=body["kind"], message=body["message"], created_at=now,
+                            expires_at=expires, data=body.get("data") or {})
+            s.add(row)
+            s.flush()
+            s.add(AuditEntry(time=now, actor=self.identity.name, action="notice",
+                             target=f"{row.user}/{row.server}",
+                             detail={"kind": row.kind, "message": row.message, **row.data}))
+        self.write_json(views.notice(row), status=201)
+
+
+class NoticeHandler(APIHandler):
+    def delete(self, nid: str):
+        if not self.identity.admin:
+            raise Forbidden("clearing notices needs the scope custom:gpuhub:admin")
+        with self.engine.store.transaction() as s:
+            row = s.get(NoticeRow, int(nid))
+            if row is None:
+                raise NotFound(f"no notice {nid}")
+            row.cleared_at = row.cleared_at or self.engine.clock()
+        self.write_json(views.notice(row))
+
+
+class AuditHandler(AdminHandler):
+    """The append-only audit log: read it, or append an entry (a hub-side
+    service recording what it did, such as a cull and its reasons)."""
+
+    def get(self):
+        limit = self.get_argument("limit", "200")
+        if not limit.isdigit() or not 1 <= int(limit) <= 5000:
+            raise SpecError("limit", "must be an integer between 1 and 5000")
+        q = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(int(limit))
+        for key, column in (("action", AuditEntry.action), ("actor", AuditEntry.actor),
+                            ("target", AuditEntry.target)):
+            if self.get_argument(key, None):
+                q = q.where(column == self.get_argument(key))
+        with self.engine.store.session() as s:
+            rows = s.scalars(q).all()
+        self.write_json({"entries": [views.audit(a) for a in rows]})
+
+    def post(self):
+        body = self.json_body()
+        if not isinstance(body, dict) or not isinstance(body.get("action"), str) \
+                or not body["action"] or len(body["action"]) > 64:
+            raise SpecError("action", "is required: a string of at most 64 characters")
+        detail = body.get("detail") or {}
+        if not isinstance(detail, dict):
+            raise SpecError("detail", "must be an object")
+        with self.engine.store.transaction() as s:
+            row = AuditEntry(time=self.engine.clock(), actor=self.identity.name,
+                             action=body["action"], target=str(body.get("target") or "")[:255],
+                             detail=detail)
+            s.add(row)
+        self.write_json(views.audit(row), status=201)
 
 
 class OpenAPIHandler(web.RequestHandler):

@@ -55,3 +55,14 @@ def attempt_view(a: Attempt) -> dict:
 def event(e: EventRow) -> dict:
     return {"id": e.id, "type": e.type, "time": iso(e.time), "attempt": e.attempt,
             "message": e.message, "data": e.data or {}}
+
+
+def notice(n) -> dict:
+    return {"id": n.id, "user": n.user, "server": n.server, "kind": n.kind,
+            "message": n.message, "created_at": iso(n.created_at),
+            "expires_at": iso(n.expires_at), "cleared_at": iso(n.cleared_at), "data": n.data or {}}
+
+
+def audit(a) -> dict:
+    return {"id": a.id, "time": iso(a.time), "actor": a.actor, "action": a.action,
+            "target": a.target, "detail": a.detail or {}}

@@ -186,3 +186,21 @@ class AuditEntry(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
     __table_args__ = (Index("ix_audit_time", "time"),)
+
+
+class NoticeRow(Base):
+    """A message for one user's server, e.g. the culler's warning; shown by
+    the hub's pages and the lab extension until it expires or is cleared."""
+
+    __tablename__ = "notices"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(255))
+    server: Mapped[str] = mapped_column(String(255), default="")
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    cleared_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    __table_args__ = (Index("ix_notices_user", "user", "cleared_at"),)
