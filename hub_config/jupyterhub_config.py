@@ -86,6 +86,27 @@ c.JupyterHub.load_roles.append(
     {"name": "gpuhub-spawner", "services": ["gpuhub-spawner"],
      "scopes": ["custom:gpuhub:admin", "access:services!service=gpuhub"]})
 
+# The GPU-aware idle culler: a hub-managed service (python -m gpuspawner.culler
+# takes jupyterhub-idle-culler's flags plus the GPU ones; see docs/culler.md).
+c.JupyterHub.services.append({
+    "name": "gpuhub-culler",
+    "command": [sys.executable, "-m", "gpuspawner.culler"] + json.loads(
+        os.environ.get("GPUHUB_CULLER_ARGS", '["--timeout=8h", "--gpu-timeout=1h", '
+                                             '"--warn-before=15m", "--cull-every=5m"]')),
+    "environment": {"GPUHUB_API_URL": f"http://127.0.0.1:{service_port}/services/gpuhub/api/v1"},
+})
+c.JupyterHub.load_roles.append(
+    {"name": "gpuhub-culler", "services": ["gpuhub-culler"],
+     "scopes": ["list:users", "read:users:activity", "read:users:groups", "read:users:name",
+                "read:servers", "delete:servers", "admin:servers", "access:services!service=gpuhub",
+                "custom:gpuhub:admin"]})
+
+# The culler's warnings (and other notices) as a banner on the hub's pages.
+from gpuspawner.hub.banner import notice_banner  # noqa: E402
+
+c.JupyterHub.template_vars = {"announcement": notice_banner(
+    f"http://127.0.0.1:{service_port}/services/gpuhub/api/v1", spawner_token)}
+
 # Notebook servers: local processes (as the hub's user, in per-user
 # workspaces) that see exactly the GPUs the scheduler admitted them with.
 c.JupyterHub.spawner_class = "gpuspawner.spawner.local.LocalGPUSpawner"

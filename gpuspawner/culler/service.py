@@ -1,0 +1,165 @@
+"""The culler as a hub-managed service.
+
+Every ``cull_every`` seconds: read the hub's active servers (one paginated
+listing), the scheduler service's GPU utilization and notebook workloads (two
+calls), decide per server with ``decide.decide``, then act: post a warning
+notice, stop the server through the hub (the spawner then releases its GPUs
+and queued work starts in the scheduler's next cycle), or clear a warning
+that no longer applies. Every cull is recorded in the audit log with the
+numbers that justified it. Warnings live in the service's database (as
+notices), so a restarted culler neither forgets nor repeats them.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+from collections import deque
+from typing import Awaitable, Callable, Optional
+from urllib.parse import quote
+
+from .decide import (Decision, GpuSample, Policy, PolicyRule, Server, decide, required_history,
+                     resolve_policy, utcnow)
+
+log = logging.getLogger("gpuhub.culler")
+WARNING_KIND = "cull-warning"
+
+# fetch(method, url, body) -> parsed JSON (None for an empty body); raises on HTTP errors.
+Fetch = Callable[[str, str, Optional[dict]], Awaitable[object]]
+
+
+def parse_time(text: Optional[str]) -> Optional[dt.datetime]:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class Culler:
+    def __init__(self, policy: Policy, rules: list[PolicyRule], *, hub_api: str, gpuhub_api: str,
+                 fetch: Fetch, cull_every: float, concurrency: int = 10, page_size: int = 0,
+                 dry_run: bool = False, clock: Callable[[], dt.datetime] = utcnow):
+        self.policy, self.rules = policy, rules
+        self.hub_api, self.gpuhub_api = hub_api.rstrip("/"), gpuhub_api.rstrip("/")
+        self.fetch, self.clock = fetch, clock
+        self.cull_every, self.dry_run = cull_every, dry_run
+        self.page_size = page_size
+        self.limit = asyncio.Semaphore(max(1, concurrency))
+        self.samples: dict[str, deque] = {}
+        # (user, server) -> (notice id, when warned)
+        self.warned: dict[tuple[str, str], tuple[int, dt.datetime]] = {}
+        self.calls = 0
+
+    async def _call(self, method: str, url: str, body: Optional[dict] = None):
+        self.calls += 1
+        return await self.fetch(method, url, body)
+
+    # ---- reading ----------------------------------------------------------
+    async def hub_servers(self) -> list[tuple[dict, str, dict]]:
+        """(user model, server name, server model) of every active server."""
+        out, offset = [], 0
+        while True:
+            query = "state=active" + (f"&offset={offset}" if offset else "") + (
+                f"&limit={self.page_size}" if self.page_size else "")
+            page = await self._call("GET", f"{self.hub_api}/users?{query}")
+            users = page["items"] if isinstance(page, dict) else page
+            for user in users:
+                for name, server in (user.get("servers") or {}).items():
+                    out.append((user, name, server))
+            nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
+            if not nxt or not users:
+                return out
+            offset = nxt["offset"]
+
+    async def restore_warnings(self) -> None:
+        notices = (await self._call("GET", f"{self.gpuhub_api}/notices"))["notices"]
+        for n in notices:
+            if n["kind"] == WARNING_KIND:
+                self.warned[(n["user"], n["server"])] = (n["id"], parse_time(n["created_at"]))
+
+    def _record(self, gpus: list[dict], now: dt.datetime) -> dict[str, tuple[int, ...]]:
+        """Keep utilization samples per workload; returns workload -> its GPUs."""
+        held: dict[str, list[int]] = {}
+        keep = max([required_history(self.policy)] +
+                   [required_history(r.apply(self.policy)) for r in self.rules])
+        for g in gpus:
+            w = g.get("workload")
+            if not w or g.get("utilization_pct") is None:
+                continue
+            held.setdefault(w["id"], []).append(g["device"])
+            ring = self.samples.setdefault(w["id"], deque())
+            ring.append(GpuSample(now, g["device"], float(g["utilization_pct"]), None))
+            while ring and (now - ring[0].time).total_seconds() > keep:
+                ring.popleft()
+        for wid in list(self.samples):
+            if wid not in held:
+                del self.samples[wid]
+        return {wid: tuple(devs) for wid, devs in held.items()}
+
+    # ---- one pass -----------------------------------------------------------
+    async def cycle(self) -> list[tuple[str, Decision]]:
+        now = self.clock()
+        servers = await self.hub_servers()
+        gpus = (await self._call("GET", f"{self.gpuhub_api}/gpus"))["gpus"]
+        notebooks = (await self._call(
+            "GET", f"{self.gpuhub_api}/workloads?kind=notebook&state=running&limit=1000"))["workloads"]
+        devices = self._record(gpus, now)
+        by_server = {(w["user"], w["name"]): w for w in notebooks}
+        decisions, actions = [], []
+        for user, name, model in servers:
+            if user.get("admin") and not self.policy.cull_admin_users:
+                continue
+            w = by_server.get((user["name"], name))
+            server = Server(user=user["name"], name=name, groups=frozenset(user.get("groups") or ()),
+                            team=w["team"] if w else None, pool=w["pool"] if w else None,
+                            gpus=devices.get(w["id"], ()) if w else (),
+                            started=parse_time(model.get("started")) or now,
+                            last_activity=parse_time(model.get("last_activity")),
+                            pending=model.get("pending"))
+            policy = resolve_policy(self.policy, self.rules, server)
+            samples = list(self.samples.get(w["id"], ())) if w else []
+            warned = self.warned.get((server.user, name))
+            d = decide(server, samples, policy, now, warned[1] if warned else None)
+            decisions.append((server.label, d))
+            actions.append(self._act(server, policy, d, warned))
+        await asyncio.gather(*actions)
+        return decisions
+
+    async def _act(self, server: Server, policy: Policy, d: Decision, warned) -> None:
+        key = (server.user, server.name)
+        if self.dry_run:
+            if d.action != "keep":
+                log.info("dry run: would %s %s: %s", d.action, server.label, d.reason)
+            return
+        async with self.limit:
+            if d.action == "warn" and d.notify:
+                expires = (d.cull_at or self.clock()) + dt.timedelta(seconds=2 * self.cull_every)
+                n = await self._call("POST", f"{self.gpuhub_api}/notices", {
+                    "user": server.user, "server": server.name, "kind": WARNING_KIND,
+                    "message": d.reason, "expires_at": expires.timestamp(),
+                    "data": json.loads(json.dumps(d.numbers, default=str))})
+                self.warned[key] = (n["id"], d.warned_at or self.clock())
+            elif d.action == "cull":
+                await self._cull(server, policy, d)
+                await self._clear(key)
+            elif d.action == "keep" and warned:
+                await self._clear(key)
+
+    async def _cull(self, server: Server, policy: Policy, d: Decision) -> None:
+        user = quote(server.user)
+        if server.name:
+            url = f"{self.hub_api}/users/{user}/servers/{quote(server.name)}"
+            body = {"remove": True} if policy.remove_named_servers else None
+        else:
+            url, body = f"{self.hub_api}/users/{user}/server", None
+        log.warning("culling %s: %s", server.label, d.reason)
+        await self._call("DELETE", url, body)
+        await self._call("POST", f"{self.gpuhub_api}/audit", {
+            "action": "cull", "target": server.label,
+            "detail": {"reason": d.reason, "rule": d.rule,
+                       **json.loads(json.dumps(d.numbers, default=str))}})
+
+    async def _clear(self, key: tuple[str, str]) -> None:
+        entry = self.warned.pop(key, None)
+        if entry is not None:
+            await self._call("DELETE", f"{self.gpuhub_api}/notices/{entry[0]}")
