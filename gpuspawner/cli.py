@@ -78,6 +78,12 @@ def cmd_bench(args) -> int:
     if args.target == "api":
         from .bench_api import cmd_bench_api
         return cmd_bench_api(args)
+    if args.target == "culler":
+        from .culler.bench import format_rows as culler_rows, run_bench as culler_bench
+        rows = culler_bench()
+        print("\n".join(json.dumps(r, sort_keys=True) for r in rows) if args.json
+              else culler_rows(rows))
+        return 0
     from .sim.bench import format_rows, run_bench
 
     def progress(row):
@@ -124,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks: scheduling cycle against fifo (default), "
                                          "or the REST API through the proxy (api)")
-    bench.add_argument("target", nargs="?", choices=["scheduler", "api"], default="scheduler",
+    bench.add_argument("target", nargs="?", choices=["scheduler", "api", "culler"],
+                       default="scheduler",
                        help="what to measure (default: scheduler)")
     bench.add_argument("--json", action="store_true", help="one JSON object per measurement")
     bench.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000],

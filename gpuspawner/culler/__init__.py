@@ -8,7 +8,9 @@ package decides with both signals:
   decision with a human reason and the numbers behind it out; no I/O, ``now`` always passed in);
 - :mod:`gpuspawner.culler.cli`: command-line parsing compatible with ``jupyterhub-idle-culler`` 2.x
   for the flags they share, plus the GPU flags and a YAML policy file (base policy, per-team and
-  per-pool rules, exemptions).
-
-The hub-managed service that fetches servers and GPU samples and acts on decisions comes later.
+  per-pool rules, exemptions);
+- :mod:`gpuspawner.culler.service`: the pass a hub-managed service runs (``python -m
+  gpuspawner.culler``): reads the hub's servers and the scheduler's GPU samples, then warns
+  (a notice), culls (through the hub, audited) or clears a warning;
+- :mod:`gpuspawner.culler.bench`: ``gpuhub bench culler``, 1,000 servers on simulated APIs.
 """

@@ -1,0 +1,68 @@
+"""The culler service's pass against simulated hub and service answers
+(the in-memory APIs of the benchmark), with a virtual clock."""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+from gpuspawner.culler.bench import GPUHUB, HUB, SimulatedApis, run_bench
+from gpuspawner.culler.decide import Policy
+from gpuspawner.culler.service import Culler
+
+NOW = dt.datetime(2026, 1, 5, 12, tzinfo=dt.timezone.utc)
+
+
+def passes(culler: Culler, clock: list, n: int) -> list:
+    out = []
+
+    async def run():
+        for _ in range(n):
+            out.append(await culler.cycle())
+            clock[0] += dt.timedelta(seconds=60)
+    asyncio.run(run())
+    return out
+
+
+def test_gpu_idle_servers_are_warned_once_then_culled_and_audited():
+    apis = SimulatedApis(30, gpu_share=0.5, page_size=0, now=NOW)
+    calls = []
+
+    async def fetch(method, url, body=None):
+        calls.append((method, url, body))
+        return await apis.fetch(method, url, body)
+    clock = [NOW]
+    culler = Culler(Policy(idle_timeout=24 * 3600, gpu_idle_timeout=1800, warn_before=600), [],
+                    hub_api=HUB, gpuhub_api=GPUHUB, fetch=fetch, cull_every=60,
+                    clock=lambda: clock[0])
+    passes(culler, clock, 45)
+    posts = [b for m, u, b in calls if m == "POST" and u.endswith("/notices")]
+    culls = [u for m, u, _ in calls if m == "DELETE" and u.startswith(HUB)]
+    audits = [b for m, u, b in calls if m == "POST" and u.endswith("/audit")]
+    # u0 and u10 hold idle GPUs (util 0): one warning each, then one cull each.
+    assert sorted(p["user"] for p in posts) == ["u0", "u10"]
+    assert culls == [f"{HUB}/users/u0/server", f"{HUB}/users/u10/server"]
+    assert [a["target"] for a in audits] == ["u0", "u10"]
+    assert audits[0]["detail"]["rule"] == "gpu_idle" and audits[0]["detail"]["gpu_idle_s"] >= 1800
+
+
+def test_dry_run_acts_on_nothing():
+    apis = SimulatedApis(20, gpu_share=0.5, page_size=0, now=NOW)
+    calls = []
+
+    async def fetch(method, url, body=None):
+        calls.append(method)
+        return await apis.fetch(method, url, body)
+    clock = [NOW]
+    culler = Culler(Policy(idle_timeout=60, gpu_idle_timeout=60), [], hub_api=HUB,
+                    gpuhub_api=GPUHUB, fetch=fetch, cull_every=60, dry_run=True,
+                    clock=lambda: clock[0])
+    decided = passes(culler, clock, 5)
+    assert any(d.action == "cull" for _label, d in decided[-1])
+    assert set(calls) == {"GET"}
+
+
+def test_bench_rows_compare_with_the_jupyter_only_baseline():
+    rows = run_bench(servers=100, passes=45)
+    base, gpu, paged = rows
+    assert gpu["culls"] > base["culls"]  # idle GPUs behind recent Jupyter activity
+    assert base["api_calls_per_pass"] >= 3 and paged["api_calls_per_pass"] >= gpu["api_calls_per_pass"]
