@@ -66,3 +66,20 @@ def test_bench_rows_compare_with_the_jupyter_only_baseline():
     base, gpu, paged = rows
     assert gpu["culls"] > base["culls"]  # idle GPUs behind recent Jupyter activity
     assert base["api_calls_per_pass"] >= 3 and paged["api_calls_per_pass"] >= gpu["api_calls_per_pass"]
+
+
+def test_cull_users_deletes_the_user_after_their_last_server():
+    apis = SimulatedApis(30, gpu_share=0.5, page_size=0, now=NOW)
+    calls = []
+
+    async def fetch(method, url, body=None):
+        calls.append((method, url))
+        return await apis.fetch(method, url, body)
+    clock = [NOW]
+    culler = Culler(Policy(idle_timeout=24 * 3600, gpu_idle_timeout=600, cull_users=True), [],
+                    hub_api=HUB, gpuhub_api=GPUHUB, fetch=fetch, cull_every=60,
+                    clock=lambda: clock[0])
+    passes(culler, clock, 15)
+    deleted = [u for m, u in calls if m == "DELETE" and u.startswith(f"{HUB}/users/")]
+    assert deleted == [f"{HUB}/users/u0/server", f"{HUB}/users/u0",
+                       f"{HUB}/users/u10/server", f"{HUB}/users/u10"]

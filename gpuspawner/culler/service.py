@@ -106,9 +106,10 @@ class Culler:
         devices = self._record(gpus, now)
         by_server = {(w["user"], w["name"]): w for w in notebooks}
         decisions, actions = [], []
+        servers_of: dict[str, int] = {}
+        for user, _name, _model in servers:
+            servers_of[user["name"]] = servers_of.get(user["name"], 0) + 1
         for user, name, model in servers:
-            if user.get("admin") and not self.policy.cull_admin_users:
-                continue
             w = by_server.get((user["name"], name))
             server = Server(user=user["name"], name=name, groups=frozenset(user.get("groups") or ()),
                             team=w["team"] if w else None, pool=w["pool"] if w else None,
@@ -121,11 +122,16 @@ class Culler:
             warned = self.warned.get((server.user, name))
             d = decide(server, samples, policy, now, warned[1] if warned else None)
             decisions.append((server.label, d))
-            actions.append(self._act(server, policy, d, warned))
+            # --cull-users (idle-culler's meaning): once its last server is
+            # culled, a non-admin user (or any, with --cull-admin-users) goes too.
+            delete_user = (policy.cull_users and servers_of[user["name"]] == 1
+                           and (policy.cull_admin_users or not user.get("admin")))
+            actions.append(self._act(server, policy, d, warned, delete_user))
         await asyncio.gather(*actions)
         return decisions
 
-    async def _act(self, server: Server, policy: Policy, d: Decision, warned) -> None:
+    async def _act(self, server: Server, policy: Policy, d: Decision, warned,
+                   delete_user: bool = False) -> None:
         key = (server.user, server.name)
         if self.dry_run:
             if d.action != "keep":
@@ -142,6 +148,8 @@ class Culler:
             elif d.action == "cull":
                 await self._cull(server, policy, d)
                 await self._clear(key)
+                if delete_user:
+                    await self._call("DELETE", f"{self.hub_api}/users/{quote(server.user)}")
             elif d.action == "keep" and warned:
                 await self._clear(key)
 
