@@ -26,6 +26,7 @@
 #                             (default 10Gi; "" for no volume)
 import json
 import os
+import sys
 
 c = get_config()  # noqa: F821
 
@@ -102,6 +103,27 @@ c.JupyterHub.services.append({"name": "gpuhub-spawner", "api_token": spawner_tok
 c.JupyterHub.load_roles.append(
     {"name": "gpuhub-spawner", "services": ["gpuhub-spawner"],
      "scopes": ["custom:gpuhub:admin", "access:services!service=gpuhub"]})
+
+# The GPU-aware culler, run by the hub in its pod (docs/culler.md); GPU
+# utilization comes from the scheduler service.
+c.JupyterHub.services.append({
+    "name": "gpuhub-culler",
+    "command": [sys.executable, "-m", "gpuspawner.culler"] + json.loads(
+        os.environ.get("GPUHUB_CULLER_ARGS", '["--timeout=8h", "--gpu-timeout=1h", '
+                                             '"--warn-before=15m", "--cull-every=5m"]')),
+    "environment": {"GPUHUB_API_URL": f"{service_url}/services/gpuhub/api/v1"},
+})
+c.JupyterHub.load_roles.append(
+    {"name": "gpuhub-culler", "services": ["gpuhub-culler"],
+     "scopes": ["list:users", "read:users:activity", "read:users:groups", "read:users:name",
+                "read:servers", "delete:servers", "admin:servers", "access:services!service=gpuhub",
+                "custom:gpuhub:admin"]})
+
+# The culler's warnings as a banner on the hub's pages.
+from gpuspawner.hub.banner import notice_banner  # noqa: E402
+
+c.JupyterHub.template_vars = {"announcement": notice_banner(
+    f"{service_url}/services/gpuhub/api/v1", spawner_token)}
 
 # ---- notebook servers: pods on the GPUs the scheduler admitted them with ----
 c.JupyterHub.spawner_class = "gpuspawner.spawner.kube.KubeGPUSpawner"
