@@ -466,7 +466,7 @@ def test_stop_and_poll_release(monkeypatch):
     on_stop, timeouts, gone, lost, running = run(go())
     assert on_stop == [("w0123456789ab", "the server stopped")]
     assert timeouts == [120]
-    assert gone == (1, [("w0123456789ab", "the server's pod is gone (1)")])
+    assert gone == (1, [("w0123456789ab", "the server is gone (1)")])
     assert lost == (1, [("w0123456789ab", "the server stopped")])
     assert running == (None, [])
 

@@ -246,13 +246,51 @@ class GPUSpawnerMixin(Configurable):
             env["GPUHUB_URL"] = self.gpuhub_public_url
         return env
 
-    async def progress(self):
+    async def admission_progress(self, until=lambda: False):
+        """The admission's messages, until the spawn is over or ``until()``."""
         sent = 0
         while True:
             messages = getattr(self, "_progress_messages", [])
             while sent < len(messages):
                 yield messages[sent]
                 sent += 1
-            if not getattr(self, "_spawn_pending", False):
+            if until() or not getattr(self, "_spawn_pending", False):
                 return
             await asyncio.sleep(0.5)
+
+    async def progress(self):
+        async for event in self.admission_progress():
+            yield event
+
+    # ---- used by the spawners' poll() and stop() ---------------------------
+    _stopping = False
+
+    async def poll_and_check(self, base_poll) -> Optional[int]:
+        """``base_poll``: the spawner class's own poll. Releases the GPUs when
+        the server is gone; stops the server when its GPUs were taken back.
+        (Base classes clear the state as they notice the end: the workload
+        is remembered first.)"""
+        wid = self.workload_id
+        status = await base_poll()
+        if status is not None:
+            if wid and not self._stopping:
+                await self.release(f"the server is gone ({status})", wid)
+            return status
+        if self._stopping:
+            return None
+        why = await self.workload_lost()
+        if why is None:
+            return None
+        # Preempted or evicted: the GPUs are someone else's now.
+        self.log.warning("stopping %s: %s", self._log_name, why)
+        await self.stop()
+        return 1
+
+    async def stop_and_release(self, base_stop) -> None:
+        wid = self.workload_id
+        self._stopping = True
+        try:
+            await base_stop()
+        finally:
+            self._stopping = False
+        await self.release("the server stopped", wid)

@@ -17,7 +17,6 @@ every change is made on copies.
 """
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import re
@@ -199,7 +198,6 @@ class KubeGPUSpawner(GPUSpawnerMixin, KubeSpawner):
         # A spawn may wait in the GPU queue; the progress page says why.
         return 24 * 3600
 
-    _stopping = False
     _pod_starting = False
     _configured: Optional[dict] = None
 
@@ -358,46 +356,20 @@ class KubeGPUSpawner(GPUSpawnerMixin, KubeSpawner):
         return env
 
     async def poll(self):
-        status = await super().poll()
-        if status is not None:
-            # The pod is gone or its server exited (KubeSpawner may have
-            # stopped it, and released, on the way).
-            if self.workload_id and not self._stopping:
-                await self.release(f"the server's pod is gone ({status})")
-            return status
-        if self._stopping:
-            return None
-        why = await self.workload_lost()
-        if why is None:
-            return None
-        # Preempted or evicted: the GPUs are someone else's now.
-        self.log.warning("stopping %s: %s", self._log_name, why)
-        await self.stop()
-        return 1
+        return await self.poll_and_check(super().poll)
 
     async def stop(self, now=False):
-        wid = self.workload_id  # as in LocalGPUSpawner: keep it whatever the base does
-        self._stopping = True
-        try:
+        async def base_stop():
             with self._pod_timeouts():
-                await super().stop(now=now)
-        finally:
-            self._stopping = False
-        await self.release("the server stopped", wid)
+                await KubeSpawner.stop(self, now=now)
+        await self.stop_and_release(base_stop)
 
     async def progress(self):
         """The queue's messages while admission waits, then the pod's events."""
-        sent = 0
-        while True:
-            messages = getattr(self, "_progress_messages", [])
-            while sent < len(messages):
-                yield messages[sent]
-                sent += 1
-            if self._pod_starting:
-                break
-            if not getattr(self, "_spawn_pending", False):
-                return
-            await asyncio.sleep(0.5)
+        async for event in self.admission_progress(until=lambda: self._pod_starting):
+            yield event
+        if not self._pod_starting:
+            return
         async for event in KubeSpawner.progress(self):
             if isinstance(event.get("progress"), (int, float)):
                 # KubeSpawner counts from 0; admission has had the first half.

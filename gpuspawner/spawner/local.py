@@ -2,6 +2,8 @@
 processes that see exactly the GPUs the scheduler gave them."""
 from __future__ import annotations
 
+from functools import partial
+
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import default
 
@@ -14,8 +16,6 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     Servers run as the hub's user in per-user home directories
     (``home_dir_template``), like JupyterHub's SimpleLocalProcessSpawner.
     """
-
-    _stopping = False
 
     @default("start_timeout")
     def _start_timeout_default(self):
@@ -36,28 +36,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         return env
 
     async def poll(self):
-        wid = self.workload_id
-        # LocalProcessSpawner.poll clears the state when the process is gone.
-        status = await super().poll()
-        if status is not None:
-            if wid and not self._stopping:
-                await self.release(f"the server exited ({status})", wid)
-            return status
-        if self._stopping:
-            return None
-        why = await self.workload_lost()
-        if why is None:
-            return None
-        # Preempted or evicted: the GPUs are someone else's now.
-        self.log.warning("stopping %s: %s", self._log_name, why)
-        await self.stop()
-        return 1
+        return await self.poll_and_check(super().poll)
 
     async def stop(self, now=False):
-        wid = self.workload_id  # the base class clears the state as it stops
-        self._stopping = True
-        try:
-            await super().stop(now=now)
-        finally:
-            self._stopping = False
-        await self.release("the server stopped", wid)
+        await self.stop_and_release(partial(super().stop, now=now))

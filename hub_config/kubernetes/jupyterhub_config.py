@@ -26,7 +26,8 @@
 #                             (default 10Gi; "" for no volume)
 import json
 import os
-import sys
+
+from gpuspawner.hub import config as gpuhub
 
 c = get_config()  # noqa: F821
 
@@ -68,68 +69,15 @@ c.JupyterHub.load_groups = {group: {"users": users}
                             for group, users in first.get("groups", {}).items()}
 c.JupyterHub.load_groups.setdefault("gpuhub-admins", {"users": sorted(c.Authenticator.admin_users)})
 
-# ---- who may do what with the scheduler (see docs/service.md) ---------------
-c.JupyterHub.custom_scopes = {
-    "custom:gpuhub:submit": {"description": "Submit GPU work and manage your own workloads."},
-    "custom:gpuhub:team-admin": {"description": "Manage every workload of your team."},
-    "custom:gpuhub:admin": {"description": "Administer GPU Hub: pools, quotas, everyone's work."},
-}
-c.JupyterHub.load_roles = [
-    {"name": "user",
-     "scopes": ["self", "access:services!service=gpuhub", "custom:gpuhub:submit"]},
-    # GPU Hub admins are the members of the group gpuhub-admins (JupyterHub's
-    # own admin role cannot be extended).
-    {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
-     "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", "access:services!service=gpuhub"]},
-    {"name": "gpuhub-service", "services": ["gpuhub"],
-     # Teams are groups; servers are read to find notebook GPUs to release.
-     "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers"]},
-]
-
-# ---- the scheduler service: its own Deployment, reached through the proxy ---
+# ---- the scheduler service (its own Deployment), scopes, roles, the spawner's
+# token, the culler (run by the hub in its pod) and the notice banner --------
 service_url = env("GPUHUB_SERVICE_URL", "http://gpuhub-service:8080").rstrip("/")
-c.JupyterHub.services = [{
-    "name": "gpuhub",
-    "display": True,
-    "url": service_url,
-    "api_token": env("GPUHUB_SERVICE_API_TOKEN"),
-    "oauth_client_allowed_scopes": ["custom:gpuhub:submit", "custom:gpuhub:team-admin",
-                                    "custom:gpuhub:admin", "access:services!service=gpuhub"],
-}]
-
-# The spawner asks the service for GPUs on users' behalf with its own token.
 spawner_token = env("GPUHUB_SPAWNER_TOKEN")
-c.JupyterHub.services.append({"name": "gpuhub-spawner", "api_token": spawner_token})
-c.JupyterHub.load_roles.append(
-    {"name": "gpuhub-spawner", "services": ["gpuhub-spawner"],
-     "scopes": ["custom:gpuhub:admin", "access:services!service=gpuhub"]})
-
-# The GPU-aware culler, run by the hub in its pod (docs/culler.md); GPU
-# utilization comes from the scheduler service.
-c.JupyterHub.services.append({
-    "name": "gpuhub-culler",
-    "command": [sys.executable, "-m", "gpuspawner.culler"] + json.loads(
-        os.environ.get("GPUHUB_CULLER_ARGS", '["--timeout=8h", "--gpu-timeout=1h", '
-                                             '"--warn-before=15m", "--cull-every=5m"]')),
-    "environment": {"GPUHUB_API_URL": f"{service_url}/services/gpuhub/api/v1"},
-})
-c.JupyterHub.load_roles.append(
-    {"name": "gpuhub-culler", "services": ["gpuhub-culler"],
-     "scopes": ["list:users", "read:users:activity", "read:users:groups", "read:users:name",
-                "read:servers", "delete:servers", "admin:servers", "access:services!service=gpuhub",
-                "custom:gpuhub:admin"]})
-
-# The culler's warnings as a banner on the hub's pages.
-from gpuspawner.hub.banner import notice_banner  # noqa: E402
-
-c.JupyterHub.template_vars = {"announcement": notice_banner(
-    f"{service_url}/services/gpuhub/api/v1", spawner_token)}
+gpuhub.configure(c, service={"url": service_url, "api_token": env("GPUHUB_SERVICE_API_TOKEN")},
+                 service_api=f"{service_url}/services/gpuhub/api/v1", spawner_token=spawner_token)
 
 # ---- notebook servers: pods on the GPUs the scheduler admitted them with ----
 c.JupyterHub.spawner_class = "gpuspawner.spawner.kube.KubeGPUSpawner"
-# Directly, not through the proxy (as the embedded hub does).
-c.GPUSpawnerMixin.gpuhub_api_url = f"{service_url}/services/gpuhub/api/v1"
-c.GPUSpawnerMixin.gpuhub_token = spawner_token
 c.GPUSpawnerMixin.gpuhub_public_url = env("GPUHUB_PUBLIC_URL",
                                           "http://proxy-public/services/gpuhub")
 c.KubeSpawner.image = env("GPUHUB_NOTEBOOK_IMAGE",
@@ -138,12 +86,6 @@ c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
 c.Spawner.default_url = "/lab"
 c.KubeSpawner.cpu_guarantee = 0.5
 c.KubeSpawner.mem_guarantee = "2G"
-# The server's token reaches the service (the CLI and the lab extension use
-# it from the server side), besides what servers need by default.
-c.Spawner.server_token_scopes = [
-    "users:activity!user", "access:servers!server",
-    "access:services!service=gpuhub", "custom:gpuhub:submit",
-]
 storage = os.environ.get("GPUHUB_USER_STORAGE", "10Gi")
 if storage:
     c.KubeSpawner.storage_pvc_ensure = True

@@ -1,0 +1,71 @@
+"""What every GPU Hub jupyterhub_config.py sets the same way (the embedded
+one and the Kubernetes one): scopes and roles, the hub-side services and
+their tokens, the notebook servers' token scopes and the notice banner."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .banner import notice_banner
+
+CUSTOM_SCOPES = {
+    "custom:gpuhub:submit": {"description": "Submit GPU work and manage your own workloads."},
+    "custom:gpuhub:team-admin": {"description": "Manage every workload of your team."},
+    "custom:gpuhub:admin": {"description": "Administer GPU Hub: pools, quotas, everyone's work."},
+}
+SERVICE_ACCESS = "access:services!service=gpuhub"
+# What tokens the scheduler service issues through OAuth may carry.
+OAUTH_SCOPES = ["custom:gpuhub:submit", "custom:gpuhub:team-admin", "custom:gpuhub:admin",
+                SERVICE_ACCESS]
+# A notebook server's own token reaches the service (the CLI and the lab
+# extension use it from the server side), besides what servers need anyway.
+SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_ACCESS,
+                       "custom:gpuhub:submit"]
+DEFAULT_CULLER_ARGS = ["--timeout=8h", "--gpu-timeout=1h", "--warn-before=15m", "--cull-every=5m"]
+
+
+def roles() -> list[dict]:
+    return [
+        {"name": "user", "scopes": ["self", SERVICE_ACCESS, "custom:gpuhub:submit"]},
+        # GPU Hub admins are the members of the group gpuhub-admins (JupyterHub's
+        # own admin role cannot be extended).
+        {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
+         "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", SERVICE_ACCESS]},
+        # Teams are groups; servers are read to find notebook GPUs to release.
+        {"name": "gpuhub-service", "services": ["gpuhub"],
+         "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers"]},
+    ]
+
+
+def configure(c, *, service: dict, service_api: str, spawner_token: str) -> None:
+    """Scopes, roles, the scheduler service (``service``: its entry without
+    the OAuth scopes), the spawner's token, the culler and the banner.
+    ``service_api``: the service's REST API as the hub reaches it."""
+    c.JupyterHub.custom_scopes = CUSTOM_SCOPES
+    c.JupyterHub.load_roles = roles()
+    c.JupyterHub.services = [{"name": "gpuhub", "display": True, **service,
+                              "oauth_client_allowed_scopes": OAUTH_SCOPES}]
+    # The spawner asks the service for GPUs on users' behalf with its own token.
+    c.JupyterHub.services.append({"name": "gpuhub-spawner", "api_token": spawner_token})
+    c.JupyterHub.load_roles.append(
+        {"name": "gpuhub-spawner", "services": ["gpuhub-spawner"],
+         "scopes": ["custom:gpuhub:admin", SERVICE_ACCESS]})
+    c.GPUSpawnerMixin.gpuhub_api_url = service_api
+    c.GPUSpawnerMixin.gpuhub_token = spawner_token
+    c.Spawner.server_token_scopes = SERVER_TOKEN_SCOPES
+    # The GPU-aware culler (docs/culler.md), run by the hub; GPUHUB_CULLER_ARGS
+    # (a JSON list) replaces its flags.
+    args = json.loads(os.environ.get("GPUHUB_CULLER_ARGS") or json.dumps(DEFAULT_CULLER_ARGS))
+    c.JupyterHub.services.append({
+        "name": "gpuhub-culler",
+        "command": [sys.executable, "-m", "gpuspawner.culler", *args],
+        "environment": {"GPUHUB_API_URL": service_api},
+    })
+    c.JupyterHub.load_roles.append(
+        {"name": "gpuhub-culler", "services": ["gpuhub-culler"],
+         "scopes": ["list:users", "read:users:activity", "read:users:groups", "read:users:name",
+                    "read:servers", "delete:servers", "admin:servers", SERVICE_ACCESS,
+                    "custom:gpuhub:admin"]})
+    # The culler's warnings (and other notices) as a banner on the hub's pages.
+    c.JupyterHub.template_vars = {"announcement": notice_banner(service_api, spawner_token)}
