@@ -1,7 +1,6 @@
 # The embedded single-machine GPU Hub: JupyterHub + configurable-http-proxy +
 # the scheduler service, SQLite, local processes. Started by `gpuhub up`
 # (make run), which sets the GPUHUB_* variables read here.
-import json
 import os
 import secrets
 import shutil
@@ -30,19 +29,9 @@ c.JupyterHub.db_url = f"sqlite:///{data_dir}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = os.path.join(data_dir, "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = os.path.join(data_dir, "jupyterhub.pid")
 
-# Authentication: NativeAuthenticator, sign-ups need an admin's approval.
-initial = os.path.join(data_dir, "initial-users.json")
-first = json.load(open(initial)) if os.path.exists(initial) else {}
-c.JupyterHub.authenticator_class = "gpuspawner.hub.auth.GpuHubAuthenticator"
-c.GpuHubAuthenticator.initial_users_file = initial
-c.Authenticator.admin_users = set(first.get("admins", ["admin"]))
-c.Authenticator.allow_all = True  # every approved NativeAuthenticator user
-c.NativeAuthenticator.open_signup = False
-c.NativeAuthenticator.minimum_password_length = 10
-# Teams are JupyterHub groups named team-<name>.
-c.JupyterHub.load_groups = {group: {"users": users}
-                            for group, users in first.get("groups", {}).items()}
-c.JupyterHub.load_groups.setdefault("gpuhub-admins", {"users": sorted(c.Authenticator.admin_users)})
+# Authentication: NativeAuthenticator, sign-ups need an admin's approval; the
+# first admin (and --demo's teams) come from the file `gpuhub up` writes.
+gpuhub.configure_auth(c, os.path.join(data_dir, "initial-users.json"))
 
 # Scopes and roles, the scheduler service (managed: started and restarted by
 # the hub), the spawner's token, the culler and the notice banner.

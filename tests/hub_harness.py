@@ -176,6 +176,17 @@ class Hub:
         return Client(self.api, self.token(user))
 
 
+def wait_for(predicate, what: str = "condition", timeout: float = 60):
+    """Poll until ``predicate()`` is truthy; return its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 class Client:
     def __init__(self, api: str, token: str):
         self.api = api

@@ -6,23 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-import time
 
 import requests
 
-from hub_harness import Hub
+from hub_harness import Hub, wait_for
 from test_embedded_hub import login
 from test_local_spawner import Servers
-
-
-def wait_for(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_idle_gpu_server_is_warned_then_culled_and_queued_work_starts(tmp_path):

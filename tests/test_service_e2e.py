@@ -5,12 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-import time
 
 import pytest
 from tornado.web import RequestHandler
 
-from hub_harness import Hub
+from hub_harness import Hub, wait_for
 from jobs import CHECKPOINTING, read_trace
 
 TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
@@ -35,16 +34,6 @@ def train(steps: int, step_s: float) -> list[str]:
     return [sys.executable, "-c", CHECKPOINTING, str(steps), str(step_s)]
 
 
-def wait_for(predicate, timeout: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_borrowing_reclaim_requeue_and_usage_ledger(hub):
     alice, bob = hub.client("alice"), hub.client("bob")
     jobs = [alice.submit(command=train(40, 0.1), gpus=1, name=f"a{i}") for i in range(5)]
@@ -53,7 +42,7 @@ def test_borrowing_reclaim_requeue_and_usage_ledger(hub):
     def states():
         return [alice.workload(i)["state"] for i in ids]
     # Team a holds its nominal 2 and borrows b's idle 2; the fifth waits.
-    wait_for(lambda: states().count("running") == 4, what="4 of a's jobs running")
+    wait_for(lambda: states().count("running") == 4, "4 of a's jobs running", 30)
     queued = [alice.workload(i) for i in ids if alice.workload(i)["state"] == "queued"]
     assert len(queued) == 1 and queued[0]["reason"]
     running = [alice.workload(i) for i in ids if alice.workload(i)["state"] == "running"]

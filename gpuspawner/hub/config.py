@@ -25,6 +25,26 @@ SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_A
 DEFAULT_CULLER_ARGS = ["--timeout=8h", "--gpu-timeout=1h", "--warn-before=15m", "--cull-every=5m"]
 
 
+def configure_auth(c, initial_users_file: str) -> None:
+    """NativeAuthenticator (sign-ups need an admin's approval) with the first
+    users, admins and teams (JupyterHub groups ``team-<name>``) of
+    ``initial_users_file`` (written by ``gpuhub up``; may be absent)."""
+    first = {}
+    if initial_users_file and os.path.exists(initial_users_file):
+        with open(initial_users_file) as f:
+            first = json.load(f)
+    c.JupyterHub.authenticator_class = "gpuspawner.hub.auth.GpuHubAuthenticator"
+    c.GpuHubAuthenticator.initial_users_file = initial_users_file
+    c.Authenticator.admin_users = set(first.get("admins", ["admin"]))
+    c.Authenticator.allow_all = True  # every approved NativeAuthenticator user
+    c.NativeAuthenticator.open_signup = False
+    c.NativeAuthenticator.minimum_password_length = 10
+    c.JupyterHub.load_groups = {group: {"users": users}
+                                for group, users in first.get("groups", {}).items()}
+    c.JupyterHub.load_groups.setdefault("gpuhub-admins",
+                                        {"users": sorted(c.Authenticator.admin_users)})
+
+
 def roles() -> list[dict]:
     return [
         {"name": "user", "scopes": ["self", SERVICE_ACCESS, "custom:gpuhub:submit"]},

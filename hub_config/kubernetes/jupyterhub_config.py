@@ -24,7 +24,6 @@
 #                             admins and groups (as `gpuhub up` writes)
 #   GPUHUB_USER_STORAGE       optional, size of each user's home volume
 #                             (default 10Gi; "" for no volume)
-import json
 import os
 
 from gpuspawner.hub import config as gpuhub
@@ -53,21 +52,7 @@ c.JupyterHub.cleanup_servers = False
 c.JupyterHub.db_url = env("GPUHUB_HUB_DB_URL")
 
 # ---- authentication: as the embedded hub (replace with the site's SSO) ------
-initial = os.environ.get("GPUHUB_INITIAL_USERS", "")
-first = {}
-if initial and os.path.exists(initial):
-    with open(initial) as f:
-        first = json.load(f)
-c.JupyterHub.authenticator_class = "gpuspawner.hub.auth.GpuHubAuthenticator"
-c.GpuHubAuthenticator.initial_users_file = initial
-c.Authenticator.admin_users = set(first.get("admins", ["admin"]))
-c.Authenticator.allow_all = True  # every approved NativeAuthenticator user
-c.NativeAuthenticator.open_signup = False
-c.NativeAuthenticator.minimum_password_length = 10
-# Teams are JupyterHub groups named team-<name>.
-c.JupyterHub.load_groups = {group: {"users": users}
-                            for group, users in first.get("groups", {}).items()}
-c.JupyterHub.load_groups.setdefault("gpuhub-admins", {"users": sorted(c.Authenticator.admin_users)})
+gpuhub.configure_auth(c, os.environ.get("GPUHUB_INITIAL_USERS", ""))
 
 # ---- the scheduler service (its own Deployment), scopes, roles, the spawner's
 # token, the culler (run by the hub in its pod) and the notice banner --------
