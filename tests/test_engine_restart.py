@@ -161,3 +161,27 @@ def test_restart_keeps_the_fair_share_history(db_url, tmp_path):
     assert second.scheduler.state.usage[("a", "default")].rate == 1  # the long job
     second.cancel(ALICE, long)
     run_until(second, lambda: state(second, long).state == "cancelled")
+
+
+def test_a_notebook_on_failed_hardware_is_stopped_not_requeued(db_url, tmp_path):
+    """Its spawner must stop the server: the scheduler does not quietly give
+    the notebook other GPUs while the old process may still run."""
+    from gpuspawner.service.specs import parse_server
+    engine = make_engine(db_url, tmp_path)
+    spawner = Identity("gpuhub-spawner", admin=True, can_submit=True)
+    wid = engine.submit(spawner, parse_server({"kind": "notebook", "user": "alice", "team": "a",
+                                               "pool": "default", "gpus": 1}),
+                        on_behalf_of="alice").id
+    run_until(engine, lambda: state(engine, wid).state == "running")
+    with engine.store.session() as s:
+        [(node, [gpu])] = s.get(Attempt, (wid, 0)).placement
+    engine.scheduler.set_node(Node("host", "default", 4, unhealthy_gpus=frozenset({gpu})))
+    engine.tick()
+    row = state(engine, wid)
+    assert row.state == "stopped" and "stopped:" in row.reason
+    assert wid not in engine.scheduler.state.pending and wid not in engine.scheduler.state.running
+    engine.tick()
+    assert state(engine, wid).state == "stopped"
+    with engine.store.session() as s:
+        assert s.get(Attempt, (wid, 0)).state == "evicted"
+        assert s.scalar(select(func.count()).select_from(Allocation)) == 0

@@ -313,6 +313,10 @@ class Engine:
                         row.reason = reason
         self._reasons.update(changed)
         for e in self.scheduler.apply_result(result, now):
+            w = self.scheduler.state.pending.get(e.workload_id)
+            if e.type == ev.REQUEUED and w is not None and w.kind != "job":
+                self.scheduler.cancel(e.workload_id, now)  # evicted server: ended above
+                continue
             with self.store.transaction() as s:
                 self._event(s, e.workload_id, e.type, now, e.message, attempt=e.attempt)
         for e in result.events:
@@ -345,14 +349,20 @@ class Engine:
             data = {"preemptor": e.preemptor_id, "kill_at": e.kill_at}
         elif e.type == ev.EVICTED:
             self._end_attempt(s, row, now, "evicted", None, e.message)
-            self._requeue_row(row, e.message)
+            if row.kind == "job":
+                self._requeue_row(row, e.message)
+            else:
+                # A server is not restarted elsewhere behind its user's back:
+                # it ends, its spawner sees that and stops the process.
+                row.state, row.finished_at = STOPPED, now
+                row.reason = f"stopped: {e.message}"
         self._event(s, row.id, e.type, now, e.message, attempt=row.attempt, data=data)
 
     def _act(self, e: ev.Event, now: float) -> None:
         state = self.scheduler.state
         w = state.running.get(e.workload_id) or state.pending.get(e.workload_id)
-        if w is not None and getattr(w, "workload", w).kind != "job":
-            return  # its spawner starts and stops it, and sees the decision in the API
+        if w is None or getattr(w, "workload", w).kind != "job":
+            return  # a server: its spawner starts and stops it, seeing the decision in the API
         if e.type == ev.ADMITTED:
             with self.store.session() as s:
                 spec = self._launch_spec(s, s.get(WorkloadRow, e.workload_id))
