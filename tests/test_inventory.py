@@ -256,7 +256,7 @@ def test_failed_init_is_not_shut_down():
 
 def _real_pynvml_errors():
     """A fake that raises pynvml's own error classes, as the real module does."""
-    pynvml = pytest.importorskip("pynvml")
+    import pynvml  # nvidia-ml-py, a dependency
     fake = FakeNvml()
     fake.NVMLError = pynvml.NVMLError
     fake.NVMLError_LibraryNotFound = pynvml.NVMLError_LibraryNotFound
@@ -422,7 +422,6 @@ def test_every_config_trait_has_help_with_an_example():
 
 def test_real_pynvml():
     """No GPU here: NvmlUnavailable with a readable message. On a GPU host: real GPUs."""
-    pytest.importorskip("pynvml")
     try:
         gpus = read_nvml()
     except NvmlUnavailable as e:

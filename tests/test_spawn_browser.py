@@ -15,12 +15,11 @@ import shutil
 import signal
 import time
 
-import pytest
 import requests
 
 from hub_harness import Hub
 
-sync_api = pytest.importorskip("playwright.sync_api")
+from playwright import sync_api  # noqa: E402  (the test extra installs it)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCREENSHOTS = os.path.join(ROOT, "docs", "screenshots")
@@ -129,8 +128,8 @@ def login(page, hub: Hub, user: str) -> None:
 
 
 def test_spawn_form_queue_and_lab(tmp_path):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no Chromium at {CHROMIUM}")
+    assert os.path.exists(CHROMIUM), (f"no Chromium at {CHROMIUM}: `make test` installs Debian's "
+                                      f"chromium package (apt-get install chromium)")
     hub = Hub(str(tmp_path), groups={"team-a": ["alice", "amy"]},
               teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}},
               gpus=4)
