@@ -16,10 +16,9 @@ import signal
 import time
 
 import requests
+from playwright import sync_api  # the test extra installs it
 
 from hub_harness import Hub
-
-from playwright import sync_api  # noqa: E402  (the test extra installs it)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCREENSHOTS = os.path.join(ROOT, "docs", "screenshots")
