@@ -41,6 +41,46 @@ print(json.dumps({"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuInit": r
 '''
 
 
+# Keeps the GPU busy for a few seconds (memset kernels over 1 GiB), so the
+# utilization the culler reads can be seen to move.
+CUDA_BUSY = r'''
+import ctypes, time
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+cuda.cuDeviceGet(ctypes.byref(dev), 0)
+assert cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), 1 << 30) == 0
+end = time.time() + 6
+while time.time() < end:
+    cuda.cuMemsetD8_v2(ptr, 7, 1 << 30)
+    cuda.cuCtxSynchronize()
+print("busy done")
+'''
+
+
+def busy_gpu_is_seen(engine, who, pool, data) -> bool:
+    """The inventory's utilization sample (what the culler reads through
+    GET /gpus) is ~0 for an idle GPU and rises while a job works it."""
+    inventory = Inventory(source="nvml")
+    inventory.discover()
+    idle = inventory.sample()
+    wid = engine.submit(who, parse_job({"command": [sys.executable, "-c", CUDA_BUSY],
+                                        "gpus": 1, "pool": pool})).id
+    peak: dict[int, float] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        engine.tick()
+        for index, (util, _mem) in inventory.sample().items():
+            peak[index] = max(peak.get(index, 0.0), util)
+        with engine.store.session() as s:
+            if s.get(WorkloadRow, wid).state in ("succeeded", "failed"):
+                break
+        time.sleep(0.2)
+    print(f"utilization idle: {idle}; peak while busy: {peak}")
+    return max(peak.values(), default=0) > 10
+
+
 def main() -> int:
     data = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
     source, gpus = Inventory(source="nvml").discover()
@@ -83,6 +123,7 @@ def main() -> int:
     if seen != set(by_index.values()):
         print("  not every GPU was used exactly once:", seen)
         ok = False
+    ok = busy_gpu_is_seen(engine, who, pool, data) and ok
     print("RESULT:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 
