@@ -267,3 +267,23 @@ def test_notices_audit_and_gpus(hub, tmp_path):
     assert [(g["workload"]["id"], g["workload"]["user"]) for g in held] == [(job["id"], "alice")]
     alice.request("DELETE", f"/workloads/{job['id']}")
     alice.wait(job["id"], "cancelled", 30)
+
+
+def test_prometheus_metrics(hub):
+    import re
+    url = f"{hub.url}/services/gpuhub/metrics"
+    alice = {"Authorization": f"token {hub.token('alice')}"}
+    admin = {"Authorization": f"token {hub.token('root-admin')}"}
+    import requests
+    assert requests.get(url, headers=alice, timeout=10).status_code == 403
+    client = hub.client("alice")
+    job = client.submit(command=train(300, 0.1), gpus=2)
+    client.wait(job["id"], "running", 30)
+    text = requests.get(url, headers=admin, timeout=10).text
+    assert 'gpuhub_pool_gpus{pool="default"} 4.0' in text
+    assert 'gpuhub_team_gpus{pool="default",team="a"} 2.0' in text
+    assert 'gpuhub_pool_free_gpus{pool="default"} 2.0' in text
+    assert int(float(re.search(r"^gpuhub_cycle_seconds_count (\S+)", text, re.M).group(1))) > 0
+    assert re.search(r'^gpuhub_scheduler_events_total\{type="admitted"\} [1-9]', text, re.M)
+    client.request("DELETE", f"/workloads/{job['id']}")
+    client.wait(job["id"], "cancelled", 30)

@@ -32,6 +32,7 @@ from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow, Workload
 from . import handlers as h
 from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import Identity, identity_from_model
+from .metrics import ServiceMetrics
 from .specs import Limits
 
 OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
@@ -263,6 +264,7 @@ class GpuHubService(Application):
                                           default_grace_period=self.default_grace_period,
                                           notebook_gpu_limits=self.notebook_gpu_limits,
                                           max_lost_attempts=self.max_lost_attempts))
+        self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self._groups: dict[str, tuple[float, list[str]]] = {}
 
@@ -445,6 +447,7 @@ class GpuHubService(Application):
         routes = [(prefix + "api/v1" + route_regex(path), handler)
                   for path, handler in API_ROUTES]
         routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))
+        routes.append((prefix + "metrics", h.MetricsHandler))
         routes.append((prefix, h.IndexHandler))
         return web.Application(routes, engine=self.engine, gpuhub=self,
                                cookie_secret=os.urandom(32), xsrf_cookies=False)

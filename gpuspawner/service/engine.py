@@ -97,7 +97,9 @@ class Engine:
         self.clock = clock
         self.scheduler = None
         self._reasons: dict[str, str] = {}
-        # Set by the app to wake the loop early after a submit or cancel.
+        # Set by the app: metrics (ServiceMetrics) and a way to wake the loop
+        # early after a submit or cancel.
+        self.metrics = None
         self.wake: Callable[[], None] = lambda: None
 
     # ---- start -----------------------------------------------------------
@@ -298,6 +300,12 @@ class Engine:
 
     # ---- the loop --------------------------------------------------------
     def tick(self) -> None:
+        if self.metrics is None:
+            return self._tick()
+        with self.metrics.cycle_seconds.time():
+            self._tick()
+
+    def _tick(self) -> None:
         for x in self.backend.poll():
             self.on_exit(x)
         now = self.clock()
@@ -312,6 +320,9 @@ class Engine:
                     if row is not None and row.state == QUEUED:
                         row.reason = reason
         self._reasons.update(changed)
+        if self.metrics is not None:
+            for e in result.events:
+                self.metrics.events.labels(e.type).inc()
         for e in self.scheduler.apply_result(result, now):
             w = self.scheduler.state.pending.get(e.workload_id)
             if e.type == ev.REQUEUED and w is not None and w.kind != "job":

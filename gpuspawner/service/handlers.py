@@ -9,6 +9,7 @@ import time
 from typing import Any, Optional
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import func, select
 from tornado import web
 from tornado.iostream import StreamClosedError
@@ -421,6 +422,18 @@ class AuditHandler(AdminHandler):
                              detail=detail)
             s.add(row)
         self.write_json(views.audit(row), status=201)
+
+
+class MetricsHandler(APIHandler):
+    """Prometheus text format, for a token with JupyterHub's read:metrics
+    scope (as the hub's own /hub/metrics) or a GPU Hub admin."""
+
+    def get(self):
+        if not (self.identity.admin or "read:metrics" in self.identity.scopes):
+            raise Forbidden("metrics need the scope read:metrics")
+        metrics = self.engine.metrics
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(generate_latest(metrics.registry))
 
 
 class OpenAPIHandler(web.RequestHandler):

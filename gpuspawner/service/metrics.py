@@ -1,0 +1,50 @@
+"""Prometheus metrics of the scheduler service, at /services/gpuhub/metrics.
+
+Gauges are computed from the scheduler's state at scrape time (nothing to
+keep in sync); the cycle-time histogram and the event counter are updated by
+the loop.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+
+class StateCollector:
+    """GPUs per pool and team, and queued workloads, read from the core."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def collect(self):
+        state = self.engine.scheduler.state
+        capacity = GaugeMetricFamily("gpuhub_pool_gpus", "Healthy GPUs of a pool", labels=["pool"])
+        free = GaugeMetricFamily("gpuhub_pool_free_gpus", "GPUs of a pool nobody holds",
+                                 labels=["pool"])
+        for pool, n in sorted(state.capacity.items()):
+            capacity.add_metric([pool], n)
+            free.add_metric([pool], state.index.pool_free[pool])
+        held = GaugeMetricFamily("gpuhub_team_gpus", "GPUs a team holds", labels=["team", "pool"])
+        for (team, pool), n in sorted(state.held_gpus().items()):
+            held.add_metric([team, pool], n)
+        queued = GaugeMetricFamily("gpuhub_queued_workloads", "Workloads waiting for GPUs",
+                                   labels=["team", "pool", "kind"])
+        counts: dict[tuple, int] = {}
+        for w in state.pending.values():
+            key = (w.team, w.pool, w.kind)
+            counts[key] = counts.get(key, 0) + 1
+        for key, n in sorted(counts.items()):
+            queued.add_metric(list(key), n)
+        yield from (capacity, free, held, queued)
+
+
+class ServiceMetrics:
+    def __init__(self, engine):
+        self.registry = CollectorRegistry()
+        self.registry.register(StateCollector(engine))
+        self.cycle_seconds = Histogram(
+            "gpuhub_cycle_seconds", "Time of one scheduling cycle, persisting included",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry)
+        self.events = Counter("gpuhub_scheduler_events", "Scheduler decisions by type",
+                              ["type"], registry=self.registry)
