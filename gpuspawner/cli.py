@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -74,6 +75,27 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_audit_verify(args) -> int:
+    from sqlalchemy import func, select
+
+    from .store import AuditEntry, Store
+    from .store.audit import verify
+    url = args.db_url or f"sqlite:///{args.data_dir}/gpuhub.sqlite"
+    store = Store(url, run_migrations=False)
+    try:
+        with store.session() as s:
+            count = s.scalar(select(func.count()).select_from(AuditEntry))
+            problem = verify(s.scalars(select(AuditEntry).order_by(AuditEntry.id))
+                             .yield_per(1000))
+    finally:
+        store.close()
+    if problem:
+        print(f"gpuhub audit verify: {problem}", file=sys.stderr)
+        return 1
+    print(f"audit log: {count} entries, hash chain intact")
+    return 0
+
+
 def cmd_bench(args) -> int:
     if args.target == "api":
         from .bench_api import cmd_bench_api
@@ -141,6 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench_api import add_arguments as add_bench_api
     add_bench_api(bench)
     bench.set_defaults(func=cmd_bench)
+
+    audit = sub.add_parser("audit", help="the scheduler service's audit log")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True)
+    check = audit_sub.add_parser("verify", help="recompute the audit log's hash chain; exit 1 "
+                                                "if an entry was changed, removed or reordered")
+    check.add_argument("--db-url", default=os.environ.get("GPUHUB_DB_URL", ""),
+                       help="the service's database (default: SQLite in --data-dir)")
+    check.add_argument("--data-dir", default=os.environ.get("GPUHUB_DATA_DIR", "gpuhub-data"))
+    check.set_defaults(func=cmd_audit_verify)
 
     from .hub.up import add_parser as add_up
     add_up(sub)

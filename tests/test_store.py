@@ -48,3 +48,79 @@ def test_a_gpu_cannot_be_allocated_twice(db_url):
         with store.transaction() as s:
             s.add(Allocation(node="n", gpu=0, workload_id="w2", attempt=0))
     store.close()
+
+
+def _entries(store):
+    from sqlalchemy import select
+    with store.session() as s:
+        return list(s.scalars(select(AuditEntry).order_by(AuditEntry.id)))
+
+
+def _tamper(store, sql):
+    """What someone with the database's credentials could do: lift the
+    append-only triggers, then rewrite history."""
+    from sqlalchemy import text
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":
+            conn.execute(text("DROP TRIGGER audit_log_no_update"))
+            conn.execute(text("DROP TRIGGER audit_log_no_delete"))
+        else:
+            conn.execute(text("DROP TRIGGER audit_log_append_only ON audit_log"))
+        conn.execute(text(sql))
+
+
+@pytest.mark.parametrize("change, broken", [
+    ("UPDATE audit_log SET detail = '{\"nominal\": 99}' WHERE id = 2", 2),
+    ("UPDATE audit_log SET actor = 'mallory' WHERE id = 3", 3),
+    ("DELETE FROM audit_log WHERE id = 2", 3),
+    ("UPDATE audit_log SET time = time + 1 WHERE id = 1", 1),
+])
+def test_audit_hash_chain_detects_tampering(db_url, change, broken):
+    from gpuspawner.cli import main
+    from gpuspawner.store.audit import verify
+    store = Store(db_url)
+    for i in range(4):
+        with store.transaction() as s:
+            s.add(AuditEntry(time=100.0 + i, actor="admin", action="set-team", target="a",
+                             detail={"nominal": i}))
+    assert verify(_entries(store)) is None
+    assert main(["audit", "verify", "--db-url", db_url]) == 0
+    _tamper(store, change)
+    problem = verify(_entries(store))
+    assert problem is not None and f"audit entry {broken} " in problem
+    assert main(["audit", "verify", "--db-url", db_url]) == 1
+    store.close()
+
+
+def test_entries_added_together_chain_in_order(db_url):
+    from gpuspawner.store.audit import verify
+    store = Store(db_url)
+    with store.transaction() as s:
+        s.add_all([AuditEntry(time=1.0, actor="a", action=f"x{i}") for i in range(5)])
+    entries = _entries(store)
+    assert [e.action for e in entries] == [f"x{i}" for i in range(5)]
+    assert verify(entries) is None and len({e.hash for e in entries}) == 5
+    store.close()
+
+
+def test_migration_chains_existing_entries(db_url):
+    from sqlalchemy import text
+
+    from gpuspawner.store.audit import verify
+    from gpuspawner.store.db import make_engine
+    engine = make_engine(db_url)
+    migrate(engine, "0002")
+    with engine.begin() as conn:
+        for i in range(3):
+            conn.execute(text("INSERT INTO audit_log (time, actor, action, target, detail) "
+                              "VALUES (:t, 'admin', 'submit', 'w1', :d)"),
+                         {"t": 10.0 + i, "d": '{"gpus": %d}' % i})
+    migrate(engine)
+    engine.dispose()
+    store = Store(db_url)
+    entries = _entries(store)
+    assert len(entries) == 3 and verify(entries) is None
+    with pytest.raises(DBAPIError):  # still append-only after the rewrite
+        with store.transaction() as s:
+            s.execute(text("DELETE FROM audit_log"))
+    store.close()

@@ -11,6 +11,8 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from . import audit
+
 MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
 
 
@@ -61,6 +63,7 @@ class Store:
         if run_migrations:
             migrate(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False, future=True)
+        audit.install(self.sessions)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

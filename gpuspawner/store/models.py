@@ -184,6 +184,8 @@ class AuditEntry(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(255), default="")
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # SHA-256 of the previous entry's hash and this entry (store/audit.py).
+    hash: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
     __table_args__ = (Index("ix_audit_time", "time"),)
 

@@ -11,6 +11,8 @@ history without dropping them first.
 from alembic import op
 import sqlalchemy as sa
 
+from gpuspawner.store.triggers import append_only, drop_append_only
+
 
 revision = '0001'
 down_revision = None
@@ -168,37 +170,11 @@ def upgrade() -> None:
     )
 
 
-    _append_only("audit_log")
-
-
-def _append_only(table: str) -> None:
-    dialect = op.get_bind().dialect.name
-    if dialect == "sqlite":
-        for verb in ("UPDATE", "DELETE"):
-            op.execute(f"""
-                CREATE TRIGGER {table}_no_{verb.lower()} BEFORE {verb} ON {table}
-                BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END""")
-    elif dialect == "postgresql":
-        op.execute(f"""
-            CREATE FUNCTION {table}_append_only() RETURNS trigger AS $$
-            BEGIN RAISE EXCEPTION '{table} is append-only'; END $$ LANGUAGE plpgsql""")
-        op.execute(f"""
-            CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table}
-            FOR EACH ROW EXECUTE FUNCTION {table}_append_only()""")
-
-
-def _drop_append_only(table: str) -> None:
-    dialect = op.get_bind().dialect.name
-    if dialect == "sqlite":
-        for verb in ("update", "delete"):
-            op.execute(f"DROP TRIGGER IF EXISTS {table}_no_{verb}")
-    elif dialect == "postgresql":
-        op.execute(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
-        op.execute(f"DROP FUNCTION IF EXISTS {table}_append_only()")
+    append_only("audit_log")
 
 
 def downgrade() -> None:
-    _drop_append_only("audit_log")
+    drop_append_only("audit_log")
     op.drop_table('gpus')
     with op.batch_alter_table('allocations', schema=None) as batch_op:
         batch_op.drop_index('ix_allocations_workload')
