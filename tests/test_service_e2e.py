@@ -3,11 +3,18 @@ service as a hub-managed service, and real job processes on fake GPUs."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import re
 import sys
 
+import nbformat
 import pytest
+import requests
+from openapi_spec_validator import validate
 from tornado.web import RequestHandler
+
+from gpuspawner.service.app import API_ROUTES
 
 from hub_harness import Hub, wait_for
 from jobs import CHECKPOINTING, read_trace
@@ -157,7 +164,6 @@ def test_bad_input_is_refused_and_nothing_is_stored(hub, body, status, field):
 
 
 def test_unauthenticated_and_unknown_routes(hub):
-    import requests
     r = requests.get(f"{hub.api}/workloads", timeout=10)
     assert r.status_code in (401, 403)
     r = requests.get(f"{hub.api}/workloads", headers={"Authorization": "token nonsense"}, timeout=10)
@@ -170,10 +176,6 @@ def test_unauthenticated_and_unknown_routes(hub):
 
 
 def test_openapi_document_matches_the_routes(hub):
-    import requests
-    from openapi_spec_validator import validate
-
-    from gpuspawner.service.app import API_ROUTES
     doc = requests.get(f"{hub.api}/openapi.json", timeout=10).json()
     validate(doc)
     assert set(doc["paths"]) == {path for path, _ in API_ROUTES}
@@ -184,7 +186,6 @@ def test_openapi_document_matches_the_routes(hub):
 
 
 def test_logs_follow_streams_until_the_job_ends(hub):
-    import json
     alice = hub.client("alice")
     job = alice.submit(command=[sys.executable, "-c",
                                 "import time\nfor i in range(5):\n print('line', i, flush=True); time.sleep(0.2)"],
@@ -209,8 +210,6 @@ def test_logs_follow_streams_until_the_job_ends(hub):
 
 
 def test_notebook_job_runs_with_parameters(hub):
-    import json
-    import nbformat
     alice = hub.client("alice")
     nb = nbformat.v4.new_notebook(metadata={
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
@@ -270,11 +269,9 @@ def test_notices_audit_and_gpus(hub, tmp_path):
 
 
 def test_prometheus_metrics(hub):
-    import re
     url = f"{hub.url}/services/gpuhub/metrics"
     alice = {"Authorization": f"token {hub.token('alice')}"}
     admin = {"Authorization": f"token {hub.token('root-admin')}"}
-    import requests
     assert requests.get(url, headers=alice, timeout=10).status_code == 403
     client = hub.client("alice")
     job = client.submit(command=train(300, 0.1), gpus=2)
