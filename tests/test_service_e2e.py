@@ -284,3 +284,20 @@ def test_prometheus_metrics(hub):
     assert re.search(r'^gpuhub_scheduler_events_total\{type="admitted"\} [1-9]', text, re.M)
     client.request("DELETE", f"/workloads/{job['id']}")
     client.wait(job["id"], "cancelled", 30)
+
+
+def test_grafana_dashboard_uses_only_exported_metrics(hub):
+    """Every metric the shipped dashboard queries is one the service exports."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "grafana", "gpuhub-dashboard.json")) as f:
+        dashboard = json.load(f)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = set(re.findall(r"\b(gpuhub_[a-z_]+)", " ".join(exprs)))
+    text = requests.get(f"{hub.url}/services/gpuhub/metrics", timeout=10,
+                        headers={"Authorization": f"token {hub.token('root-admin')}"}).text
+    exported = set(re.findall(r"^# TYPE (gpuhub_[a-z_]+) (\w+)", text, re.M))
+    names = {name for name, _ in exported}
+    names |= {f"{n}_total" for n, kind in exported if kind == "counter"}
+    names |= {f"{n}_{s}" for n, kind in exported if kind == "histogram"
+              for s in ("bucket", "sum", "count")}
+    assert used and used <= names, used - names
