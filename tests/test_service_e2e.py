@@ -284,6 +284,12 @@ def test_prometheus_metrics(hub):
     assert re.search(r'^gpuhub_scheduler_events_total\{type="admitted"\} [1-9]', text, re.M)
     client.request("DELETE", f"/workloads/{job['id']}")
     client.wait(job["id"], "cancelled", 30)
+    hub.client("root-admin").post("/audit", json={"action": "cull", "target": "x"})
+    text = requests.get(url, headers=admin, timeout=10).text
+    assert re.search(r'^gpuhub_attempts_ended_total\{kind="job",outcome="cancelled"\} [1-9]',
+                     text, re.M)
+    assert re.search(r'^gpuhub_queue_wait_seconds_count\{kind="job",team="a"\} [1-9]', text, re.M)
+    assert re.search(r"^gpuhub_culls_total [1-9]", text, re.M)
 
 
 def test_grafana_dashboard_uses_only_exported_metrics(hub):

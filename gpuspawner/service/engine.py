@@ -323,6 +323,9 @@ class Engine:
         if self.metrics is not None:
             for e in result.events:
                 self.metrics.events.labels(e.type).inc()
+                w = self.scheduler.state.pending.get(e.workload_id)
+                if e.type == ev.ADMITTED and w is not None and w.attempt == 0:
+                    self.metrics.queue_wait.labels(w.team, w.kind).observe(now - w.submit_time)
         for e in self.scheduler.apply_result(result, now):
             w = self.scheduler.state.pending.get(e.workload_id)
             if e.type == ev.REQUEUED and w is not None and w.kind != "job":
@@ -456,6 +459,8 @@ class Engine:
             return
         attempt.state, attempt.ended_at = outcome, now
         attempt.exit_code, attempt.reason = returncode, msg
+        if self.metrics is not None:
+            self.metrics.attempts.labels(outcome, row.kind).inc()
         seconds = max(0.0, now - attempt.started_at)
         s.add(UsageRow(workload_id=row.id, attempt=attempt.number, team=row.team, user=row.user,
                        project=row.project, pool=row.pool, kind=row.kind, gpus=attempt.gpus,

@@ -421,6 +421,8 @@ class AuditHandler(AdminHandler):
                              action=body["action"], target=str(body.get("target") or "")[:255],
                              detail=detail)
             s.add(row)
+        if row.action == "cull" and self.engine.metrics is not None:
+            self.engine.metrics.culls.inc()
         self.write_json(views.audit(row), status=201)
 
 

@@ -48,3 +48,12 @@ class ServiceMetrics:
             registry=self.registry)
         self.events = Counter("gpuhub_scheduler_events", "Scheduler decisions by type",
                               ["type"], registry=self.registry)
+        self.queue_wait = Histogram(
+            "gpuhub_queue_wait_seconds", "From submission to admission (first attempts)",
+            ["team", "kind"], registry=self.registry,
+            buckets=(1, 5, 15, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600))
+        self.attempts = Counter("gpuhub_attempts_ended", "Attempts that ended, by outcome "
+                                "(succeeded, failed, preempted, evicted, lost, cancelled, stopped)",
+                                ["outcome", "kind"], registry=self.registry)
+        self.culls = Counter("gpuhub_culls", "Servers the culler stopped (from its audit entries)",
+                             registry=self.registry)
