@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from hub_harness import Hub
+from hub_harness import Hub, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,15 @@ class Servers:
                     and env.get(b"JUPYTERHUB_API_URL", b"").startswith(self.hub.hub_api.encode())):
                 return {k.decode(): v.decode() for k, v in env.items()}
         raise AssertionError(f"no server process of {self.user}")
+
+
+def workload_in_state(hub: Hub, wid: str, state: str, timeout: float) -> dict:
+    admin = {"Authorization": f"token {hub.token('root-admin')}"}
+
+    def get():
+        w = requests.get(f"{hub.api}/workloads/{wid}", headers=admin, timeout=10).json()
+        return w if w["state"] == state else None
+    return wait_for(get, f"workload {wid} {state}", timeout)
 
 
 def progress_messages(servers: Servers, want: str, timeout=30) -> list[str]:
@@ -156,10 +165,7 @@ def test_a_crashed_server_gives_its_gpus_back_once(hub):
         os.kill(pid, signal.SIGKILL)
     alice.wait(lambda srv: srv is None, "noticed dead", timeout=60)
     admin = {"Authorization": f"token {hub.token('root-admin')}"}
-    deadline = time.monotonic() + 30
-    while requests.get(f"{hub.api}/workloads/{wid}", headers=admin, timeout=10).json()["state"] != "stopped":
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    workload_in_state(hub, wid, "stopped", 30)
     events = requests.get(f"{hub.api}/workloads/{wid}/events", headers=admin, timeout=10).json()["events"]
     assert [e["type"] for e in events].count("finished") == 1
     # Releasing again (a late stop) changes nothing.
@@ -200,13 +206,7 @@ def test_gpus_of_a_server_the_hub_no_longer_has_are_released(hub):
                             "gpus": 1, "name": "ghost"})
     assert r.status_code == 201, r.text
     wid = r.json()["id"]
-    deadline = time.monotonic() + 30
-    while True:
-        w = requests.get(f"{hub.api}/workloads/{wid}", headers=admin, timeout=10).json()
-        if w["state"] == "stopped":
-            break
-        assert time.monotonic() < deadline, w
-        time.sleep(0.5)
+    w = workload_in_state(hub, wid, "stopped", 30)
     assert "reconciled" in w["reason"]
 
 
@@ -221,13 +221,7 @@ def test_hub_restart_releases_the_gpus_exactly_once(hub):
     hub.stop()
     hub.start()
     admin = {"Authorization": f"token {hub.token('root-admin')}"}
-    deadline = time.monotonic() + 60
-    while True:
-        w = requests.get(f"{hub.api}/workloads/{wid}", headers=admin, timeout=10).json()
-        if w["state"] == "stopped":
-            break
-        assert time.monotonic() < deadline, w
-        time.sleep(0.5)
+    workload_in_state(hub, wid, "stopped", 60)
     events = requests.get(f"{hub.api}/workloads/{wid}/events", headers=admin, timeout=10).json()
     assert [e["type"] for e in events["events"]].count("finished") == 1
     pool = requests.get(f"{hub.api}/pools", headers=admin, timeout=10).json()["pools"][0]
