@@ -1,0 +1,230 @@
+"""Thin handlers under /gpuhub/: authenticate, validate, forward to the
+scheduler service with the server's token, map errors to status codes.
+The service's own error messages (and the field at fault) pass through."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado.iostream import StreamClosedError
+
+from . import jobspec, outputs
+from .service import ServiceClient, ServiceError, seg
+
+SCOPES = ("mine", "team")
+# Active jobs whose details (queue position, attempts) the list carries.
+MAX_DETAILED = 25
+
+
+class ClientGone(Exception):
+    """The browser closed a log stream."""
+
+
+class GpuHubHandler(APIHandler):
+    @property
+    def service(self) -> ServiceClient:
+        return self.settings["gpuhub_service"]
+
+    @property
+    def root_dir(self) -> str:
+        return self.settings["gpuhub_root_dir"]
+
+    @property
+    def service_root(self) -> str:
+        return self.settings["gpuhub_service_root"]
+
+    def write_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(data))
+
+    def write_error(self, status_code: int, **kwargs) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        body: dict[str, Any] = {"status": status_code}
+        if isinstance(exc, (ServiceError, jobspec.FormError)):
+            body["error"] = exc.message
+            if exc.field:
+                body["field"] = exc.field
+        elif isinstance(exc, tornado.web.HTTPError) and exc.log_message:
+            body["error"] = exc.log_message % exc.args if exc.args else exc.log_message
+        else:
+            body["error"] = self._reason
+        body["message"] = body["error"]  # what JupyterLab's ServerConnection shows
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        # Domain errors become their status code, not a 500 with a traceback.
+        if isinstance(e, ServiceError):
+            self.send_error(e.status if 400 <= e.status < 600 else 502, exc_info=(type(e), e, None))
+        elif isinstance(e, jobspec.FormError):
+            self.send_error(400, exc_info=(type(e), e, None))
+        else:
+            super()._handle_request_exception(e)
+
+    async def me(self) -> dict:
+        cache = self.settings.setdefault("gpuhub_me", {})
+        if "me" not in cache:
+            cache["me"] = await self.service.call("GET", "/me")
+        return cache["me"]
+
+
+class PassThroughHandler(GpuHubHandler):
+    """GET of a service endpoint as it is (/me, /teams, /pools, /notices)."""
+
+    def initialize(self, path: str) -> None:
+        self.path = path
+
+    @tornado.web.authenticated
+    async def get(self):
+        self.write_json(await self.service.call("GET", self.path))
+
+
+class WorkloadsHandler(GpuHubHandler):
+    @tornado.web.authenticated
+    async def get(self):
+        scope = self.get_argument("scope", "mine")
+        if scope not in SCOPES:
+            raise jobspec.FormError("scope", f"must be one of {', '.join(SCOPES)}")
+        params = [("kind", "job"), ("limit", "200")]
+        if scope == "mine":
+            params.append(("user", (await self.me())["name"]))
+        listed = (await self.service.call("GET", "/workloads", params))["workloads"]
+        active = [w["id"] for w in listed if w["state"] in ("queued", "running", "stopping")]
+        details = await asyncio.gather(
+            *(self.service.call("GET", f"/workloads/{seg(wid)}") for wid in active[:MAX_DETAILED]),
+            return_exceptions=True)
+        detailed = {d["id"]: d for d in details if isinstance(d, dict)}
+        self.write_json({"workloads": [jobspec.describe(detailed.get(w["id"], w),
+                                                        self.service_root) for w in listed]})
+
+    @tornado.web.authenticated
+    async def post(self):
+        try:
+            form = json.loads(self.request.body or b"null")
+        except ValueError as e:
+            raise jobspec.FormError("body", f"is not valid JSON: {e}")
+        spec, make_dirs = jobspec.build_spec(form, self.root_dir, self.service_root)
+        for folder in make_dirs:
+            os.makedirs(os.path.join(self.root_dir, folder), exist_ok=True)
+        created = await self.service.call("POST", "/workloads", body=spec)
+        self.log.info("gpuhub_lab: submitted %s (%s)", created.get("id"), form.get("path"))
+        self.write_json(jobspec.describe(created, self.service_root), status=201)
+
+
+class WorkloadHandler(GpuHubHandler):
+    @tornado.web.authenticated
+    async def get(self, wid: str):
+        w = await self.service.call("GET", f"/workloads/{seg(wid)}")
+        self.write_json(jobspec.describe(w, self.service_root))
+
+    @tornado.web.authenticated
+    async def delete(self, wid: str):
+        w = await self.service.call("DELETE", f"/workloads/{seg(wid)}")
+        self.write_json(jobspec.describe(w, self.service_root), status=202)
+
+
+class LogsHandler(GpuHubHandler):
+    """The log of an attempt: plain text, or (``follow=true``) the service's
+    server-sent event stream, passed on as it arrives."""
+
+    @tornado.web.authenticated
+    async def get(self, wid: str):
+        attempt = self.get_argument("attempt", None)
+        if attempt is not None and not attempt.isdigit():
+            raise jobspec.FormError("attempt", "must be an attempt number (0, 1, …)")
+        params = [] if attempt is None else [("attempt", attempt)]
+        path = f"/workloads/{seg(wid)}/logs"
+        if self.get_argument("follow", "false").lower() not in ("1", "true", "yes"):
+            text = await self.service.call("GET", path, params)
+            self.finish(text, set_content_type="text/plain; charset=UTF-8")
+            return
+        self._client_gone = False
+        started = False
+
+        def forward(chunk: bytes) -> None:
+            nonlocal started
+            if self._client_gone:
+                raise ClientGone()  # ends the request to the service
+            if not started:
+                self.set_header("Content-Type", "text/event-stream")
+                self.set_header("Cache-Control", "no-cache")
+                self.set_header("X-Accel-Buffering", "no")
+                started = True
+            self.write(chunk)
+            self.flush()
+
+        try:
+            await self.service.stream(path, params, forward,
+                                      self.request.headers.get("Last-Event-ID"))
+        except (ClientGone, StreamClosedError):
+            return
+        if not self._client_gone:
+            self.finish(set_content_type="text/event-stream")
+
+    def on_connection_close(self) -> None:
+        self._client_gone = True
+
+
+class OutputsHandler(GpuHubHandler):
+    """The job's output directory (and executed notebook) as a zip file."""
+
+    @tornado.web.authenticated
+    async def get(self, wid: str):
+        w = jobspec.describe(await self.service.call("GET", f"/workloads/{seg(wid)}"),
+                             self.service_root)
+        paths = [p for p in (w.get("output_dir_path"), w.get("output_path")) if p]
+        if not paths:
+            raise tornado.web.HTTPError(404, "this job has no outputs in this server's files")
+        try:
+            archive = await asyncio.to_thread(outputs.zip_paths, self.root_dir, paths)
+        except outputs.OutputsTooLarge as e:
+            raise tornado.web.HTTPError(413, str(e))
+        self.set_header("Content-Disposition",
+                        f'attachment; filename="{jobspec.default_name(w["name"])}-outputs.zip"')
+        try:
+            with archive:
+                while chunk := archive.read(1 << 20):
+                    self.write(chunk)
+                    await self.flush()
+        except StreamClosedError:
+            return
+        self.finish(set_content_type="application/zip")
+
+
+class ParametersHandler(GpuHubHandler):
+    """The parameters cell of a notebook (papermill's inspection), to fill the form."""
+
+    @tornado.web.authenticated
+    async def get(self):
+        path = jobspec.relative_path(self.root_dir, self.get_argument("path", ""), "path",
+                                     must_exist="file")
+        if not path.endswith(jobspec.NOTEBOOK):
+            self.write_json({"parameters": []})
+            return
+        found = await asyncio.to_thread(outputs.notebook_parameters,
+                                        os.path.join(self.root_dir, path))
+        self.write_json({"parameters": found})
+
+
+def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_root: str) -> None:
+    web_app.settings.update(gpuhub_service=service, gpuhub_root_dir=os.path.abspath(root_dir),
+                            gpuhub_service_root=service_root)
+    base = url_path_join(web_app.settings["base_url"], "gpuhub")
+    wid = r"(?P<wid>[^/]+)"
+    routes = [
+        (url_path_join(base, "me"), PassThroughHandler, {"path": "/me"}),
+        (url_path_join(base, "teams"), PassThroughHandler, {"path": "/teams"}),
+        (url_path_join(base, "pools"), PassThroughHandler, {"path": "/pools"}),
+        (url_path_join(base, "notices"), PassThroughHandler, {"path": "/notices"}),
+        (url_path_join(base, "workloads"), WorkloadsHandler),
+        (url_path_join(base, "workloads", wid), WorkloadHandler),
+        (url_path_join(base, "workloads", wid, "logs"), LogsHandler),
+        (url_path_join(base, "workloads", wid, "outputs"), OutputsHandler),
+        (url_path_join(base, "parameters"), ParametersHandler),
+    ]
+    web_app.add_handlers(".*$", routes)

@@ -1,0 +1,147 @@
+/**
+ * The typed client of the server extension's REST API (/gpuhub/...). Every
+ * failure is an ApiError carrying the service's own message and field.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import {
+  IMe,
+  INotice,
+  IParameter,
+  IPool,
+  ISubmission,
+  ITeam,
+  IWorkload
+} from './types';
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly field?: string
+  ) {
+    super(field && !message.startsWith(field) ? `${field}: ${message}` : message);
+  }
+}
+
+export type JobScope = 'mine' | 'team';
+
+export class GpuHubApi {
+  constructor(
+    private readonly settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+  ) {}
+
+  /** Absolute URL of an endpoint (for EventSource and downloads). */
+  url(path: string, query: Record<string, string> = {}): string {
+    const q = URLExt.objectToQueryString(query);
+    return URLExt.join(this.settings.baseUrl, 'gpuhub', path) + q;
+  }
+
+  me(): Promise<IMe> {
+    return this.request('me');
+  }
+
+  async teams(): Promise<ITeam[]> {
+    return (await this.request<{ teams: ITeam[] }>('teams')).teams;
+  }
+
+  async pools(): Promise<IPool[]> {
+    return (await this.request<{ pools: IPool[] }>('pools')).pools;
+  }
+
+  async notices(): Promise<INotice[]> {
+    return (await this.request<{ notices: INotice[] }>('notices')).notices;
+  }
+
+  async jobs(scope: JobScope): Promise<IWorkload[]> {
+    const r = await this.request<{ workloads: IWorkload[] }>('workloads', {
+      query: { scope }
+    });
+    return r.workloads;
+  }
+
+  job(id: string): Promise<IWorkload> {
+    return this.request(`workloads/${encodeURIComponent(id)}`);
+  }
+
+  submit(submission: ISubmission): Promise<IWorkload> {
+    return this.request('workloads', {
+      method: 'POST',
+      body: JSON.stringify(submission)
+    });
+  }
+
+  cancel(id: string): Promise<IWorkload> {
+    return this.request(`workloads/${encodeURIComponent(id)}`, { method: 'DELETE' });
+  }
+
+  logs(id: string, attempt?: number): Promise<string> {
+    const query: Record<string, string> = {};
+    if (attempt !== undefined) {
+      query.attempt = String(attempt);
+    }
+    return this.request(`workloads/${encodeURIComponent(id)}/logs`, { query, text: true });
+  }
+
+  logStreamUrl(id: string, attempt: number): string {
+    return this.url(`workloads/${encodeURIComponent(id)}/logs`, {
+      attempt: String(attempt),
+      follow: 'true'
+    });
+  }
+
+  outputsUrl(id: string): string {
+    return this.url(`workloads/${encodeURIComponent(id)}/outputs`);
+  }
+
+  async parameters(path: string): Promise<IParameter[]> {
+    const r = await this.request<{ parameters: IParameter[] }>('parameters', {
+      query: { path }
+    });
+    return r.parameters;
+  }
+
+  private async request<T>(
+    path: string,
+    options: {
+      method?: string;
+      body?: string;
+      query?: Record<string, string>;
+      text?: boolean;
+    } = {}
+  ): Promise<T> {
+    const url = this.url(path, options.query);
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(
+        url,
+        { method: options.method ?? 'GET', body: options.body },
+        this.settings
+      );
+    } catch (error) {
+      throw new ApiError(0, `cannot reach this Jupyter server: ${error}`);
+    }
+    const text = await response.text();
+    if (!response.ok) {
+      throw errorFrom(response.status, text);
+    }
+    return (options.text ? text : JSON.parse(text)) as T;
+  }
+}
+
+/** The error of a failed answer: the service's {error, field} when there is one. */
+export function errorFrom(status: number, body: string): ApiError {
+  try {
+    const data = JSON.parse(body);
+    if (data && typeof data.error === 'string') {
+      return new ApiError(status, data.error, data.field ?? undefined);
+    }
+    if (data && typeof data.message === 'string') {
+      return new ApiError(status, data.message);
+    }
+  } catch {
+    // not JSON: described below
+  }
+  return new ApiError(status, `HTTP ${status}${body ? `: ${body.slice(0, 200)}` : ''}`);
+}

@@ -1,0 +1,59 @@
+/** One job in the Jobs panel: what it is, where it stands, what can be done. */
+import * as React from 'react';
+
+import { attemptsText, isActive, runTime, stateDetail } from '../format';
+import { IWorkload } from '../types';
+
+export interface IJobActions {
+  cancel: (job: IWorkload) => void;
+  resubmit: (job: IWorkload) => void;
+  openLogs: (job: IWorkload) => void;
+  openOutput: (job: IWorkload) => void;
+  downloadOutputs: (job: IWorkload) => void;
+}
+
+function Action(props: { label: string; title: string; onClick: () => void }): JSX.Element {
+  return (
+    <button className="jp-mod-styled gpuhub-Job-action" title={props.title} onClick={props.onClick}>
+      {props.label}
+    </button>
+  );
+}
+
+export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJobActions }): JSX.Element {
+  const { job, actions } = props;
+  const detail = stateDetail(job);
+  const attempts = attemptsText(job);
+  const time = runTime(job);
+  return (
+    <li className={`gpuhub-Job gpuhub-mod-${job.state}`} data-job-id={job.id} data-state={job.state}>
+      <div className="gpuhub-Job-head">
+        <span className="gpuhub-Job-name" title={job.source_path ?? job.id}>
+          {job.name}
+        </span>
+        <span className={`gpuhub-Job-state gpuhub-mod-${job.state}`}>{job.state}</span>
+      </div>
+      <div className="gpuhub-Job-facts">
+        <span title="GPUs × pool">
+          {job.gpus} × {job.pool}
+        </span>
+        {time && <span title="run time">{time}</span>}
+        {attempts && <span className="gpuhub-Job-attempts">{attempts}</span>}
+        {props.showUser && <span title="user, team">{`${job.user} (${job.team})`}</span>}
+        <span className="gpuhub-Job-id">{job.id}</span>
+      </div>
+      {detail && <div className="gpuhub-Job-detail">{detail}</div>}
+      <div className="gpuhub-Job-actions">
+        <Action label="Logs" title="Open the log in a tab" onClick={() => actions.openLogs(job)} />
+        {job.output_path && (
+          <Action label="Output" title="Open the executed notebook" onClick={() => actions.openOutput(job)} />
+        )}
+        {!isActive(job) && job.output_dir_path && (
+          <Action label="Download" title="Download the outputs as a zip" onClick={() => actions.downloadOutputs(job)} />
+        )}
+        <Action label="Resubmit" title="Edit and run again" onClick={() => actions.resubmit(job)} />
+        {isActive(job) && <Action label="Cancel" title="Cancel the job" onClick={() => actions.cancel(job)} />}
+      </div>
+    </li>
+  );
+}

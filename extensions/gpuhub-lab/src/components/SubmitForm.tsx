@@ -1,0 +1,163 @@
+/**
+ * The "Submit as job" form: what to run, where (team, pool, GPUs with the
+ * team's free quota and whether it would borrow), for how long, with which
+ * parameters, environment and directories.
+ */
+import { ReactWidget } from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { quotaView, requestFit } from '../quota';
+import { IFormValues } from '../submission';
+import { IPool, ITeam } from '../types';
+
+export const PRIORITIES = ['batch', 'best-effort', 'interactive', 'production'];
+
+export interface ISubmitFormProps {
+  initial: IFormValues;
+  teams: ITeam[];
+  pools: IPool[];
+  error: { field?: string; message: string } | null;
+  onChange: (values: IFormValues) => void;
+}
+
+function Field(props: {
+  label: string;
+  name: keyof IFormValues;
+  hint?: string;
+  invalid: boolean;
+  children: React.ReactNode;
+}): JSX.Element {
+  return (
+    <label className={`gpuhub-Field${props.invalid ? ' gpuhub-Field-invalid' : ''}`}>
+      <span className="gpuhub-Field-label">{props.label}</span>
+      {props.children}
+      {props.hint && <span className="gpuhub-Field-hint">{props.hint}</span>}
+    </label>
+  );
+}
+
+export function SubmitForm(props: ISubmitFormProps): JSX.Element {
+  const [values, setValues] = React.useState<IFormValues>(props.initial);
+  const update = (key: keyof IFormValues) => (
+    e: React.ChangeEvent<HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement>
+  ) => {
+    const next = { ...values, [key]: e.target.value };
+    setValues(next);
+    props.onChange(next);
+  };
+  const invalid = (key: string) => props.error?.field === key;
+  const pools = Array.from(
+    new Set([...props.pools.map(p => p.name), ...(values.pool ? [values.pool] : [])])
+  );
+  const view = quotaView(props.teams, props.pools, values.team, values.pool);
+  const gpus = Number(values.gpus) * Math.max(1, Number(values.nodes) || 1);
+  const fit = view && Number.isFinite(gpus) ? requestFit(view, gpus) : null;
+  const isNotebook = values.path.toLowerCase().endsWith('.ipynb');
+  const input = (key: keyof IFormValues, extra: React.InputHTMLAttributes<HTMLInputElement> = {}) => (
+    <input className="jp-mod-styled" name={key} value={values[key]} onChange={update(key)} {...extra} />
+  );
+
+  return (
+    <form className="gpuhub-SubmitForm" onSubmit={e => e.preventDefault()}>
+      {props.error && <div className="gpuhub-SubmitForm-error">{props.error.message}</div>}
+      <Field label="File" name="path" invalid={invalid('path')} hint="notebook, .py or .sh, from this server's files">
+        {input('path')}
+      </Field>
+      <Field label="Name" name="name" invalid={invalid('name')}>
+        {input('name', { placeholder: 'from the file name' })}
+      </Field>
+      <div className="gpuhub-SubmitForm-row">
+        <Field label="Team" name="team" invalid={invalid('team')}>
+          <select className="jp-mod-styled" name="team" value={values.team} onChange={update('team')}>
+            {props.teams.map(t => (
+              <option key={t.name} value={t.name}>
+                {t.name}
+              </option>
+            ))}
+          </select>
+        </Field>
+        <Field label="Pool" name="pool" invalid={invalid('pool')}>
+          <select className="jp-mod-styled" name="pool" value={values.pool} onChange={update('pool')}>
+            {pools.map(p => (
+              <option key={p} value={p}>
+                {p}
+              </option>
+            ))}
+          </select>
+        </Field>
+        <Field label="GPUs per node" name="gpus" invalid={invalid('gpus')}>
+          {input('gpus', { type: 'number', min: 0, max: 64 })}
+        </Field>
+        <Field label="Nodes" name="nodes" invalid={invalid('nodes')}>
+          {input('nodes', { type: 'number', min: 1, max: 1024 })}
+        </Field>
+      </div>
+      <div className={`gpuhub-SubmitForm-quota${fit?.borrow ? ' gpuhub-mod-borrow' : ''}`}>
+        {view ? (
+          <>
+            Team {view.team} in {view.pool}: {view.free} of {view.nominal} {view.model} free in quota,{' '}
+            {view.poolFree} free in the pool. {fit && <strong>{fit.message}</strong>}
+          </>
+        ) : (
+          `Team ${values.team || '?'} has no quota in pool ${values.pool || '?'}`
+        )}
+      </div>
+      <div className="gpuhub-SubmitForm-row">
+        <Field label="Time limit" name="timeLimit" invalid={invalid('time_limit')} hint="e.g. 2h30m">
+          {input('timeLimit', { placeholder: 'none' })}
+        </Field>
+        <Field label="Priority" name="priority" invalid={invalid('priority')}>
+          <select className="jp-mod-styled" name="priority" value={values.priority} onChange={update('priority')}>
+            {PRIORITIES.map(p => (
+              <option key={p} value={p}>
+                {p}
+              </option>
+            ))}
+          </select>
+        </Field>
+      </div>
+      <Field
+        label="Parameters"
+        name="parameters"
+        invalid={invalid('parameters')}
+        hint={
+          isNotebook
+            ? "name = value per line, injected after the notebook's parameters cell (papermill)"
+            : 'name = value per line, passed as --name=value'
+        }
+      >
+        <textarea className="jp-mod-styled" name="parameters" rows={3} value={values.parameters} onChange={update('parameters')} />
+      </Field>
+      <Field label="Environment" name="env" invalid={invalid('env')} hint="NAME=value per line">
+        <textarea className="jp-mod-styled" name="env" rows={2} value={values.env} onChange={update('env')} />
+      </Field>
+      <div className="gpuhub-SubmitForm-row">
+        <Field label="Output directory" name="outputDir" invalid={invalid('output_dir')} hint="$OUTPUT_DIR in the job">
+          {input('outputDir', { placeholder: 'outputs/<name>-<time>' })}
+        </Field>
+        <Field label="Checkpoint directory" name="checkpointDir" invalid={invalid('checkpoint_dir')} hint="$GPUHUB_CHECKPOINT_DIR, kept across attempts">
+          {input('checkpointDir', { placeholder: 'one per job' })}
+        </Field>
+      </div>
+    </form>
+  );
+}
+
+/** The form as a dialog body: `getValue()` is what the user typed. */
+export class SubmitFormWidget extends ReactWidget {
+  constructor(private props: Omit<ISubmitFormProps, 'onChange'>) {
+    super();
+    this.values = props.initial;
+    this.addClass('gpuhub-SubmitFormWidget');
+  }
+
+  values: IFormValues;
+
+  getValue(): IFormValues {
+    return this.values;
+  }
+
+  render(): JSX.Element {
+    return <SubmitForm {...this.props} onChange={v => (this.values = v)} />;
+  }
+}

@@ -1,0 +1,57 @@
+/** How jobs read in the panel: run times, states, reasons. Pure. */
+import { IWorkload } from './types';
+
+export const ACTIVE_STATES = ['queued', 'running', 'stopping'];
+export const FINISHED_STATES = ['succeeded', 'failed', 'cancelled', 'stopped'];
+
+export function isActive(w: IWorkload): boolean {
+  return ACTIVE_STATES.includes(w.state);
+}
+
+/** "1h 02m", "3m 05s", "42s". */
+export function duration(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const r = s % 60;
+  const pad = (n: number) => String(n).padStart(2, '0');
+  if (h > 0) {
+    return `${h}h ${pad(m)}m`;
+  }
+  if (m > 0) {
+    return `${m}m ${pad(r)}s`;
+  }
+  return `${r}s`;
+}
+
+/** Run time of the current (or last) attempt, or "" while it never ran. */
+export function runTime(w: IWorkload, now: number = Date.now()): string {
+  if (!w.started_at) {
+    return '';
+  }
+  const start = Date.parse(w.started_at);
+  const end = w.finished_at && !isActive(w) ? Date.parse(w.finished_at) : now;
+  return duration((end - start) / 1000);
+}
+
+/** What the panel says about a job's state: where it waits and why. */
+export function stateDetail(w: IWorkload): string {
+  if (w.state === 'queued') {
+    const position = w.queue_position ? `#${w.queue_position} in queue` : 'queued';
+    return w.reason ? `${position}: ${w.reason}` : position;
+  }
+  if (w.state === 'failed' && w.exit_code !== null && w.exit_code !== undefined) {
+    return w.reason || `exit code ${w.exit_code}`;
+  }
+  return w.reason || '';
+}
+
+/** "attempt 2 (1 preempted)" when it was requeued, "" for a first attempt. */
+export function attemptsText(w: IWorkload): string {
+  if (!w.attempt) {
+    return '';
+  }
+  const preempted = (w.attempts ?? []).filter(a => a.state === 'preempted').length;
+  const extra = preempted ? ` (${preempted} preempted)` : '';
+  return `attempt ${w.attempt + 1}${extra}`;
+}

@@ -1,0 +1,130 @@
+/**
+ * The live state the panel, the status bar and the notifications share: my
+ * jobs, my team's jobs, quotas and notices, refreshed by one poll that is
+ * fast while a job of mine moves, slow when nothing does, backs off on
+ * errors and stands by while the page is hidden.
+ */
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { GpuHubApi, JobScope } from './api';
+import { IJobNote, IJobSnapshot, jobNotes, pollInterval, snapshot } from './transitions';
+import { IMe, INotice, IPool, ITeam, IWorkload } from './types';
+
+export interface IPollSettings {
+  /** Seconds between polls while a job of mine is queued or running. */
+  activeInterval: number;
+  /** Seconds between polls when none is. */
+  idleInterval: number;
+  /** Longest wait after failures (backoff). */
+  maxInterval: number;
+}
+
+export class JobsModel {
+  constructor(
+    readonly api: GpuHubApi,
+    private pollSettings: IPollSettings
+  ) {
+    this.poll = new Poll({
+      auto: false,
+      factory: () => this.refresh(),
+      frequency: this.frequency(pollSettings.idleInterval),
+      name: 'gpuhub-lab:jobs',
+      standby: 'when-hidden'
+    });
+  }
+
+  readonly poll: Poll;
+  me: IMe | null = null;
+  mine: IWorkload[] = [];
+  team: IWorkload[] = [];
+  teams: ITeam[] = [];
+  pools: IPool[] = [];
+  error = '';
+  scope: JobScope = 'mine';
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** Jobs of mine that changed state since the last poll. */
+  get jobNotes(): ISignal<this, IJobNote[]> {
+    return this._jobNotes;
+  }
+
+  /** Notices (the culler's warnings) not seen before. */
+  get newNotices(): ISignal<this, INotice[]> {
+    return this._newNotices;
+  }
+
+  /** The team the status bar and the form start with. */
+  get primaryTeam(): string {
+    return this.me?.teams[0] ?? this.teams[0]?.name ?? '';
+  }
+
+  start(): void {
+    void this.poll.start();
+  }
+
+  /** Poll now (after a submit or a cancel), not at the next tick. */
+  refreshNow(): Promise<void> {
+    return this.poll.refresh();
+  }
+
+  configure(settings: IPollSettings): void {
+    this.pollSettings = settings;
+  }
+
+  setScope(scope: JobScope): void {
+    this.scope = scope;
+    this._changed.emit();
+    void this.refreshNow();
+  }
+
+  dispose(): void {
+    this.poll.dispose();
+  }
+
+  private frequency(interval: number) {
+    return { interval: interval * 1000, backoff: true, max: this.pollSettings.maxInterval * 1000 };
+  }
+
+  private async refresh(): Promise<void> {
+    try {
+      if (!this.me) {
+        this.me = await this.api.me();
+      }
+      const [mine, team, teams, pools, notices] = await Promise.all([
+        this.api.jobs('mine'),
+        this.scope === 'team' ? this.api.jobs('team') : Promise.resolve(this.team),
+        this.api.teams(),
+        this.api.pools(),
+        this.api.notices()
+      ]);
+      const notes = jobNotes(this.seen, mine);
+      this.seen = snapshot(mine);
+      Object.assign(this, { mine, team, teams, pools, error: '' });
+      const fresh = notices.filter(n => !this.noticesSeen.has(n.id));
+      fresh.forEach(n => this.noticesSeen.add(n.id));
+      this._changed.emit();
+      if (notes.length) {
+        this._jobNotes.emit(notes);
+      }
+      if (fresh.length) {
+        this._newNotices.emit(fresh);
+      }
+      const next = pollInterval(mine, this.pollSettings.activeInterval, this.pollSettings.idleInterval);
+      this.poll.frequency = this.frequency(next);
+    } catch (error) {
+      this.error = String((error as Error).message ?? error);
+      this._changed.emit();
+      throw error; // the poll backs off
+    }
+  }
+
+  private seen: Map<string, IJobSnapshot> | null = null;
+  private noticesSeen = new Set<number>();
+  private _changed = new Signal<this, void>(this);
+  private _jobNotes = new Signal<this, IJobNote[]>(this);
+  private _newNotices = new Signal<this, INotice[]>(this);
+}

@@ -1,0 +1,193 @@
+/**
+ * The submit form's values and how they become a submission. Pure: the
+ * form component keeps text; this module parses it.
+ */
+import { ISubmission, IWorkload } from './types';
+
+export const SUBMITTABLE = ['.ipynb', '.py', '.sh'];
+
+export function isSubmittable(path: string | null | undefined): boolean {
+  return !!path && SUBMITTABLE.some(ext => path.toLowerCase().endsWith(ext));
+}
+
+export interface IFormValues {
+  path: string;
+  name: string;
+  team: string;
+  pool: string;
+  gpus: string;
+  nodes: string;
+  timeLimit: string;
+  priority: string;
+  /** "name = value" lines. */
+  parameters: string;
+  /** "NAME=value" lines. */
+  env: string;
+  outputDir: string;
+  checkpointDir: string;
+}
+
+/** What the next form remembers of a submission (not the file nor its parameters). */
+export type RememberedValues = Pick<
+  IFormValues,
+  'team' | 'pool' | 'gpus' | 'nodes' | 'timeLimit' | 'priority' | 'env' | 'outputDir' | 'checkpointDir'
+>;
+
+export const EMPTY_FORM: IFormValues = {
+  path: '',
+  name: '',
+  team: '',
+  pool: '',
+  gpus: '1',
+  nodes: '1',
+  timeLimit: '',
+  priority: 'batch',
+  parameters: '',
+  env: '',
+  outputDir: 'outputs',
+  checkpointDir: ''
+};
+
+export function remembered(values: IFormValues): RememberedValues {
+  const { team, pool, gpus, nodes, timeLimit, priority, env, outputDir, checkpointDir } = values;
+  return { team, pool, gpus, nodes, timeLimit, priority, env, outputDir, checkpointDir };
+}
+
+/** A job name from a file name: "Train model.ipynb" → "train-model". */
+export function defaultName(path: string): string {
+  const base = path.split('/').pop() ?? '';
+  const stem = base.replace(/\.[^.]*$/, '');
+  const name = stem
+    .toLowerCase()
+    .replace(/[^a-z0-9._-]+/g, '-')
+    .replace(/^[^a-z0-9]+/, '')
+    .replace(/-+$/, '')
+    .slice(0, 128);
+  return name || 'job';
+}
+
+export class FormError extends Error {
+  constructor(
+    readonly field: keyof IFormValues,
+    message: string
+  ) {
+    super(message);
+  }
+}
+
+/** A parameter value as papermill gets it: JSON when it parses, else text. */
+export function parseValue(text: string): unknown {
+  const t = text.trim();
+  try {
+    return JSON.parse(t);
+  } catch {
+    // Python literals people type
+    if (t === 'True' || t === 'False') {
+      return t === 'True';
+    }
+    if (t === 'None') {
+      return null;
+    }
+    return t.replace(/^(['"])(.*)\1$/, '$2');
+  }
+}
+
+/** "name = value" (or "name: value") lines; blank lines and # comments skipped. */
+export function parseParameters(text: string): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  text.split('\n').forEach((raw, i) => {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) {
+      return;
+    }
+    const m = /^([A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*(.*)$/.exec(line);
+    if (!m) {
+      throw new FormError('parameters', `line ${i + 1}: write name = value, not "${line}"`);
+    }
+    out[m[1]] = parseValue(m[2]);
+  });
+  return out;
+}
+
+/** "NAME=value" lines. */
+export function parseEnv(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  text.split('\n').forEach((raw, i) => {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) {
+      return;
+    }
+    const m = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/.exec(line);
+    if (!m) {
+      throw new FormError('env', `line ${i + 1}: write NAME=value, not "${line}"`);
+    }
+    out[m[1]] = m[2];
+  });
+  return out;
+}
+
+function integer(field: keyof IFormValues, text: string, low: number, high: number): number {
+  const n = Number(text.trim());
+  if (!Number.isInteger(n) || n < low || n > high) {
+    throw new FormError(field, `must be a whole number from ${low} to ${high}`);
+  }
+  return n;
+}
+
+export function toSubmission(values: IFormValues): ISubmission {
+  if (!isSubmittable(values.path)) {
+    throw new FormError('path', 'choose a notebook (.ipynb), a Python script (.py) or a shell script (.sh)');
+  }
+  const submission: ISubmission = {
+    path: values.path,
+    gpus: integer('gpus', values.gpus, 0, 64),
+    nodes: integer('nodes', values.nodes, 1, 1024),
+    parameters: parseParameters(values.parameters),
+    env: parseEnv(values.env)
+  };
+  const optional: [keyof ISubmission, string][] = [
+    ['name', values.name],
+    ['team', values.team],
+    ['pool', values.pool],
+    ['time_limit', values.timeLimit],
+    ['priority', values.priority],
+    ['output_dir', values.outputDir],
+    ['checkpoint_dir', values.checkpointDir]
+  ];
+  for (const [key, value] of optional) {
+    if (value.trim()) {
+      (submission as any)[key] = value.trim();
+    }
+  }
+  return submission;
+}
+
+function formatValue(value: unknown): string {
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
+/** The form of a job to edit and rerun ("resubmit"). */
+export function formFromJob(job: IWorkload, fallback: IFormValues): IFormValues {
+  const params = Object.entries(job.parameters ?? {})
+    .map(([k, v]) => `${k} = ${formatValue(v)}`)
+    .join('\n');
+  const env = Object.entries(job.env ?? {})
+    .filter(([k]) => k !== 'OUTPUT_DIR')
+    .map(([k, v]) => `${k}=${v}`)
+    .join('\n');
+  return {
+    ...fallback,
+    path: job.source_path ?? fallback.path,
+    name: job.name,
+    team: job.team,
+    pool: job.pool,
+    gpus: String(job.gpus_per_node ?? job.gpus),
+    nodes: String(job.nodes ?? 1),
+    timeLimit: job.time_limit ? `${Math.round(job.time_limit)}s` : '',
+    priority: job.priority,
+    parameters: params,
+    env,
+    outputDir: job.output_dir_path ?? fallback.outputDir,
+    checkpointDir: job.checkpoint_path ?? ''
+  };
+}

@@ -1,0 +1,105 @@
+/**
+ * The submit flow: fill the form (defaults from the last submission, the
+ * notebook's parameters cell), send it, and show the form again with the
+ * service's message when it refuses.
+ */
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { IStateDB } from '@jupyterlab/statedb';
+
+import { ApiError } from './api';
+import { SubmitFormWidget } from './components/SubmitForm';
+import { JobsModel } from './model';
+import {
+  defaultName,
+  EMPTY_FORM,
+  FormError,
+  IFormValues,
+  remembered,
+  RememberedValues,
+  toSubmission
+} from './submission';
+import { IWorkload } from './types';
+
+const LAST_SUBMISSION = 'gpuhub-lab:last-submission';
+
+/** Maps the service's field names to the form's. */
+const FORM_FIELDS: Record<string, string> = {
+  time_limit: 'timeLimit',
+  output_dir: 'outputDir',
+  checkpoint_dir: 'checkpointDir',
+  command: 'path',
+  notebook: 'path',
+  working_dir: 'path'
+};
+
+export class Submitter {
+  constructor(
+    private model: JobsModel,
+    private state: IStateDB,
+    private defaults: () => Partial<IFormValues>,
+    private onSubmitted: (job: IWorkload) => void
+  ) {}
+
+  /** The form for a file, starting from the last submission. */
+  async initialValues(path: string): Promise<IFormValues> {
+    const last = ((await this.state.fetch(LAST_SUBMISSION)) ?? {}) as Partial<RememberedValues>;
+    const values: IFormValues = { ...EMPTY_FORM, ...this.defaults(), ...last, path, name: path ? defaultName(path) : '' };
+    if (path.toLowerCase().endsWith('.ipynb')) {
+      try {
+        const params = await this.model.api.parameters(path);
+        values.parameters = params.map(p => `${p.name} = ${p.default}`).join('\n');
+      } catch {
+        // no parameters cell to show: the form starts empty there
+      }
+    }
+    return values;
+  }
+
+  async submit(path: string, start?: IFormValues): Promise<IWorkload | null> {
+    if (!this.model.me) {
+      await this.model.refreshNow();
+    }
+    let values = start ?? (await this.initialValues(path));
+    values = this.fillTeamAndPool(values);
+    let error: { field?: string; message: string } | null = null;
+    for (;;) {
+      const body = new SubmitFormWidget({ initial: values, teams: this.model.teams, pools: this.model.pools, error });
+      const result = await showDialog({
+        title: 'Submit as job',
+        body,
+        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Submit' })],
+        focusNodeSelector: 'input[name="name"]'
+      });
+      if (!result.button.accept) {
+        return null;
+      }
+      values = result.value ?? values;
+      try {
+        const job = await this.model.api.submit(toSubmission(values));
+        await this.state.save(LAST_SUBMISSION, remembered(values) as any);
+        this.onSubmitted(job);
+        return job;
+      } catch (e) {
+        if (e instanceof FormError) {
+          error = { field: e.field, message: `${e.field}: ${e.message}` };
+        } else if (e instanceof ApiError) {
+          error = { field: FORM_FIELDS[e.field ?? ''] ?? e.field, message: e.message };
+        } else {
+          Notification.error(`Submitting failed: ${e}`);
+          return null;
+        }
+      }
+    }
+  }
+
+  /** A team the user is in and a pool where it has quota. */
+  private fillTeamAndPool(values: IFormValues): IFormValues {
+    const teams = this.model.teams.map(t => t.name);
+    const team = teams.includes(values.team) ? values.team : this.model.primaryTeam;
+    const quotas = this.model.teams.find(t => t.name === team)?.quotas ?? {};
+    const pools = this.model.pools.map(p => p.name);
+    const withQuota = Object.keys(quotas).sort((a, b) => quotas[b].nominal - quotas[a].nominal);
+    const pool = pools.includes(values.pool) ? values.pool : withQuota[0] ?? pools[0] ?? '';
+    return { ...values, team, pool };
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * What changed between two polls of the user's jobs, as notifications:
+ * started, succeeded, failed, preempted. Pure, so it is tested alone.
+ */
+import { IWorkload } from './types';
+
+export type NoteKind = 'started' | 'succeeded' | 'failed' | 'preempted' | 'cancelled';
+
+export interface IJobNote {
+  kind: NoteKind;
+  job: IWorkload;
+  message: string;
+}
+
+export interface IJobSnapshot {
+  state: string;
+  attempt: number;
+}
+
+export function snapshot(jobs: IWorkload[]): Map<string, IJobSnapshot> {
+  return new Map(jobs.map(j => [j.id, { state: j.state, attempt: j.attempt }]));
+}
+
+/**
+ * Notes for jobs whose state changed since `before`. Jobs not seen before
+ * are only announced when they already started (a job submitted elsewhere
+ * that ran between polls); a first poll (`before` null) announces nothing.
+ */
+export function jobNotes(before: Map<string, IJobSnapshot> | null, jobs: IWorkload[]): IJobNote[] {
+  if (before === null) {
+    return [];
+  }
+  const notes: IJobNote[] = [];
+  for (const job of jobs) {
+    const prev = before.get(job.id) ?? { state: 'queued', attempt: job.attempt };
+    if (prev.state === job.state && prev.attempt === job.attempt) {
+      continue;
+    }
+    const label = `Job ${job.name || job.id}`;
+    if (job.attempt > prev.attempt) {
+      notes.push({
+        kind: 'preempted',
+        job,
+        message: `${label} was preempted (${job.reason || 'requeued'}); attempt ${job.attempt + 1} ${
+          job.state === 'running' ? 'is running' : 'is queued'
+        }`
+      });
+      continue;
+    }
+    if (job.state === 'running' && prev.state === 'queued') {
+      notes.push({ kind: 'started', job, message: `${label} started on ${job.gpus} × ${job.pool} GPUs` });
+    } else if (job.state === 'succeeded') {
+      notes.push({ kind: 'succeeded', job, message: `${label} succeeded` });
+    } else if (job.state === 'failed') {
+      notes.push({
+        kind: 'failed',
+        job,
+        message: `${label} failed: ${job.reason || `exit code ${job.exit_code}`}`
+      });
+    } else if (job.state === 'cancelled' && prev.state !== 'cancelled') {
+      notes.push({ kind: 'cancelled', job, message: `${label} was cancelled` });
+    }
+  }
+  return notes;
+}
+
+/**
+ * Seconds until the next poll: fast while one of the jobs is queued or
+ * running, slower when nothing moves.
+ */
+export function pollInterval(jobs: IWorkload[], fast: number, slow: number): number {
+  return jobs.some(j => ['queued', 'running', 'stopping'].includes(j.state)) ? fast : slow;
+}
