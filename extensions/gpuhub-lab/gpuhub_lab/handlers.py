@@ -17,7 +17,8 @@ from . import jobspec, outputs
 from .service import ServiceClient, ServiceError, seg
 
 SCOPES = ("mine", "team")
-# Active jobs whose details (queue position, attempts) the list carries.
+ACTIVE = ("queued", "running", "stopping")
+# Jobs whose full records one list fetches at most.
 MAX_DETAILED = 25
 
 
@@ -94,13 +95,27 @@ class WorkloadsHandler(GpuHubHandler):
         if scope == "mine":
             params.append(("user", (await self.me())["name"]))
         listed = (await self.service.call("GET", "/workloads", params))["workloads"]
-        active = [w["id"] for w in listed if w["state"] in ("queued", "running", "stopping")]
-        details = await asyncio.gather(
-            *(self.service.call("GET", f"/workloads/{seg(wid)}") for wid in active[:MAX_DETAILED]),
-            return_exceptions=True)
-        detailed = {d["id"]: d for d in details if isinstance(d, dict)}
-        self.write_json({"workloads": [jobspec.describe(detailed.get(w["id"], w),
+        details = await self.details(listed)
+        self.write_json({"workloads": [jobspec.describe(details.get(w["id"], w),
                                                         self.service_root) for w in listed]})
+
+    async def details(self, listed: list[dict]) -> dict[str, dict]:
+        """Full records (queue position, attempts, output notebook; the list
+        has none of them) of the active jobs and of finished notebook jobs;
+        finished ones do not change, so they are kept."""
+        done = self.settings.setdefault("gpuhub_finished", {})
+        wanted = [w["id"] for w in listed
+                  if w["state"] in ACTIVE or (w.get("notebook") and w["id"] not in done)]
+        fetched = await asyncio.gather(
+            *(self.service.call("GET", f"/workloads/{seg(wid)}") for wid in wanted[:MAX_DETAILED]),
+            return_exceptions=True)
+        out = {w["id"]: done[w["id"]] for w in listed if w["id"] in done}
+        for d in fetched:
+            if isinstance(d, dict):
+                out[d["id"]] = d
+                if d["state"] not in ACTIVE:
+                    done[d["id"]] = d
+        return out
 
     @tornado.web.authenticated
     async def post(self):

@@ -84,11 +84,18 @@ export class GpuHubApi {
     return this.request(`workloads/${encodeURIComponent(id)}/logs`, { query, text: true });
   }
 
+  /**
+   * The URL of a log's event stream. EventSource cannot send headers, and
+   * JupyterHub refuses cookie-authenticated API requests without an XSRF
+   * token: it goes in the query, as tornado reads it.
+   */
   logStreamUrl(id: string, attempt: number): string {
-    return this.url(`workloads/${encodeURIComponent(id)}/logs`, {
-      attempt: String(attempt),
-      follow: 'true'
-    });
+    const query: Record<string, string> = { attempt: String(attempt), follow: 'true' };
+    const xsrf = xsrfToken(typeof document === 'undefined' ? '' : document.cookie);
+    if (xsrf) {
+      query._xsrf = xsrf;
+    }
+    return this.url(`workloads/${encodeURIComponent(id)}/logs`, query);
   }
 
   outputsUrl(id: string): string {
@@ -128,6 +135,12 @@ export class GpuHubApi {
     }
     return (options.text ? text : JSON.parse(text)) as T;
   }
+}
+
+/** The `_xsrf` cookie's value (what ServerConnection sends as X-XSRFToken). */
+export function xsrfToken(cookies: string): string {
+  const match = cookies.match('\\b_xsrf=([^;]*)\\b');
+  return match ? decodeURIComponent(match[1]) : '';
 }
 
 /** The error of a failed answer: the service's {error, field} when there is one. */

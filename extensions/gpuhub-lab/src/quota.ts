@@ -18,10 +18,14 @@ export interface IQuotaView {
 }
 
 export interface IRequestFit {
-  /** GPUs of the request above what is free in the team's quota. */
+  /**
+   * fits: within the team's free nominal quota; borrows: starts now above
+   * nominal (preemptible); waits: queues until the team's use drops; over:
+   * above nominal + borrowing limit, it can never start.
+   */
+  kind: 'fits' | 'borrows' | 'waits' | 'over';
+  /** GPUs it would hold above the team's nominal quota. */
   borrow: number;
-  /** The request is above nominal + borrowing limit: it can never start. */
-  overLimit: boolean;
   message: string;
 }
 
@@ -61,24 +65,28 @@ export function quotaView(
   };
 }
 
-/** Whether a request of `gpus` fits the team's free quota or would borrow. */
+/**
+ * Whether a request of `gpus` fits the team's free quota, would start on
+ * borrowed GPUs (preemptible), or has to wait for the team's own use to drop.
+ */
 export function requestFit(view: IQuotaView, gpus: number): IRequestFit {
-  const borrow = Math.max(0, gpus - view.free);
   const limit = view.borrowingLimit === null ? Infinity : view.nominal + view.borrowingLimit;
-  const overLimit = gpus > limit;
-  let message: string;
-  if (overLimit) {
-    message = `${gpus} GPUs is more than team ${view.team} may ever hold in ${view.pool} (${limit})`;
-  } else if (borrow === 0) {
-    message = `fits the team's free quota (${view.free} of ${view.nominal} free)`;
-  } else if (view.used + gpus <= view.nominal) {
-    message = `waits for the team's own quota (${view.free} of ${view.nominal} free)`;
-  } else {
-    message =
-      `would borrow ${borrow} GPU${borrow === 1 ? '' : 's'} above the team's quota ` +
-      `(${view.free} of ${view.nominal} free): it may be preempted when the lender needs them`;
+  const borrow = Math.max(0, view.used + gpus - Math.max(view.nominal, view.used));
+  const free = `${view.free} of ${view.nominal} free`;
+  if (gpus > limit) {
+    const message = `${gpus} GPUs is more than team ${view.team} may ever hold in ${view.pool} (${limit})`;
+    return { kind: 'over', borrow: 0, message };
   }
-  return { borrow, overLimit, message };
+  if (view.used + gpus <= view.nominal) {
+    return { kind: 'fits', borrow: 0, message: `fits the team's free quota (${free})` };
+  }
+  if (view.used + gpus <= limit && gpus <= view.poolFree) {
+    const message =
+      `would borrow ${borrow} GPU${borrow === 1 ? '' : 's'} above the team's quota (${free}): ` +
+      'it may be preempted when the lender needs them';
+    return { kind: 'borrows', borrow, message };
+  }
+  return { kind: 'waits', borrow: 0, message: `waits for the team's own quota (${free})` };
 }
 
 /** "vision: 6/8 A100" for the status bar: the pool where the team has most quota. */

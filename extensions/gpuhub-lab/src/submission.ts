@@ -44,7 +44,7 @@ export const EMPTY_FORM: IFormValues = {
   priority: 'batch',
   parameters: '',
   env: '',
-  outputDir: 'outputs',
+  outputDir: '',
   checkpointDir: ''
 };
 

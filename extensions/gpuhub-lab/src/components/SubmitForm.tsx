@@ -60,12 +60,14 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
   return (
     <form className="gpuhub-SubmitForm" onSubmit={e => e.preventDefault()}>
       {props.error && <div className="gpuhub-SubmitForm-error">{props.error.message}</div>}
-      <Field label="File" name="path" invalid={invalid('path')} hint="notebook, .py or .sh, from this server's files">
-        {input('path')}
-      </Field>
-      <Field label="Name" name="name" invalid={invalid('name')}>
-        {input('name', { placeholder: 'from the file name' })}
-      </Field>
+      <div className="gpuhub-SubmitForm-row">
+        <Field label="File" name="path" invalid={invalid('path')} hint="a notebook, .py or .sh file of this server">
+          {input('path')}
+        </Field>
+        <Field label="Name" name="name" invalid={invalid('name')}>
+          {input('name', { placeholder: 'from the file name' })}
+        </Field>
+      </div>
       <div className="gpuhub-SubmitForm-row">
         <Field label="Team" name="team" invalid={invalid('team')}>
           <select className="jp-mod-styled" name="team" value={values.team} onChange={update('team')}>
@@ -92,7 +94,7 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
           {input('nodes', { type: 'number', min: 1, max: 1024 })}
         </Field>
       </div>
-      <div className={`gpuhub-SubmitForm-quota${fit?.borrow ? ' gpuhub-mod-borrow' : ''}`}>
+      <div className={`gpuhub-SubmitForm-quota gpuhub-mod-${fit?.kind ?? 'none'}`}>
         {view ? (
           <>
             Team {view.team} in {view.pool}: {view.free} of {view.nominal} {view.model} free in quota,{' '}
@@ -115,28 +117,24 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
             ))}
           </select>
         </Field>
-      </div>
-      <Field
-        label="Parameters"
-        name="parameters"
-        invalid={invalid('parameters')}
-        hint={
-          isNotebook
-            ? "name = value per line, injected after the notebook's parameters cell (papermill)"
-            : 'name = value per line, passed as --name=value'
-        }
-      >
-        <textarea className="jp-mod-styled" name="parameters" rows={3} value={values.parameters} onChange={update('parameters')} />
-      </Field>
-      <Field label="Environment" name="env" invalid={invalid('env')} hint="NAME=value per line">
-        <textarea className="jp-mod-styled" name="env" rows={2} value={values.env} onChange={update('env')} />
-      </Field>
-      <div className="gpuhub-SubmitForm-row">
         <Field label="Output directory" name="outputDir" invalid={invalid('output_dir')} hint="$OUTPUT_DIR in the job">
           {input('outputDir', { placeholder: 'outputs/<name>-<time>' })}
         </Field>
         <Field label="Checkpoint directory" name="checkpointDir" invalid={invalid('checkpoint_dir')} hint="$GPUHUB_CHECKPOINT_DIR, kept across attempts">
           {input('checkpointDir', { placeholder: 'one per job' })}
+        </Field>
+      </div>
+      <div className="gpuhub-SubmitForm-row">
+        <Field
+          label="Parameters"
+          name="parameters"
+          invalid={invalid('parameters')}
+          hint={isNotebook ? "name = value per line, injected after the notebook's parameters cell" : 'name = value per line, passed as --name=value'}
+        >
+          <textarea className="jp-mod-styled" name="parameters" rows={4} value={values.parameters} onChange={update('parameters')} />
+        </Field>
+        <Field label="Environment" name="env" invalid={invalid('env')} hint="NAME=value per line">
+          <textarea className="jp-mod-styled" name="env" rows={4} value={values.env} onChange={update('env')} />
         </Field>
       </div>
     </form>
