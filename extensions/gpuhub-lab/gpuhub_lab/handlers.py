@@ -199,6 +199,7 @@ class OutputsHandler(GpuHubHandler):
             archive = await asyncio.to_thread(outputs.zip_paths, self.root_dir, paths)
         except outputs.OutputsTooLarge as e:
             raise tornado.web.HTTPError(413, str(e))
+        self.set_header("Content-Type", "application/zip")
         self.set_header("Content-Disposition",
                         f'attachment; filename="{jobspec.default_name(w["name"])}-outputs.zip"')
         try:
