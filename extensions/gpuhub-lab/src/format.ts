@@ -55,3 +55,13 @@ export function attemptsText(w: IWorkload): string {
   const extra = preempted ? ` (${preempted} preempted)` : '';
   return `attempt ${w.attempt + 1}${extra}`;
 }
+
+/** The last `max` characters of `text`, cut at a line start. */
+export function tail(text: string, max: number): string {
+  if (text.length <= max) {
+    return text;
+  }
+  const cut = text.slice(text.length - max);
+  const nl = cut.indexOf('\n');
+  return nl >= 0 && nl < cut.length - 1 ? cut.slice(nl + 1) : cut;
+}

@@ -5,18 +5,8 @@
 import { Widget } from '@lumino/widgets';
 
 import { GpuHubApi } from './api';
-import { isActive } from './format';
+import { isActive, tail } from './format';
 import { IWorkload } from './types';
-
-/** The last `max` characters of `text`, cut at a line start. */
-export function tail(text: string, max: number): string {
-  if (text.length <= max) {
-    return text;
-  }
-  const cut = text.slice(text.length - max);
-  const nl = cut.indexOf('\n');
-  return nl >= 0 && nl < cut.length - 1 ? cut.slice(nl + 1) : cut;
-}
 
 export class LogViewer extends Widget {
   constructor(

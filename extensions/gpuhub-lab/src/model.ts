@@ -7,7 +7,7 @@
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { GpuHubApi, JobScope } from './api';
+import type { GpuHubApi, JobScope } from './api';
 import { IJobNote, IJobSnapshot, jobNotes, pollInterval, snapshot } from './transitions';
 import { IMe, INotice, IPool, ITeam, IWorkload } from './types';
 
@@ -66,9 +66,13 @@ export class JobsModel {
     void this.poll.start();
   }
 
-  /** Poll now (after a submit or a cancel), not at the next tick. */
-  refreshNow(): Promise<void> {
-    return this.poll.refresh();
+  /**
+   * Poll now (after a submit or a cancel), not at the next tick; resolves
+   * once that poll is done.
+   */
+  async refreshNow(): Promise<void> {
+    await this.poll.refresh();
+    await this.poll.tick;
   }
 
   configure(settings: IPollSettings): void {
@@ -82,6 +86,8 @@ export class JobsModel {
   }
 
   dispose(): void {
+    // Poll.dispose() leaves its pending timer: stopping first clears it.
+    void this.poll.stop();
     this.poll.dispose();
   }
 

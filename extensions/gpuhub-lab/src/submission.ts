@@ -61,7 +61,7 @@ export function defaultName(path: string): string {
     .toLowerCase()
     .replace(/[^a-z0-9._-]+/g, '-')
     .replace(/^[^a-z0-9]+/, '')
-    .replace(/-+$/, '')
+    .replace(/[-._]+$/, '')
     .slice(0, 128);
   return name || 'job';
 }

@@ -1,0 +1,56 @@
+import { attemptsText, duration, runTime, stateDetail, tail } from '../src/format';
+import { errorFrom, xsrfToken } from '../src/errors';
+import { job } from './fixtures';
+
+describe('the Jobs panel text', () => {
+  it('writes durations', () => {
+    expect(duration(42)).toBe('42s');
+    expect(duration(185)).toBe('3m 05s');
+    expect(duration(3720)).toBe('1h 02m');
+  });
+
+  it('counts run time to now while running, to the end once finished', () => {
+    const now = Date.parse('2026-11-30T00:10:00Z');
+    expect(runTime(job({ state: 'running', started_at: '2026-11-30T00:09:00Z' }), now)).toBe('1m 00s');
+    const done = job({ state: 'succeeded', started_at: '2026-11-30T00:00:00Z', finished_at: '2026-11-30T00:00:30Z' });
+    expect(runTime(done, now)).toBe('30s');
+    expect(runTime(job(), now)).toBe('');
+  });
+
+  it('says where a queued job stands and why', () => {
+    expect(stateDetail(job({ queue_position: 2, reason: 'team vision holds 8' }))).toBe('#2 in queue: team vision holds 8');
+    expect(stateDetail(job({ state: 'failed', exit_code: 3, reason: '' }))).toBe('exit code 3');
+  });
+
+  it('counts attempts and preemptions', () => {
+    expect(attemptsText(job())).toBe('');
+    const attempts = [
+      { number: 0, state: 'preempted' },
+      { number: 1, state: 'running' }
+    ] as any;
+    expect(attemptsText(job({ attempt: 1, attempts }))).toBe('attempt 2 (1 preempted)');
+  });
+});
+
+describe('the log tail', () => {
+  it('keeps the last characters from a line start', () => {
+    expect(tail('line 1\nline 2\nline 3\n', 10)).toBe('line 3\n');
+    expect(tail('short', 10)).toBe('short');
+  });
+});
+
+describe('errors', () => {
+  it("carries the service's message and field", () => {
+    const e = errorFrom(400, JSON.stringify({ status: 400, error: 'must be positive', field: 'gpus' }));
+    expect([e.status, e.field, e.message]).toEqual([400, 'gpus', 'gpus: must be positive']);
+    expect(errorFrom(403, JSON.stringify({ error: "team: you are not a member of team 'b'", field: 'team' })).message).toBe(
+      "team: you are not a member of team 'b'"
+    );
+    expect(errorFrom(502, '<html>Bad Gateway</html>').message).toBe('HTTP 502: <html>Bad Gateway</html>');
+  });
+
+  it('finds the XSRF cookie', () => {
+    expect(xsrfToken('a=1; _xsrf=2|abc%7C; b=3')).toBe('2|abc|');
+    expect(xsrfToken('a=1')).toBe('');
+  });
+});

@@ -1,0 +1,91 @@
+import type { GpuHubApi } from '../src/api';
+import { JobsModel } from '../src/model';
+import { IJobNote } from '../src/transitions';
+import { INotice, IWorkload } from '../src/types';
+import { job, POOLS, TEAMS } from './fixtures';
+
+/** The server extension's answers, changed by the test between polls. */
+class FakeApi {
+  mine: IWorkload[] = [];
+  notices: INotice[] = [];
+  failing = false;
+  calls = 0;
+  me = async () => ({ name: 'alice', teams: ['vision'], leads: [], admin: false, can_submit: true });
+  jobs = async (scope: string) => {
+    this.calls++;
+    if (this.failing) {
+      throw new Error('cannot reach the GPU Hub service');
+    }
+    return scope === 'mine' ? this.mine : [...this.mine, job({ id: 'w2', user: 'bob' })];
+  };
+  teams = async () => TEAMS;
+  pools = async () => POOLS;
+  noticesCall = async () => this.notices;
+}
+
+function model(api: FakeApi): JobsModel {
+  const fake = Object.assign(Object.create(null), api, { notices: api.noticesCall });
+  const m = new JobsModel(fake as unknown as GpuHubApi, { activeInterval: 60, idleInterval: 60, maxInterval: 60 });
+  models.push(m);
+  return m;
+}
+
+let models: JobsModel[] = [];
+afterEach(() => {
+  models.forEach(m => m.dispose());
+  models = [];
+});
+
+describe('the jobs model', () => {
+  it('notifies my jobs as they move, and new culler notices once', async () => {
+    const api = new FakeApi();
+    api.mine = [job({ state: 'queued' })];
+    const m = model(api);
+    const notes: IJobNote[] = [];
+    const notices: INotice[] = [];
+    m.jobNotes.connect((_, n) => notes.push(...n));
+    m.newNotices.connect((_, n) => notices.push(...n));
+    m.start();
+    await m.refreshNow();
+    expect(m.mine.map(j => j.state)).toEqual(['queued']);
+    expect(m.primaryTeam).toBe('vision');
+
+    api.mine = [job({ state: 'running' })];
+    api.notices = [{ id: 7, kind: 'cull-warning', message: 'idle GPUs: culled in 15 minutes', created_at: '' }];
+    await m.refreshNow();
+    api.mine = [job({ state: 'succeeded' })];
+    await m.refreshNow();
+    expect(notes.map(n => n.kind)).toEqual(['started', 'succeeded']);
+    expect(notices.map(n => n.id)).toEqual([7]);
+    m.dispose();
+  });
+
+  it('shows the error and keeps the last jobs when the service does not answer', async () => {
+    const api = new FakeApi();
+    api.mine = [job({ state: 'running' })];
+    const m = model(api);
+    m.start();
+    await m.refreshNow();
+    api.failing = true;
+    await m.refreshNow();
+    expect(m.error).toContain('cannot reach');
+    expect(m.mine).toHaveLength(1);
+    api.failing = false;
+    await m.refreshNow();
+    expect(m.error).toBe('');
+    m.dispose();
+  });
+
+  it("lists the team's jobs only when asked", async () => {
+    const api = new FakeApi();
+    api.mine = [job()];
+    const m = model(api);
+    m.start();
+    await m.refreshNow();
+    expect(m.team).toEqual([]);
+    m.setScope('team');
+    await m.refreshNow();
+    expect(m.team.map(j => j.user)).toEqual(['alice', 'bob']);
+    m.dispose();
+  });
+});

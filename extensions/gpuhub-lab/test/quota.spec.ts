@@ -1,0 +1,66 @@
+import { poolBreakdown, quotaView, requestFit, statusText } from '../src/quota';
+import { POOLS, TEAMS } from './fixtures';
+
+describe('the status bar text', () => {
+  it('shows the pool where the team has most quota, with its GPU model', () => {
+    expect(statusText(TEAMS, POOLS, 'vision')).toBe('vision: 6/8 A100');
+  });
+
+  it('is empty for a team it does not know, and says when there is no quota', () => {
+    expect(statusText(TEAMS, POOLS, 'audio')).toBe('');
+    expect(statusText([{ name: 'x', quotas: {} }], POOLS, 'x')).toBe('x: no quota');
+  });
+
+  it('breaks the team down per pool for the popover', () => {
+    const rows = poolBreakdown(TEAMS, POOLS, 'vision');
+    expect(rows.map(r => [r.pool, r.used, r.nominal, r.model])).toEqual([
+      ['a100', 6, 8, 'A100'],
+      ['t4', 0, 2, 'GPU']
+    ]);
+  });
+});
+
+describe('what the form says about a request', () => {
+  const vision = quotaView(TEAMS, POOLS, 'vision', 'a100')!;
+
+  it('knows the free quota', () => {
+    expect(vision.free).toBe(2);
+    expect(vision.poolFree).toBe(9);
+    expect(quotaView(TEAMS, POOLS, 'vision', 'h100')).toBeNull();
+  });
+
+  it('fits within the free nominal quota', () => {
+    expect(requestFit(vision, 2)).toMatchObject({ kind: 'fits', borrow: 0 });
+  });
+
+  it('borrows above nominal when the borrowing limit and the pool allow', () => {
+    const fit = requestFit(vision, 4);
+    expect(fit.kind).toBe('borrows');
+    expect(fit.borrow).toBe(2);
+    expect(fit.message).toContain('would borrow 2 GPUs');
+    expect(fit.message).toContain('preempted');
+  });
+
+  it('waits when the team already holds what it may', () => {
+    const full = { ...vision, used: 12, free: 0 };
+    expect(requestFit(full, 2).kind).toBe('waits');
+    const t4 = { ...quotaView(TEAMS, POOLS, 'vision', 't4')!, used: 2, free: 0 };
+    expect(requestFit(t4, 1)).toMatchObject({ kind: 'waits', borrow: 0 });
+  });
+
+  it('waits rather than borrows when the pool has too few free GPUs', () => {
+    expect(requestFit({ ...vision, poolFree: 3 }, 4).kind).toBe('waits');
+  });
+
+  it('refuses what the team can never hold', () => {
+    const fit = requestFit(vision, 13);
+    expect(fit.kind).toBe('over');
+    expect(fit.message).toContain('(12)');
+  });
+
+  it('has no ceiling without a borrowing limit', () => {
+    const nlp = quotaView(TEAMS, POOLS, 'nlp', 'a100')!;
+    expect(requestFit(nlp, 9).kind).toBe('borrows');
+    expect(requestFit(nlp, 100).kind).toBe('waits');
+  });
+});

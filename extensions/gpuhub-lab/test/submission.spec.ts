@@ -1,0 +1,129 @@
+import {
+  defaultName,
+  EMPTY_FORM,
+  FormError,
+  formFromJob,
+  isSubmittable,
+  parseEnv,
+  parseParameters,
+  remembered,
+  toSubmission
+} from '../src/submission';
+import { job } from './fixtures';
+
+describe('parameters', () => {
+  it('reads name = value lines as JSON, Python literals or text', () => {
+    expect(
+      parseParameters('epochs = 3\nlr: 0.001\n# comment\n\nname = "vit"\nflag = True\nnothing = None\nraw = hello world')
+    ).toEqual({ epochs: 3, lr: 0.001, name: 'vit', flag: true, nothing: null, raw: 'hello world' });
+  });
+
+  it('names the line that is not name = value', () => {
+    expect(() => parseParameters('epochs = 3\n3 = epochs')).toThrow('line 2');
+  });
+});
+
+describe('environment', () => {
+  it('reads NAME=value lines, keeping = in values', () => {
+    expect(parseEnv('A=1\nURL=http://x?a=b\n')).toEqual({ A: '1', URL: 'http://x?a=b' });
+  });
+
+  it('refuses a line without =', () => {
+    expect(() => parseEnv('JUSTANAME')).toThrow(FormError);
+  });
+});
+
+describe('the submission', () => {
+  const values = { ...EMPTY_FORM, path: 'nb/train.ipynb', name: 'train', team: 'vision', pool: 'a100', gpus: '2' };
+
+  it('carries only what was filled in, as the server extension takes it', () => {
+    expect(toSubmission({ ...values, parameters: 'epochs = 3', env: 'A=1', timeLimit: ' 2h ' })).toEqual({
+      path: 'nb/train.ipynb',
+      name: 'train',
+      team: 'vision',
+      pool: 'a100',
+      gpus: 2,
+      nodes: 1,
+      time_limit: '2h',
+      priority: 'batch',
+      parameters: { epochs: 3 },
+      env: { A: '1' }
+    });
+  });
+
+  it.each([
+    ['gpus', { gpus: '1.5' }],
+    ['gpus', { gpus: '65' }],
+    ['nodes', { nodes: '0' }],
+    ['path', { path: 'data.csv' }]
+  ])('names the %s field when it is wrong', (field, over) => {
+    try {
+      toSubmission({ ...values, ...over });
+      throw new Error('accepted');
+    } catch (e) {
+      expect(e).toBeInstanceOf(FormError);
+      expect((e as FormError).field).toBe(field);
+    }
+  });
+
+  it('remembers where and how, not what', () => {
+    const kept = remembered({ ...values, parameters: 'a = 1', env: 'A=1', outputDir: 'out' });
+    expect(kept).toEqual({
+      team: 'vision',
+      pool: 'a100',
+      gpus: '2',
+      nodes: '1',
+      timeLimit: '',
+      priority: 'batch',
+      env: 'A=1',
+      outputDir: 'out',
+      checkpointDir: ''
+    });
+  });
+});
+
+describe('file names', () => {
+  it('makes job names the service accepts', () => {
+    expect(defaultName('dir/Train Model (v2).ipynb')).toBe('train-model-v2');
+    expect(defaultName('__init__.py')).toBe('init');
+    expect(defaultName('.ipynb')).toBe('job');
+  });
+
+  it('knows what can run as a job', () => {
+    expect(['a.ipynb', 'b.PY', 'c.sh'].every(isSubmittable)).toBe(true);
+    expect(isSubmittable('d.txt')).toBe(false);
+    expect(isSubmittable(null)).toBe(false);
+  });
+});
+
+describe('resubmitting', () => {
+  it('fills the form from the job, without the output dir variable', () => {
+    const values = formFromJob(
+      job({
+        source_path: 'nb/train.ipynb',
+        parameters: { epochs: 3, name: 'vit' },
+        env: { A: '1', OUTPUT_DIR: '/home/alice/outputs/x' },
+        output_dir_path: 'outputs/x',
+        time_limit: 7200,
+        nodes: 2,
+        gpus: 4,
+        gpus_per_node: 2
+      }),
+      EMPTY_FORM
+    );
+    expect(values).toMatchObject({
+      path: 'nb/train.ipynb',
+      name: 'train',
+      team: 'vision',
+      pool: 'a100',
+      gpus: '2',
+      nodes: '2',
+      timeLimit: '7200s',
+      parameters: 'epochs = 3\nname = vit',
+      env: 'A=1',
+      outputDir: 'outputs/x'
+    });
+    // What the form shows goes back as the same job.
+    expect(toSubmission(values)).toMatchObject({ parameters: { epochs: 3, name: 'vit' }, gpus: 2, nodes: 2 });
+  });
+});

@@ -1,0 +1,43 @@
+import { jobNotes, pollInterval, snapshot } from '../src/transitions';
+import { job } from './fixtures';
+
+describe('notifications of my jobs', () => {
+  const queued = job({ state: 'queued' });
+
+  it('says nothing on the first poll', () => {
+    expect(jobNotes(null, [queued])).toEqual([]);
+  });
+
+  it('announces start, success and failure once', () => {
+    const running = job({ state: 'running' });
+    let notes = jobNotes(snapshot([queued]), [running]);
+    expect(notes.map(n => [n.kind, n.message])).toEqual([['started', 'Job train started on 2 × a100 GPUs']]);
+    expect(jobNotes(snapshot([running]), [running])).toEqual([]);
+    notes = jobNotes(snapshot([running]), [job({ state: 'succeeded' })]);
+    expect(notes.map(n => n.kind)).toEqual(['succeeded']);
+    notes = jobNotes(snapshot([running]), [job({ state: 'failed', reason: 'exited with code 3' })]);
+    expect(notes[0].message).toBe('Job train failed: exited with code 3');
+  });
+
+  it('announces a preemption when the attempt goes up', () => {
+    const running = job({ state: 'running', attempt: 0 });
+    const requeued = job({ state: 'queued', attempt: 1, reason: 'preempted: reclaimed by nlp' });
+    const notes = jobNotes(snapshot([running]), [requeued]);
+    expect(notes.map(n => n.kind)).toEqual(['preempted']);
+    expect(notes[0].message).toContain('reclaimed by nlp');
+    expect(notes[0].message).toContain('attempt 2 is queued');
+  });
+
+  it('announces a job submitted elsewhere only once it moved', () => {
+    expect(jobNotes(new Map(), [job({ id: 'w9', state: 'queued' })])).toEqual([]);
+    expect(jobNotes(new Map(), [job({ id: 'w9', state: 'succeeded' })]).map(n => n.kind)).toEqual(['succeeded']);
+  });
+});
+
+describe('how often to poll', () => {
+  it('is fast while a job moves and slow otherwise', () => {
+    expect(pollInterval([job({ state: 'running' })], 2, 15)).toBe(2);
+    expect(pollInterval([job({ state: 'succeeded' })], 2, 15)).toBe(15);
+    expect(pollInterval([], 2, 15)).toBe(15);
+  });
+});
