@@ -22,12 +22,25 @@ $(PROXY): package.json package-lock.json
 	npm install --no-audit --no-fund
 	touch $(PROXY)
 
-setup: $(STAMP) $(PROXY)
+# The JupyterLab extension (extensions/gpuhub-lab, docs/lab-extension.md): a
+# Python package with the server extension and the prebuilt front end, which
+# its build makes with jlpm from the npm registry.
+LAB_EXT := extensions/gpuhub-lab
+LAB_STAMP := $(VENV)/.lab-installed
+LAB_SOURCES := $(shell find $(LAB_EXT)/src $(LAB_EXT)/gpuhub_lab $(LAB_EXT)/schema \
+	$(LAB_EXT)/style $(LAB_EXT)/jupyter-config -type f -not -path '*/labextension/*' \
+	-not -name '*.pyc' 2>/dev/null) $(LAB_EXT)/package.json $(LAB_EXT)/pyproject.toml \
+	$(LAB_EXT)/yarn.lock
+$(LAB_STAMP): $(STAMP) $(LAB_SOURCES)
+	$(BIN)/pip install --quiet ./$(LAB_EXT)
+	touch $@
+
+setup: $(STAMP) $(PROXY) $(LAB_STAMP)
 
 # Starts JupyterHub + proxy + the scheduler service on this host (SQLite,
 # local processes, NVML GPUs or four declared fake ones). Prints the URL and
 # the first admin's password. `make run ARGS=--demo` adds demo teams/users.
-run: $(STAMP) $(PROXY)
+run: $(STAMP) $(PROXY) $(LAB_STAMP)
 	$(BIN)/gpuhub up $(ARGS)
 
 # Replays a 15,000-job Philly-like trace on 2,000 GPUs under the four
@@ -42,7 +55,8 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	apt-get update && apt-get install -y chromium
 
-test: $(STAMP) $(PROXY) $(CHROMIUM)
+test: $(STAMP) $(PROXY) $(CHROMIUM) $(LAB_STAMP)
+	cd $(LAB_EXT) && ../../$(BIN)/jlpm test
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
@@ -55,3 +69,4 @@ bench-api: $(STAMP) $(PROXY)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis node_modules
+	rm -rf $(LAB_EXT)/node_modules $(LAB_EXT)/lib $(LAB_EXT)/gpuhub_lab/labextension

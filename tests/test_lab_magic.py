@@ -1,0 +1,70 @@
+"""``%gpuhub`` in a real IPython shell against a real hub and service: a
+notebook in the kernel's folder is submitted with parameters, its output is
+followed to the end, and errors are printed for the cell rather than raised."""
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from hub_harness import Hub
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    h = Hub(str(tmp_path_factory.mktemp("magichub")), groups={"team-a": ["alice"]},
+            teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}})
+    try:
+        yield h.start()
+    finally:
+        h.stop()
+
+
+@pytest.fixture
+def shell(hub, tmp_path, monkeypatch):
+    """alice's kernel: the hub's environment, working in her notebook's folder."""
+    monkeypatch.setenv("GPUHUB_URL", f"{hub.url}/services/gpuhub")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.token("alice"))
+    monkeypatch.delenv("GPUHUB_TOKEN", raising=False)
+    monkeypatch.chdir(tmp_path)
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "gpuspawner.magic")
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+def test_submit_a_notebook_follow_it_and_list_it(shell, tmp_path, capfd):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("epochs = 1")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell('print(f"trained {epochs} epochs")')]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, str(tmp_path / "train.ipynb"))
+
+    shell.run_line_magic("gpuhub", "submit --gpus 1 --name nb-magic -f --notebook train.ipynb "
+                                   "-p epochs 4")
+    out = capfd.readouterr().out
+    wid = out.splitlines()[0].strip()
+    assert re.fullmatch(r"w[0-9a-f]+", wid), out
+    assert "trained 4 epochs" in out
+
+    shell.run_line_magic("gpuhub", "ls --all")
+    table = capfd.readouterr().out
+    row = [line for line in table.splitlines() if wid in line]
+    assert row and "succeeded" in row[0] and "nb-magic" in row[0], table
+
+
+def test_errors_are_printed_for_the_cell_not_raised(shell, capfd):
+    shell.run_line_magic("gpuhub", "submit --gpus 9 -- python -c pass")
+    err = capfd.readouterr().err
+    assert "gpuhub submit:" in err and "9" in err, err
+
+    shell.run_line_magic("gpuhub", "submit --bogus")
+    assert "unrecognized arguments: --bogus" in capfd.readouterr().out
+
+    shell.run_line_magic("gpuhub", "")
+    assert "submit" in capfd.readouterr().out  # the help
+
