@@ -168,7 +168,37 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
                 assert any(n.endswith("/metrics.txt") for n in names), names
                 assert any(re.search(r"/train-\d{8}-\d{6}\.ipynb$", n) for n in names), names
 
-                # 7. The file browser's context menu offers the same for a file.
+                # 7. Resubmit: the job's own settings fill the form again.
+                succeeded.get_by_role("button", name="Resubmit").click()
+                form = page.locator(".gpuhub-SubmitForm")
+                assert form.locator('input[name="path"]').input_value() == "train.ipynb"
+                assert "epochs = 3" in form.locator('textarea[name="parameters"]').input_value()
+                assert form.locator('input[name="gpus"]').input_value() == "2"
+                page.locator(".jp-Dialog-button.jp-mod-reject").click()
+
+                # 8. From the command palette, for the open notebook: defaults
+                # come from the last submission, parameters from the notebook.
+                page.locator(".lm-TabBar-tabLabel", has_text=re.compile(r"^train\.ipynb$")).click()
+                page.keyboard.press("Control+Shift+C")
+                page.keyboard.type("Submit as Job")
+                page.keyboard.press("Enter")
+                form = page.locator(".gpuhub-SubmitForm")
+                expect(form).to_be_visible()
+                assert form.locator('input[name="gpus"]').input_value() == "2"
+                assert form.locator('textarea[name="env"]').input_value() == "WANDB_MODE=offline"
+                assert form.locator('select[name="priority"]').input_value() == "batch"
+                page.locator(".jp-Dialog-button.jp-mod-reject").click()
+
+                # 9. The status bar's popover breaks the quota down per pool.
+                page.locator(".gpuhub-QuotaStatus").click()
+                popover = page.locator(".gpuhub-QuotaPopover")
+                expect(popover).to_contain_text("Team a")
+                expect(popover.locator("tbody tr")).to_have_text(re.compile(r"default\s*0/2 Fake GPU"))
+                page.keyboard.press("Escape")
+                page.mouse.click(700, 500)
+                expect(popover).to_have_count(0)
+
+                # 10. The file browser's context menu offers the same for a file.
                 page.locator(".jp-SideBar [data-id='filebrowser']").click()
                 page.locator(".jp-DirListing-item", has_text="train.ipynb").first.click(
                     button="right")
