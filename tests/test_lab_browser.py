@@ -56,6 +56,8 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
               teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}}, gpus=4)
     workspace = os.path.join(hub.data_dir, "workspaces", "alice")
     write_notebook(os.path.join(workspace, "train.ipynb"))
+    with open(os.path.join(workspace, "prep.py"), "w") as f:
+        f.write("print('preparing data')\n")
     # No "official Jupyter news?" toast over the screenshots (the server's
     # HOME is the workspace).
     news = os.path.join(workspace, ".jupyter", "lab", "user-settings", "@jupyterlab",
@@ -198,12 +200,25 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
                 page.mouse.click(700, 500)
                 expect(popover).to_have_count(0)
 
-                # 10. The file browser's context menu offers the same for a file.
+                # 10. The culler's warning for this server is a notification.
+                r = hub.client("root-admin").post("/notices", json={
+                    "user": "alice", "kind": "cull-warning",
+                    "message": "Your server's GPUs have been idle: it stops in 15 minutes"})
+                assert r.status_code == 201, r.text
+                expect(page.locator(".jp-toast-message").filter(
+                    has_text="it stops in 15 minutes")).to_have_count(1, timeout=60_000)
+
+                # 11. The file browser's context menu submits the file clicked,
+                # not the notebook open beside it.
                 page.locator(".jp-SideBar [data-id='filebrowser']").click()
-                page.locator(".jp-DirListing-item", has_text="train.ipynb").first.click(
+                page.locator(".jp-DirListing-item", has_text="prep.py").first.click(
                     button="right")
-                expect(page.locator(".lm-Menu-item", has_text="Submit as Job")).to_be_visible()
-                page.keyboard.press("Escape")
+                page.locator(".lm-Menu-item", has_text="Submit as Job").click()
+                form = page.locator(".gpuhub-SubmitForm")
+                expect(form).to_be_visible()
+                assert form.locator('input[name="path"]').input_value() == "prep.py"
+                expect(form).to_contain_text("passed as --name=value")
+                page.locator(".jp-Dialog-button.jp-mod-reject").click()
                 pids |= server_pids(hub)
                 context.close()
             finally:

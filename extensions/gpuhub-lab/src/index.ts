@@ -39,6 +39,7 @@ const PLUGIN_ID = 'gpuhub-lab:plugin';
 
 namespace CommandIDs {
   export const submit = 'gpuhub:submit';
+  export const submitSelected = 'gpuhub:submit-selected';
   export const openJobs = 'gpuhub:open-jobs';
   export const openLogs = 'gpuhub:open-logs';
   export const openOutput = 'gpuhub:open-output';
@@ -132,16 +133,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     // ---- commands ---------------------------------------------------------
-    /** The file a command without a path argument means. */
-    const currentPath = (): string => {
-      const widget = app.shell.currentWidget;
-      const context = widget ? docManager.contextForWidget(widget) : undefined;
-      if (context && isSubmittable(context.path)) {
-        return context.path;
-      }
+    /** The file selected in the file browser, if it can run as a job. */
+    const selectedPath = (): string => {
       const browser = browsers?.tracker.currentWidget;
       const item = browser ? Array.from(browser.selectedItems())[0] : undefined;
       return item && isSubmittable(item.path) ? item.path : '';
+    };
+    /** The file a command without a path argument means: the open document, else the selection. */
+    const currentPath = (): string => {
+      const widget = app.shell.currentWidget;
+      const context = widget ? docManager.contextForWidget(widget) : undefined;
+      return context && isSubmittable(context.path) ? context.path : selectedPath();
     };
 
     app.commands.addCommand(CommandIDs.submit, {
@@ -149,6 +151,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
       caption: 'Run a notebook or a script as a batch job on the GPU cluster',
       icon: gpuIcon,
       execute: args => submitter.submit((args.path as string) || currentPath())
+    });
+    app.commands.addCommand(CommandIDs.submitSelected, {
+      label: 'Submit as Job…',
+      caption: 'Run this file as a batch job on the GPU cluster',
+      icon: gpuIcon,
+      isVisible: () => !!selectedPath(),
+      execute: () => submitter.submit(selectedPath())
     });
     app.commands.addCommand(CommandIDs.openJobs, {
       label: 'Show GPU Jobs',
@@ -184,7 +193,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette?.addItem({ command: CommandIDs.openJobs, category: 'GPU Hub' });
     launcher?.add({ command: CommandIDs.submit, category: 'GPU Hub', rank: 1, args: { isLauncher: true } });
     app.contextMenu.addItem({
-      command: CommandIDs.submit,
+      command: CommandIDs.submitSelected,
       selector: '.jp-DirListing-item[data-isdir="false"]',
       rank: 3
     });
