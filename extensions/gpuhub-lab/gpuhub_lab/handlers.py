@@ -44,9 +44,13 @@ class GpuHubHandler(APIHandler):
         self.finish(json.dumps(data))
 
     def write_error(self, status_code: int, **kwargs) -> None:
+        """Errors as JSON: the form's or the service's message, the field at
+        fault, and the status the service gave (not a 500)."""
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        body: dict[str, Any] = {"status": status_code}
+        body: dict[str, Any] = {}
         if isinstance(exc, (ServiceError, jobspec.FormError)):
+            status_code = error_status(exc)
+            self.set_status(status_code)
             body["error"] = exc.message
             if exc.field:
                 body["field"] = exc.field
@@ -54,18 +58,18 @@ class GpuHubHandler(APIHandler):
             body["error"] = exc.log_message % exc.args if exc.args else exc.log_message
         else:
             body["error"] = self._reason
+        body["status"] = status_code
         body["message"] = body["error"]  # what JupyterLab's ServerConnection shows
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(body))
 
-    def _handle_request_exception(self, e: BaseException) -> None:
-        # Domain errors become their status code, not a 500 with a traceback.
-        if isinstance(e, ServiceError):
-            self.send_error(e.status if 400 <= e.status < 600 else 502, exc_info=(type(e), e, None))
-        elif isinstance(e, jobspec.FormError):
-            self.send_error(400, exc_info=(type(e), e, None))
+    def log_exception(self, typ, value, tb) -> None:
+        # A refused form or a service's 4xx is an answer, not a server fault.
+        if isinstance(value, (ServiceError, jobspec.FormError)):
+            self.log.info("gpuhub_lab: %s %s: %d %s", self.request.method, self.request.path,
+                          error_status(value), value)
         else:
-            super()._handle_request_exception(e)
+            super().log_exception(typ, value, tb)
 
     async def me(self) -> dict:
         cache = self.settings.setdefault("gpuhub_me", {})
@@ -225,6 +229,12 @@ class ParametersHandler(GpuHubHandler):
         found = await asyncio.to_thread(outputs.notebook_parameters,
                                         os.path.join(self.root_dir, path))
         self.write_json({"parameters": found})
+
+
+def error_status(exc: Exception) -> int:
+    if isinstance(exc, ServiceError):
+        return exc.status if 400 <= exc.status < 600 else 502
+    return 400
 
 
 def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_root: str) -> None:
