@@ -196,6 +196,7 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
                 popover = page.locator(".gpuhub-QuotaPopover")
                 expect(popover).to_contain_text("Team a")
                 expect(popover.locator("tbody tr")).to_have_text(re.compile(r"default\s*0/2 Fake GPU"))
+                shot(page, tmp_path, "lab-quota.png")
                 page.keyboard.press("Escape")
                 page.mouse.click(700, 500)
                 expect(popover).to_have_count(0)
