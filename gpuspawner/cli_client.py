@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
                      resolve_token, resolve_url)
 
-STATES = ("queued", "running", "stopping", "succeeded", "failed", "cancelled")
-ACTIVE_STATES = ("queued", "running", "stopping")
+STATES = ("queued", "held", "running", "stopping", "succeeded", "failed", "cancelled")
+ACTIVE_STATES = ("queued", "held", "running", "stopping")
 REASON_WIDTH = 48
 
 

@@ -43,6 +43,16 @@ def configure_auth(c, initial_users_file: str) -> None:
                                 for group, users in first.get("groups", {}).items()}
     c.JupyterHub.load_groups.setdefault("gpuhub-admins",
                                         {"users": sorted(c.Authenticator.admin_users)})
+    c.JupyterHub.load_roles = [*(c.JupyterHub.get("load_roles") or []),
+                               *lead_roles(first.get("leads", {}))]
+
+
+def lead_roles(leads: dict) -> list[dict]:
+    """A role per team whose leads (``{"vision": ["alice"]}``) manage the
+    team's work and see it in the admin panel."""
+    return [{"name": f"gpuhub-lead-{team}", "users": sorted(users),
+             "scopes": [f"custom:gpuhub:team-admin!group=team-{team}"]}
+            for team, users in sorted(leads.items()) if users]
 
 
 def roles() -> list[dict]:
@@ -63,7 +73,11 @@ def configure(c, *, service: dict, service_api: str, spawner_token: str) -> None
     the OAuth scopes), the spawner's token, the culler and the banner.
     ``service_api``: the service's REST API as the hub reaches it."""
     c.JupyterHub.custom_scopes = CUSTOM_SCOPES
-    c.JupyterHub.load_roles = roles()
+    # Team leads' roles come from configure_auth, which may run first.
+    c.JupyterHub.load_roles = roles() + [r for r in (c.JupyterHub.get("load_roles") or [])
+                                         if r["name"].startswith("gpuhub-lead-")]
+    # The hub's pages link to the admin panel (templates/page.html).
+    c.JupyterHub.template_paths = [os.path.join(os.path.dirname(__file__), "templates")]
     c.JupyterHub.services = [{"name": "gpuhub", "display": True, **service,
                               "oauth_client_allowed_scopes": OAUTH_SCOPES}]
     # The spawner asks the service for GPUs on users' behalf with its own token.

@@ -29,10 +29,13 @@ from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
+from . import admin_api
 from . import handlers as h
 from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import Identity, identity_from_model
 from .metrics import ServiceMetrics
+from .panel.base import environment as panel_environment
+from .panel.pages import PANEL_ROUTES
 from .specs import Limits
 
 OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
@@ -46,8 +49,14 @@ API_ROUTES = [
     ("/workloads/{id}/cancel", h.CancelHandler),
     ("/workloads/{id}/release", h.ReleaseHandler),
     ("/workloads/{id}/events", h.EventsHandler),
+    ("/workloads/{id}/hold", admin_api.HoldHandler),
+    ("/workloads/{id}/unhold", admin_api.UnholdHandler),
+    ("/workloads/{id}/priority", admin_api.PriorityHandler),
     ("/workloads/{id}/logs", h.LogsHandler),
     ("/pools", h.PoolsHandler),
+    ("/pools/{name}", admin_api.PoolHandler),
+    ("/nodes/{name}", admin_api.NodeHandler),
+    ("/nodes/{name}/gpus/{index}", admin_api.NodeGpuHandler),
     ("/teams", h.TeamsHandler),
     ("/teams/{name}", h.TeamHandler),
     ("/usage", h.UsageHandler),
@@ -61,7 +70,7 @@ API_ROUTES = [
 # Who the service is when it acts by itself (reconciliation).
 SERVICE_IDENTITY = Identity("gpuhub-service", admin=True, can_submit=True)
 PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})",
-               "{nid}": r"([0-9]{1,12})"}
+               "{nid}": r"([0-9]{1,12})", "{index}": r"([0-9]{1,4})"}
 
 
 def route_regex(path: str) -> str:
@@ -142,6 +151,20 @@ class GpuHubService(Application):
                 "vision": {"weight": 2, "quotas": {"a100": {"nominal": 4, "borrowing_limit": 4}}},
                 "nlp": {"quotas": {"a100": {"nominal": 4, "lending_limit": 2}}},
             }
+        """).tag(config=True)
+
+    gpu_hour_prices = Dict(help="""
+        The price of one GPU-hour per pool, for the admin panel's usage and
+        cost page and its CSV export. Applied at start to pools that have no
+        price yet; afterwards admins change prices on that page (audited).
+
+        Example::
+
+            c.GpuHubService.gpu_hour_prices = {"a100": 2.40, "t4": 0.35}
+        """).tag(config=True)
+
+    currency = Unicode("USD", help="""
+        The currency of ``gpu_hour_prices``, shown next to every cost.
         """).tag(config=True)
 
     default_quota = Dict({"nominal": 0, "borrowing_limit": None, "lending_limit": None}, help="""
@@ -255,6 +278,7 @@ class GpuHubService(Application):
         self.source, gpus = self.inventory.discover()
         nodes = local_nodes(gpus, self.node_name)
         self._record_inventory(nodes, gpus)
+        nodes = self._with_admin_state(nodes)
         self._seed_teams()
         self.engine = Engine(self.store, LocalBackend(), nodes, replace(get_policy(self.policy), preemption_delay=self.preemption_delay),
                              EngineConfig(data_dir=self.data_dir,
@@ -292,6 +316,24 @@ class GpuHubService(Application):
                     s.add(gr)
         if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
             self.default_pool = nodes[0].node.pool
+
+    def _with_admin_state(self, nodes: list[LocalNode]) -> list[LocalNode]:
+        """The nodes as admins left them: drains and GPUs taken out of
+        service outlive restarts. Also prices the pools not priced yet."""
+        with self.store.transaction() as s:
+            drained = {n.name for n in s.scalars(select(NodeRow).where(NodeRow.drained))}
+            marked = {(g.node, g.index) for g in s.scalars(select(GpuRow).where(GpuRow.admin_mark != ""))}
+            for pool, price in self.gpu_hour_prices.items():
+                row = s.get(PoolRow, pool)
+                if row is not None and not row.price_per_gpu_hour:
+                    row.price_per_gpu_hour = float(price)
+        out = []
+        for ln in nodes:
+            n = ln.node
+            extra = frozenset(i for (node, i) in marked if node == n.name)
+            out.append(LocalNode(replace(n, drained=n.name in drained,
+                                         unhealthy_gpus=n.unhealthy_gpus | extra), ln.devices))
+        return out
 
     def _seed_teams(self) -> None:
         now = time.time()
@@ -338,6 +380,18 @@ class GpuHubService(Application):
             groups = model.get("groups") or []
         self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
         return groups
+
+    async def group_members(self, group: str) -> list[str]:
+        """Who is in a hub group (a team's members), [] if the hub does not say."""
+        auth = HubOAuth.instance()
+        req = httpclient.HTTPRequest(f"{auth.api_url}/groups/{quote(group)}",
+                                     headers={"Authorization": f"token {auth.api_token}"})
+        try:
+            resp = await httpclient.AsyncHTTPClient().fetch(req)
+        except (httpclient.HTTPClientError, OSError) as e:
+            self.log.warning("could not read group %s from the hub: %s", group, e)
+            return []
+        return sorted(json.loads(resp.body).get("users") or [])
 
     async def reconcile_servers(self) -> list[str]:
         """Release notebook workloads whose server the hub no longer has."""
@@ -411,7 +465,8 @@ class GpuHubService(Application):
                            "source": n.source,
                            "devices": [{"index": g.index, "uuid": g.uuid, "model": g.model,
                                         "memory_mib": g.memory_mib, "healthy": g.healthy,
-                                        "health_reason": g.health_reason}
+                                        "health_reason": g.health_reason,
+                                        "admin_mark": g.admin_mark}
                                        for g in gpus if g.node == n.name]}
                           for n in pool_nodes],
             })
@@ -442,15 +497,29 @@ class GpuHubService(Application):
             return yaml.safe_load(f)
 
     # ---- serve -----------------------------------------------------------
+    @property
+    def cookie_secret(self) -> bytes:
+        """Signs the OAuth and panel cookies; kept in the data directory so
+        a restart does not log everyone out of the panel mid-form."""
+        path = os.path.join(self.data_dir, "cookie_secret")
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32).hex().encode())
+        with open(path, "rb") as f:
+            return f.read().strip()
+
     def make_app(self) -> web.Application:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/")
         routes = [(prefix + "api/v1" + route_regex(path), handler)
                   for path, handler in API_ROUTES]
         routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))
         routes.append((prefix + "metrics", h.MetricsHandler))
+        routes += [(prefix + "admin/" + path, handler) for path, handler in PANEL_ROUTES]
         routes.append((prefix, h.IndexHandler))
         return web.Application(routes, engine=self.engine, gpuhub=self,
-                               cookie_secret=os.urandom(32), xsrf_cookies=False)
+                               panel_templates=panel_environment(),
+                               cookie_secret=self.cookie_secret, xsrf_cookies=False)
 
     async def _reconcile_loop(self) -> None:
         while self.reconcile_interval > 0:

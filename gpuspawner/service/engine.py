@@ -28,7 +28,7 @@ from ..scheduler.policy import Policy
 from ..store import (Allocation, Attempt, AuditEntry, EventRow, QuotaRow, Store, TeamRow,
                      UsageRow, WorkloadRow)
 from .identity import Identity
-from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HOLDING_STATES, QUEUED, RUNNING,
+from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HELD, HOLDING_STATES, QUEUED, RUNNING,
                       STOPPED, STOPPING, SUCCEEDED, field_for_reason, placement_from_json,
                       placement_to_json, rebuild, to_team, to_workload)
 from .specs import JobSpec, SpecError
@@ -195,7 +195,8 @@ class Engine:
             if row.state in FINAL_STATES:
                 raise Conflict(f"workload {wid} has already {row.state}")
             self._audit(s, now, who.name, "cancel", wid, {"state": row.state})
-            if row.state == QUEUED:
+            was = row.state
+            if row.state in (QUEUED, HELD):
                 row.state, row.finished_at = CANCELLED, now
                 row.reason = f"cancelled by {who.name} while queued"
                 row.nomination = None
@@ -208,7 +209,8 @@ class Engine:
                 self._event(s, wid, "cancel-requested", now, row.reason, attempt=row.attempt)
                 stop = (row.attempt, self._grace(row))
         if stop is None:
-            self.scheduler.cancel(wid, now)
+            if was == QUEUED:
+                self.scheduler.cancel(wid, now)
             self._reasons.pop(wid, None)
         else:
             self.backend.stop(wid, stop[0], stop[1])
@@ -270,14 +272,26 @@ class Engine:
                 if node in self.nodes for g in gpus]
 
     def set_team(self, who: Identity, name: str, weight: Optional[float],
-                 quotas: Optional[dict[str, Quota]]) -> None:
+                 quotas: Optional[dict[str, Quota]]) -> list[str]:
+        """Change a team's weight and quotas; returns warnings (the change
+        is made) and raises SpecError for a change that cannot work."""
         if not who.admin:
             raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
         now = self.clock()
-        for pool in quotas or {}:
-            if pool not in self.scheduler.state.capacity:
+        capacity = self.scheduler.state.capacity
+        for pool, q in (quotas or {}).items():
+            if pool not in capacity:
                 raise SpecError(f"quotas.{pool}", f"unknown pool {pool!r}; known pools: "
-                                f"{', '.join(sorted(self.scheduler.state.capacity))}")
+                                f"{', '.join(sorted(capacity))}")
+            total = sum(n.gpus for n in self.scheduler.state.nodes.values() if n.pool == pool)
+            if q.nominal > total:
+                raise SpecError(f"quotas.{pool}.nominal", f"{q.nominal} GPUs cannot be "
+                                f"guaranteed: pool {pool} has {total} GPUs in all")
+            if q.lending_limit is not None and q.lending_limit > q.nominal:
+                raise SpecError(f"quotas.{pool}.lending_limit", f"{q.lending_limit} is more "
+                                f"than the team's nominal quota ({q.nominal}): a team lends "
+                                f"only from its own idle nominal quota")
+        warnings = []
         with self.store.transaction() as s:
             team = self._ensure_team(name, now, s)
             before = {"weight": team.weight, "quotas": {q.pool: [q.nominal, q.borrowing_limit,
@@ -296,7 +310,16 @@ class Engine:
                 "before": before, "after": {"weight": team.weight, "quotas": {
                     q.pool: [q.nominal, q.borrowing_limit, q.lending_limit] for q in after_rows}}})
             self.scheduler.set_team(to_team(team, after_rows))
+            nominal: dict[str, int] = {}
+            for q in s.scalars(select(QuotaRow)):
+                nominal[q.pool] = nominal.get(q.pool, 0) + q.nominal
+        for pool in sorted(quotas or {}):
+            if nominal.get(pool, 0) > capacity.get(pool, 0):
+                warnings.append(f"the nominal quotas of pool {pool} add up to {nominal[pool]} "
+                                f"GPUs but it has {capacity.get(pool, 0)} healthy: not every "
+                                f"team can have its guarantee at once")
         self.wake()
+        return warnings
 
     # ---- the loop --------------------------------------------------------
     def tick(self) -> None:

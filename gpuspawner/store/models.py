@@ -22,6 +22,8 @@ class PoolRow(Base):
     __tablename__ = "pools"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     description: Mapped[str] = mapped_column(Text, default="")
+    # What one GPU-hour of this pool costs (the admin panel's chargeback).
+    price_per_gpu_hour: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class NodeRow(Base):
@@ -47,6 +49,9 @@ class GpuRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)
     health_reason: Mapped[str] = mapped_column(Text, default="")
+    # Set when an admin took the GPU out of service ("by alice: fan noise"):
+    # it stays out whatever the inventory says, across restarts.
+    admin_mark: Mapped[str] = mapped_column(Text, default="")
 
 
 class TeamRow(Base):
