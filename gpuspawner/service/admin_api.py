@@ -10,16 +10,21 @@ from .handlers import APIHandler
 from .specs import SpecError
 
 
-def _object(body: Any, fields: dict[str, type]) -> dict:
+KIND_NAMES = {bool: "true or false", str: "a string", (int, float): "a number"}
+
+
+def _object(body: Any, fields: dict[str, Any]) -> dict:
+    """The body as a JSON object with only these fields, each of its kind."""
     if not isinstance(body, dict):
         raise SpecError("body", f"must be a JSON object with {', '.join(fields)}")
     unknown = sorted(set(body) - set(fields))
     if unknown:
         raise SpecError(unknown[0], f"is not a known field; known fields: {', '.join(fields)}")
     for name, kind in fields.items():
-        if name in body and not (isinstance(body[name], kind) and not
-                                 (kind is not bool and isinstance(body[name], bool))):
-            raise SpecError(name, f"must be {'true or false' if kind is bool else kind.__name__}")
+        value = body.get(name)
+        if name in body and (not isinstance(value, kind)
+                             or (kind is not bool and isinstance(value, bool))):
+            raise SpecError(name, f"must be {KIND_NAMES[kind]}, got {value!r}")
     return body
 
 

@@ -34,22 +34,33 @@ def _nice_max(value: float) -> float:
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
+    """An axis or bar value: whole numbers plain, small ones with the
+    digits that matter (0.0034, 2.5, 120)."""
+    if v == int(v) or v >= 100:
+        return f"{v:.0f}"
+    return f"{v:.3g}" if v < 1 else f"{v:.2f}".rstrip("0").rstrip(".")
+
+
+def colours_for(names) -> dict[str, str]:
+    """One colour per name, the same on every chart of a page."""
+    return {name: colour(i) for i, name in enumerate(sorted(names))}
 
 
 def stacked_area(labels: Sequence[str], series: Mapping[str, Sequence[float]], *,
                  width: int = 760, height: int = 260, unit: str = "GPU-hours",
-                 title: str = "") -> str:
-    """One band per series, stacked in the given order; ``labels`` name the
-    x positions (bucket starts)."""
+                 title: str = "", colours: Mapping[str, str] | None = None) -> str:
+    """One band per series, stacked in the given order. Each bucket is drawn
+    flat across its width (the value is a total over the bucket, not a
+    reading at a point); ``labels`` name the buckets' starts."""
     n = len(labels)
+    colours = colours or colours_for(series)
     left, right, top, bottom = 56, 150, 12, 36
     pw, ph = width - left - right, height - top - bottom
     totals = [sum(vs[k] for vs in series.values()) for k in range(n)]
     ymax = _nice_max(max(totals, default=0.0))
 
     def x(k: float) -> float:
-        return left + (pw * k / (n - 1) if n > 1 else pw / 2)
+        return left + pw * k / max(n, 1)
 
     def y(v: float) -> float:
         return top + ph - ph * v / ymax
@@ -68,20 +79,21 @@ def stacked_area(labels: Sequence[str], series: Mapping[str, Sequence[float]], *
     base = [0.0] * n
     for i, (name, values) in enumerate(series.items()):
         upper = [base[k] + values[k] for k in range(n)]
-        pts = [(x(k), y(upper[k])) for k in range(n)] + \
-              [(x(k), y(base[k])) for k in reversed(range(n))]
-        d = " ".join(f"{px:.1f},{py:.1f}" for px, py in pts)
+        top_edge = [p for k in range(n) for p in ((x(k), y(upper[k])), (x(k + 1), y(upper[k])))]
+        bottom_edge = [p for k in reversed(range(n))
+                       for p in ((x(k + 1), y(base[k])), (x(k), y(base[k])))]
+        d = " ".join(f"{px:.1f},{py:.1f}" for px, py in top_edge + bottom_edge)
         total = sum(values)
-        out.append(f'<polygon points="{d}" fill="{colour(i)}" fill-opacity="0.8">'
-                   f"<title>{html.escape(name)}: {total:.2f} {html.escape(unit)}</title></polygon>")
+        out.append(f'<polygon points="{d}" fill="{colours[name]}" fill-opacity="0.85">'
+                   f"<title>{html.escape(name)}: {_fmt(total)} {html.escape(unit)}</title></polygon>")
         ly = top + 14 * i + 8
         out.append(f'<rect x="{left + pw + 12}" y="{ly - 8}" width="10" height="10" '
-                   f'fill="{colour(i)}"/><text x="{left + pw + 26}" y="{ly + 1}" '
+                   f'fill="{colours[name]}"/><text x="{left + pw + 26}" y="{ly + 1}" '
                    f'font-size="11" class="legend">{html.escape(name)}</text>')
         base = upper
     for k in sorted({0, n // 2, n - 1}) if n else ():
         out.append(f'<text x="{x(k):.1f}" y="{height - 12}" font-size="11" '
-                   f'text-anchor="middle">{html.escape(labels[k])}</text>')
+                   f'text-anchor="start">{html.escape(labels[k])}</text>')
     if not series:
         out.append(f'<text x="{left + pw / 2}" y="{top + ph / 2}" font-size="13" '
                    f'text-anchor="middle">no usage in this period</text>')
@@ -90,9 +102,11 @@ def stacked_area(labels: Sequence[str], series: Mapping[str, Sequence[float]], *
 
 
 def bars(items: Sequence[tuple[str, float]], *, width: int = 760, unit: str = "GPU-hours",
-         title: str = "", note: Mapping[str, str] | None = None) -> str:
+         title: str = "", note: Mapping[str, str] | None = None,
+         colours: Mapping[str, str] | None = None) -> str:
     """Horizontal bars, one per (label, value), longest scaled to the width.
     ``note`` adds text after a bar's value (a cost, say)."""
+    colours = colours or colours_for(label for label, _ in items)
     row, left, right = 24, 140, 200
     height = max(1, len(items)) * row + 8
     vmax = max((v for _, v in items), default=0.0) or 1.0
@@ -105,8 +119,8 @@ def bars(items: Sequence[tuple[str, float]], *, width: int = 760, unit: str = "G
         out.append(f'<text x="{left - 8}" y="{yy + 15}" font-size="12" text-anchor="end">'
                    f"{html.escape(label)}</text>"
                    f'<rect x="{left}" y="{yy + 3}" width="{w:.1f}" height="{row - 8}" '
-                   f'fill="{colour(i)}"/><text x="{left + w + 6:.1f}" y="{yy + 15}" '
-                   f'font-size="12">{value:.2f} {html.escape(unit)}{html.escape(extra)}</text>')
+                   f'fill="{colours[label]}"/><text x="{left + w + 6:.1f}" y="{yy + 15}" '
+                   f'font-size="12">{_fmt(value)} {html.escape(unit)}{html.escape(extra)}</text>')
     if not items:
         out.append(f'<text x="{width / 2}" y="20" font-size="13" text-anchor="middle">'
                    f"no usage in this period</text>")

@@ -279,16 +279,19 @@ class UsagePage(PanelHandler):
         series = report["series"]
         labels = [t[5:16].replace("T", " ") if series["bucket_seconds"] < DAY else t[:10]
                   for t in series["starts"]]
+        hours = {(k or "(none)"): v for k, v in series["gpu_hours"].items()}
         bar_items = [(r[group_by] or "(none)", r["gpu_hours"]) for r in report["rows"]]
+        colours = charts.colours_for(hours)
         costs = {(r[group_by] or "(none)"): f"{r['cost']:.2f} {self.gpuhub.currency}"
                  for r in report["rows"]}
         query = {"from": views.iso(start), "to": views.iso(end), "group_by": group_by}
         self.render_page(
             "usage.html", status, report=report, group_by=group_by, groups=GROUPS,
             start_date=views.iso(start)[:10], end_date=views.iso(max(start, end - 1))[:10],
-            area=Markup(charts.stacked_area(labels, series["gpu_hours"],
+            area=Markup(charts.stacked_area(labels, hours, colours=colours,
                                             title=f"GPU-hours per {group_by} over time")),
-            bars=Markup(charts.bars(bar_items, note=costs, title=f"GPU-hours per {group_by}")),
+            bars=Markup(charts.bars(bar_items, note=costs, colours=colours,
+                                    title=f"GPU-hours per {group_by}")),
             csv_url=f"{self.gpuhub.api_prefix}usage?{urlencode({**query, 'format': 'csv'})}",
             culls=cull, prices=report["prices"], **extra)
 
