@@ -375,6 +375,8 @@ def cmd_quota(args) -> int:
         _print_json(team)
     else:
         print(format_quotas([team]))
+        for warning in team.get("warnings") or ():
+            print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from gpuspawner.scheduler.model import Quota
 from gpuspawner.service.panel import charts
-from gpuspawner.service.panel.pages import cluster_model, gpu_state, parse_quota_form
+from gpuspawner.service.panel.cluster import cluster_model, gpu_state
+from gpuspawner.service.panel.pages import parse_quota_form
 from gpuspawner.service.specs import SpecError
 
 

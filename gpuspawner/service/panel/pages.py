@@ -25,6 +25,7 @@ from ..specs import SpecError
 from ..usage import culls, usage_report
 from . import charts
 from .base import PanelHandler
+from .cluster import cluster_model
 
 DAY = 86400.0
 
@@ -41,38 +42,6 @@ def ago(seconds: float) -> str:
 
 
 # ---- cluster -------------------------------------------------------------------------------
-
-def gpu_state(device: dict) -> str:
-    if device.get("admin_mark"):
-        return "out of service"
-    if not device.get("healthy", True):
-        return "unhealthy"
-    return "in use" if device.get("workload") else "free"
-
-
-def cluster_model(pools: list[dict], samples: list[dict]) -> list[dict]:
-    """Pools with nodes whose GPUs carry utilisation, memory and holder."""
-    by_gpu = {(g["node"], g["gpu"]): g for g in samples}
-    out = []
-    for pool in pools:
-        counts = {"in use": 0, "free": 0, "unhealthy": 0, "out of service": 0}
-        nodes = []
-        for node in pool["nodes"]:
-            cells = []
-            for d in node["devices"]:
-                sample = by_gpu.get((node["name"], d["index"]), {})
-                cell = {**d, "utilization_pct": sample.get("utilization_pct"),
-                        "memory_used_mib": sample.get("memory_used_mib"),
-                        "workload": sample.get("workload")}
-                cell["state"] = gpu_state(cell)
-                cell["colour"] = charts.heat(cell["utilization_pct"])
-                cell["text_colour"] = charts.text_colour(cell["utilization_pct"])
-                counts[cell["state"]] += 1
-                cells.append(cell)
-            nodes.append({**node, "cells": cells})
-        out.append({**pool, "nodes": nodes, "counts": counts})
-    return out
-
 
 class ClusterPage(PanelHandler):
     page, audience = "cluster", "admin"
