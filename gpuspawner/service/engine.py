@@ -384,6 +384,10 @@ class Engine:
             row.state, row.preempted_for, row.kill_at = STOPPING, e.preemptor_id, e.kill_at
             row.reason = e.message
             data = {"preemptor": e.preemptor_id, "kill_at": e.kill_at}
+            # Preemptions are decisions about people's work: audited like an admin's.
+            self._audit(s, now, "scheduler", "preempt", row.id,
+                        {"preemptor": e.preemptor_id, "team": row.team, "user": row.user,
+                         "reason": e.message})
         elif e.type == ev.EVICTED:
             self._end_attempt(s, row, now, "evicted", None, e.message)
             if row.kind == "job":
