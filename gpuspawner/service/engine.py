@@ -597,7 +597,9 @@ class Engine:
                           argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
                           cwd=cwd, env=env, gpus=devices, time_limit=row.time_limit,
                           grace_period=self._grace(row),
-                          checkpoint_dir=spec["checkpoint_dir"])
+                          checkpoint_dir=spec["checkpoint_dir"], placement=placement,
+                          pool=row.pool, team=row.team, user=row.user, priority=row.priority,
+                          gpus_per_node=row.gpus_per_node)
 
     @staticmethod
     def _event(s: Session, wid: str, type_: str, now: float, message: str,

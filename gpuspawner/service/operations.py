@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from sqlalchemy import select
+
 from ..scheduler.model import Node
 from ..store import GpuRow, NodeRow, PoolRow, WorkloadRow
 from .engine import Conflict, Engine, Forbidden, NotFound
@@ -35,7 +37,7 @@ def admin_marks(engine: Engine, node: str) -> frozenset[int]:
     """GPU numbers of a node that are out of service, from the inventory's
     health checks or an admin's mark."""
     with engine.store.session() as s:
-        rows = s.query(GpuRow).filter(GpuRow.node == node).all()
+        rows = s.scalars(select(GpuRow).where(GpuRow.node == node)).all()
     return frozenset(r.index for r in rows if not r.healthy or r.admin_mark)
 
 
