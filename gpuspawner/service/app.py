@@ -21,7 +21,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from sqlalchemy import select
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Dict, Float, Integer, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from ..backends.local import LocalBackend
@@ -31,6 +31,8 @@ from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
 from . import admin_api
 from . import handlers as h
+from ..backends.kube_config import KubernetesJobs
+from .cluster import kubernetes_backend, record_nodes
 from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import Identity, identity_from_model
 from .metrics import ServiceMetrics
@@ -83,7 +85,7 @@ def route_regex(path: str) -> str:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory]
+    classes = [Inventory, KubernetesJobs]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
@@ -264,6 +266,16 @@ class GpuHubService(Application):
 
     generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
 
+    backend = Enum(["local", "kubernetes"], "local", help="""
+        Where jobs run. ``local``: processes on this host under a supervisor,
+        on the GPUs NVML (or ``Inventory.declared``) reports. ``kubernetes``:
+        batch/v1 Jobs on the cluster the service runs in (or $KUBECONFIG's),
+        on the GPU nodes the cluster reports; configure with
+        ``c.KubernetesJobs`` (docs/deploy-kubernetes.md).
+
+        Example: ``c.GpuHubService.backend = "kubernetes"``
+        """).tag(config=True)
+
     # ---- start -----------------------------------------------------------
     def initialize(self, argv=None) -> None:
         super().initialize(argv)
@@ -275,12 +287,19 @@ class GpuHubService(Application):
         os.makedirs(self.data_dir, exist_ok=True)
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
-        self.source, gpus = self.inventory.discover()
-        nodes = local_nodes(gpus, self.node_name)
-        self._record_inventory(nodes, gpus)
+        if self.backend == "kubernetes":
+            backend, nodes = kubernetes_backend(self)
+            self.source = "kubernetes"
+            record_nodes(self.store, nodes, self.source)
+        else:
+            backend = LocalBackend()
+            self.source, gpus = self.inventory.discover()
+            nodes = local_nodes(gpus, self.node_name)
+            self._record_inventory(nodes, gpus)
         nodes = self._with_admin_state(nodes)
         self._seed_teams()
-        self.engine = Engine(self.store, LocalBackend(), nodes, replace(get_policy(self.policy), preemption_delay=self.preemption_delay),
+        policy = replace(get_policy(self.policy), preemption_delay=self.preemption_delay)
+        self.engine = Engine(self.store, backend, nodes, policy,
                              EngineConfig(data_dir=self.data_dir,
                                           team_prefix=self.team_group_prefix,
                                           default_quota=Quota(**self.default_quota),
@@ -422,7 +441,8 @@ class GpuHubService(Application):
 
     def gpus_view(self) -> list[dict]:
         state = self.engine.scheduler.state
-        sample = self.inventory.sample()
+        # Utilisation comes from this host's NVML; cluster nodes report none.
+        sample = self.inventory.sample() if self.backend == "local" else {}
         owners = {wid for wid in state.owner.values()}
         with self.store.session() as s:
             rows = {r.id: r for r in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(owners)))}
@@ -559,6 +579,8 @@ class GpuHubService(Application):
         loop = ioloop.IOLoop.current()
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
+        if hasattr(self.engine.backend, "run"):
+            loop.add_callback(self.engine.backend.run)
         for sig in (signal.SIGINT, signal.SIGTERM):
             # Jobs run on by design; state is in the database. Just stop.
             asyncio.get_event_loop().add_signal_handler(sig, loop.stop)

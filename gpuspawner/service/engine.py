@@ -331,6 +331,12 @@ class Engine:
     def _tick(self) -> None:
         for x in self.backend.poll():
             self.on_exit(x)
+        # Cluster backends see nodes fail or get cordoned; the next cycle
+        # requeues work on broken ones and places nothing new there.
+        for node in getattr(self.backend, "take_node_changes", lambda: [])():
+            if node.name in self.nodes:
+                self.nodes[node.name].node = node
+                self.scheduler.set_node(node)
         now = self.clock()
         result = self.scheduler.cycle(now, explain=True)
         changed = {w: r for w, r in result.waiting.items() if self._reasons.get(w) != r}
