@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_up(sub)
     from .cli_client import add_parsers as add_client
     add_client(sub)
+    from .cli_deploy import add_parsers as add_deploy
+    add_deploy(sub)
     return parser
 
 
