@@ -321,27 +321,17 @@ class GpuHubService(Application):
         self._groups: dict[str, tuple[float, list[str]]] = {}
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
+        """This host's nodes, then what NVML (or the declared list) says of
+        each GPU behind them."""
+        record_nodes(self.store, nodes, self.source)
         by_index = {g.index: g for g in gpus}
-        now = time.time()
         with self.store.transaction() as s:
             for ln in nodes:
-                n = ln.node
-                if s.get(PoolRow, n.pool) is None:
-                    s.add(PoolRow(name=n.pool))
-                    s.flush()
-                row = s.get(NodeRow, n.name) or NodeRow(name=n.name)
-                row.pool, row.gpus, row.healthy = n.pool, n.gpus, True
-                row.source, row.updated_at = self.source, now
-                row.labels = row.labels or {}
-                row.topology = row.topology or {}
-                s.add(row)
-                s.flush()
                 for i, device in enumerate(ln.devices):
                     g = by_index[device]
-                    gr = s.get(GpuRow, (n.name, i)) or GpuRow(node=n.name, index=i)
+                    gr = s.get(GpuRow, (ln.node.name, i))
                     gr.uuid, gr.model, gr.memory_mib = g.uuid, g.model, g.memory_mib
                     gr.healthy, gr.health_reason = g.healthy, g.health_reason
-                    s.add(gr)
 
     def _with_admin_state(self, nodes: list[LocalNode]) -> list[LocalNode]:
         """The nodes as admins left them: drains and GPUs taken out of

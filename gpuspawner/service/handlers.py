@@ -26,7 +26,9 @@ from .accounting import to_csv
 from .usage import culls, usage_report
 
 
-class APIHandler(HubOAuthenticated, web.RequestHandler):
+class ServiceAccess:
+    """What every handler of the service reaches: the engine and the app."""
+
     @property
     def engine(self):
         return self.settings["engine"]
@@ -35,6 +37,8 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     def gpuhub(self):
         return self.settings["gpuhub"]
 
+
+class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")

@@ -22,12 +22,11 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import joblib
 import requests
 
-from ..bench_api import _Runner, start_temporary_hub
+from ..bench_api import measure, start_temporary_hub
 from ..client import GpuHubError
 
 BODY = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
@@ -74,16 +73,8 @@ def run(requests_per_row: int = 400, concurrencies=(1, 16, 64), progress=None) -
                        ("router (proxy + service)", f"{hub.url}/{path}")]
             rows = []
             for c in concurrencies:
-                runner = _Runner(token, c, timeout=60)
-                try:
-                    with ThreadPoolExecutor(max_workers=c) as pool:
-                        for name, url in targets:
-                            row = runner.run(pool, name, "POST", url, 200, BODY, requests_per_row)
-                            rows.append(row)
-                            if progress:
-                                progress(row)
-                finally:
-                    runner.close()
+                rows += measure(token, c, [(name, "POST", url, 200, BODY) for name, url in targets],
+                                requests_per_row, progress)
             return add_ratios(rows)
         finally:
             hub.stop()

@@ -20,6 +20,7 @@ from tornado import web
 
 from ...store import AuditEntry
 from ..engine import Conflict, Forbidden, NotFound
+from ..handlers import ServiceAccess
 from ..identity import Identity
 from ..specs import SpecError
 
@@ -53,17 +54,9 @@ class HubUser:
         self.json_escaped_name = json.dumps(name)[1:-1]
 
 
-class PanelHandler(HubOAuthenticated, web.RequestHandler):
+class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
     page = ""
     audience = "admin"
-
-    @property
-    def engine(self):
-        return self.settings["engine"]
-
-    @property
-    def gpuhub(self):
-        return self.settings["gpuhub"]
 
     @property
     def panel_url(self) -> str:
