@@ -26,6 +26,9 @@ HADOLINT_CONFIG = os.path.join(IMAGES, ".hadolint.yaml")
 # The JupyterHub that each Zero to JupyterHub hub image ships (its release
 # notes); the hub image pins the same, so pip keeps the base's.
 Z2JH_JUPYTERHUB = {"4.3.3": "5.4.4"}
+# The CUDA that PyTorch's wheels on PyPI bring (their cuda-toolkit requirement):
+# the CUDA base of the notebook and runner images must be the same major.
+TORCH_CUDA = {"2.14.1": "13.0"}
 ML = ["torch", "torchvision", "numpy", "pandas", "scikit-learn", "tensorboard", "ipywidgets"]
 
 
@@ -144,6 +147,18 @@ def test_jobs_run_the_notebooks_libraries():
     torch_minor = int(pinned_version(notebook["torch"]).split(".")[1])
     tv_minor = int(pinned_version(notebook["torchvision"]).split(".")[1])
     assert tv_minor == torch_minor + 15
+
+
+@pytest.mark.parametrize("name", ["notebook", "runner"])
+def test_cuda_base_matches_the_cuda_of_pytorch(name):
+    args = dict(a.split("=", 1) for w, a in instructions(name) if w == "ARG" and "=" in a)
+    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-[a-z-]*runtime-ubuntu\d+\.\d+",
+                     args["CUDA_IMAGE"])
+    assert m, args["CUDA_IMAGE"]
+    torch = pinned_version(pins(name)["torch"])
+    assert f"{m[1]}.{m[2]}" == TORCH_CUDA[torch], \
+        f"images/{name}: base {args['CUDA_IMAGE']} but torch {torch} brings CUDA {TORCH_CUDA[torch]}"
+    assert ("FROM", "${CUDA_IMAGE}") in instructions(name)
 
 
 def test_notebook_pins_satisfy_the_lab_extension():
