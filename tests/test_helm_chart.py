@@ -566,3 +566,85 @@ def test_hub_extra_config_without_the_services_tokens_says_so(monkeypatch):
     del values["jupyterhub"]["hub"]["services"]["gpuhub-spawner"]
     with pytest.raises(ChartConfigError, match="jupyterhub.hub.services.gpuhub-spawner"):
         run_extra_config(values, z2jh_prepared_config(values, TOKENS), monkeypatch)
+
+
+# ---- the rendered Deployment's command, config and environment start the service --------
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_rendered_service_starts_and_answers_its_probes(tmp_path):
+    """The Deployment's command with the ConfigMap's files and the pod's
+    environment (Secrets filled in) starts the real service, which answers
+    the probes' path without a token and everything else only with one."""
+    import signal
+    import subprocess
+    import time
+
+    import requests
+
+    port = free_port()
+    data = tmp_path / "data"
+    docs = manifests(merged({
+        "backend": {"type": "local"},  # no cluster here
+        "scheduler": {"port": port,
+                      "config": {"GpuHubService": {"teams": {"vision": {"quotas": {
+                          "default": {"nominal": 2}}}}}},
+                      # the pod's volume is /var/lib/gpuhub; here a temporary one
+                      "extraConfig": f"c.GpuHubService.data_dir = {str(data)!r}\n"}}))
+    etc = tmp_path / "etc-gpuhub"
+    etc.mkdir()
+    for name, text in config_files(docs).items():
+        (etc / name).write_text(text)
+    c = container(docs)
+    secrets = {("gpuhub-db", "url"): f"sqlite:///{tmp_path}/gpuhub.sqlite",
+               ("hub", "hub.services.gpuhub.apiToken"): "token-from-z2jh"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "GPUHUB_"))}
+    for e in c["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e["valueFrom"]:
+            ref = e["valueFrom"]["secretKeyRef"]
+            env[e["name"]] = secrets[(ref["name"], ref["key"])]
+        else:
+            env[e["name"]] = NAMESPACE  # metadata.namespace
+    env["GPUHUB_DATA_DIR"] = str(data)
+    command = [sys.executable if a == "python" else a for a in c["command"]]
+    command[command.index("/etc/gpuhub/gpuhub_config.py")] = str(etc / "gpuhub_config.py")
+    log = open(tmp_path / "service.log", "wb")
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=tmp_path, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, (tmp_path / "service.log").read_text()
+            try:
+                r = requests.get(base + c["readinessProbe"]["httpGet"]["path"], timeout=5)
+                if r.status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "service.log").read_text()
+            time.sleep(0.5)
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            r = requests.get(base + c[probe]["httpGet"]["path"], timeout=5)
+            assert r.status_code == 200 and r.json() == {"status": "ok"}, probe
+        r = requests.get(base + "/services/gpuhub/api/v1/teams", timeout=5)
+        assert r.status_code in (401, 403), r.status_code
+        assert (data / "cookie_secret").exists()  # state went to the data volume
+        # scheduler.config reached the service: its team is in the database
+        import sqlite3
+        with sqlite3.connect(tmp_path / "gpuhub.sqlite") as db:
+            assert ("vision",) in db.execute("SELECT name FROM teams").fetchall()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
