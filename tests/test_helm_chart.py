@@ -115,7 +115,8 @@ VALUE_SETS = {
         "scheduler": {
             "replicas": 0, "publicUrl": "https://gpu.example.com/",
             "config": {"GpuHubService": {"teams": {"vision": {"quotas": {"a100": {"nominal": 4}}}},
-                                         "gpu_hour_prices": {"a100": 2.4}},
+                                         "gpu_hour_prices": {"a100": 2.4},
+                                         "log_level": "INFO"},
                        "Inventory": {"source": "declared",
                                      "declared": [{"model": "NVIDIA A100-SXM4-80GB", "count": 8,
                                                    "memory_mib": 81920, "pool": "a100"}]}},
@@ -270,7 +271,7 @@ def test_probes_point_at_the_health_endpoint_the_service_serves():
                                      "protocol": "TCP"}]
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= pod_labels.items()
-    assert c["command"] == ["python", "-m", "gpuspawner.service", "-f",
+    assert c["command"] == ["python3", "-m", "gpuspawner.service", "-f",
                             "/etc/gpuhub/gpuhub_config.py"]
 
 
@@ -381,6 +382,7 @@ def test_service_config_loads_with_the_values(tmp_path):
     assert app.teams == {"vision": {"quotas": {"a100": {"nominal": 4}}}}
     assert app.gpu_hour_prices == {"a100": 2.4}
     assert app.preemption_delay == 120.0  # scheduler.extraConfig
+    assert app.log_level == 20  # INFO, as docs/deploy-kubernetes.md suggests
     assert app.config.Inventory.declared[0]["pool"] == "a100"
     assert app.config.GpuHubService.backend == "kubernetes"
     # every option given is one the service has (but the backend choice, which
@@ -612,7 +614,7 @@ def test_rendered_service_starts_and_answers_its_probes(tmp_path):
         else:
             env[e["name"]] = NAMESPACE  # metadata.namespace
     env["GPUHUB_DATA_DIR"] = str(data)
-    command = [sys.executable if a == "python" else a for a in c["command"]]
+    command = [sys.executable if a == "python3" else a for a in c["command"]]
     command[command.index("/etc/gpuhub/gpuhub_config.py")] = str(etc / "gpuhub_config.py")
     log = open(tmp_path / "service.log", "wb")
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
