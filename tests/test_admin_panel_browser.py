@@ -21,7 +21,6 @@ import os
 import sys
 
 import pytest
-import requests
 from playwright import sync_api
 
 from hub_harness import Hub, wait_for

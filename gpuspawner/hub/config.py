@@ -13,11 +13,12 @@ CUSTOM_SCOPES = {
     "custom:gpuhub:submit": {"description": "Submit GPU work and manage your own workloads."},
     "custom:gpuhub:team-admin": {"description": "Manage every workload of your team."},
     "custom:gpuhub:admin": {"description": "Administer GPU Hub: pools, quotas, everyone's work."},
+    "custom:gpuhub:invoke": {"description": "Call your teams' model endpoints (and nothing else)."},
 }
 SERVICE_ACCESS = "access:services!service=gpuhub"
 # What tokens the scheduler service issues through OAuth may carry.
 OAUTH_SCOPES = ["custom:gpuhub:submit", "custom:gpuhub:team-admin", "custom:gpuhub:admin",
-                SERVICE_ACCESS]
+                "custom:gpuhub:invoke", SERVICE_ACCESS]
 # A notebook server's own token reaches the service (the CLI and the lab
 # extension use it from the server side), besides what servers need anyway.
 SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_ACCESS,
@@ -57,7 +58,8 @@ def lead_roles(leads: dict) -> list[dict]:
 
 def roles() -> list[dict]:
     return [
-        {"name": "user", "scopes": ["self", SERVICE_ACCESS, "custom:gpuhub:submit"]},
+        {"name": "user", "scopes": ["self", SERVICE_ACCESS, "custom:gpuhub:submit",
+                                    "custom:gpuhub:invoke"]},
         # GPU Hub admins are the members of the group gpuhub-admins (JupyterHub's
         # own admin role cannot be extended).
         {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],

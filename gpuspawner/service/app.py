@@ -21,7 +21,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from sqlalchemy import select
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Dict, Float, Integer, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from ..backends.local import LocalBackend
@@ -29,13 +29,16 @@ from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
-from . import admin_api
+from . import admin_api, endpoints
 from . import handlers as h
+from ..backends.kube_config import KubernetesJobs
+from .cluster import kubernetes_backend, record_nodes
 from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import Identity, identity_from_model
 from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
 from .panel.pages import PANEL_ROUTES
+from .serving_controller import ServingController
 from .specs import Limits
 
 OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
@@ -57,6 +60,9 @@ API_ROUTES = [
     ("/pools/{name}", admin_api.PoolHandler),
     ("/nodes/{name}", admin_api.NodeHandler),
     ("/nodes/{name}/gpus/{index}", admin_api.NodeGpuHandler),
+    ("/deployments", endpoints.DeploymentsHandler),
+    ("/deployments/{team}/{name}", endpoints.DeploymentHandler),
+    ("/deployments/{team}/{name}/{action}", endpoints.DeploymentActionHandler),
     ("/teams", h.TeamsHandler),
     ("/teams/{name}", h.TeamHandler),
     ("/usage", h.UsageHandler),
@@ -70,7 +76,9 @@ API_ROUTES = [
 # Who the service is when it acts by itself (reconciliation).
 SERVICE_IDENTITY = Identity("gpuhub-service", admin=True, can_submit=True)
 PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})",
-               "{nid}": r"([0-9]{1,12})", "{index}": r"([0-9]{1,4})"}
+               "{nid}": r"([0-9]{1,12})", "{index}": r"([0-9]{1,4})",
+               "{team}": r"([A-Za-z0-9._-]{1,128})",
+               "{action}": r"(promote|rollback|traffic|scale)"}
 
 
 def route_regex(path: str) -> str:
@@ -83,7 +91,7 @@ def route_regex(path: str) -> str:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory]
+    classes = [Inventory, KubernetesJobs]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
@@ -264,6 +272,16 @@ class GpuHubService(Application):
 
     generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
 
+    backend = Enum(["local", "kubernetes"], "local", help="""
+        Where jobs run. ``local``: processes on this host under a supervisor,
+        on the GPUs NVML (or ``Inventory.declared``) reports. ``kubernetes``:
+        batch/v1 Jobs on the cluster the service runs in (or $KUBECONFIG's),
+        on the GPU nodes the cluster reports; configure with
+        ``c.KubernetesJobs`` (docs/deploy-kubernetes.md).
+
+        Example: ``c.GpuHubService.backend = "kubernetes"``
+        """).tag(config=True)
+
     # ---- start -----------------------------------------------------------
     def initialize(self, argv=None) -> None:
         super().initialize(argv)
@@ -275,12 +293,21 @@ class GpuHubService(Application):
         os.makedirs(self.data_dir, exist_ok=True)
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
-        self.source, gpus = self.inventory.discover()
-        nodes = local_nodes(gpus, self.node_name)
-        self._record_inventory(nodes, gpus)
+        if self.backend == "kubernetes":
+            backend, nodes = kubernetes_backend(self)
+            self.source = "kubernetes"
+            record_nodes(self.store, nodes, self.source)
+        else:
+            backend = LocalBackend()
+            self.source, gpus = self.inventory.discover()
+            nodes = local_nodes(gpus, self.node_name)
+            self._record_inventory(nodes, gpus)
         nodes = self._with_admin_state(nodes)
+        if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
+            self.default_pool = nodes[0].node.pool
         self._seed_teams()
-        self.engine = Engine(self.store, LocalBackend(), nodes, replace(get_policy(self.policy), preemption_delay=self.preemption_delay),
+        policy = replace(get_policy(self.policy), preemption_delay=self.preemption_delay)
+        self.engine = Engine(self.store, backend, nodes, policy,
                              EngineConfig(data_dir=self.data_dir,
                                           team_prefix=self.team_group_prefix,
                                           default_quota=Quota(**self.default_quota),
@@ -290,6 +317,7 @@ class GpuHubService(Application):
                                           max_lost_attempts=self.max_lost_attempts))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
+        self.serving = ServingController(self.engine)
         self._groups: dict[str, tuple[float, list[str]]] = {}
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
@@ -314,8 +342,6 @@ class GpuHubService(Application):
                     gr.uuid, gr.model, gr.memory_mib = g.uuid, g.model, g.memory_mib
                     gr.healthy, gr.health_reason = g.healthy, g.health_reason
                     s.add(gr)
-        if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
-            self.default_pool = nodes[0].node.pool
 
     def _with_admin_state(self, nodes: list[LocalNode]) -> list[LocalNode]:
         """The nodes as admins left them: drains and GPUs taken out of
@@ -422,7 +448,8 @@ class GpuHubService(Application):
 
     def gpus_view(self) -> list[dict]:
         state = self.engine.scheduler.state
-        sample = self.inventory.sample()
+        # Utilisation comes from this host's NVML; cluster nodes report none.
+        sample = self.inventory.sample() if self.backend == "local" else {}
         owners = {wid for wid in state.owner.values()}
         with self.store.session() as s:
             rows = {r.id: r for r in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(owners)))}
@@ -516,8 +543,10 @@ class GpuHubService(Application):
         routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))
         routes.append((prefix + "metrics", h.MetricsHandler))
         routes += [(prefix + "admin/" + path, handler) for path, handler in PANEL_ROUTES]
+        routes.append((prefix + r"endpoints/([A-Za-z0-9._-]{1,128})/([a-z0-9-]{1,63})/(.*)",
+                       endpoints.EndpointHandler))
         routes.append((prefix, h.IndexHandler))
-        return web.Application(routes, engine=self.engine, gpuhub=self,
+        return web.Application(routes, engine=self.engine, gpuhub=self, serving=self.serving,
                                panel_templates=panel_environment(),
                                cookie_secret=self.cookie_secret, xsrf_cookies=False)
 
@@ -559,6 +588,9 @@ class GpuHubService(Application):
         loop = ioloop.IOLoop.current()
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
+        loop.add_callback(self.serving.run)
+        if hasattr(self.engine.backend, "run"):
+            loop.add_callback(self.engine.backend.run)
         for sig in (signal.SIGINT, signal.SIGTERM):
             # Jobs run on by design; state is in the database. Just stop.
             asyncio.get_event_loop().add_signal_handler(sig, loop.stop)
