@@ -42,12 +42,17 @@ HEALTH = "/services/gpuhub/api/v1/health"
 # The least a real install needs: the database Secret; the z2jh dependency
 # is not here to render.
 BASE = {"jupyterhub": {"enabled": False}, "scheduler": {"database": {"secretName": "gpuhub-db"}}}
+# What gpuspawner/backends/kubernetes.py calls: in the jobs' namespaces ...
 BACKEND_VERBS = {
-    ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch", "delete"},
+    ("batch", "jobs"): {"create", "delete"},
+    ("", "services"): {"create", "delete"},
     ("", "pods/log"): {"get"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
+}
+# ... and cluster-wide, read-only (one labelled listing, and the nodes).
+CLUSTER_VERBS = {
+    ("", "nodes"): {"list"},
+    ("batch", "jobs"): {"list"},
+    ("", "pods"): {"list"},
 }
 
 
@@ -107,7 +112,7 @@ def env_of(c: dict) -> dict[str, dict]:
 VALUE_SETS = {
     "defaults": {},
     "local-backend": {"backend": {"type": "local"}},
-    "team-namespaces": {"backend": {"namespaces": ["team-vision", "team-nlp"]}},
+    "team-namespaces": {"backend": {"namespace": "gpuhub-jobs", "teams": ["vision", "nlp"]}},
     "persistent-no-netpol": {"scheduler": {"persistence": {"enabled": True, "storageClass": "fast",
                                                            "size": "50Gi"}},
                              "networkPolicy": {"enabled": False}},
@@ -117,9 +122,9 @@ VALUE_SETS = {
             "config": {"GpuHubService": {"teams": {"vision": {"quotas": {"a100": {"nominal": 4}}}},
                                          "gpu_hour_prices": {"a100": 2.4},
                                          "log_level": "INFO"},
-                       "Inventory": {"source": "declared",
-                                     "declared": [{"model": "NVIDIA A100-SXM4-80GB", "count": 8,
-                                                   "memory_mib": 81920, "pool": "a100"}]}},
+                       "KubernetesJobs": {"checkpoint_claim": "gpuhub-checkpoints"}},
+            "extraVolumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}],
+            "extraVolumeMounts": [{"name": "home", "mountPath": "/home"}],
             "extraConfig": "c.GpuHubService.preemption_delay = 120.0\n",
             "extraEnv": [{"name": "TZ", "value": "UTC"}],
             "nodeSelector": {"node-role.kubernetes.io/control": "true"},
@@ -141,13 +146,18 @@ def test_every_manifest_validates_against_kubernetes(name):
     assert docs
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-        assert doc["metadata"]["namespace"] in (NAMESPACE, "team-vision", "team-nlp")
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert doc["metadata"]["namespace"] in (NAMESPACE, "gpuhub-jobs-vision",
+                                                    "gpuhub-jobs-nlp")
         assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuhub"
     kinds = sorted(d["kind"] for d in docs)
     assert kinds.count("Deployment") == 1 and kinds.count("Service") == 1
     assert "Secret" not in kinds  # secrets are the admin's, referenced by name
     assert "Ingress" not in kinds  # the service is reached through JupyterHub's proxy
-    assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
+    if VALUE_SETS[name].get("backend", {}).get("type") == "local":
+        assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
+    else:
+        assert len(by_kind(docs, "ClusterRole")) == len(by_kind(docs, "ClusterRoleBinding")) == 1
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
@@ -209,34 +219,102 @@ def rules(role: dict) -> dict:
     return out
 
 
-def test_rbac_grants_the_backend_exactly_jobs_pods_services_deployments():
+def test_rbac_grants_the_backend_exactly_what_it_calls():
     docs = manifests(merged())
     role = one(docs, "Role")
-    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["metadata"]["namespace"] == NAMESPACE  # jobs run in the release's namespace
     assert rules(role) == BACKEND_VERBS
+    cluster_role = one(docs, "ClusterRole")
+    assert rules(cluster_role) == CLUSTER_VERBS
+    sa = one(docs, "ServiceAccount")
+    subject = [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
     binding = one(docs, "RoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
-    sa = one(docs, "ServiceAccount")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
-                                    "namespace": NAMESPACE}]
+    assert binding["subjects"] == subject
+    cluster_binding = one(docs, "ClusterRoleBinding")
+    assert cluster_binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                          "kind": "ClusterRole",
+                                          "name": cluster_role["metadata"]["name"]}
+    assert cluster_binding["subjects"] == subject
+    # cluster-wide names carry the namespace: two releases do not collide
+    assert NAMESPACE in cluster_role["metadata"]["name"]
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == sa["metadata"]["name"]
     assert pod["automountServiceAccountToken"] is True
-    assert json.loads(config_files(docs)["settings.json"])["GpuHubService"]["backend"] == "kubernetes"
+    settings = json.loads(config_files(docs)["settings.json"])
+    assert settings["GpuHubService"]["backend"] == "kubernetes"
+    assert settings["KubernetesJobs"]["namespace"] == NAMESPACE
+    assert settings["KubernetesJobs"]["team_namespaces"] is False
+    assert settings["KubernetesJobs"]["image"] == "gpuhub/runner:0.1.0"
+
+
+def api_calls() -> set[tuple[str, str, str, str]]:
+    """(scope, API group, resource, verb) of every Kubernetes API call of the
+    kubernetes backend, read from its source."""
+    import re
+
+    from gpuspawner.backends import kubernetes
+    source = open(kubernetes.__file__).read()
+    groups = {"_batch": "batch", "_core": ""}
+    verbs = {"create": "create", "delete": "delete", "list": "list", "read": "get",
+             "patch": "patch", "replace": "update"}
+    plural = {"job": "jobs", "service": "services", "pod": "pods", "pod_log": "pods/log",
+              "node": "nodes"}
+    out = set()
+    for api, verb, namespaced, kind, everywhere in re.findall(
+            r"self\.(_batch|_core)\.(create|delete|list|read|patch|replace)_(namespaced_)?"
+            r"([a-z_]+?)(_for_all_namespaces)?\(", source):
+        scope = "namespace" if namespaced else "cluster"
+        out.add((scope, groups[api], plural[kind], verbs[verb]))
+    assert out, "no API call found in gpuspawner/backends/kubernetes.py"
+    return out
+
+
+def test_rbac_matches_the_backends_api_calls():
+    """Every call the backend makes is granted, and nothing else is."""
+    docs = manifests(merged())
+    granted = {("namespace", g, r, v) for (g, r), vs in rules(one(docs, "Role")).items()
+               for v in vs}
+    granted |= {("cluster", g, r, v) for (g, r), vs in rules(one(docs, "ClusterRole")).items()
+                for v in vs}
+    assert granted == api_calls()
 
 
 def test_rbac_per_team_namespace():
-    docs = manifests(merged(VALUE_SETS["team-namespaces"]))
+    values = merged(VALUE_SETS["team-namespaces"])
+    docs = manifests(values)
     roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
     bindings = {b["metadata"]["namespace"]: b for b in by_kind(docs, "RoleBinding")}
-    assert set(roles) == set(bindings) == {"team-vision", "team-nlp"}
+    # the backend's own naming of team namespaces
+    from gpuspawner.backends.kube_manifests import KubeSettings, namespace_for
+    settings = json.loads(config_files(docs)["settings.json"])["KubernetesJobs"]
+    assert settings["team_namespaces"] is True and settings["hub_namespace"] == NAMESPACE
+    ks = KubeSettings(namespace=settings["namespace"], image="x", pools={},
+                      priority_class_names={}, team_namespaces=True)
+    expected = {namespace_for(t, ks) for t in values["backend"]["teams"]}
+    assert set(roles) == set(bindings) == expected == {"gpuhub-jobs-vision", "gpuhub-jobs-nlp"}
     for ns in roles:
         assert rules(roles[ns]) == BACKEND_VERBS
         # The service's account lives in the release's namespace.
         assert bindings[ns]["subjects"][0]["namespace"] == NAMESPACE
-    assert "team-vision, team-nlp" in render(merged(VALUE_SETS["team-namespaces"]))[
-        "gpuhub/templates/NOTES.txt"]
+    assert rules(one(docs, "ClusterRole")) == CLUSTER_VERBS
+    assert "gpuhub-jobs-vision, gpuhub-jobs-nlp" in render(values)["gpuhub/templates/NOTES.txt"]
+
+
+def test_jobs_share_the_notebooks_pools():
+    pools = {"a100-sxm4-80gb": {"resource": "nvidia.com/gpu",
+                                "node_selector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}}
+    docs = manifests(merged({"jupyterhub": {"custom": {"gpuhub": {"gpuPools": pools}}},
+                             "backend": {"priorityClassNames": {"batch": "gpuhub-batch"}},
+                             "scheduler": {"config": {"KubernetesJobs": {
+                                 "checkpoint_claim": "ckpt", "namespace": "ignored"}}}}))
+    jobs = json.loads(config_files(docs)["settings.json"])["KubernetesJobs"]
+    assert jobs["pools"] == pools
+    assert jobs["priority_class_names"] == {"batch": "gpuhub-batch"}
+    assert jobs["checkpoint_claim"] == "ckpt"
+    # where jobs run is the chart's (backend.namespace), since its RBAC follows it
+    assert jobs["namespace"] == NAMESPACE == one(docs, "Role")["metadata"]["namespace"]
 
 
 def test_local_backend_gets_no_rbac_and_no_token():
@@ -244,13 +322,15 @@ def test_local_backend_gets_no_rbac_and_no_token():
     assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
     assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
-    assert json.loads(config_files(docs)["settings.json"])["GpuHubService"]["backend"] == "local"
+    settings = json.loads(config_files(docs)["settings.json"])
+    assert settings["GpuHubService"]["backend"] == "local" and "KubernetesJobs" not in settings
 
 
 def test_rbac_can_be_left_to_the_admin():
     docs = manifests(merged({"rbac": {"create": False}, "serviceAccount": {"create": False,
                                                                          "name": "existing"}}))
-    assert not by_kind(docs, "Role") and not by_kind(docs, "ServiceAccount")
+    assert not by_kind(docs, "Role") and not by_kind(docs, "ClusterRole")
+    assert not by_kind(docs, "ServiceAccount")
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
 
 
@@ -383,17 +463,16 @@ def test_service_config_loads_with_the_values(tmp_path):
     assert app.gpu_hour_prices == {"a100": 2.4}
     assert app.preemption_delay == 120.0  # scheduler.extraConfig
     assert app.log_level == 20  # INFO, as docs/deploy-kubernetes.md suggests
-    assert app.config.Inventory.declared[0]["pool"] == "a100"
-    assert app.config.GpuHubService.backend == "kubernetes"
-    # every option given is one the service has (but the backend choice, which
-    # the kubernetes backend brings)
+    assert app.backend == "kubernetes"
+    # every option given is one the service has
+    from gpuspawner.backends.kube_config import KubernetesJobs
+    classes = {"GpuHubService": GpuHubService, "KubernetesJobs": KubernetesJobs}
     for section, traits in json.loads(config_files(docs)["settings.json"]).items():
-        cls = {"GpuHubService": GpuHubService}.get(section)
-        if cls is None:
-            from gpuspawner.inventory import Inventory
-            cls = {"Inventory": Inventory}[section]
-        known = set(cls.class_trait_names(config=True)) | {"backend"}
+        known = set(classes[section].class_trait_names(config=True))
         assert set(traits) <= known, set(traits) - known
+    jobs = KubernetesJobs(parent=app)
+    assert jobs.namespace == NAMESPACE and jobs.hub_namespace == NAMESPACE
+    assert jobs.image == "gpuhub/runner:0.1.0"
     dep = one(docs, "Deployment")["spec"]
     assert dep["replicas"] == 0
     assert env_of(container(docs))["JUPYTERHUB_PUBLIC_URL"]["value"] == "https://gpu.example.com/"
@@ -417,8 +496,10 @@ def test_service_config_default_grace_period(tmp_path):
                  id="replicas-not-a-number"),
     pytest.param({"backend": {"type": "slurm"}}, "/backend/type", "kubernetes",
                  id="unknown-backend"),
-    pytest.param({"backend": {"namespaces": ["Team_Vision"]}}, "/backend/namespaces/0",
-                 "pattern", id="bad-namespace"),
+    pytest.param({"backend": {"teams": ["Team_Vision"]}}, "/backend/teams/0",
+                 "pattern", id="bad-team-namespace"),
+    pytest.param({"backend": {"namespace": "Jobs!"}}, "/backend/namespace", "pattern",
+                 id="bad-jobs-namespace"),
     pytest.param({"scheduler": {"replica": 1}}, "/scheduler", "replica", id="typo"),
     pytest.param({"scheduler": {"persistence": {"size": "lots"}}}, "/scheduler/persistence/size",
                  "pattern", id="bad-size"),

@@ -21,21 +21,43 @@ app.kubernetes.io/component: scheduler
 {{- end -}}
 {{- end }}
 
-{{/* The namespaces the kubernetes backend creates workloads in, one a line. */}}
+{{/* The namespace jobs run in (KubernetesJobs.namespace). */}}
+{{- define "gpuhub.jobsNamespace" -}}
+{{ .Values.backend.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{/* The namespaces the kubernetes backend creates workloads in, one a line:
+the jobs' namespace, or with team namespaces "<namespace>-<team>" per team
+(as gpuspawner.backends.kube_manifests.namespace_for names them). */}}
 {{- define "gpuhub.backendNamespaces" -}}
-{{- $namespaces := .Values.backend.namespaces | default (list .Release.Namespace) -}}
-{{- range $namespaces | uniq }}
-{{ . }}
+{{- $ns := include "gpuhub.jobsNamespace" . -}}
+{{- if .Values.backend.teams }}
+{{- range .Values.backend.teams | uniq }}
+{{ printf "%s-%s" $ns (lower .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- else }}
+{{ $ns }}
 {{- end }}
 {{- end }}
 
 {{/* The service's traitlets config: the values' scheduler.config with what the
-chart decides (data_dir, backend). */}}
+chart decides (data_dir, backend, and for the kubernetes backend where jobs
+run, which the RBAC follows). */}}
 {{- define "gpuhub.serviceSettings" -}}
 {{- $config := deepCopy (.Values.scheduler.config | default dict) -}}
 {{- $service := get $config "GpuHubService" | default dict -}}
 {{- $_ := set $service "data_dir" "/var/lib/gpuhub" -}}
 {{- $_ := set $service "backend" .Values.backend.type -}}
 {{- $_ := set $config "GpuHubService" $service -}}
+{{- if eq .Values.backend.type "kubernetes" -}}
+{{- $b := .Values.backend -}}
+{{- $hub := (.Values.jupyterhub.custom | default dict).gpuhub | default dict -}}
+{{- $jobs := dict "image" (printf "%s:%s" $b.image.repository $b.image.tag) "pools" ($hub.gpuPools | default dict) "priority_class_names" ($b.priorityClassNames | default dict) "kueue" $b.kueue -}}
+{{- $jobs = mergeOverwrite $jobs (get $config "KubernetesJobs" | default dict) -}}
+{{- $_ := set $jobs "namespace" (include "gpuhub.jobsNamespace" .) -}}
+{{- $_ := set $jobs "team_namespaces" (not (empty $b.teams)) -}}
+{{- $_ := set $jobs "hub_namespace" .Release.Namespace -}}
+{{- $_ := set $config "KubernetesJobs" $jobs -}}
+{{- end -}}
 {{- toPrettyJson $config -}}
 {{- end }}
