@@ -139,6 +139,9 @@ def cmd_bench(args) -> int:
     if args.target == "api":
         from .bench_api import cmd_bench_api
         return cmd_bench_api(args)
+    if args.target == "serving":
+        from .serving.bench import cmd_bench_serving
+        return cmd_bench_serving(args)
     if args.target == "culler":
         from .culler.bench import format_rows as culler_rows, run_bench as culler_bench
         rows = culler_bench()
@@ -191,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks: scheduling cycle against fifo (default), "
                                          "or the REST API through the proxy (api)")
-    bench.add_argument("target", nargs="?", choices=["scheduler", "api", "culler"],
+    bench.add_argument("target", nargs="?", choices=["scheduler", "api", "culler", "serving"],
                        default="scheduler",
                        help="what to measure (default: scheduler)")
     bench.add_argument("--json", action="store_true", help="one JSON object per measurement")
@@ -201,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     from .bench_api import add_arguments as add_bench_api
     add_bench_api(bench)
+    bench.add_argument("--serving-concurrency", type=int, nargs="+", default=[1, 16, 64],
+                       help="bench serving: client threads per row (default 1 16 64)")
     bench.set_defaults(func=cmd_bench)
 
     audit = sub.add_parser("audit", help="the scheduler service's audit log")
@@ -228,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_up(sub)
     from .cli_client import add_parsers as add_client
     add_client(sub)
+    from .cli_deploy import add_parsers as add_deploy
+    add_deploy(sub)
     return parser
 
 

@@ -128,6 +128,23 @@ def test_deploy_infer_canary_rollback_and_replica_replacement(hub):
     assert results.count(200) > 10 and results.count(200) >= len(results) - 1, results
 
 
+def test_cli_lists_deployments_and_changes_traffic(hub, capsys):
+    from gpuspawner import cli
+    conn = ["--url", hub.url, "--token", hub.token("alice")]
+    assert cli.main(["deployments", *conn]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("a/iris")]
+    assert rows[0][1:4] == ["1", "100%", "stable"] and rows[1][1:3] == ["2", "0%"]
+    assert cli.main(["deployments", "a/iris", "traffic", "1=50", "2=50", *conn]) == 0
+    assert hub.client("alice").get("/deployments/a/iris").json()["traffic"] == {"1": 50, "2": 50}
+    assert cli.main(["deployments", "a/iris", "promote", *conn]) == 0
+    assert hub.client("alice").get("/deployments/a/iris").json()["traffic"] == {"2": 100}
+    assert cli.main(["deployments", "a/iris", "promote", *conn]) == 1
+    assert "no canary to promote" in capsys.readouterr().err
+    assert cli.main(["deployments", "a/iris", "rollback", *conn]) == 0
+    assert hub.client("alice").get("/deployments/a/iris").json()["traffic"] == {"1": 100}
+
+
 def test_bad_input_gets_clear_errors_and_the_server_stays_up(hub):
     alice = hub.client("alice")
     workspace = os.path.join(hub.data_dir, "workspaces", "alice")

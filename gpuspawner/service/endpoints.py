@@ -13,8 +13,8 @@ import asyncio
 import time
 
 from sqlalchemy import select
-from tornado import httpclient, web
-from tornado.iostream import StreamClosedError
+import aiohttp
+from tornado import web
 
 from ..store import DeploymentRow, RevisionRow
 from .deployments import parse_deploy
@@ -28,9 +28,6 @@ INVOKE = "custom:gpuhub:invoke"
 COLD_START_SECONDS = 60.0
 # How long a request waits for a replica that is restarting or scaling up.
 WAIT_FOR_REPLICA_SECONDS = 30.0
-# Hop-by-hop and length headers the proxy sets itself.
-SKIP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "server",
-                "date", "content-encoding"}
 
 
 def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[RevisionRow]) -> dict:
@@ -59,6 +56,10 @@ class DeploymentAPI(APIHandler):
     @property
     def ctl(self) -> ServingController:
         return self.settings["serving"]
+
+    def on_finish(self) -> None:
+        if self.request.method != "GET":
+            self.ctl.reload()  # the router sees a new split at once
 
     def view(self, team: str, name: str) -> dict:
         with self.engine.store.session() as s:
@@ -138,38 +139,34 @@ class EndpointHandler(APIHandler):
 
     async def route(self, team: str, name: str, path: str) -> None:
         self.check_access(team)
-        with self.engine.store.session() as s:
-            dep = s.scalars(select(DeploymentRow).where(DeploymentRow.team == team,
-                                                        DeploymentRow.name == name)).first()
+        dep = self.ctl.by_name.get((team, name))
         if dep is None:
             raise NotFound(f"no deployment {team}/{name}")
         load = self.ctl.load_of(dep.id)
         load.last_request = self.ctl.clock()
+        body = self.request.body if self.request.method == "POST" else None
+        headers = {"Content-Type": self.request.headers.get("Content-Type", "application/json")}
         for attempt in range(3):
             replica = await self._replica(dep)
             started = time.monotonic()
             replica.in_flight += 1
             try:
-                resp = await httpclient.AsyncHTTPClient().fetch(
-                    f"{replica.url}/{path}", method=self.request.method,
-                    body=self.request.body if self.request.method == "POST" else None,
-                    headers={"Content-Type": self.request.headers.get("Content-Type",
-                                                                      "application/json")},
-                    request_timeout=120, raise_error=False)
-            except (OSError, httpclient.HTTPClientError, StreamClosedError):
-                resp = None  # connection refused or reset: the replica went away
+                async with self.ctl.session.request(self.request.method, f"{replica.url}/{path}",
+                                                    data=body, headers=headers) as resp:
+                    status, answer = resp.status, await resp.read()
+                    content_type = resp.headers.get("Content-Type", "application/json")
+            except (OSError, aiohttp.ClientError, asyncio.TimeoutError):
+                status = None  # refused or reset: the replica went away
             finally:
                 replica.in_flight -= 1
-            if resp is None or resp.code == 599:  # try another (or the replacement)
+            if status is None:  # try another (or the replacement)
                 replica.ready = False
                 continue
-            self.ctl.record(replica, time.monotonic() - started, resp.code >= 500)
-            self.set_status(resp.code)
-            for k, v in resp.headers.get_all():
-                if k.lower() not in SKIP_HEADERS:
-                    self.set_header(k, v)
+            self.ctl.record(replica, time.monotonic() - started, status >= 500)
+            self.set_status(status)
+            self.set_header("Content-Type", content_type)
             self.set_header("X-GpuHub-Revision", str(replica.revision))
-            self.finish(resp.body or b"")
+            self.finish(answer)
             return
         raise web.HTTPError(503, f"no replica of {team}/{name} answered")
 

@@ -81,6 +81,25 @@ class ServingController:
         self.load: dict[int, DeploymentLoad] = {}
         self.http = httpclient.AsyncHTTPClient()
         self._asked: dict[tuple[str, str], int] = {}
+        # (team, name) -> the deployment as last read: the router's view,
+        # refreshed every reconcile and after every change through the API.
+        self.by_name: dict[tuple[str, str], DeploymentRow] = {}
+        self._session = None
+
+    @property
+    def session(self):
+        """One pooled, keep-alive HTTP client for the router (a new TCP
+        connection per request would cost more than the model)."""
+        import aiohttp
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=512),
+                timeout=aiohttp.ClientTimeout(total=120))
+        return self._session
+
+    def reload(self) -> None:
+        with self.engine.store.session() as s:
+            self.by_name = {(d.team, d.name): d for d in s.scalars(select(DeploymentRow))}
 
     # ---- what the router asks --------------------------------------------------------------
     def ready_replicas(self, dep_id: int, revision: Optional[int] = None) -> list[Replica]:
@@ -124,6 +143,7 @@ class ServingController:
         now = self.clock()
         with self.engine.store.session() as s:
             deps = {d.id: d for d in s.scalars(select(DeploymentRow))}
+            self.by_name = {(d.team, d.name): d for d in deps.values()}
             revisions = {(r.deployment_id, r.number): r for r in s.scalars(select(RevisionRow))}
             rows = list(s.scalars(select(WorkloadRow).where(
                 WorkloadRow.kind == "deployment",
