@@ -159,18 +159,23 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
     plan = [("GET /hub/api/user (baseline)", "GET", hub_url + "/hub/api/user", 200, None),
             ("POST /workloads (submit)", "POST", api + "/workloads", 201, job),
             ("GET /workloads?limit=50 (list)", "GET", api + "/workloads?limit=50", 200, None)]
+    return add_ratios(measure(token, concurrency, plan, max(1, n), progress))
+
+
+def measure(token: str, concurrency: int, plan, n: int,
+            progress: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """One row per (name, method, url, expected status, body) of ``plan``."""
     runner = _Runner(token, concurrency)
     rows = []
     try:
         with ThreadPoolExecutor(max_workers=runner.concurrency) as pool:
             for name, method, url, expect, body in plan:
-                row = runner.run(pool, name, method, url, expect, body, max(1, n))
-                rows.append(row)
+                rows.append(runner.run(pool, name, method, url, expect, body, n))
                 if progress:
-                    progress(row)
+                    progress(rows[-1])
     finally:
         runner.close()
-    return add_ratios(rows)
+    return rows
 
 
 def _check_first(hub_url: str, token: str) -> None:

@@ -96,10 +96,52 @@ def cmd_audit_verify(args) -> int:
     return 0
 
 
+def cmd_kube_manifests(args) -> int:
+    """The cluster objects that follow from the quotas: team namespaces
+    with their NetworkPolicies and Kueue queues, as YAML for kubectl apply."""
+    from dataclasses import replace
+
+    import yaml
+    from sqlalchemy import func, select
+    from traitlets.config import Config, PyFileConfigLoader
+
+    from .backends.kube_config import KubernetesJobs
+    from .backends.kube_manifests import kueue_queues, team_namespace
+    from .service.rebuild import load_teams
+    from .store import NodeRow, Store
+    config = Config()
+    if args.config:
+        path = os.path.abspath(args.config)
+        config = PyFileConfigLoader(os.path.basename(path), os.path.dirname(path)).load_config()
+    settings = KubernetesJobs(config=config).settings()
+    settings = replace(settings, team_namespaces=settings.team_namespaces or args.namespaces,
+                       kueue=settings.kueue or args.kueue)
+    url = args.db_url or f"sqlite:///{args.data_dir}/gpuhub.sqlite"
+    store = Store(url, run_migrations=False)
+    try:
+        with store.session() as s:
+            teams = load_teams(s)
+            capacity = dict(s.execute(select(NodeRow.pool, func.sum(NodeRow.gpus))
+                                      .group_by(NodeRow.pool)).all())
+    finally:
+        store.close()
+    objects = []
+    if settings.team_namespaces:
+        for team in sorted(teams, key=lambda t: t.name):
+            objects += team_namespace(team, settings)
+    if settings.kueue:
+        objects += kueue_queues(teams, capacity, settings)
+    print(yaml.safe_dump_all(objects, sort_keys=False), end="")
+    return 0
+
+
 def cmd_bench(args) -> int:
     if args.target == "api":
         from .bench_api import cmd_bench_api
         return cmd_bench_api(args)
+    if args.target == "serving":
+        from .serving.bench import cmd_bench_serving
+        return cmd_bench_serving(args)
     if args.target == "culler":
         from .culler.bench import format_rows as culler_rows, run_bench as culler_bench
         rows = culler_bench()
@@ -152,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks: scheduling cycle against fifo (default), "
                                          "or the REST API through the proxy (api)")
-    bench.add_argument("target", nargs="?", choices=["scheduler", "api", "culler"],
+    bench.add_argument("target", nargs="?", choices=["scheduler", "api", "culler", "serving"],
                        default="scheduler",
                        help="what to measure (default: scheduler)")
     bench.add_argument("--json", action="store_true", help="one JSON object per measurement")
@@ -162,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     from .bench_api import add_arguments as add_bench_api
     add_bench_api(bench)
+    bench.add_argument("--serving-concurrency", type=int, nargs="+", default=[1, 16, 64],
+                       help="bench serving: client threads per row (default 1 16 64)")
     bench.set_defaults(func=cmd_bench)
 
     audit = sub.add_parser("audit", help="the scheduler service's audit log")
@@ -173,10 +217,24 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--data-dir", default=os.environ.get("GPUHUB_DATA_DIR", "gpuhub-data"))
     check.set_defaults(func=cmd_audit_verify)
 
+    kube = sub.add_parser("kube-manifests", help="print the team namespaces (with their "
+                          "NetworkPolicies) and Kueue queues that follow from the quotas")
+    kube.add_argument("--config", help="the service's gpuhub_config.py (its c.KubernetesJobs)")
+    kube.add_argument("--namespaces", action="store_true",
+                      help="print team namespaces even if KubernetesJobs.team_namespaces is off")
+    kube.add_argument("--kueue", action="store_true",
+                      help="print Kueue queues even if KubernetesJobs.kueue is off")
+    kube.add_argument("--db-url", default=os.environ.get("GPUHUB_DB_URL", ""),
+                      help="the service's database (default: SQLite in --data-dir)")
+    kube.add_argument("--data-dir", default=os.environ.get("GPUHUB_DATA_DIR", "gpuhub-data"))
+    kube.set_defaults(func=cmd_kube_manifests)
+
     from .hub.up import add_parser as add_up
     add_up(sub)
     from .cli_client import add_parsers as add_client
     add_client(sub)
+    from .cli_deploy import add_parsers as add_deploy
+    add_deploy(sub)
     return parser
 
 

@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
                      resolve_token, resolve_url)
 
-STATES = ("queued", "running", "stopping", "succeeded", "failed", "cancelled")
-ACTIVE_STATES = ("queued", "running", "stopping")
+STATES = ("queued", "held", "running", "stopping", "succeeded", "failed", "cancelled")
+ACTIVE_STATES = ("queued", "held", "running", "stopping")
 REASON_WIDTH = 48
 
 
@@ -375,6 +375,8 @@ def cmd_quota(args) -> int:
         _print_json(team)
     else:
         print(format_quotas([team]))
+        for warning in team.get("warnings") or ():
+            print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -264,6 +264,26 @@ class GpuHubClient:
                   if v is not None}
         return self._json("GET", "/usage", params=params)
 
+    # ---- deployments ------------------------------------------------------------------
+    def deploy(self, spec: dict) -> dict:
+        """A new deployment, or a new revision of one (``canary_percent``)."""
+        return self._json("POST", "/deployments", json=spec)
+
+    def deployments(self) -> list[dict]:
+        return self._json("GET", "/deployments")["deployments"]
+
+    def deployment(self, team: str, name: str) -> dict:
+        return self._json("GET", f"/deployments/{_seg(team)}/{_seg(name)}")
+
+    def deployment_action(self, team: str, name: str, action: str,
+                          body: Optional[dict] = None) -> dict:
+        """``promote``, ``rollback``, ``traffic`` ({"traffic": {...}}) or ``scale``."""
+        return self._json("POST", f"/deployments/{_seg(team)}/{_seg(name)}/{_seg(action)}",
+                          json=body or {})
+
+    def delete_deployment(self, team: str, name: str) -> dict:
+        return self._json("DELETE", f"/deployments/{_seg(team)}/{_seg(name)}")
+
     # ---- following logs ---------------------------------------------------------------
     def follow_logs(self, wid: str, attempt: Optional[int] = None, *,
                     poll_interval: float = 1.0, max_retries: int = 8,

@@ -3,7 +3,10 @@
 GPUs come from NVML; one job per GPU asks the CUDA driver (through ctypes,
 so it honours CUDA_VISIBLE_DEVICES like any CUDA program) which devices it
 sees; a 0-GPU job must see none. Prints what it saw and exits non-zero on
-a mismatch. Usage: python scripts/gpu_check.py [DATA_DIR]
+a mismatch. Then one job keeps a GPU busy while the inventory samples
+utilisation (what the culler and the admin panel's heat map read), and the
+panel's heat map is rendered from the busiest sample to DATA_DIR/heatmap.html.
+Usage: python scripts/gpu_check.py [DATA_DIR]
 """
 from __future__ import annotations
 
@@ -19,7 +22,11 @@ from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.engine import Engine, EngineConfig, local_nodes
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import parse_job
+from gpuspawner.service.panel.cluster import cluster_model
 from gpuspawner.store import Store, WorkloadRow
+
+TEMPLATES = os.path.join(os.path.dirname(__file__), "..", "gpuspawner", "service", "panel",
+                         "templates")
 
 CUDA_PROBE = r'''
 import ctypes, json, os
@@ -59,30 +66,58 @@ print("busy done")
 '''
 
 
-def busy_gpu_is_seen(engine, who, pool, data) -> bool:
+def busy_gpu_is_seen(engine, who, pool, gpus, data) -> bool:
     """The inventory's utilization sample (what the culler reads through
-    GET /gpus) is ~0 for an idle GPU and rises while a job works it."""
+    GET /gpus) is ~0 for an idle GPU and rises while a job works it. The
+    busiest sample is rendered as the admin panel's heat map."""
     inventory = Inventory(source="nvml")
     inventory.discover()
     idle = inventory.sample()
     wid = engine.submit(who, parse_job({"command": [sys.executable, "-c", CUDA_BUSY],
                                         "gpus": 1, "pool": pool})).id
     peak: dict[int, float] = {}
+    busiest: tuple[float, dict] = (-1.0, {})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         engine.tick()
-        for index, (util, _mem) in inventory.sample().items():
+        sample = inventory.sample()
+        for index, (util, _mem) in sample.items():
             peak[index] = max(peak.get(index, 0.0), util)
+        if max((u for u, _ in sample.values()), default=0) > busiest[0]:
+            busiest = (max(u for u, _ in sample.values()), sample)
         with engine.store.session() as s:
             if s.get(WorkloadRow, wid).state in ("succeeded", "failed"):
                 break
         time.sleep(0.2)
     print(f"utilization idle: {idle}; peak while busy: {peak}")
+    render_heatmap(gpus, busiest[1], wid, os.path.join(data, "heatmap.html"))
     return max(peak.values(), default=0) > 10
+
+
+def render_heatmap(gpus, sample: dict, busy_wid: str, path: str) -> None:
+    """The cluster page's live part as the panel renders it, from NVML."""
+    import jinja2
+    devices = [{"index": g.index, "uuid": g.uuid, "model": g.model, "memory_mib": g.memory_mib,
+                "healthy": g.healthy, "health_reason": g.health_reason, "admin_mark": ""}
+               for g in gpus]
+    samples = [{"node": "gpu-host", "gpu": g.index, "utilization_pct": sample.get(g.index, (None,))[0],
+                "memory_used_mib": sample.get(g.index, (None, None))[1],
+                "workload": {"id": busy_wid, "kind": "job", "user": "checker", "team": "ops"}
+                if g.index == 0 else None} for g in gpus]
+    pools = [{"name": gpus[0].pool, "queued_workloads": 0, "queued_gpus": 0,
+              "nodes": [{"name": "gpu-host", "gpus": len(gpus), "drained": False,
+                         "source": "nvml", "devices": devices}]}]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+    html = env.get_template("_heatmap.html").render(pools=cluster_model(pools, samples))
+    with open(path, "w") as f:
+        f.write("<!doctype html><meta charset=utf-8><title>heat map</title>" + html)
+    print("heat map:", path, "GPU 0 at", samples[0]["utilization_pct"], "%,",
+          samples[0]["memory_used_mib"], "MiB used")
 
 
 def main() -> int:
     data = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
+    os.makedirs(data, exist_ok=True)
     source, gpus = Inventory(source="nvml").discover()
     print("inventory:", source)
     for g in gpus:
@@ -123,7 +158,7 @@ def main() -> int:
     if seen != set(by_index.values()):
         print("  not every GPU was used exactly once:", seen)
         ok = False
-    ok = busy_gpu_is_seen(engine, who, pool, data) and ok
+    ok = busy_gpu_is_seen(engine, who, pool, gpus, data) and ok
     print("RESULT:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 

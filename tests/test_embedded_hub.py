@@ -71,7 +71,8 @@ def test_gpuhub_up_demo_secure_default(tmp_path):
         api = requests.Session()
         api.headers["Authorization"] = f"token {r.json()['token']}"
         me = api.get(f"{url}/services/gpuhub/api/v1/me", timeout=10).json()
-        assert me == {"name": "alice", "teams": ["vision"], "leads": [], "admin": False,
+        # the demo makes alice the lead of her team
+        assert me == {"name": "alice", "teams": ["vision"], "leads": ["vision"], "admin": False,
                       "can_submit": True}
         teams = api.get(f"{url}/services/gpuhub/api/v1/teams", timeout=10).json()["teams"]
         assert [(t["name"], t["quotas"]["default"]["nominal"]) for t in teams] == [("vision", 2)]

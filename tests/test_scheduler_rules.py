@@ -877,6 +877,42 @@ def test_unhealthy_node_under_a_nomination_is_not_used():
             assert broken not in nodes_of(placement), f"{wid} admitted on unhealthy {broken}"
 
 
+@pytest.mark.parametrize("finish_first", [False, True], ids=["running", "finished"])
+def test_drained_node_takes_no_new_work_and_running_work_runs_on(finish_first):
+    s = sched([node("n1", 4), node("n2", 4)], [team("a", 8)])
+    start(s, wl("j", "a", 2, on="n1"))
+    s.set_node(replace(s.state.nodes["n1"], drained=True))
+    if finish_first:
+        s.finished("j", 5.0)
+    submit(s, *[wl(f"f{i}", "a", 2, t=10.0) for i in range(3)])
+    result = s.step(10.0)
+    assert not result.of_type(ev.EVICTED) and not result.of_type(ev.PREEMPTED)
+    assert ("j" in s.state.running) is not finish_first
+    placed = admitted(result)
+    assert sorted(placed) == ["f0", "f1"]
+    assert all(nodes_of(p) == ["n2"] for p in placed.values())
+    assert "f2" in result.waiting
+    # undrained: the waiting work goes there
+    s.set_node(replace(s.state.nodes["n1"], drained=False))
+    assert nodes_of(admitted(s.step(11.0))["f2"]) == ["n1"]
+
+
+def test_work_on_a_drained_node_is_not_preempted_for_nothing():
+    # b borrows all of n1 (drained) and n2; o reclaims: only victims on n2
+    # free GPUs o may use.
+    s = sched([node("n1", 2), node("n2", 2)], [team("o", 2), team("b", 2)])
+    start(s, *[wl(f"b{i}", "b", 1, t=float(i)) for i in range(4)], now=4.0)
+    on_n1 = {wid for wid, r in s.state.running.items() if nodes_of(r.placement) == ["n1"]}
+    s.set_node(replace(s.state.nodes["n1"], drained=True))
+    submit(s, wl("x", "o", 2, t=100.0))
+    victims = set()
+    for e in settle(s, 100.0 + DELAY):
+        if e.type == ev.PREEMPTED:
+            victims.add(e.workload_id)
+    assert victims and not victims & on_n1
+    assert nodes_of(s.state.running["x"].placement) == ["n2"]
+
+
 # ---- messages --------------------------------------------------------------
 
 @pytest.mark.parametrize(

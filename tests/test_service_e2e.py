@@ -68,6 +68,10 @@ def test_borrowing_reclaim_requeue_and_usage_ledger(hub):
     types = [e["type"] for e in alice.get(f"/workloads/{victim['id']}/events").json()["events"]]
     assert types.index("preempted") < types.index("requeued") < types.index("finished")
     assert types.count("admitted") == 2
+    # The preemption is in the audit log, saying for whom.
+    [entry] = hub.client("root-admin").get("/audit", params={"action": "preempt",
+                                                             "target": victim["id"]}).json()["entries"]
+    assert entry["actor"] == "scheduler" and entry["detail"]["preemptor"] == b_job["id"]
     # The second attempt resumed from the checkpoint the first one wrote.
     trace = read_trace(os.path.join(victim["checkpoint_dir"], "trace"))
     stop = [t for t in trace if t[0] == "stop"][0]

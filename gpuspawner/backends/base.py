@@ -31,6 +31,18 @@ class LaunchSpec:
     time_limit: Optional[float] = None
     grace_period: float = 30.0
     checkpoint_dir: Optional[str] = None
+    # Where the scheduler placed it and whose it is, for cluster backends
+    # (Kubernetes, Slurm) that run it on those nodes and label it.
+    placement: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU numbers on it)
+    pool: str = ""
+    team: str = ""
+    user: str = ""
+    priority: str = ""
+    gpus_per_node: int = 0
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(node for node, _ in self.placement)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ CUSTOM_SCOPES = {
     "custom:gpuhub:submit": {"description": "Submit GPU work and manage your own workloads."},
     "custom:gpuhub:team-admin": {"description": "Manage every workload of your team."},
     "custom:gpuhub:admin": {"description": "Administer GPU Hub: pools, quotas, everyone's work."},
+    "custom:gpuhub:invoke": {"description": "Call your teams' model endpoints (and nothing else)."},
 }
 SERVICE_ACCESS = "access:services!service=gpuhub"
 # What tokens the scheduler service issues through OAuth may carry.
 OAUTH_SCOPES = ["custom:gpuhub:submit", "custom:gpuhub:team-admin", "custom:gpuhub:admin",
-                SERVICE_ACCESS]
+                "custom:gpuhub:invoke", SERVICE_ACCESS]
 # A notebook server's own token reaches the service (the CLI and the lab
 # extension use it from the server side), besides what servers need anyway.
 SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_ACCESS,
@@ -43,11 +44,22 @@ def configure_auth(c, initial_users_file: str) -> None:
                                 for group, users in first.get("groups", {}).items()}
     c.JupyterHub.load_groups.setdefault("gpuhub-admins",
                                         {"users": sorted(c.Authenticator.admin_users)})
+    c.JupyterHub.load_roles = [*(c.JupyterHub.get("load_roles") or []),
+                               *lead_roles(first.get("leads", {}))]
+
+
+def lead_roles(leads: dict) -> list[dict]:
+    """A role per team whose leads (``{"vision": ["alice"]}``) manage the
+    team's work and see it in the admin panel."""
+    return [{"name": f"gpuhub-lead-{team}", "users": sorted(users),
+             "scopes": [f"custom:gpuhub:team-admin!group=team-{team}"]}
+            for team, users in sorted(leads.items()) if users]
 
 
 def roles() -> list[dict]:
     return [
-        {"name": "user", "scopes": ["self", SERVICE_ACCESS, "custom:gpuhub:submit"]},
+        {"name": "user", "scopes": ["self", SERVICE_ACCESS, "custom:gpuhub:submit",
+                                    "custom:gpuhub:invoke"]},
         # GPU Hub admins are the members of the group gpuhub-admins (JupyterHub's
         # own admin role cannot be extended).
         {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
@@ -63,9 +75,15 @@ def configure(c, *, service: dict, service_api: str, spawner_token: str) -> None
     the OAuth scopes), the spawner's token, the culler and the banner.
     ``service_api``: the service's REST API as the hub reaches it."""
     c.JupyterHub.custom_scopes = CUSTOM_SCOPES
-    c.JupyterHub.load_roles = roles()
+    # Team leads' roles come from configure_auth, which may run first.
+    c.JupyterHub.load_roles = roles() + [r for r in (c.JupyterHub.get("load_roles") or [])
+                                         if r["name"].startswith("gpuhub-lead-")]
+    # The hub's pages link to the admin panel (templates/page.html).
+    c.JupyterHub.template_paths = [os.path.join(os.path.dirname(__file__), "templates")]
+    # The panel is part of the platform: no "authorize access" page.
     c.JupyterHub.services = [{"name": "gpuhub", "display": True, **service,
-                              "oauth_client_allowed_scopes": OAUTH_SCOPES}]
+                              "oauth_client_allowed_scopes": OAUTH_SCOPES,
+                              "oauth_no_confirm": True}]
     # The spawner asks the service for GPUs on users' behalf with its own token.
     c.JupyterHub.services.append({"name": "gpuhub-spawner", "api_token": spawner_token})
     c.JupyterHub.load_roles.append(

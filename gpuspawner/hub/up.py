@@ -17,8 +17,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HUB_CONFIG = os.path.join(ROOT, "hub_config", "jupyterhub_config.py")
 
 DEMO_TEAMS = {
-    "vision": {"users": ["alice", "bob"], "quotas": {"nominal": 2, "borrowing_limit": 2}},
-    "nlp": {"users": ["carol", "dave"], "quotas": {"nominal": 2, "borrowing_limit": 2}},
+    "vision": {"users": ["alice", "bob"], "lead": "alice",
+               "quotas": {"nominal": 2, "borrowing_limit": 2}},
+    "nlp": {"users": ["carol", "dave"], "lead": "carol",
+            "quotas": {"nominal": 2, "borrowing_limit": 2}},
 }
 
 
@@ -37,6 +39,7 @@ def initial_users(data_dir: str, admin: str, demo: bool, pool: str) -> tuple[dic
         for team, t in DEMO_TEAMS.items():
             spec["groups"][f"team-{team}"] = t["users"]
             spec["teams"][team] = {"quotas": {pool: t["quotas"]}}
+            spec.setdefault("leads", {})[team] = [t["lead"]]
             for user in t["users"]:
                 spec["users"][user] = _password()
         spec["groups"]["team-vision"].append(admin)
@@ -65,7 +68,8 @@ def up(args) -> int:
         print(f"Users from the first start are in {os.path.join(data_dir, 'initial-users.json')}.")
     for name, password in spec["users"].items():
         role = "admin" if name in spec["admins"] else ", ".join(
-            g for g, members in spec["groups"].items() if name in members)
+            [g for g, members in spec["groups"].items() if name in members]
+            + [f"lead of {t}" for t, leads in spec.get("leads", {}).items() if name in leads])
         print(f"  {name:10s} {password if created else '(see file)':20s} {role}")
     print("New users sign up at /hub/signup; an admin approves them at /hub/authorize.")
     sys.stdout.flush()

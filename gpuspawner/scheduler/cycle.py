@@ -79,6 +79,7 @@ class _Cycle:
         # pool -> [(end, placement)] admitted in this cycle, sorted by end
         self.admitted_ends: dict[str, list[tuple[float, Placement]]] = {}
         self.unavailable: set[str] = set()       # running work already leaving
+        self.not_victims: set[str] = set()
         self.preempt_tried: set[tuple[str, str]] = set()
         self.failed: dict[tuple, int] = {}       # placement shape -> smallest size that failed
         self.quota_blocked: dict[tuple[str, str], tuple[int, str]] = {}
@@ -203,6 +204,8 @@ class _Cycle:
     # ---- the cycle -------------------------------------------------------
     def run(self) -> CycleResult:
         self.evict_from_unhealthy()
+        # Preempting work on a drained node would free GPUs nobody may use.
+        self.not_victims = set(self.state.on_drained_nodes())
         self.admit_ready_nominations()
         # Workloads holding a reservation from earlier cycles go first, so the
         # nodes drained for them are not given to someone else at the last moment.
@@ -233,12 +236,13 @@ class _Cycle:
                 message="its node or GPU became unhealthy; requeued"))
 
     def admit_ready_nominations(self) -> None:
-        usable = self.state.usable
+        placeable = self.state.placeable
         for wid, nom in self.state.nominations.items():
-            if not all(usable(node, g) for node, gpus in nom.placement for g in gpus):
+            if not all(placeable(node, g) for node, gpus in nom.placement for g in gpus):
                 self.result.events.append(ev.Event(
                     ev.NOMINATION_DROPPED, wid, self.now,
-                    message="the GPUs set aside for it became unhealthy; it waits again"))
+                    message="the GPUs set aside for it became unhealthy or their node was "
+                            "drained; it waits again"))
             elif nom.ready:
                 self.result.events.append(ev.Event(
                     ev.ADMITTED, wid, self.now, placement=nom.placement,
@@ -409,7 +413,9 @@ class _Cycle:
         self.version += 1
         if w.kind == JOB and self.now - w.submit_time < self.policy.preemption_delay:
             return False
-        cands = candidates(w, self.catalog, self.ledger, self.policy, self.shares, self.unavailable)
+        cands = candidates(w, self.catalog, self.ledger, self.policy, self.shares,
+                           self.unavailable | self.not_victims if self.not_victims
+                           else self.unavailable)
         _shape, limits = self.shape_of(w)
         plan = plan_preemption(w, self.selector(w), self.index, self.ledger, cands,
                                self.catalog, limits)
@@ -467,7 +473,7 @@ class _Cycle:
                     yield end, running[wid].placement
 
         def usable(node: str, gpu: int) -> bool:
-            return (node, gpu) not in set_aside and state.usable(node, gpu)
+            return (node, gpu) not in set_aside and state.placeable(node, gpu)
 
         free_now = {n: len(self.index.free[n]) for n in self.index.nodes_in(w.pool)}
         reservation = find_reservation(

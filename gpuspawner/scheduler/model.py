@@ -69,11 +69,16 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=dict)
     healthy: bool = True
     unhealthy_gpus: frozenset[int] = frozenset()
+    drained: bool = False
 
     def usable_gpus(self) -> tuple[int, ...]:
         if not self.healthy:
             return ()
         return tuple(i for i in range(self.gpus) if i not in self.unhealthy_gpus)
+
+    def placeable_gpus(self) -> tuple[int, ...]:
+        """GPUs new work may be placed on."""
+        return () if self.drained else self.usable_gpus()
 
     def matches(self, selector: Mapping[str, str]) -> bool:
         return all(self.labels.get(k) == v for k, v in selector.items())

@@ -88,7 +88,7 @@ class ClusterState:
             self.unhealthy_nodes.add(node.name)
         else:
             self.unhealthy_nodes.discard(node.name)
-        free = [g for g in node.usable_gpus()
+        free = [g for g in node.placeable_gpus()
                 if (node.name, g) not in self.owner and (node.name, g) not in self.set_aside]
         self.index.add_node(node, free)
         self.capacity[node.pool] = self.capacity.get(node.pool, 0) + len(node.usable_gpus())
@@ -268,7 +268,7 @@ class ClusterState:
                 nominee = self.set_aside.get(key)
                 if nominee is not None:
                     self.nominations[nominee].outstanding.discard(key)
-                elif self.usable(node, g):
+                elif self.placeable(node, g):
                     give.append(g)
             if give:
                 self.index.give(node, give)
@@ -300,7 +300,7 @@ class ClusterState:
             for g in gpus:
                 key = (node, g)
                 del self.set_aside[key]
-                if key not in nom.outstanding and self.usable(node, g):
+                if key not in nom.outstanding and self.placeable(node, g):
                     back.append(g)
             if back:
                 self.index.give(node, back)
@@ -313,6 +313,18 @@ class ClusterState:
     def usable(self, node: str, gpu: int) -> bool:
         n = self.nodes.get(node)
         return n is not None and n.healthy and gpu not in n.unhealthy_gpus and gpu < n.gpus
+
+    def placeable(self, node: str, gpu: int) -> bool:
+        """Usable and on a node that takes new work (not drained)."""
+        return self.usable(node, gpu) and not self.nodes[node].drained
+
+    def on_drained_nodes(self) -> list[str]:
+        """Running workloads on drained nodes: they run on, but stopping
+        them frees nothing new work could use."""
+        drained = {name for name, n in self.nodes.items() if n.drained}
+        if not drained:
+            return []
+        return sorted({wid for (node, _g), wid in self.owner.items() if node in drained})
 
     def on_unhealthy_hardware(self) -> list[str]:
         """Running workloads holding a GPU that is no longer usable."""

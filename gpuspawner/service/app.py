@@ -21,7 +21,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from sqlalchemy import select
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Dict, Float, Integer, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from ..backends.local import LocalBackend
@@ -29,10 +29,16 @@ from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
+from . import admin_api, endpoints
 from . import handlers as h
+from ..backends.kube_config import KubernetesJobs
+from .cluster import kubernetes_backend, record_nodes
 from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import Identity, identity_from_model
 from .metrics import ServiceMetrics
+from .panel.base import environment as panel_environment
+from .panel.pages import PANEL_ROUTES
+from .serving_controller import ServingController
 from .specs import Limits
 
 OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
@@ -46,8 +52,17 @@ API_ROUTES = [
     ("/workloads/{id}/cancel", h.CancelHandler),
     ("/workloads/{id}/release", h.ReleaseHandler),
     ("/workloads/{id}/events", h.EventsHandler),
+    ("/workloads/{id}/hold", admin_api.HoldHandler),
+    ("/workloads/{id}/unhold", admin_api.UnholdHandler),
+    ("/workloads/{id}/priority", admin_api.PriorityHandler),
     ("/workloads/{id}/logs", h.LogsHandler),
     ("/pools", h.PoolsHandler),
+    ("/pools/{name}", admin_api.PoolHandler),
+    ("/nodes/{name}", admin_api.NodeHandler),
+    ("/nodes/{name}/gpus/{index}", admin_api.NodeGpuHandler),
+    ("/deployments", endpoints.DeploymentsHandler),
+    ("/deployments/{team}/{name}", endpoints.DeploymentHandler),
+    ("/deployments/{team}/{name}/{action}", endpoints.DeploymentActionHandler),
     ("/teams", h.TeamsHandler),
     ("/teams/{name}", h.TeamHandler),
     ("/usage", h.UsageHandler),
@@ -61,7 +76,9 @@ API_ROUTES = [
 # Who the service is when it acts by itself (reconciliation).
 SERVICE_IDENTITY = Identity("gpuhub-service", admin=True, can_submit=True)
 PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})",
-               "{nid}": r"([0-9]{1,12})"}
+               "{nid}": r"([0-9]{1,12})", "{index}": r"([0-9]{1,4})",
+               "{team}": r"([A-Za-z0-9._-]{1,128})",
+               "{action}": r"(promote|rollback|traffic|scale)"}
 
 
 def route_regex(path: str) -> str:
@@ -74,7 +91,7 @@ def route_regex(path: str) -> str:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory]
+    classes = [Inventory, KubernetesJobs]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
@@ -142,6 +159,20 @@ class GpuHubService(Application):
                 "vision": {"weight": 2, "quotas": {"a100": {"nominal": 4, "borrowing_limit": 4}}},
                 "nlp": {"quotas": {"a100": {"nominal": 4, "lending_limit": 2}}},
             }
+        """).tag(config=True)
+
+    gpu_hour_prices = Dict(help="""
+        The price of one GPU-hour per pool, for the admin panel's usage and
+        cost page and its CSV export. Applied at start to pools that have no
+        price yet; afterwards admins change prices on that page (audited).
+
+        Example::
+
+            c.GpuHubService.gpu_hour_prices = {"a100": 2.40, "t4": 0.35}
+        """).tag(config=True)
+
+    currency = Unicode("USD", help="""
+        The currency of ``gpu_hour_prices``, shown next to every cost.
         """).tag(config=True)
 
     default_quota = Dict({"nominal": 0, "borrowing_limit": None, "lending_limit": None}, help="""
@@ -241,6 +272,16 @@ class GpuHubService(Application):
 
     generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
 
+    backend = Enum(["local", "kubernetes"], "local", help="""
+        Where jobs run. ``local``: processes on this host under a supervisor,
+        on the GPUs NVML (or ``Inventory.declared``) reports. ``kubernetes``:
+        batch/v1 Jobs on the cluster the service runs in (or $KUBECONFIG's),
+        on the GPU nodes the cluster reports; configure with
+        ``c.KubernetesJobs`` (docs/deploy-kubernetes.md).
+
+        Example: ``c.GpuHubService.backend = "kubernetes"``
+        """).tag(config=True)
+
     # ---- start -----------------------------------------------------------
     def initialize(self, argv=None) -> None:
         super().initialize(argv)
@@ -252,11 +293,21 @@ class GpuHubService(Application):
         os.makedirs(self.data_dir, exist_ok=True)
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
-        self.source, gpus = self.inventory.discover()
-        nodes = local_nodes(gpus, self.node_name)
-        self._record_inventory(nodes, gpus)
+        if self.backend == "kubernetes":
+            backend, nodes = kubernetes_backend(self)
+            self.source = "kubernetes"
+            record_nodes(self.store, nodes, self.source)
+        else:
+            backend = LocalBackend()
+            self.source, gpus = self.inventory.discover()
+            nodes = local_nodes(gpus, self.node_name)
+            self._record_inventory(nodes, gpus)
+        nodes = self._with_admin_state(nodes)
+        if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
+            self.default_pool = nodes[0].node.pool
         self._seed_teams()
-        self.engine = Engine(self.store, LocalBackend(), nodes, replace(get_policy(self.policy), preemption_delay=self.preemption_delay),
+        policy = replace(get_policy(self.policy), preemption_delay=self.preemption_delay)
+        self.engine = Engine(self.store, backend, nodes, policy,
                              EngineConfig(data_dir=self.data_dir,
                                           team_prefix=self.team_group_prefix,
                                           default_quota=Quota(**self.default_quota),
@@ -266,32 +317,39 @@ class GpuHubService(Application):
                                           max_lost_attempts=self.max_lost_attempts))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
+        self.serving = ServingController(self.engine)
         self._groups: dict[str, tuple[float, list[str]]] = {}
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
+        """This host's nodes, then what NVML (or the declared list) says of
+        each GPU behind them."""
+        record_nodes(self.store, nodes, self.source)
         by_index = {g.index: g for g in gpus}
-        now = time.time()
         with self.store.transaction() as s:
             for ln in nodes:
-                n = ln.node
-                if s.get(PoolRow, n.pool) is None:
-                    s.add(PoolRow(name=n.pool))
-                    s.flush()
-                row = s.get(NodeRow, n.name) or NodeRow(name=n.name)
-                row.pool, row.gpus, row.healthy = n.pool, n.gpus, True
-                row.source, row.updated_at = self.source, now
-                row.labels = row.labels or {}
-                row.topology = row.topology or {}
-                s.add(row)
-                s.flush()
                 for i, device in enumerate(ln.devices):
                     g = by_index[device]
-                    gr = s.get(GpuRow, (n.name, i)) or GpuRow(node=n.name, index=i)
+                    gr = s.get(GpuRow, (ln.node.name, i))
                     gr.uuid, gr.model, gr.memory_mib = g.uuid, g.model, g.memory_mib
                     gr.healthy, gr.health_reason = g.healthy, g.health_reason
-                    s.add(gr)
-        if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
-            self.default_pool = nodes[0].node.pool
+
+    def _with_admin_state(self, nodes: list[LocalNode]) -> list[LocalNode]:
+        """The nodes as admins left them: drains and GPUs taken out of
+        service outlive restarts. Also prices the pools not priced yet."""
+        with self.store.transaction() as s:
+            drained = {n.name for n in s.scalars(select(NodeRow).where(NodeRow.drained))}
+            marked = {(g.node, g.index) for g in s.scalars(select(GpuRow).where(GpuRow.admin_mark != ""))}
+            for pool, price in self.gpu_hour_prices.items():
+                row = s.get(PoolRow, pool)
+                if row is not None and not row.price_per_gpu_hour:
+                    row.price_per_gpu_hour = float(price)
+        out = []
+        for ln in nodes:
+            n = ln.node
+            extra = frozenset(i for (node, i) in marked if node == n.name)
+            out.append(LocalNode(replace(n, drained=n.name in drained,
+                                         unhealthy_gpus=n.unhealthy_gpus | extra), ln.devices))
+        return out
 
     def _seed_teams(self) -> None:
         now = time.time()
@@ -339,6 +397,18 @@ class GpuHubService(Application):
         self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
         return groups
 
+    async def group_members(self, group: str) -> list[str]:
+        """Who is in a hub group (a team's members), [] if the hub does not say."""
+        auth = HubOAuth.instance()
+        req = httpclient.HTTPRequest(f"{auth.api_url}/groups/{quote(group)}",
+                                     headers={"Authorization": f"token {auth.api_token}"})
+        try:
+            resp = await httpclient.AsyncHTTPClient().fetch(req)
+        except (httpclient.HTTPClientError, OSError) as e:
+            self.log.warning("could not read group %s from the hub: %s", group, e)
+            return []
+        return sorted(json.loads(resp.body).get("users") or [])
+
     async def reconcile_servers(self) -> list[str]:
         """Release notebook workloads whose server the hub no longer has."""
         now = time.time()
@@ -368,7 +438,8 @@ class GpuHubService(Application):
 
     def gpus_view(self) -> list[dict]:
         state = self.engine.scheduler.state
-        sample = self.inventory.sample()
+        # Utilisation comes from this host's NVML; cluster nodes report none.
+        sample = self.inventory.sample() if self.backend == "local" else {}
         owners = {wid for wid in state.owner.values()}
         with self.store.session() as s:
             rows = {r.id: r for r in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(owners)))}
@@ -411,7 +482,8 @@ class GpuHubService(Application):
                            "source": n.source,
                            "devices": [{"index": g.index, "uuid": g.uuid, "model": g.model,
                                         "memory_mib": g.memory_mib, "healthy": g.healthy,
-                                        "health_reason": g.health_reason}
+                                        "health_reason": g.health_reason,
+                                        "admin_mark": g.admin_mark}
                                        for g in gpus if g.node == n.name]}
                           for n in pool_nodes],
             })
@@ -442,15 +514,31 @@ class GpuHubService(Application):
             return yaml.safe_load(f)
 
     # ---- serve -----------------------------------------------------------
+    @property
+    def cookie_secret(self) -> bytes:
+        """Signs the OAuth and panel cookies; kept in the data directory so
+        a restart does not log everyone out of the panel mid-form."""
+        path = os.path.join(self.data_dir, "cookie_secret")
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32).hex().encode())
+        with open(path, "rb") as f:
+            return f.read().strip()
+
     def make_app(self) -> web.Application:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/")
         routes = [(prefix + "api/v1" + route_regex(path), handler)
                   for path, handler in API_ROUTES]
         routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))
         routes.append((prefix + "metrics", h.MetricsHandler))
+        routes += [(prefix + "admin/" + path, handler) for path, handler in PANEL_ROUTES]
+        routes.append((prefix + r"endpoints/([A-Za-z0-9._-]{1,128})/([a-z0-9-]{1,63})/(.*)",
+                       endpoints.EndpointHandler))
         routes.append((prefix, h.IndexHandler))
-        return web.Application(routes, engine=self.engine, gpuhub=self,
-                               cookie_secret=os.urandom(32), xsrf_cookies=False)
+        return web.Application(routes, engine=self.engine, gpuhub=self, serving=self.serving,
+                               panel_templates=panel_environment(),
+                               cookie_secret=self.cookie_secret, xsrf_cookies=False)
 
     async def _reconcile_loop(self) -> None:
         while self.reconcile_interval > 0:
@@ -490,6 +578,9 @@ class GpuHubService(Application):
         loop = ioloop.IOLoop.current()
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
+        loop.add_callback(self.serving.run)
+        if hasattr(self.engine.backend, "run"):
+            loop.add_callback(self.engine.backend.run)
         for sig in (signal.SIGINT, signal.SIGTERM):
             # Jobs run on by design; state is in the database. Just stop.
             asyncio.get_event_loop().add_signal_handler(sig, loop.stop)

@@ -28,13 +28,15 @@ from ..scheduler.policy import Policy
 from ..store import (Allocation, Attempt, AuditEntry, EventRow, QuotaRow, Store, TeamRow,
                      UsageRow, WorkloadRow)
 from .identity import Identity
-from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HOLDING_STATES, QUEUED, RUNNING,
+from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HELD, HOLDING_STATES, QUEUED, RUNNING,
                       STOPPED, STOPPING, SUCCEEDED, field_for_reason, placement_from_json,
                       placement_to_json, rebuild, to_team, to_workload)
 from .specs import JobSpec, SpecError
 from .views import output_notebook
 
 log = logging.getLogger("gpuhub.engine")
+# Workloads the backend runs (notebook servers are run by the hub's spawner).
+BACKEND_KINDS = ("job", "deployment")
 
 
 class NotFound(LookupError):
@@ -84,6 +86,8 @@ class EngineConfig:
     notebook_gpu_limits: dict = field(default_factory=dict)
     # A job lost this many times (its process vanished) fails instead.
     max_lost_attempts: int = 3
+    # A serving replica that ended this many times is not restarted again.
+    max_replica_restarts: int = 5
 
 
 class Engine:
@@ -109,10 +113,10 @@ class Engine:
         with self.store.transaction() as s:
             self.scheduler, unplaceable = rebuild(s, [n.node for n in self.nodes.values()],
                                                   self.policy)
-            # Jobs only: notebook servers are run (and found again) by the hub.
+            # Not notebook servers: the hub runs (and finds again) those.
             specs = [self._launch_spec(s, row) for row in
                      s.scalars(select(WorkloadRow).where(WorkloadRow.state.in_(HOLDING_STATES),
-                                                         WorkloadRow.kind == "job"))
+                                                         WorkloadRow.kind.in_(BACKEND_KINDS)))
                      if row.id not in unplaceable]
         for wid in unplaceable:
             self._lost_without_core(wid, now, "its GPUs are no longer in the inventory")
@@ -120,7 +124,7 @@ class Engine:
             self.on_exit(x)
         with self.store.session() as s:
             stopping = s.scalars(select(WorkloadRow).where(WorkloadRow.state == STOPPING,
-                                                           WorkloadRow.kind == "job")).all()
+                                                           WorkloadRow.kind.in_(BACKEND_KINDS))).all()
         for row in stopping:
             # The stop was persisted before the restart; say it again.
             grace = (max(0.0, row.kill_at - now) if row.kill_at is not None
@@ -168,17 +172,23 @@ class Engine:
             priority=priority, time_limit=spec.time_limit, grace_period=spec.grace_period,
             spec={} if external else self._job_spec(wid, user, spec), state=QUEUED, reason="queued",
             attempt=0, preempted_by=[], submitted_at=now)
+        return self.queue_row(row, who.name)
+
+    def queue_row(self, row: WorkloadRow, actor: str) -> WorkloadRow:
+        """Validate, persist (with its event and audit entry) and queue a new
+        workload row: the end of every submission path."""
         reason = self.scheduler.validate(to_workload(row))
         if reason is not None:
             raise SpecError(field_for_reason(reason), reason)
         with self.store.transaction() as s:
             s.add(row)
             s.flush()
-            self._event(s, wid, "submitted", now, f"{spec.kind} submitted by {who.name} for "
-                                                  f"{user} to team {team}", attempt=0)
-            self._audit(s, now, who.name, "submit", wid,
-                        {"team": team, "pool": spec.pool, "gpus": row.gpus_per_node * row.num_nodes})
-        self.scheduler.submit(to_workload(row), now)
+            self._event(s, row.id, "submitted", row.submitted_at, f"{row.kind} submitted by "
+                        f"{actor} for {row.user} to team {row.team}", attempt=0)
+            self._audit(s, row.submitted_at, actor, "submit", row.id,
+                        {"team": row.team, "pool": row.pool,
+                         "gpus": row.gpus_per_node * row.num_nodes})
+        self.scheduler.submit(to_workload(row), row.submitted_at)
         self.wake()
         return row
 
@@ -189,13 +199,17 @@ class Engine:
             if not who.acts_on(row.user, row.team):
                 raise Forbidden(f"workload {wid} belongs to {row.user}; only they, a lead of team "
                                 f"{row.team} or an admin may cancel it")
-            if row.kind != "job":
+            if row.kind == "notebook":
                 raise Conflict(f"workload {wid} is a {row.kind}: stop it where it was started "
                                f"(the hub's server page), which gives its GPUs back")
+            if row.kind == "deployment" and not who.admin:
+                raise Conflict(f"workload {wid} is a replica of a deployment: scale or delete "
+                               f"the deployment instead")
             if row.state in FINAL_STATES:
                 raise Conflict(f"workload {wid} has already {row.state}")
             self._audit(s, now, who.name, "cancel", wid, {"state": row.state})
-            if row.state == QUEUED:
+            was = row.state
+            if row.state in (QUEUED, HELD):
                 row.state, row.finished_at = CANCELLED, now
                 row.reason = f"cancelled by {who.name} while queued"
                 row.nomination = None
@@ -208,7 +222,8 @@ class Engine:
                 self._event(s, wid, "cancel-requested", now, row.reason, attempt=row.attempt)
                 stop = (row.attempt, self._grace(row))
         if stop is None:
-            self.scheduler.cancel(wid, now)
+            if was == QUEUED:
+                self.scheduler.cancel(wid, now)
             self._reasons.pop(wid, None)
         else:
             self.backend.stop(wid, stop[0], stop[1])
@@ -270,14 +285,26 @@ class Engine:
                 if node in self.nodes for g in gpus]
 
     def set_team(self, who: Identity, name: str, weight: Optional[float],
-                 quotas: Optional[dict[str, Quota]]) -> None:
+                 quotas: Optional[dict[str, Quota]]) -> list[str]:
+        """Change a team's weight and quotas; returns warnings (the change
+        is made) and raises SpecError for a change that cannot work."""
         if not who.admin:
             raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
         now = self.clock()
-        for pool in quotas or {}:
-            if pool not in self.scheduler.state.capacity:
+        capacity = self.scheduler.state.capacity
+        for pool, q in (quotas or {}).items():
+            if pool not in capacity:
                 raise SpecError(f"quotas.{pool}", f"unknown pool {pool!r}; known pools: "
-                                f"{', '.join(sorted(self.scheduler.state.capacity))}")
+                                f"{', '.join(sorted(capacity))}")
+            total = sum(n.gpus for n in self.scheduler.state.nodes.values() if n.pool == pool)
+            if q.nominal > total:
+                raise SpecError(f"quotas.{pool}.nominal", f"{q.nominal} GPUs cannot be "
+                                f"guaranteed: pool {pool} has {total} GPUs in all")
+            if q.lending_limit is not None and q.lending_limit > q.nominal:
+                raise SpecError(f"quotas.{pool}.lending_limit", f"{q.lending_limit} is more "
+                                f"than the team's nominal quota ({q.nominal}): a team lends "
+                                f"only from its own idle nominal quota")
+        warnings = []
         with self.store.transaction() as s:
             team = self._ensure_team(name, now, s)
             before = {"weight": team.weight, "quotas": {q.pool: [q.nominal, q.borrowing_limit,
@@ -296,7 +323,16 @@ class Engine:
                 "before": before, "after": {"weight": team.weight, "quotas": {
                     q.pool: [q.nominal, q.borrowing_limit, q.lending_limit] for q in after_rows}}})
             self.scheduler.set_team(to_team(team, after_rows))
+            nominal: dict[str, int] = {}
+            for q in s.scalars(select(QuotaRow)):
+                nominal[q.pool] = nominal.get(q.pool, 0) + q.nominal
+        for pool in sorted(quotas or {}):
+            if nominal.get(pool, 0) > capacity.get(pool, 0):
+                warnings.append(f"the nominal quotas of pool {pool} add up to {nominal[pool]} "
+                                f"GPUs but it has {capacity.get(pool, 0)} healthy: not every "
+                                f"team can have its guarantee at once")
         self.wake()
+        return warnings
 
     # ---- the loop --------------------------------------------------------
     def tick(self) -> None:
@@ -308,6 +344,12 @@ class Engine:
     def _tick(self) -> None:
         for x in self.backend.poll():
             self.on_exit(x)
+        # Cluster backends see nodes fail or get cordoned; the next cycle
+        # requeues work on broken ones and places nothing new there.
+        for node in getattr(self.backend, "take_node_changes", lambda: [])():
+            if node.name in self.nodes:
+                self.nodes[node.name].node = node
+                self.scheduler.set_node(node)
         now = self.clock()
         result = self.scheduler.cycle(now, explain=True)
         changed = {w: r for w, r in result.waiting.items() if self._reasons.get(w) != r}
@@ -361,6 +403,10 @@ class Engine:
             row.state, row.preempted_for, row.kill_at = STOPPING, e.preemptor_id, e.kill_at
             row.reason = e.message
             data = {"preemptor": e.preemptor_id, "kill_at": e.kill_at}
+            # Preemptions are decisions about people's work: audited like an admin's.
+            self._audit(s, now, "scheduler", "preempt", row.id,
+                        {"preemptor": e.preemptor_id, "team": row.team, "user": row.user,
+                         "reason": e.message})
         elif e.type == ev.EVICTED:
             self._end_attempt(s, row, now, "evicted", None, e.message)
             if row.kind == "job":
@@ -375,7 +421,7 @@ class Engine:
     def _act(self, e: ev.Event, now: float) -> None:
         state = self.scheduler.state
         w = state.running.get(e.workload_id) or state.pending.get(e.workload_id)
-        if w is None or getattr(w, "workload", w).kind != "job":
+        if w is None or getattr(w, "workload", w).kind not in BACKEND_KINDS:
             return  # a server: its spawner starts and stops it, seeing the decision in the API
         if e.type == ev.ADMITTED:
             with self.store.session() as s:
@@ -409,6 +455,15 @@ class Engine:
             elif preempted:
                 requeue, outcome = True, "preempted"
                 msg = f"preempted for {row.preempted_for}; requeued as attempt {row.attempt + 1}"
+            elif row.kind == "deployment" and row.attempt + 1 < self.config.max_replica_restarts:
+                # A serving replica never ends by itself: replace it.
+                requeue, outcome = True, "lost" if x.reason == LOST else "failed"
+                msg = (f"replica ended ({describe_returncode(x.returncode, x.reason)}); "
+                       f"replaced by attempt {row.attempt + 1}")
+            elif row.kind == "deployment":
+                state, outcome = FAILED, "failed"
+                msg = (f"replica ended ({describe_returncode(x.returncode, x.reason)}) "
+                       f"{self.config.max_replica_restarts} times; not restarted again")
             elif x.reason == LOST and self._lost_before(s, row.id) + 1 >= self.config.max_lost_attempts:
                 state, outcome = FAILED, "lost"
                 msg = (f"attempt {row.attempt} was lost; lost {self.config.max_lost_attempts} "
@@ -570,7 +625,9 @@ class Engine:
                           argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
                           cwd=cwd, env=env, gpus=devices, time_limit=row.time_limit,
                           grace_period=self._grace(row),
-                          checkpoint_dir=spec["checkpoint_dir"])
+                          checkpoint_dir=spec["checkpoint_dir"], placement=placement,
+                          pool=row.pool, team=row.team, user=row.user, priority=row.priority,
+                          gpus_per_node=row.gpus_per_node)
 
     @staticmethod
     def _event(s: Session, wid: str, type_: str, now: float, message: str,

@@ -3,6 +3,7 @@ errors to status codes. No scheduling logic lives here."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import time
@@ -21,10 +22,13 @@ from .engine import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .rebuild import STATES
 from .specs import SpecError, parse_job, parse_server
-from .usage import usage_report
+from .accounting import to_csv
+from .usage import culls, usage_report
 
 
-class APIHandler(HubOAuthenticated, web.RequestHandler):
+class ServiceAccess:
+    """What every handler of the service reaches: the engine and the app."""
+
     @property
     def engine(self):
         return self.settings["engine"]
@@ -33,6 +37,8 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     def gpuhub(self):
         return self.settings["gpuhub"]
 
+
+class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
@@ -266,8 +272,9 @@ class TeamHandler(APIHandler):
         if not self.identity.admin:
             raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
         weight, quotas = parse_team(self.json_body())
-        self.engine.set_team(self.identity, name, weight, quotas)
-        self.get(name)
+        warnings = self.engine.set_team(self.identity, name, weight, quotas)
+        team = next(t for t in self.gpuhub.teams_view(self.identity) if t["name"] == name)
+        self.write_json({**team, "warnings": warnings})
 
     patch = put
 
@@ -305,21 +312,47 @@ def parse_team(body: Any) -> tuple[Optional[float], dict[str, Quota]]:
 
 
 class UsageHandler(APIHandler):
+    """GPU-hours and cost per group over a window; ``format=csv`` for finance."""
+
     def get(self):
         now = self.engine.clock()
-        try:
-            start = float(self.get_argument("from", str(now - 30 * 86400)))
-            end = float(self.get_argument("to", str(now)))
-        except ValueError:
-            raise SpecError("from", "'from' and 'to' are UNIX times in seconds")
+        start = parse_time(self.get_argument("from", None), "from", now - 30 * 86400)
+        end = parse_time(self.get_argument("to", None), "to", now)
         if end < start:
             raise SpecError("to", "must not be before 'from'")
         group_by = self.get_argument("group_by", "team")
+        teams = None if self.identity.admin else sorted(self.identity.teams | self.identity.leads)
         with self.engine.store.session() as s:
-            report = usage_report(s, start, end, now, group_by,
-                                  None if self.identity.admin else
-                                  sorted(self.identity.teams | self.identity.leads))
+            report = usage_report(s, start, end, now, group_by, teams,
+                                  self.get_argument("series_by", ""))
+            if self.identity.admin:
+                report["culler"] = culls(s, start, end)
+        report["currency"] = self.gpuhub.currency
+        if self.get_argument("format", "json") == "csv":
+            self.set_header("Content-Type", "text/csv; charset=UTF-8")
+            self.set_header("Content-Disposition", 'attachment; filename="gpuhub-usage.csv"')
+            self.finish(to_csv(report["rows"], report["group_by"], self.gpuhub.currency))
+            return
         self.write_json(report)
+
+
+def parse_time(value: Optional[str], name: str, default: float) -> float:
+    """A UNIX time in seconds, an ISO date (``2026-11-01``, midnight UTC) or
+    an ISO date and time."""
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise SpecError(name, f"{value!r} is neither a UNIX time in seconds nor an ISO date "
+                              f"such as 2026-11-01 or 2026-11-01T12:00:00Z")
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return t.timestamp()
 
 
 class AdminHandler(APIHandler):
@@ -445,13 +478,15 @@ class OpenAPIHandler(web.RequestHandler):
 
 
 class IndexHandler(web.RequestHandler):
-    """What a person who clicks the service in the hub's menu sees, until the
-    admin panel exists: where the API and its documentation are."""
+    """What a person who clicks the service in the hub's menu sees: the admin
+    panel (for admins and team leads) and where the API is."""
 
     def get(self):
         api = self.settings["gpuhub"].api_prefix
+        panel = api.rsplit("api/v1/", 1)[0] + "admin/"
         self.finish(f"""<!doctype html><title>GPU Hub</title>
 <h1>GPU Hub scheduler service</h1>
+<p>Admin panel (admins and team leads): <a href="{panel}">{panel}</a>.</p>
 <p>REST API: <code>{api}</code> (send <code>Authorization: token &lt;your JupyterHub
 token&gt;</code>; get one at <a href="/hub/token">/hub/token</a>).</p>
 <p>API reference: <a href="{api}openapi.json">{api}openapi.json</a> (OpenAPI 3).</p>

@@ -13,13 +13,14 @@ from ..scheduler.model import Node, Quota, Team, Workload
 from ..store import Attempt, QuotaRow, TeamRow, UsageRow, WorkloadRow
 
 QUEUED = "queued"
+HELD = "held"  # queued, but not considered until released
 RUNNING = "running"
 STOPPING = "stopping"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED = "cancelled"
 STOPPED = "stopped"  # a notebook server or deployment that was shut down
-ACTIVE_STATES = (QUEUED, RUNNING, STOPPING)
+ACTIVE_STATES = (QUEUED, HELD, RUNNING, STOPPING)
 HOLDING_STATES = (RUNNING, STOPPING)
 FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, STOPPED)
 STATES = ACTIVE_STATES + FINAL_STATES

@@ -1,5 +1,6 @@
-"""GPU-seconds over a time window, from the usage ledger plus the attempts
-still running (counted up to now)."""
+"""Usage reports from the database: the usage ledger plus the attempts still
+running (counted up to now), priced per pool. The arithmetic is in
+``accounting``; this module only reads rows."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -7,50 +8,67 @@ from typing import Optional, Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..store import Attempt, UsageRow, WorkloadRow
+from ..store import Attempt, AuditEntry, PoolRow, UsageRow, WorkloadRow
+from . import accounting
+from .accounting import GROUPS, Interval  # noqa: F401  (GROUPS: the API's choices)
 from .specs import SpecError
 from .views import iso
 
-GROUPS = ("team", "user", "project", "pool", "kind")
 
-
-def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
-    return max(0.0, min(a1, b1) - max(a0, b0))
-
-
-def usage_report(s: Session, start: float, end: float, now: float, group_by: str,
-                 teams: Optional[Sequence[str]]) -> dict:
-    keys = group_by.split(",")
-    bad = [k for k in keys if k not in GROUPS]
-    if bad:
-        raise SpecError("group_by", f"unknown key {bad[0]!r}; use any of {', '.join(GROUPS)}")
-    totals: dict[tuple, list[float]] = {}
-
-    def add(values: dict, gpus: int, borrowed: int, a0: float, a1: float) -> None:
-        seconds = _overlap(a0, a1, start, end)
-        if seconds <= 0:
-            return
-        key = tuple(values[k] for k in keys)
-        t = totals.setdefault(key, [0.0, 0.0])
-        t[0] += gpus * seconds
-        t[1] += borrowed * seconds
-
+def usage_intervals(s: Session, start: float, end: float, now: float,
+                    teams: Optional[Sequence[str]]) -> list[Interval]:
+    out = []
     q = select(UsageRow).where(UsageRow.ended_at >= start, UsageRow.started_at <= end)
     if teams is not None:
         q = q.where(UsageRow.team.in_(teams))
     for u in s.scalars(q):
-        borrowed = u.borrowed_gpu_seconds / max(u.ended_at - u.started_at, 1e-9) / max(u.gpus, 1)
-        add({"team": u.team, "user": u.user, "project": u.project, "pool": u.pool,
-             "kind": u.kind}, u.gpus, borrowed * u.gpus, u.started_at, u.ended_at)
+        length = max(u.ended_at - u.started_at, 1e-9)
+        out.append(Interval(u.team, u.user, u.project, u.pool, u.kind, u.gpus, u.started_at,
+                            u.ended_at, u.borrowed_gpu_seconds / length))
     q = (select(Attempt, WorkloadRow).join(WorkloadRow, WorkloadRow.id == Attempt.workload_id)
-         .where(Attempt.state == "running"))
+         .where(Attempt.state == "running", Attempt.started_at <= end))
     if teams is not None:
         q = q.where(WorkloadRow.team.in_(teams))
     for a, w in s.execute(q):
-        add({"team": w.team, "user": w.user, "project": w.project, "pool": w.pool,
-             "kind": w.kind}, a.gpus, a.borrowed, a.started_at, now)
-    rows = [{**dict(zip(keys, key)), "gpu_seconds": round(v[0], 3),
-             "gpu_hours": round(v[0] / 3600, 4), "borrowed_gpu_seconds": round(v[1], 3)}
-            for key, v in sorted(totals.items())]
-    return {"from": iso(start), "to": iso(end), "group_by": keys, "rows": rows,
-            "total_gpu_seconds": round(sum(v[0] for v in totals.values()), 3)}
+        out.append(Interval(w.team, w.user, w.project, w.pool, w.kind, a.gpus, a.started_at,
+                            now, a.borrowed))
+    return out
+
+
+def prices(s: Session) -> dict[str, float]:
+    return {p.name: p.price_per_gpu_hour for p in s.scalars(select(PoolRow))}
+
+
+def usage_report(s: Session, start: float, end: float, now: float, group_by: str,
+                 teams: Optional[Sequence[str]], series_by: str = "") -> dict:
+    keys = group_by.split(",")
+    try:
+        accounting.check_group_by(keys)
+        if series_by:
+            accounting.check_group_by([series_by])
+    except ValueError as e:
+        raise SpecError("series_by" if series_by and all(k in GROUPS for k in keys)
+                        else "group_by", str(e))
+    intervals = usage_intervals(s, start, end, now, teams)
+    price = prices(s)
+    table = accounting.totals(intervals, keys, start, end, price)
+    report = {"from": iso(start), "to": iso(end), "group_by": keys,
+              "rows": accounting.rows(table, keys),
+              "total_gpu_seconds": round(sum(t.gpu_seconds for t in table.values()), 3),
+              "total_cost": round(sum(t.cost for t in table.values()), 2),
+              "prices": price}
+    if series_by:
+        bucket = accounting.bucket_for(end - start)
+        starts, values = accounting.series(intervals, series_by, start, end, bucket)
+        report["series"] = {"by": series_by, "bucket_seconds": bucket,
+                            "starts": [iso(t) for t in starts],
+                            "gpu_hours": {k: [round(v, 4) for v in vs] for k, vs in values.items()}}
+    return report
+
+
+def culls(s: Session, start: float, end: float) -> dict:
+    entries = s.scalars(select(AuditEntry).where(AuditEntry.action == "cull",
+                                                 AuditEntry.time >= start,
+                                                 AuditEntry.time <= end)).all()
+    count, hours = accounting.culled_idle_gpu_hours(e.detail or {} for e in entries)
+    return {"culls": len(entries), "gpu_servers_culled": count, "idle_gpu_hours_ended": hours}

@@ -22,6 +22,8 @@ class PoolRow(Base):
     __tablename__ = "pools"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     description: Mapped[str] = mapped_column(Text, default="")
+    # What one GPU-hour of this pool costs (the admin panel's chargeback).
+    price_per_gpu_hour: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class NodeRow(Base):
@@ -47,6 +49,9 @@ class GpuRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)
     health_reason: Mapped[str] = mapped_column(Text, default="")
+    # Set when an admin took the GPU out of service ("by alice: fan noise"):
+    # it stays out whatever the inventory says, across restarts.
+    admin_mark: Mapped[str] = mapped_column(Text, default="")
 
 
 class TeamRow(Base):
@@ -206,3 +211,46 @@ class NoticeRow(Base):
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
     __table_args__ = (Index("ix_notices_user", "user", "cleared_at"),)
+
+
+class DeploymentRow(Base):
+    """A served model: its revisions, how traffic splits between them, and
+    how many replicas (workloads of kind ``deployment``) it may run."""
+
+    __tablename__ = "deployments"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    team: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(63))
+    user: Mapped[str] = mapped_column(String(255))
+    pool: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    min_replicas: Mapped[int] = mapped_column(Integer, default=1)
+    max_replicas: Mapped[int] = mapped_column(Integer, default=1)
+    target_in_flight: Mapped[float] = mapped_column(Float, default=4.0)
+    scale_to_zero_after: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    # revision number (as a string) -> percent of the traffic
+    traffic: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    stable_revision: Mapped[int] = mapped_column(Integer, default=1)
+    # {"error_rate": 0.05, "p99_ms": 500, "min_requests": 20}; {} for none
+    rollback: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_deployments_team_name", "team", "name", unique=True),)
+
+
+class RevisionRow(Base):
+    """One deploy of a deployment: a model directory served by a runtime."""
+
+    __tablename__ = "revisions"
+    deployment_id: Mapped[int] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_dir: Mapped[str] = mapped_column(Text)
+    runtime: Mapped[str] = mapped_column(String(32))
+    predictor: Mapped[str] = mapped_column(String(255), default="")
+    max_batch_size: Mapped[int] = mapped_column(Integer, default=16)
+    max_batch_time: Mapped[float] = mapped_column(Float, default=0.005)
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(255))

@@ -1,0 +1,31 @@
+"""Train the example iris classifier and write it where a deployment can
+serve it: ``python train.py OUTPUT_DIR [--C 1.0]`` writes OUTPUT_DIR/model.joblib.
+
+Run it as a GPU Hub job, then deploy the directory:
+
+    gpuhub submit --gpus 0 -- python examples/serving/iris/train.py models/iris-v1
+    curl -X POST -H "Authorization: token $TOKEN" $HUB/services/gpuhub/api/v1/deployments \\
+         -d '{"name": "iris", "model_dir": "models/iris-v1"}'
+"""
+import argparse
+import json
+import os
+
+import joblib
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+
+parser = argparse.ArgumentParser()
+parser.add_argument("output_dir")
+parser.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength")
+args = parser.parse_args()
+
+X, y = load_iris(return_X_y=True)
+X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.3, random_state=0)
+model = LogisticRegression(C=args.C, max_iter=1000).fit(X_train, y_train)
+os.makedirs(args.output_dir, exist_ok=True)
+joblib.dump(model, os.path.join(args.output_dir, "model.joblib"))
+with open(os.path.join(args.output_dir, "metrics.json"), "w") as f:
+    json.dump({"accuracy": model.score(X_test, y_test), "C": args.C}, f)
+print(f"accuracy {model.score(X_test, y_test):.3f}; model in {args.output_dir}/model.joblib")

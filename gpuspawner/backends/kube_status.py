@@ -1,0 +1,123 @@
+"""What the Kubernetes API says, in the scheduler's terms: how an attempt's
+Job ended, and the GPU nodes (from node capacity and the GPU feature
+discovery labels). Pure functions over the API's JSON."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Optional
+
+from ..inventory.model import pool_name
+from ..scheduler.model import Node
+from .base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+# Pod ends that mean the hardware or the node went away, not the program.
+LOST_POD_REASONS = {"Evicted", "NodeLost", "Shutdown", "Terminated", "NodeShutdown",
+                    "UnexpectedAdmissionError"}
+
+
+def _time(text: Optional[str], default: float) -> float:
+    if not text:
+        return default
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _condition(obj: dict, kind: str) -> Optional[dict]:
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if c.get("type") == kind and c.get("status") == "True":
+            return c
+    return None
+
+
+def _pod_lost(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    return status.get("reason") in LOST_POD_REASONS or _condition(pod, "DisruptionTarget") is not None
+
+
+def _exit_code(pods: list[dict]) -> Optional[int]:
+    """The first non-zero exit code of a job container, else 0, else None."""
+    codes = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+            term = (cs.get("state") or {}).get("terminated") or \
+                   (cs.get("lastState") or {}).get("terminated")
+            if term is not None and term.get("exitCode") is not None:
+                codes.append(int(term["exitCode"]))
+    bad = [c for c in codes if c != 0]
+    return bad[0] if bad else (0 if codes else None)
+
+
+def attempt_exit(workload_id: str, attempt: int, job: Optional[dict], pods: list[dict],
+                 stopped: bool, now: float) -> Optional[AttemptExit]:
+    """How the attempt ended, or None while it runs.
+
+    ``job`` is None once the Job is gone: STOPPED if the service deleted it,
+    else LOST (someone else did, or the namespace went away)."""
+    if job is None:
+        return AttemptExit(workload_id, attempt, STOPPED if stopped else LOST, None, now)
+    done = _condition(job, "Complete")
+    if done is not None:
+        return AttemptExit(workload_id, attempt, EXITED, 0,
+                           _time(done.get("lastTransitionTime"), now))
+    failed = _condition(job, "Failed")
+    if failed is None:
+        return None
+    at = _time(failed.get("lastTransitionTime"), now)
+    if failed.get("reason") == "DeadlineExceeded":
+        return AttemptExit(workload_id, attempt, TIME_LIMIT, None, at)
+    if any(_pod_lost(p) for p in pods):
+        return AttemptExit(workload_id, attempt, LOST, None, at)
+    if stopped:
+        return AttemptExit(workload_id, attempt, STOPPED, _exit_code(pods), at)
+    code = _exit_code(pods)
+    return AttemptExit(workload_id, attempt, EXITED if code is not None else LOST, code, at)
+
+
+def _ready(node: dict) -> bool:
+    return _condition(node, "Ready") is not None
+
+
+def nodes_from_k8s(items: list[dict]) -> list[Node]:
+    """Scheduler nodes from the API's nodes: whole GPUs (``nvidia.com/gpu``)
+    in a pool named after ``nvidia.com/gpu.product``, and each MIG profile
+    (``nvidia.com/mig-1g.10gb``) as a node of its own in the pool
+    ``<product>-mig-1g.10gb``. A node that is not Ready is unhealthy; a
+    cordoned one is drained. Nodes without GPUs are left out."""
+    out = []
+    for item in items:
+        meta, spec = item.get("metadata") or {}, item.get("spec") or {}
+        labels = dict(meta.get("labels") or {})
+        allocatable = (item.get("status") or {}).get("allocatable") or {}
+        product = pool_name(labels.get(PRODUCT_LABEL, "gpu"))
+        topology = {k: labels[v] for k, v in (("zone", "topology.kubernetes.io/zone"),
+                                               ("rack", "topology.kubernetes.io/rack"))
+                    if v in labels}
+        common = dict(topology=topology, labels=labels, healthy=_ready(item),
+                      drained=bool(spec.get("unschedulable")))
+        for resource, count in sorted(allocatable.items()):
+            if resource == GPU_RESOURCE:
+                name, pool = meta["name"], product
+            elif resource.startswith(MIG_PREFIX):
+                profile = resource[len("nvidia.com/"):]
+                name, pool = f"{meta['name']}/{profile}", f"{product}-{profile}"
+            else:
+                continue
+            if int(count) > 0:
+                out.append(Node(name, pool, int(count), **common))
+    return out
+
+
+def pool_resources(nodes: list[dict]) -> dict[str, str]:
+    """Pool name -> the extended resource its GPUs are asked for in."""
+    out = {}
+    for item in nodes:
+        labels = (item.get("metadata") or {}).get("labels") or {}
+        product = pool_name(labels.get(PRODUCT_LABEL, "gpu"))
+        for resource in ((item.get("status") or {}).get("allocatable") or {}):
+            if resource == GPU_RESOURCE:
+                out[product] = resource
+            elif resource.startswith(MIG_PREFIX):
+                out[f"{product}-{resource[len('nvidia.com/'):]}"] = resource
+    return out

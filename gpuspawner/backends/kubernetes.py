@@ -1,0 +1,260 @@
+"""Runs attempts as Kubernetes Jobs (``kube_manifests``) and reports how they
+end (``kube_status``), through a thin asynchronous API layer (``KubeApi``,
+on ``kubernetes_asyncio`` like KubeSpawner).
+
+The engine calls backends synchronously from the event loop, so the API
+calls are tasks: ``start``/``stop``/``kill`` schedule them, and a refresh
+task lists the GPU Hub Jobs, their pods and the nodes every few seconds;
+``poll`` answers from the latest listing. A listing, not a watch: it cannot
+miss an event, and survives API server restarts, at the price of one list
+of each kind per interval (a label-selected list is cheap at the scale of
+one hub's jobs).
+
+After a service restart ``recover`` adopts the Jobs the database says are
+running; the next listing says which of them ended meanwhile.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Optional
+
+from ..scheduler.model import Node
+from .base import EXITED, AttemptExit, LaunchSpec
+from .kube_manifests import (MANAGED_BY, KubeSettings, job_manifest, job_name, namespace_for,
+                             rendezvous_service)
+from .kube_status import attempt_exit, nodes_from_k8s
+
+log = logging.getLogger("gpuhub.kubernetes")
+SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+
+
+class KubeApi:
+    """The only code that talks to the API server: each method is one call,
+    objects in and out as plain JSON dicts."""
+
+    def __init__(self, api_client):
+        from kubernetes_asyncio import client
+        self._client = api_client
+        self._batch = client.BatchV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._delete_options = client.V1DeleteOptions
+
+    @classmethod
+    async def connect(cls) -> "KubeApi":
+        """In a pod: the service account; elsewhere: $KUBECONFIG."""
+        from kubernetes_asyncio import client, config
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+        else:
+            # Read $KUBECONFIG now: the library reads it once, at import.
+            await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+        return cls(client.ApiClient())
+
+    def _json(self, obj) -> dict:
+        return self._client.sanitize_for_serialization(obj)
+
+    async def create(self, manifest: dict) -> None:
+        ns = manifest["metadata"]["namespace"]
+        if manifest["kind"] == "Job":
+            await self._batch.create_namespaced_job(ns, manifest)
+        else:
+            await self._core.create_namespaced_service(ns, manifest)
+
+    async def delete_job(self, name: str, namespace: str, grace_seconds: int) -> None:
+        # Background: the Job goes now, its pods get their grace period.
+        await self._batch.delete_namespaced_job(name, namespace, body=self._delete_options(
+            propagation_policy="Background", grace_period_seconds=grace_seconds))
+
+    async def delete_service(self, name: str, namespace: str) -> None:
+        await self._core.delete_namespaced_service(name, namespace)
+
+    async def list_jobs(self) -> list[dict]:
+        return self._json(await self._batch.list_job_for_all_namespaces(
+            label_selector=SELECTOR))["items"]
+
+    async def list_pods(self) -> list[dict]:
+        return self._json(await self._core.list_pod_for_all_namespaces(
+            label_selector=SELECTOR))["items"]
+
+    async def list_nodes(self) -> list[dict]:
+        return self._json(await self._core.list_node())["items"]
+
+    async def pod_log(self, name: str, namespace: str) -> str:
+        return await self._core.read_namespaced_pod_log(name, namespace)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+@dataclass
+class _Attempt:
+    spec: LaunchSpec
+    namespace: str
+    created_at: float           # 0: adopted after a restart
+    stopped: bool = False
+    failed_to_create: str = ""
+    gang: bool = False
+
+
+class KubernetesBackend:
+    def __init__(self, settings: KubeSettings, api, clock: Callable[[], float] = time.time,
+                 refresh_interval: float = 2.0, nodes: Iterable[Node] = ()):
+        self.settings = settings
+        self.api = api
+        self._clock = clock
+        self.refresh_interval = refresh_interval
+        self._attempts: dict[tuple[str, int], _Attempt] = {}
+        self._jobs: dict[tuple[str, str], dict] = {}
+        self._pods: dict[tuple[str, str], list[dict]] = {}
+        self._listed_at: Optional[float] = None
+        # The nodes as the scheduler last heard of them.
+        self._nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self._node_changes: list[Node] = []
+        self._tasks: set[asyncio.Task] = set()
+
+    # ---- the Backend contract ------------------------------------------------------------
+    def start(self, spec: LaunchSpec) -> str:
+        key = (spec.workload_id, spec.attempt)
+        if key in self._attempts:
+            raise ValueError(f"attempt {key} is already running")
+        job = job_manifest(spec, self.settings)  # ValueError on a pool it cannot run
+        service = rendezvous_service(spec, self.settings)
+        a = _Attempt(spec, job["metadata"]["namespace"], self._clock(), gang=service is not None)
+        self._attempts[key] = a
+        self._spawn(self._create(a, [m for m in (service, job) if m]))
+        return job["metadata"]["name"]
+
+    def stop(self, workload_id: str, attempt: int, grace: float) -> None:
+        """Delete the Job: Kubernetes sends SIGTERM, and SIGKILL after ``grace``."""
+        a = self._attempts.get((workload_id, attempt))
+        if a is not None and not a.stopped:
+            a.stopped = True
+            self._spawn(self._delete(a, max(0, int(round(grace)))))
+
+    def kill(self, workload_id: str, attempt: int) -> None:
+        a = self._attempts.get((workload_id, attempt))
+        if a is not None:
+            a.stopped = True
+            self._spawn(self._delete(a, 0))
+
+    def poll(self) -> list[AttemptExit]:
+        """Attempts the latest listing shows ended (each reported once)."""
+        now = self._clock()
+        exits = []
+        for key, a in list(self._attempts.items()):
+            if a.failed_to_create:
+                exits.append(AttemptExit(*key, EXITED, 127, now))
+            elif self._listed_at is None or self._listed_at < a.created_at:
+                continue  # not listed since it was created: no news yet
+            else:
+                name = job_name(*key)
+                x = attempt_exit(*key, self._jobs.get((a.namespace, name)),
+                                 self._pods.get((a.namespace, name), []), a.stopped, now)
+                if x is None:
+                    continue
+                exits.append(x)
+                self._spawn(self._collect(a, stop=not a.stopped))
+            del self._attempts[key]
+        return exits
+
+    def recover(self, specs: list[LaunchSpec]) -> list[AttemptExit]:
+        """Adopt what the database says runs; the next listing tells which ended."""
+        for spec in specs:
+            self._attempts.setdefault((spec.workload_id, spec.attempt), _Attempt(
+                spec, namespace_for(spec.team, self.settings), 0.0,
+                gang=len(spec.placement) > 1))
+        return []
+
+    def running(self) -> set[tuple[str, int]]:
+        return set(self._attempts)
+
+    # ---- nodes ---------------------------------------------------------------------------
+    def take_node_changes(self) -> list[Node]:
+        """Nodes whose health or cordon changed since the last call (the
+        engine hands them to the scheduler, which requeues work on broken ones)."""
+        out, self._node_changes = self._node_changes, []
+        return out
+
+    def _update_nodes(self, nodes: list[Node]) -> None:
+        for node in nodes:
+            old = self._nodes.get(node.name)
+            if old is not None and (old.healthy, old.drained) != (node.healthy, node.drained):
+                self._node_changes.append(replace(old, healthy=node.healthy, drained=node.drained))
+            self._nodes[node.name] = node
+
+    # ---- the loop's tasks ----------------------------------------------------------------
+    async def refresh(self) -> None:
+        started = self._clock()
+        jobs, pods, nodes = await asyncio.gather(self.api.list_jobs(), self.api.list_pods(),
+                                                 self.api.list_nodes())
+        self._jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
+        by_job: dict[tuple[str, str], list[dict]] = {}
+        for p in pods:
+            owner = (p["metadata"].get("labels") or {}).get("job-name")
+            if owner:
+                by_job.setdefault((p["metadata"]["namespace"], owner), []).append(p)
+        self._pods = by_job
+        self._update_nodes(nodes_from_k8s(nodes))
+        self._listed_at = started
+
+    async def run(self) -> None:
+        """The refresh loop, for the service to run beside its own."""
+        while True:
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("listing jobs, pods and nodes failed; trying again")
+            await asyncio.sleep(self.refresh_interval)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_event_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settle(self) -> None:
+        """Wait for the API calls in flight (tests; a clean shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _create(self, a: _Attempt, manifests: list[dict]) -> None:
+        try:
+            for m in manifests:
+                await self.api.create(m)
+        except Exception as e:  # the API refused it: the attempt fails, visibly
+            log.error("could not create %s: %s", manifests[-1]["metadata"]["name"], e)
+            a.failed_to_create = str(e)
+
+    async def _delete(self, a: _Attempt, grace: int) -> None:
+        name = job_name(a.spec.workload_id, a.spec.attempt)
+        try:
+            await self.api.delete_job(name, a.namespace, grace)
+        except Exception as e:
+            log.warning("could not delete job %s: %s", name, e)
+
+    async def _collect(self, a: _Attempt, stop: bool) -> None:
+        """After the end: keep the pods' output in the attempt's log (what
+        ``gpuhub logs`` reads), then delete the Job and rendezvous Service."""
+        name = job_name(a.spec.workload_id, a.spec.attempt)
+        texts = []
+        for pod in sorted(self._pods.get((a.namespace, name), []),
+                          key=lambda p: p["metadata"]["name"]):
+            try:
+                texts.append(await self.api.pod_log(pod["metadata"]["name"], a.namespace))
+            except Exception as e:
+                texts.append(f"[gpuhub: no log of pod {pod['metadata']['name']}: {e}]\n")
+        if texts and a.spec.attempt_dir:
+            os.makedirs(a.spec.attempt_dir, exist_ok=True)
+            with open(os.path.join(a.spec.attempt_dir, "output.log"), "a") as f:
+                f.write("".join(texts))
+        if stop:
+            await self._delete(a, 0)
+        if a.gang:
+            try:
+                await self.api.delete_service(name, a.namespace)
+            except Exception as e:
+                log.warning("could not delete service %s: %s", name, e)
+

@@ -1,0 +1,284 @@
+"""Deployments in the database: deploy a revision, split traffic, promote,
+roll back, scale, delete. Every change is audited. What runs (replicas) is
+the controller's business (``serving_controller``)."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from sqlalchemy import delete, select
+
+from ..serving.replica import RUNTIMES
+from ..store import DeploymentRow, RevisionRow
+from .engine import Conflict, Engine, Forbidden, NotFound
+from .identity import Identity
+from .specs import SpecError
+
+NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    name: str
+    team: str
+    model_dir: str
+    runtime: str
+    predictor: str
+    pool: str
+    gpus: int
+    min_replicas: int
+    max_replicas: int
+    target_in_flight: float
+    scale_to_zero_after: Optional[float]
+    canary_percent: Optional[int]
+    rollback: dict
+    max_batch_size: int
+    max_batch_time: float
+
+
+def _int(body: dict, key: str, default: int, lo: int, hi: int) -> int:
+    v = body.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise SpecError(key, f"must be a whole number from {lo} to {hi}, got {v!r}")
+    return v
+
+
+def _num(body: dict, key: str, default, lo: float, hi: float, optional: bool = False):
+    v = body.get(key, default)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise SpecError(key, f"must be a number from {lo:g} to {hi:g}, got {v!r}")
+    return float(v)
+
+
+FIELDS = {"name", "team", "model_dir", "runtime", "predictor", "pool", "gpus", "min_replicas",
+          "max_replicas", "target_in_flight", "scale_to_zero_after", "canary_percent",
+          "rollback", "max_batch_size", "max_batch_time"}
+
+
+def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
+    if not isinstance(body, dict):
+        raise SpecError("body", "must be a JSON object with at least name and model_dir")
+    unknown = sorted(set(body) - FIELDS)
+    if unknown:
+        raise SpecError(unknown[0], f"is not a known field; known: {', '.join(sorted(FIELDS))}")
+    name = body.get("name")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise SpecError("name", "is required: lowercase letters, digits and '-', at most 63, "
+                                f"starting and ending with a letter or digit (got {name!r})")
+    model_dir = body.get("model_dir")
+    if not isinstance(model_dir, str) or not model_dir:
+        raise SpecError("model_dir", "is required: the directory with the model")
+    runtime = body.get("runtime", "sklearn")
+    if runtime not in RUNTIMES:
+        raise SpecError("runtime", f"unknown runtime {runtime!r}; known: "
+                                   f"{', '.join(sorted(RUNTIMES))}")
+    predictor = body.get("predictor", "predictor.py:Model" if runtime == "predictor" else "")
+    if runtime == "predictor" and (not isinstance(predictor, str) or ":" not in predictor):
+        raise SpecError("predictor", "must look like 'predictor.py:Model'")
+    min_r = _int(body, "min_replicas", 1, 0, 64)
+    max_r = _int(body, "max_replicas", max(min_r, 1), 1, 64)
+    if max_r < min_r:
+        raise SpecError("max_replicas", f"must be at least min_replicas ({min_r})")
+    gpus = _int(body, "gpus", 0, 0, 16)
+    scale_to_zero = _num(body, "scale_to_zero_after", None, 10, 86400 * 7, optional=True)
+    if scale_to_zero is not None and (gpus or min_r):
+        raise SpecError("scale_to_zero_after", "needs gpus 0 and min_replicas 0 (a GPU "
+                                               "replica keeps its GPUs warm)")
+    canary = body.get("canary_percent")
+    if canary is not None and (isinstance(canary, bool) or not isinstance(canary, int)
+                               or not 1 <= canary <= 100):
+        raise SpecError("canary_percent", f"must be a whole percent from 1 to 100, got {canary!r}")
+    rollback = body.get("rollback") or {}
+    if not isinstance(rollback, dict) or set(rollback) - {"error_rate", "p99_ms", "min_requests"}:
+        raise SpecError("rollback", "must be an object with error_rate, p99_ms and/or min_requests")
+    rb = {}
+    if "error_rate" in rollback:
+        rb["error_rate"] = _num(rollback, "error_rate", None, 0, 1)
+    if "p99_ms" in rollback:
+        rb["p99_ms"] = _num(rollback, "p99_ms", None, 1, 600000)
+    if "min_requests" in rollback:
+        rb["min_requests"] = _int(rollback, "min_requests", 20, 1, 100000)
+    team = body.get("team", "")
+    if not isinstance(team, str):
+        raise SpecError("team", "must be a string")
+    pool = body.get("pool") or default_pool
+    if not isinstance(pool, str):
+        raise SpecError("pool", "must be a string")
+    return DeploySpec(name=name, team=team, model_dir=model_dir, runtime=runtime,
+                      predictor=predictor or "", pool=pool, gpus=gpus, min_replicas=min_r,
+                      max_replicas=max_r,
+                      target_in_flight=_num(body, "target_in_flight", 4, 0.1, 10000),
+                      scale_to_zero_after=scale_to_zero, canary_percent=canary, rollback=rb,
+                      max_batch_size=_int(body, "max_batch_size", 16, 1, 4096),
+                      max_batch_time=_num(body, "max_batch_time", 0.005, 0, 10))
+
+
+class Deployments:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    # ---- reading -----------------------------------------------------------------------------
+    def find(self, s, who: Identity, team: str, name: str) -> DeploymentRow:
+        row = s.scalars(select(DeploymentRow).where(DeploymentRow.team == team,
+                                                    DeploymentRow.name == name)).first()
+        if row is None or not who.sees_team(team):
+            raise NotFound(f"no deployment {team}/{name}")
+        return row
+
+    def revisions(self, s, dep: DeploymentRow) -> list[RevisionRow]:
+        return list(s.scalars(select(RevisionRow).where(RevisionRow.deployment_id == dep.id)
+                              .order_by(RevisionRow.number)))
+
+    def _may_change(self, who: Identity, dep: DeploymentRow) -> None:
+        if not who.acts_on(dep.user, dep.team):
+            raise Forbidden(f"deployment {dep.team}/{dep.name} belongs to {dep.user}; only they, "
+                            f"a lead of team {dep.team} or an admin may change it")
+
+    # ---- changes -----------------------------------------------------------------------------
+    def deploy(self, who: Identity, spec: DeploySpec) -> tuple[DeploymentRow, int]:
+        """A new deployment (revision 1, all traffic), or a new revision of an
+        existing one: all traffic, or ``canary_percent`` of it."""
+        if not who.can_submit:
+            raise Forbidden("you may not deploy (scope custom:gpuhub:submit)")
+        eng = self.engine
+        team = eng._team_for(who, spec.team or None)
+        if spec.pool not in eng.scheduler.state.capacity:
+            raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
+                                    f"{', '.join(sorted(eng.scheduler.state.capacity))}")
+        model_dir = self._model_dir(who.name, spec.model_dir)
+        now = eng.clock()
+        with eng.store.transaction() as s:
+            dep = s.scalars(select(DeploymentRow).where(DeploymentRow.team == team,
+                                                        DeploymentRow.name == spec.name)).first()
+            if dep is None:
+                dep = DeploymentRow(team=team, name=spec.name, user=who.name, created_at=now,
+                                    traffic={}, stable_revision=1)
+                s.add(dep)
+                number = 1
+            else:
+                self._may_change(who, dep)
+                number = max(r.number for r in self.revisions(s, dep)) + 1
+            dep.pool, dep.gpus = spec.pool, spec.gpus
+            dep.min_replicas, dep.max_replicas = spec.min_replicas, spec.max_replicas
+            dep.target_in_flight, dep.scale_to_zero_after = (spec.target_in_flight,
+                                                             spec.scale_to_zero_after)
+            dep.rollback, dep.updated_at = spec.rollback, now
+            s.flush()
+            s.add(RevisionRow(deployment_id=dep.id, number=number, model_dir=model_dir,
+                              runtime=spec.runtime, predictor=spec.predictor,
+                              max_batch_size=spec.max_batch_size,
+                              max_batch_time=spec.max_batch_time, created_at=now,
+                              created_by=who.name))
+            if number == 1 or spec.canary_percent in (None, 100):
+                dep.traffic, dep.stable_revision = {str(number): 100}, number
+                dep.message = f"revision {number} takes all traffic"
+            else:
+                dep.traffic = {str(dep.stable_revision): 100 - spec.canary_percent,
+                               str(number): spec.canary_percent}
+                dep.message = f"revision {number} is a {spec.canary_percent}% canary"
+            eng._audit(s, now, who.name, "deploy", f"{team}/{spec.name}",
+                       {"revision": number, "model_dir": model_dir, "runtime": spec.runtime,
+                        "traffic": dict(dep.traffic), "gpus": spec.gpus})
+        eng.wake()
+        return dep, number
+
+    def _model_dir(self, user: str, path: str) -> str:
+        home = self.engine.config.workspace_root.format(data_dir=self.engine.config.data_dir,
+                                                        username=user)
+        full = os.path.normpath(os.path.join(home, path))
+        if not os.path.isdir(full):
+            raise SpecError("model_dir", f"{path!r} is not a directory (relative paths start "
+                                         f"at {home})")
+        if not os.access(full, os.R_OK | os.X_OK):
+            raise SpecError("model_dir", f"{full} is not readable")
+        return full
+
+    def set_traffic(self, who: Identity, team: str, name: str, traffic: dict, action: str,
+                    message: str) -> DeploymentRow:
+        now = self.engine.clock()
+        with self.engine.store.transaction() as s:
+            dep = self.find(s, who, team, name)
+            self._may_change(who, dep)
+            numbers = {r.number for r in self.revisions(s, dep)}
+            for rev, weight in traffic.items():
+                if int(rev) not in numbers:
+                    raise SpecError("traffic", f"deployment {team}/{name} has no revision {rev}; "
+                                               f"it has {', '.join(map(str, sorted(numbers)))}")
+                if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
+                    raise SpecError("traffic", f"weights are whole percents, got {weight!r}")
+            if sum(traffic.values()) != 100:
+                raise SpecError("traffic", f"weights must add up to 100, got "
+                                           f"{sum(traffic.values())}")
+            before = dict(dep.traffic)
+            dep.traffic = {str(k): v for k, v in traffic.items() if v > 0}
+            if len(dep.traffic) == 1:
+                dep.stable_revision = int(next(iter(dep.traffic)))
+            dep.message, dep.updated_at = message, now
+            self.engine._audit(s, now, who.name, action, f"{team}/{name}",
+                               {"before": before, "after": dict(dep.traffic), "why": message})
+        self.engine.wake()
+        return dep
+
+    def canary(self, dep: DeploymentRow) -> Optional[int]:
+        others = [int(r) for r in dep.traffic if int(r) != dep.stable_revision]
+        return max(others) if others else None
+
+    def promote(self, who: Identity, team: str, name: str) -> DeploymentRow:
+        with self.engine.store.session() as s:
+            dep = self.find(s, who, team, name)
+        rev = self.canary(dep)
+        if rev is None:
+            raise Conflict(f"deployment {team}/{name} has no canary to promote")
+        return self.set_traffic(who, team, name, {str(rev): 100}, "promote",
+                                f"revision {rev} promoted to all traffic")
+
+    def rollback(self, who: Identity, team: str, name: str, why: str = "") -> DeploymentRow:
+        """Back to the stable revision; without a canary, back to the
+        revision before the stable one."""
+        with self.engine.store.session() as s:
+            dep = self.find(s, who, team, name)
+            numbers = [r.number for r in self.revisions(s, dep)]
+        if self.canary(dep) is not None:
+            target = dep.stable_revision
+        else:
+            older = [n for n in numbers if n < dep.stable_revision]
+            if not older:
+                raise Conflict(f"deployment {team}/{name} has no earlier revision to roll back to")
+            target = max(older)
+        return self.set_traffic(who, team, name, {str(target): 100}, "rollback",
+                                why or f"rolled back to revision {target}")
+
+    def scale(self, who: Identity, team: str, name: str, body: Any) -> DeploymentRow:
+        if not isinstance(body, dict) or set(body) - {"min_replicas", "max_replicas"} or not body:
+            raise SpecError("body", "must be an object with min_replicas and/or max_replicas")
+        now = self.engine.clock()
+        with self.engine.store.transaction() as s:
+            dep = self.find(s, who, team, name)
+            self._may_change(who, dep)
+            lo = _int(body, "min_replicas", dep.min_replicas, 0, 64)
+            hi = _int(body, "max_replicas", max(dep.max_replicas, lo), 1, 64)
+            if hi < lo:
+                raise SpecError("max_replicas", f"must be at least min_replicas ({lo})")
+            if lo == 0 and dep.scale_to_zero_after is None:
+                raise SpecError("min_replicas", "0 needs scale_to_zero_after (set at deploy)")
+            before = [dep.min_replicas, dep.max_replicas]
+            dep.min_replicas, dep.max_replicas, dep.updated_at = lo, hi, now
+            self.engine._audit(s, now, who.name, "scale", f"{team}/{name}",
+                               {"before": before, "after": [lo, hi]})
+        self.engine.wake()
+        return dep
+
+    def delete(self, who: Identity, team: str, name: str) -> None:
+        now = self.engine.clock()
+        with self.engine.store.transaction() as s:
+            dep = self.find(s, who, team, name)
+            self._may_change(who, dep)
+            self.engine._audit(s, now, who.name, "delete-deployment", f"{team}/{name}",
+                               {"revisions": [r.number for r in self.revisions(s, dep)]})
+            s.execute(delete(RevisionRow).where(RevisionRow.deployment_id == dep.id))
+            s.delete(dep)
+        self.engine.wake()

@@ -1,0 +1,186 @@
+"""The deployments' REST API and the router in front of their replicas.
+
+Endpoints live at ``/services/gpuhub/endpoints/{team}/{name}/`` behind the
+hub's proxy and take the Open Inference Protocol v2 paths after that
+(``v2/models/{name}/infer``). A request needs a JupyterHub token of a member
+of the team with ``custom:gpuhub:invoke`` or ``custom:gpuhub:submit`` (a
+token made for an external client can carry only ``custom:gpuhub:invoke``
+and access to the service).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy import select
+import aiohttp
+from tornado import web
+
+from ..store import DeploymentRow, RevisionRow
+from .deployments import parse_deploy
+from .engine import Forbidden, NotFound
+from .handlers import APIHandler
+from .serving_controller import ServingController
+from .specs import SpecError
+from .views import iso
+
+INVOKE = "custom:gpuhub:invoke"
+COLD_START_SECONDS = 60.0
+# How long a request waits for a replica that is restarting or scaling up.
+WAIT_FOR_REPLICA_SECONDS = 30.0
+
+
+def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[RevisionRow]) -> dict:
+    replicas = [r for r in ctl.replicas.values() if r.deployment_id == dep.id]
+    return {
+        "team": dep.team, "name": dep.name, "user": dep.user, "pool": dep.pool, "gpus": dep.gpus,
+        "min_replicas": dep.min_replicas, "max_replicas": dep.max_replicas,
+        "target_in_flight": dep.target_in_flight, "scale_to_zero_after": dep.scale_to_zero_after,
+        "traffic": {int(k): v for k, v in dep.traffic.items()},
+        "stable_revision": dep.stable_revision, "canary_revision": ctl.deployments.canary(dep),
+        "rollback": dep.rollback, "message": dep.message,
+        "endpoint": f"/services/gpuhub/endpoints/{dep.team}/{dep.name}/v2/models/{dep.name}/infer",
+        "created_at": iso(dep.created_at), "updated_at": iso(dep.updated_at),
+        "revisions": [{"number": r.number, "model_dir": r.model_dir, "runtime": r.runtime,
+                       "predictor": r.predictor, "created_at": iso(r.created_at),
+                       "created_by": r.created_by,
+                       "replicas": sorted((p.workload_id for p in replicas if p.revision == r.number)),
+                       "ready_replicas": sum(1 for p in replicas if p.revision == r.number and p.ready),
+                       "in_flight": sum(p.in_flight for p in replicas if p.revision == r.number),
+                       **ctl.stats(dep.id, r.number)}
+                      for r in revisions],
+    }
+
+
+class DeploymentAPI(APIHandler):
+    @property
+    def ctl(self) -> ServingController:
+        return self.settings["serving"]
+
+    def on_finish(self) -> None:
+        if self.request.method != "GET":
+            self.ctl.reload()  # the router sees a new split at once
+
+    def view(self, team: str, name: str) -> dict:
+        with self.engine.store.session() as s:
+            dep = self.ctl.deployments.find(s, self.identity, team, name)
+            return deployment_view(self.ctl, dep, self.ctl.deployments.revisions(s, dep))
+
+
+class DeploymentsHandler(DeploymentAPI):
+    def get(self):
+        with self.engine.store.session() as s:
+            deps = [d for d in s.scalars(select(DeploymentRow).order_by(DeploymentRow.team,
+                                                                        DeploymentRow.name))
+                    if self.identity.sees_team(d.team)]
+            out = [deployment_view(self.ctl, d, self.ctl.deployments.revisions(s, d)) for d in deps]
+        self.write_json({"deployments": out})
+
+    def post(self):
+        spec = parse_deploy(self.json_body(), self.gpuhub.default_pool)
+        dep, _number = self.ctl.deployments.deploy(self.identity, spec)
+        self.set_header("Location", f"{self.gpuhub.api_prefix}deployments/{dep.team}/{dep.name}")
+        self.write_json(self.view(dep.team, dep.name), status=201)
+
+
+class DeploymentHandler(DeploymentAPI):
+    def get(self, team: str, name: str):
+        self.write_json(self.view(team, name))
+
+    def delete(self, team: str, name: str):
+        self.ctl.deployments.delete(self.identity, team, name)
+        self.write_json({"team": team, "name": name, "deleted": True})
+
+
+class DeploymentActionHandler(DeploymentAPI):
+    """promote, rollback, traffic, scale."""
+
+    def post(self, team: str, name: str, action: str):
+        d = self.ctl.deployments
+        if action == "promote":
+            d.promote(self.identity, team, name)
+        elif action == "rollback":
+            d.rollback(self.identity, team, name)
+        elif action == "traffic":
+            body = self.json_body()
+            if not isinstance(body, dict) or not isinstance(body.get("traffic"), dict):
+                raise SpecError("traffic", 'must be an object of revision: percent, e.g. '
+                                           '{"traffic": {"1": 80, "2": 20}}')
+            d.set_traffic(self.identity, team, name, body["traffic"], "set-traffic",
+                          f"traffic set to {body['traffic']} by {self.identity.name}")
+        elif action == "scale":
+            d.scale(self.identity, team, name, self.json_body())
+        else:
+            raise NotFound(f"no action {action}; actions: promote, rollback, traffic, scale")
+        self.write_json(self.view(team, name))
+
+
+class EndpointHandler(APIHandler):
+    """The router: a revision by weight, its least busy ready replica, the
+    request passed through; a replica that dropped the connection is marked
+    not ready and the request goes to another one."""
+
+    @property
+    def ctl(self) -> ServingController:
+        return self.settings["serving"]
+
+    def check_access(self, team: str) -> None:
+        who = self.identity
+        if not (who.admin or team in who.teams or team in who.leads):
+            raise NotFound(f"no endpoint {team}/…")  # not a member: like it does not exist
+        if not (who.can_submit or INVOKE in who.scopes):
+            raise Forbidden(f"calling endpoints needs the scope {INVOKE}")
+
+    async def get(self, team: str, name: str, path: str):
+        await self.route(team, name, path)
+
+    async def post(self, team: str, name: str, path: str):
+        await self.route(team, name, path)
+
+    async def route(self, team: str, name: str, path: str) -> None:
+        self.check_access(team)
+        dep = self.ctl.by_name.get((team, name))
+        if dep is None:
+            raise NotFound(f"no deployment {team}/{name}")
+        load = self.ctl.load_of(dep.id)
+        load.last_request = self.ctl.clock()
+        body = self.request.body if self.request.method == "POST" else None
+        headers = {"Content-Type": self.request.headers.get("Content-Type", "application/json")}
+        for attempt in range(3):
+            replica = await self._replica(dep)
+            started = time.monotonic()
+            replica.in_flight += 1
+            try:
+                async with self.ctl.session.request(self.request.method, f"{replica.url}/{path}",
+                                                    data=body, headers=headers) as resp:
+                    status, answer = resp.status, await resp.read()
+                    content_type = resp.headers.get("Content-Type", "application/json")
+            except (OSError, aiohttp.ClientError, asyncio.TimeoutError):
+                status = None  # refused or reset: the replica went away
+            finally:
+                replica.in_flight -= 1
+            if status is None:  # try another (or the replacement)
+                replica.ready = False
+                continue
+            self.ctl.record(replica, time.monotonic() - started, status >= 500)
+            self.set_status(status)
+            self.set_header("Content-Type", content_type)
+            self.set_header("X-GpuHub-Revision", str(replica.revision))
+            self.finish(answer)
+            return
+        raise web.HTTPError(503, f"no replica of {team}/{name} answered")
+
+    async def _replica(self, dep: DeploymentRow):
+        replica = self.ctl.choose(dep)
+        if replica is not None:
+            return replica
+        # Scaled to zero, or starting: the controller starts one for the load.
+        deadline = time.monotonic() + (COLD_START_SECONDS if dep.scale_to_zero_after
+                                       else WAIT_FOR_REPLICA_SECONDS)
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            replica = self.ctl.choose(dep)
+            if replica is not None:
+                return replica
+        raise web.HTTPError(503, f"no replica of {dep.team}/{dep.name} is ready yet: "
+                                 f"{dep.message or 'starting'}")

@@ -1,0 +1,172 @@
+"""Admin operations on the cluster and the queue: drain a node, take a GPU
+out of service, set a pool's price, change a queued workload's priority,
+hold and release it.
+
+Each one checks who asks, changes the database (with an audit entry) and
+then tells the scheduler core, like the engine's own requests.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from sqlalchemy import select
+
+from ..scheduler.model import Node
+from ..store import GpuRow, NodeRow, PoolRow, WorkloadRow
+from .engine import Conflict, Engine, Forbidden, NotFound
+from .identity import Identity
+from .rebuild import HELD, QUEUED, to_workload
+from .specs import SpecError
+
+
+def _need_admin(who: Identity, what: str) -> None:
+    if not who.admin:
+        raise Forbidden(f"{what} needs the scope custom:gpuhub:admin")
+
+
+def _reason(reason: str, required: bool) -> str:
+    if not isinstance(reason, str) or len(reason) > 500:
+        raise SpecError("reason", "must be a string of at most 500 characters")
+    if required and not reason.strip():
+        raise SpecError("reason", "is required: say why, for the audit log and the other admins")
+    return reason.strip()
+
+
+def admin_marks(engine: Engine, node: str) -> frozenset[int]:
+    """GPU numbers of a node that are out of service, from the inventory's
+    health checks or an admin's mark."""
+    with engine.store.session() as s:
+        rows = s.scalars(select(GpuRow).where(GpuRow.node == node)).all()
+    return frozenset(r.index for r in rows if not r.healthy or r.admin_mark)
+
+
+def _update_node(engine: Engine, node: Node) -> None:
+    engine.nodes[node.name].node = node
+    engine.scheduler.set_node(node)
+    engine.wake()
+
+
+def set_drained(engine: Engine, who: Identity, name: str, drained: bool, reason: str = "") -> dict:
+    """Drain: no new work goes to the node; what runs there runs to its end."""
+    _need_admin(who, "draining a node")
+    reason = _reason(reason, required=False)
+    if name not in engine.nodes:
+        raise NotFound(f"no node {name}; known: {', '.join(sorted(engine.nodes))}")
+    now = engine.clock()
+    with engine.store.transaction() as s:
+        row = s.get(NodeRow, name)
+        row.drained = drained
+        engine._audit(s, now, who.name, "drain" if drained else "undrain", name,
+                      {"reason": reason})
+    _update_node(engine, replace(engine.nodes[name].node, drained=drained))
+    return {"name": name, "drained": drained}
+
+
+def set_gpu_in_service(engine: Engine, who: Identity, node: str, index: int, in_service: bool,
+                       reason: str = "") -> dict:
+    """Take a GPU out of service (work on it is requeued by the next cycle)
+    or put it back. The mark outlives restarts and inventory refreshes."""
+    _need_admin(who, "marking a GPU unhealthy")
+    reason = _reason(reason, required=not in_service)
+    if node not in engine.nodes:
+        raise NotFound(f"no node {node}; known: {', '.join(sorted(engine.nodes))}")
+    now = engine.clock()
+    with engine.store.transaction() as s:
+        row = s.get(GpuRow, (node, index))
+        if row is None:
+            raise NotFound(f"node {node} has no GPU {index}")
+        row.admin_mark = "" if in_service else f"by {who.name}: {reason}"
+        engine._audit(s, now, who.name, "gpu-in-service" if in_service else "gpu-out-of-service",
+                      f"{node}/{index}", {"reason": reason, "uuid": row.uuid})
+    _update_node(engine, replace(engine.nodes[node].node, unhealthy_gpus=admin_marks(engine, node)))
+    return {"node": node, "index": index, "in_service": in_service}
+
+
+def set_price(engine: Engine, who: Identity, pool: str, price: float) -> dict:
+    _need_admin(who, "setting a price")
+    if isinstance(price, bool) or not isinstance(price, (int, float)) \
+            or not math.isfinite(price) or not 0 <= price <= 1_000_000:
+        raise SpecError("price_per_gpu_hour", f"must be a number from 0 to 1000000, got {price!r}")
+    now = engine.clock()
+    with engine.store.transaction() as s:
+        row = s.get(PoolRow, pool)
+        if row is None:
+            raise NotFound(f"no pool {pool}")
+        before, row.price_per_gpu_hour = row.price_per_gpu_hour, float(price)
+        engine._audit(s, now, who.name, "set-price", pool,
+                      {"before": before, "after": float(price)})
+    return {"pool": pool, "price_per_gpu_hour": float(price)}
+
+
+def _queued_job(s, engine: Engine, who: Identity, wid: str, states: tuple[str, ...],
+                what: str) -> WorkloadRow:
+    row = engine._visible(s, who, wid)
+    if row.state not in states:
+        raise Conflict(f"workload {wid} is {row.state}: only a {' or '.join(states)} "
+                       f"workload can be {what}")
+    if row.nomination:
+        raise Conflict(f"workload {wid} is about to start on GPUs being freed for it")
+    return row
+
+
+def set_priority(engine: Engine, who: Identity, wid: str, priority: str) -> WorkloadRow:
+    """Admins and team leads reorder the queue; owners may not (they would
+    all pick the highest)."""
+    known = engine.policy.priority_classes
+    if not isinstance(priority, str) or priority not in known:
+        raise SpecError("priority", f"unknown priority class {priority!r}; known: "
+                                    f"{', '.join(sorted(known))}")
+    now = engine.clock()
+    with engine.store.transaction() as s:
+        row = _queued_job(s, engine, who, wid, (QUEUED, HELD), "reprioritised")
+        if not (who.admin or row.team in who.leads):
+            raise Forbidden(f"changing the priority of {wid} needs a lead of team {row.team} "
+                            f"or an admin")
+        before, row.priority = row.priority, priority
+        engine._event(s, wid, "priority-changed", now, f"priority {before} → {priority} "
+                      f"by {who.name}", attempt=row.attempt)
+        engine._audit(s, now, who.name, "set-priority", wid, {"before": before, "after": priority})
+    if row.state == QUEUED:
+        engine.scheduler.state.remove_pending(wid)
+        engine.scheduler.state.add_pending(to_workload(row))
+    engine.wake()
+    return row
+
+
+def hold(engine: Engine, who: Identity, wid: str) -> WorkloadRow:
+    """A held job keeps its place in the order (its submit time) but is not
+    considered until released."""
+    now = engine.clock()
+    with engine.store.transaction() as s:
+        row = _queued_job(s, engine, who, wid, (QUEUED,), "held")
+        _check_acts_on(who, row, "hold")
+        row.state, row.reason = HELD, f"held by {who.name}"
+        engine._event(s, wid, "held", now, row.reason, attempt=row.attempt)
+        engine._audit(s, now, who.name, "hold", wid, {})
+    engine.scheduler.cancel(wid, now)
+    engine._reasons.pop(wid, None)
+    return row
+
+
+def release_hold(engine: Engine, who: Identity, wid: str) -> WorkloadRow:
+    now = engine.clock()
+    with engine.store.transaction() as s:
+        row = _queued_job(s, engine, who, wid, (HELD,), "released")
+        _check_acts_on(who, row, "release")
+        e = engine.scheduler.submit(to_workload(row), now)
+        if e.type != "queued":
+            raise Conflict(f"workload {wid} can no longer run: {e.message}")
+        row.state, row.reason = QUEUED, f"released by {who.name}"
+        engine._event(s, wid, "released", now, row.reason, attempt=row.attempt)
+        engine._audit(s, now, who.name, "release-hold", wid, {})
+    engine.wake()
+    return row
+
+
+def _check_acts_on(who: Identity, row: WorkloadRow, verb: str) -> None:
+    if not who.acts_on(row.user, row.team):
+        raise Forbidden(f"workload {row.id} belongs to {row.user}; only they, a lead of team "
+                        f"{row.team} or an admin may {verb} it")
+    if row.kind != "job":
+        raise Conflict(f"workload {row.id} is a {row.kind}: only jobs can be held")

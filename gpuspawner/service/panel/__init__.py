@@ -1,0 +1,1 @@
+"""The admin panel: pages of the scheduler service at /services/gpuhub/admin/."""

@@ -1,0 +1,355 @@
+"""The admin panel's pages (``/services/gpuhub/admin/``): cluster, teams &
+quotas, queue, usage & cost, audit. Each GET gathers what the page shows;
+each POST is one admin action through ``operations`` or the engine, then
+back to the page."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Optional
+from urllib.parse import urlencode
+
+from markupsafe import Markup
+from sqlalchemy import func, select
+
+from ...scheduler.model import Quota
+from ...store import Attempt, AuditEntry, EventRow, QuotaRow, WorkloadRow
+from ...store.audit import verify
+from .. import operations as ops
+from .. import views
+from ..accounting import GROUPS
+from ..handlers import parse_time
+from ..rebuild import HELD, QUEUED, RUNNING, STOPPING
+from ..specs import SpecError
+from ..usage import culls, usage_report
+from . import charts
+from .base import PanelHandler
+from .cluster import cluster_model
+
+DAY = 86400.0
+
+
+def ago(seconds: float) -> str:
+    s = int(max(0, seconds))
+    if s < 90:
+        return f"{s}s"
+    if s < 5400:
+        return f"{s // 60}m"
+    if s < 2 * DAY:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+# ---- cluster -------------------------------------------------------------------------------
+
+class ClusterPage(PanelHandler):
+    page, audience = "cluster", "admin"
+
+    async def get(self):
+        await self.show()
+
+    async def show(self, status: int = 200, **extra):
+        model = cluster_model(self.gpuhub.pools_view(self.identity), self.gpuhub.gpus_view())
+        template = "_heatmap.html" if self.get_argument("fragment", "") else "cluster.html"
+        self.render_page(template, status, pools=model, **extra)
+
+    async def post(self):
+        action, node = self.form("action", ""), self.form("node", "")
+        reason = self.form("reason", "")
+
+        def act():
+            if action in ("drain", "undrain"):
+                ops.set_drained(self.engine, self.identity, node, action == "drain", reason)
+                return f"node {node} {action}ed"
+            if action in ("gpu-out", "gpu-in"):
+                index = self.form("gpu", "")
+                if not index.isdigit():
+                    raise SpecError("gpu", "must be a GPU number")
+                ops.set_gpu_in_service(self.engine, self.identity, node, int(index),
+                                       action == "gpu-in", reason)
+                return f"GPU {node}/{index} " + ("back in service" if action == "gpu-in"
+                                                 else "out of service")
+            raise SpecError("action", f"unknown action {action!r}")
+
+        await self.form_action(act, self.show)
+
+
+# ---- teams ---------------------------------------------------------------------------------
+
+QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
+
+
+def parse_quota_form(pools: list[str], values: dict[str, str]) -> tuple[float, dict[str, Quota]]:
+    """The team form (``weight``, ``<pool>.<field>``) as a weight and quotas;
+    empty borrowing/lending limits mean "no limit"."""
+    raw = values.get("weight", "").strip()
+    try:
+        weight = float(raw)
+    except ValueError:
+        raise SpecError("weight", f"must be a number, got {raw!r}")
+    if not 0 < weight <= 1000:
+        raise SpecError("weight", f"must be in (0, 1000], got {raw}")
+    quotas = {}
+    for pool in pools:
+        numbers: dict[str, Optional[int]] = {}
+        for name in QUOTA_FIELDS:
+            text = values.get(f"{pool}.{name}", "").strip()
+            if text == "" and name != "nominal":
+                numbers[name] = None
+                continue
+            if not text.isdigit():
+                raise SpecError(f"quotas.{pool}.{name}", f"must be a whole number of GPUs"
+                                f"{'' if name == 'nominal' else ' or empty (no limit)'}, "
+                                f"got {text!r}")
+            numbers[name] = int(text)
+        quotas[pool] = Quota(**numbers)
+    return weight, quotas
+
+
+class TeamsPage(PanelHandler):
+    page, audience = "teams", "lead"
+
+    async def get(self):
+        await self.show()
+
+    async def show(self, status: int = 200, **extra):
+        teams = self.gpuhub.teams_view(self.identity)
+        for t in teams:
+            t["members"] = await self.gpuhub.group_members(t["group"])
+        capacity = dict(self.engine.scheduler.state.capacity)
+        with self.engine.store.session() as s:
+            nominal = dict(s.execute(select(QuotaRow.pool, func.sum(QuotaRow.nominal))
+                                     .group_by(QuotaRow.pool)).all())
+        self.render_page("teams.html", status, teams=teams, pools=sorted(capacity),
+                         capacity=capacity, nominal=nominal, fields=QUOTA_FIELDS,
+                         warnings=self.get_arguments("warning"), **extra)
+
+    async def post(self):
+        team = self.form("team", "")
+        typed = {k: self.get_body_argument(k) for k in self.request.body_arguments}
+        pools = sorted(self.engine.scheduler.state.capacity)
+        warnings: list[tuple[str, str]] = []
+
+        def act():
+            weight, quotas = parse_quota_form(pools, typed)
+            warnings.extend(("warning", w) for w in
+                            self.engine.set_team(self.identity, team, weight, quotas))
+            return f"team {team} saved; the next scheduling cycle uses it"
+
+        async def again(**kw):
+            await self.show(error_team=team, typed=typed, **kw)
+
+        await self.form_action(act, again, warnings)
+
+
+# ---- queue ---------------------------------------------------------------------------------
+
+class QueuePage(PanelHandler):
+    page, audience = "queue", "lead"
+
+    async def get(self):
+        await self.show()
+
+    async def show(self, status: int = 200, **extra):
+        now = self.engine.clock()
+        teams = self.teams
+        with self.engine.store.session() as s:
+            q = select(WorkloadRow).where(WorkloadRow.state.in_((QUEUED, HELD, RUNNING, STOPPING)))
+            if teams is not None:
+                q = q.where(WorkloadRow.team.in_(teams))
+            rows = s.scalars(q.order_by(WorkloadRow.submitted_at)).all()
+            attempts = {(a.workload_id, a.number): a for a in s.scalars(
+                select(Attempt).where(Attempt.workload_id.in_([r.id for r in rows]),
+                                      Attempt.state == "running"))}
+            pq = (select(EventRow, WorkloadRow).join(WorkloadRow, WorkloadRow.id == EventRow.workload_id)
+                  .where(EventRow.type == "preempted", EventRow.time >= now - 7 * DAY))
+            if teams is not None:
+                pq = pq.where(WorkloadRow.team.in_(teams))
+            preemptions = [{"time": views.iso(e.time), "ago": ago(now - e.time), "id": w.id,
+                            "name": w.name, "team": w.team, "user": w.user,
+                            "message": e.message}
+                           for e, w in s.execute(pq.order_by(EventRow.id.desc()).limit(50))]
+        queued, held, running = [], [], []
+        for r in rows:
+            item = {**views.workload(r), "waited": ago(now - r.submitted_at)}
+            if r.state == QUEUED:
+                item["position"] = self.engine.queue_position(r.id)
+                queued.append(item)
+            elif r.state == HELD:
+                held.append(item)
+            else:
+                a = attempts.get((r.id, r.attempt))
+                item["gpus_held"] = ", ".join(f"{n}:{','.join(map(str, g))}"
+                                              for n, g in (a.placement if a else []))
+                item["ran"] = ago(now - (a.started_at if a else r.started_at or now))
+                running.append(item)
+        queued.sort(key=lambda w: (w["team"], w["position"] or 1 << 30))
+        self.render_page("queue.html", status, queued=queued, held=held, running=running,
+                         preemptions=preemptions,
+                         priorities=sorted(self.engine.policy.priority_classes), **extra)
+
+    async def post(self):
+        action, wid = self.form("action", ""), self.form("id", "")
+
+        def act():
+            if action == "cancel":
+                self.engine.cancel(self.identity, wid)
+                return f"{wid} cancelled"
+            if action == "hold":
+                ops.hold(self.engine, self.identity, wid)
+                return f"{wid} held"
+            if action == "unhold":
+                ops.release_hold(self.engine, self.identity, wid)
+                return f"{wid} released into the queue"
+            if action == "priority":
+                priority = self.form("priority", "")
+                ops.set_priority(self.engine, self.identity, wid, priority)
+                return f"{wid} now has priority {priority}"
+            raise SpecError("action", f"unknown action {action!r}")
+
+        await self.form_action(act, self.show)
+
+
+# ---- usage ---------------------------------------------------------------------------------
+
+def day_start(t: float) -> float:
+    d = dt.datetime.fromtimestamp(t, dt.timezone.utc).date()
+    return dt.datetime(d.year, d.month, d.day, tzinfo=dt.timezone.utc).timestamp()
+
+
+class UsagePage(PanelHandler):
+    page, audience = "usage", "lead"
+
+    async def get(self):
+        await self.show()
+
+    async def show(self, status: int = 200, **extra):
+        now = self.engine.clock()
+        try:
+            start = parse_time(self.get_argument("from", None), "from", day_start(now) - 6 * DAY)
+            to_arg = self.get_argument("to", None)
+            end = parse_time(to_arg, "to", now)
+            if to_arg and len(to_arg) == 10:
+                end += DAY  # a date "to" includes that whole day
+            group_by = self.get_argument("group_by", "team")
+            if group_by not in GROUPS:
+                raise SpecError("group_by", f"unknown grouping {group_by!r}")
+            if end <= start:
+                raise SpecError("to", "must be after 'from'")
+        except SpecError as e:
+            start, end, group_by = day_start(now) - 6 * DAY, now, "team"
+            extra.update(error=str(e), error_field=e.field)
+            status = 400
+        end = min(end, now)
+        with self.engine.store.session() as s:
+            report = usage_report(s, start, end, now, group_by, self.teams, series_by=group_by)
+            cull = culls(s, start, end) if self.identity.admin else None
+        series = report["series"]
+        labels = [t[5:16].replace("T", " ") if series["bucket_seconds"] < DAY else t[:10]
+                  for t in series["starts"]]
+        hours = {(k or "(none)"): v for k, v in series["gpu_hours"].items()}
+        bar_items = [(r[group_by] or "(none)", r["gpu_hours"]) for r in report["rows"]]
+        colours = charts.colours_for(hours)
+        costs = {(r[group_by] or "(none)"): f"{r['cost']:.2f} {self.gpuhub.currency}"
+                 for r in report["rows"]}
+        query = {"from": views.iso(start), "to": views.iso(end), "group_by": group_by}
+        self.render_page(
+            "usage.html", status, report=report, group_by=group_by, groups=GROUPS,
+            start_date=views.iso(start)[:10], end_date=views.iso(max(start, end - 1))[:10],
+            area=Markup(charts.stacked_area(labels, hours, colours=colours,
+                                            title=f"GPU-hours per {group_by} over time")),
+            bars=Markup(charts.bars(bar_items, note=costs, colours=colours,
+                                    title=f"GPU-hours per {group_by}")),
+            csv_url=f"{self.gpuhub.api_prefix}usage?{urlencode({**query, 'format': 'csv'})}",
+            culls=cull, prices=report["prices"], **extra)
+
+    async def post(self):
+        pool, raw = self.form("pool", ""), self.form("price", "").strip()
+
+        def act():
+            try:
+                price = float(raw)
+            except ValueError:
+                raise SpecError("price_per_gpu_hour", f"must be a number, got {raw!r}")
+            ops.set_price(self.engine, self.identity, pool, price)
+            return f"pool {pool} now costs {price:g} {self.gpuhub.currency} per GPU-hour"
+
+        await self.form_action(act, self.show)
+
+
+# ---- audit ---------------------------------------------------------------------------------
+
+AUDIT_FILTERS = ("action", "actor", "target")
+
+
+def audit_query(handler: PanelHandler):
+    q = select(AuditEntry)
+    for name in AUDIT_FILTERS:
+        value = handler.get_argument(name, "").strip()
+        if value:
+            q = q.where(getattr(AuditEntry, name) == value)
+    for name, op in (("from", "__ge__"), ("to", "__le__")):
+        raw = handler.get_argument(name, "")
+        if raw:
+            t = parse_time(raw, name, 0.0) + (DAY if name == "to" and len(raw) == 10 else 0)
+            q = q.where(getattr(AuditEntry.time, op)(t))
+    return q
+
+
+class AuditPage(PanelHandler):
+    page, audience = "audit", "admin"
+
+    async def get(self):
+        limit = self.get_argument("limit", "200")
+        if not limit.isdigit() or not 1 <= int(limit) <= 5000:
+            raise SpecError("limit", "must be an integer between 1 and 5000")
+        try:
+            q = audit_query(self)
+        except SpecError as e:
+            q, error = select(AuditEntry), str(e)
+        else:
+            error = ""
+        with self.engine.store.session() as s:
+            entries = s.scalars(q.order_by(AuditEntry.id.desc()).limit(int(limit))).all()
+            problem = verify(s.scalars(select(AuditEntry).order_by(AuditEntry.id)))
+            actions = sorted(set(s.scalars(select(AuditEntry.action).distinct())))
+        filters = {k: self.get_argument(k, "") for k in (*AUDIT_FILTERS, "from", "to")}
+        self.render_page("audit.html", 400 if error else 200, error=error,
+                         entries=[{**views.audit(e), "detail_json": json.dumps(e.detail or {},
+                                                                               sort_keys=True)}
+                                  for e in entries],
+                         chain_problem=problem, actions=actions, filters=filters,
+                         export_url=f"{self.panel_url}audit.jsonl?"
+                                    f"{urlencode({k: v for k, v in filters.items() if v})}")
+
+
+class AuditExport(PanelHandler):
+    """The filtered audit log as JSON lines (oldest first), with each
+    entry's hash so an export can be checked against the chain."""
+
+    page, audience = "audit", "admin"
+
+    def get(self):
+        with self.engine.store.session() as s:
+            entries = s.scalars(audit_query(self).order_by(AuditEntry.id)).all()
+        self.set_header("Content-Type", "application/x-ndjson; charset=UTF-8")
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.engine.clock()))
+        self.set_header("Content-Disposition", f'attachment; filename="gpuhub-audit-{stamp}.jsonl"')
+        for e in entries:
+            self.write(json.dumps({**views.audit(e), "hash": e.hash}, sort_keys=True) + "\n")
+        self.finish()
+
+
+class PanelIndex(PanelHandler):
+    """/admin/: the first page this person may see."""
+
+    audience = "lead"
+
+    def get(self):
+        self.redirect(self.panel_url + ("cluster" if self.identity.admin else "queue"))
+
+
+PANEL_ROUTES = [("", PanelIndex), ("cluster", ClusterPage), ("teams", TeamsPage),
+                ("queue", QueuePage), ("usage", UsagePage), ("audit", AuditPage),
+                ("audit.jsonl", AuditExport)]

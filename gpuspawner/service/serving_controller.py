@@ -1,0 +1,276 @@
+"""Keeps each deployment's replicas as its traffic and load want them.
+
+Every second: for each deployment and revision, the replicas it should run
+(``serving.autoscale``) against the replica workloads it has; missing ones
+are queued in the scheduler (within the team's nominal quota only: a
+deployment is never admitted on borrowed GPUs it could lose, so a scale-up
+past the quota is refused and says so), extra ones stopped. Replicas that
+run are probed until MLServer answers ready; only ready ones get requests.
+A canary whose errors or p99 latency cross the deployment's rollback rule is
+rolled back. What is measured (requests in flight, latency windows) lives in
+memory: after a restart the windows start empty.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sqlalchemy import select
+from tornado import httpclient
+
+from ..serving.autoscale import ScalePolicy, desired_replicas, split
+from ..serving.replica import model_settings, server_settings, write_replica_dir
+from ..serving.traffic import RollbackRule, SmoothWeighted, Window, least_busy, rollback_reason
+from ..store import DeploymentRow, RevisionRow, WorkloadRow
+from .deployments import Deployments
+from .engine import Engine
+from .identity import Identity
+from .rebuild import QUEUED, RUNNING, STOPPING
+
+log = logging.getLogger("gpuhub.serving")
+CONTROLLER = Identity("gpuhub-deployments", admin=True, can_submit=True)
+LOAD_WINDOW = 10.0  # seconds of in-flight samples the autoscaler averages
+
+
+def free_ports(n: int = 3) -> int:
+    """The first of ``n`` consecutive free ports (HTTP, gRPC, metrics)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        try:
+            for p in range(base, base + n):
+                with socket.socket() as t:
+                    t.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free ports")
+
+
+@dataclass
+class Replica:
+    workload_id: str
+    deployment_id: int
+    revision: int
+    url: str
+    ready: bool = False
+    in_flight: int = 0
+
+
+@dataclass
+class DeploymentLoad:
+    samples: deque = field(default_factory=deque)   # (time, requests in flight)
+    last_request: float = 0.0
+    wrr: SmoothWeighted = field(default_factory=SmoothWeighted)
+
+
+class ServingController:
+    def __init__(self, engine: Engine, clock=time.time):
+        self.engine = engine
+        self.deployments = Deployments(engine)
+        self.clock = clock
+        self.replicas: dict[str, Replica] = {}
+        self.windows: dict[tuple[int, int], Window] = {}
+        self.load: dict[int, DeploymentLoad] = {}
+        self.http = httpclient.AsyncHTTPClient()
+        self._asked: dict[tuple[str, str], int] = {}
+        # (team, name) -> the deployment as last read: the router's view,
+        # refreshed every reconcile and after every change through the API.
+        self.by_name: dict[tuple[str, str], DeploymentRow] = {}
+        self._session = None
+
+    @property
+    def session(self):
+        """One pooled, keep-alive HTTP client for the router (a new TCP
+        connection per request would cost more than the model)."""
+        import aiohttp
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=512),
+                timeout=aiohttp.ClientTimeout(total=120))
+        return self._session
+
+    def reload(self) -> None:
+        with self.engine.store.session() as s:
+            self.by_name = {(d.team, d.name): d for d in s.scalars(select(DeploymentRow))}
+
+    # ---- what the router asks --------------------------------------------------------------
+    def ready_replicas(self, dep_id: int, revision: Optional[int] = None) -> list[Replica]:
+        return [r for r in self.replicas.values() if r.deployment_id == dep_id and r.ready
+                and (revision is None or r.revision == revision)]
+
+    def choose(self, dep: DeploymentRow) -> Optional[Replica]:
+        """A revision by the traffic weights (among those with a ready
+        replica), then its least busy replica."""
+        weights = {int(r): w for r, w in dep.traffic.items()
+                   if self.ready_replicas(dep.id, int(r))}
+        rev = self.load_of(dep.id).wrr.choose(weights)
+        if rev is None:
+            return None
+        ready = self.ready_replicas(dep.id, rev)
+        wid = least_busy({r.workload_id: r.in_flight for r in ready}, [r.workload_id for r in ready])
+        return self.replicas[wid]
+
+    def load_of(self, dep_id: int) -> DeploymentLoad:
+        return self.load.setdefault(dep_id, DeploymentLoad())
+
+    def record(self, replica: Replica, latency: float, error: bool) -> None:
+        now = self.clock()
+        self.windows.setdefault((replica.deployment_id, replica.revision), Window()).add(
+            now, latency, error)
+
+    def stats(self, dep_id: int, revision: int) -> dict:
+        return self.windows.get((dep_id, revision), Window()).summary(self.clock())
+
+    # ---- the loop --------------------------------------------------------------------------
+    async def run(self, interval: float = 1.0) -> None:
+        import asyncio
+        while True:
+            try:
+                await self.reconcile()
+            except Exception:
+                log.exception("reconciling deployments failed")
+            await asyncio.sleep(interval)
+
+    async def reconcile(self) -> None:
+        now = self.clock()
+        with self.engine.store.session() as s:
+            deps = {d.id: d for d in s.scalars(select(DeploymentRow))}
+            self.by_name = {(d.team, d.name): d for d in deps.values()}
+            revisions = {(r.deployment_id, r.number): r for r in s.scalars(select(RevisionRow))}
+            rows = list(s.scalars(select(WorkloadRow).where(
+                WorkloadRow.kind == "deployment",
+                WorkloadRow.state.in_((QUEUED, RUNNING, STOPPING)))))
+        by_rev: dict[tuple[int, int], list[WorkloadRow]] = {}
+        for row in rows:
+            key = (row.spec.get("deployment"), row.spec.get("revision"))
+            if key[0] not in deps:
+                self._stop(row, "its deployment was deleted")
+                continue
+            by_rev.setdefault(key, []).append(row)
+        self._track(rows)
+        # GPUs replicas already asked for but not yet got: they count against
+        # the quota a scale-up is checked with.
+        self._asked = {}
+        for row in rows:
+            if row.state == QUEUED:
+                key = (row.team, row.pool)
+                self._asked[key] = self._asked.get(key, 0) + row.gpus_per_node * row.num_nodes
+        for dep in deps.values():
+            self._scale(dep, revisions, by_rev, now)
+            self._maybe_roll_back(dep)
+        await self._probe()
+
+    def _track(self, rows: list[WorkloadRow]) -> None:
+        running = {r.id: r for r in rows if r.state == RUNNING}
+        for wid in list(self.replicas):
+            if wid not in running:
+                del self.replicas[wid]
+        for wid, row in running.items():
+            if wid not in self.replicas:
+                self.replicas[wid] = Replica(wid, row.spec["deployment"], row.spec["revision"],
+                                             f"http://127.0.0.1:{row.spec['port']}")
+
+    def _scale(self, dep: DeploymentRow, revisions: dict, by_rev: dict, now: float) -> None:
+        load = self.load_of(dep.id)
+        in_flight = sum(r.in_flight for r in self.replicas.values() if r.deployment_id == dep.id)
+        load.samples.append((now, in_flight))
+        while load.samples and load.samples[0][0] < now - LOAD_WINDOW:
+            load.samples.popleft()
+        average = sum(n for _, n in load.samples) / len(load.samples)
+        policy = ScalePolicy(dep.min_replicas, dep.max_replicas, dep.target_in_flight,
+                             dep.scale_to_zero_after, dep.gpus)
+        idle = now - max(load.last_request, dep.updated_at)
+        total, why = desired_replicas(policy, average, idle)
+        want = split(total, {int(r): w for r, w in dep.traffic.items()})
+        messages = []
+        for (dep_id, number), rev in sorted(revisions.items()):
+            if dep_id != dep.id:
+                continue
+            active = [r for r in by_rev.get((dep.id, number), []) if r.state != STOPPING]
+            need = want.get(number, 0)
+            for _ in range(need - len(active)):
+                refused = self._quota_refusal(dep)
+                if refused:
+                    messages.append(refused)
+                    break
+                self._start_replica(dep, rev)
+                key = (dep.team, dep.pool)
+                self._asked[key] = self._asked.get(key, 0) + dep.gpus
+            for row in sorted(active, key=lambda r: r.submitted_at, reverse=True)[:max(0, len(active) - need)]:
+                self._stop(row, f"scaled down ({why})")
+        message = "; ".join(messages) or f"{total} replica(s): {why}"
+        if message != dep.message and (messages or dep.message.startswith("scale-up refused")):
+            with self.engine.store.transaction() as s:
+                row = s.get(DeploymentRow, dep.id)
+                if row is not None:
+                    row.message = message
+
+    def _quota_refusal(self, dep: DeploymentRow) -> Optional[str]:
+        if not dep.gpus:
+            return None
+        ledger = self.engine.scheduler.state.ledger
+        used = ledger.used.get((dep.team, dep.pool), 0) + self._asked.get((dep.team, dep.pool), 0)
+        nominal = ledger.quota(dep.team, dep.pool).nominal
+        if used + dep.gpus <= nominal:
+            return None
+        return (f"scale-up refused: team {dep.team} holds {used} of its {nominal} nominal "
+                f"{dep.pool} GPUs and a replica needs {dep.gpus}; deployments run within "
+                f"nominal quota only")
+
+    def _start_replica(self, dep: DeploymentRow, rev: RevisionRow) -> None:
+        eng = self.engine
+        wid = "w" + secrets.token_hex(6)
+        port = free_ports(3)
+        rdir = os.path.join(eng.config.data_dir, "deployments", dep.team, dep.name,
+                            f"r{rev.number}", wid)
+        argv = write_replica_dir(rdir, model_settings(
+            dep.name, rev.model_dir, rev.runtime, rev.predictor, rev.max_batch_size,
+            rev.max_batch_time, f"r{rev.number}"), server_settings(port))
+        row = WorkloadRow(
+            id=wid, name=f"{dep.name}-r{rev.number}", kind="deployment", team=dep.team,
+            user=dep.user, project=f"deployment:{dep.name}", pool=dep.pool,
+            gpus_per_node=dep.gpus, num_nodes=1, priority="production", time_limit=None,
+            grace_period=10.0, state=QUEUED, reason="queued", attempt=0, preempted_by=[],
+            submitted_at=self.clock(),
+            spec={"command": argv, "working_dir": rdir, "checkpoint_dir": rdir, "env": {},
+                  "deployment": dep.id, "revision": rev.number, "port": port})
+        eng.queue_row(row, CONTROLLER.name)
+
+    def _stop(self, row: WorkloadRow, why: str) -> None:
+        replica = self.replicas.pop(row.id, None)
+        if replica is not None:
+            replica.ready = False
+        try:
+            self.engine.cancel(CONTROLLER, row.id)
+        except Exception as e:  # already ending
+            log.debug("stopping replica %s: %s", row.id, e)
+        log.info("stopping replica %s: %s", row.id, why)
+
+    def _maybe_roll_back(self, dep: DeploymentRow) -> None:
+        canary = self.deployments.canary(dep)
+        if canary is None or not dep.rollback:
+            return
+        reason = rollback_reason(self.stats(dep.id, canary), RollbackRule(**dep.rollback))
+        if reason:
+            self.deployments.rollback(CONTROLLER, dep.team, dep.name,
+                                      why=f"automatic rollback of revision {canary}: {reason}")
+            self.windows.pop((dep.id, canary), None)
+
+    async def _probe(self) -> None:
+        for r in list(self.replicas.values()):
+            if r.ready:
+                continue
+            try:
+                resp = await self.http.fetch(f"{r.url}/v2/health/ready", request_timeout=1.0,
+                                             raise_error=False)
+                r.ready = resp.code == 200
+            except OSError:
+                r.ready = False

@@ -1,0 +1,124 @@
+"""``gpuhub bench serving``: what the router adds in front of a model server.
+
+Starts a temporary hub (tests/hub_harness.py), trains the example iris model
+into the bench user's workspace, deploys it (one replica, MLServer), then at
+each concurrency (default 1, 16 and 64 client threads) sends the same
+inference request ``--requests`` times twice in the same run:
+
+* direct: to the replica's MLServer port on this machine;
+* router (service): to the service's own port, so the router without the proxy;
+* router (proxy + service): through the hub's proxy, as clients call it.
+
+Throughput is requests over the row's wall time; latencies per request. The
+ratio compares the router row with the direct row at the same concurrency.
+The client threads run on the same machine, so at high concurrency they
+compete with the servers for CPU: the figures are this machine's.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+
+import joblib
+import requests
+
+from ..bench_api import measure, start_temporary_hub
+from ..client import GpuHubError
+
+BODY = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                    "data": [5.1, 3.5, 1.4, 0.2]}]}
+
+
+def _train(path: str) -> None:
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+    X, y = load_iris(return_X_y=True)
+    os.makedirs(path, exist_ok=True)
+    joblib.dump(LogisticRegression(max_iter=1000).fit(X, y), os.path.join(path, "model.joblib"))
+
+
+def _wait_ready(api: str, token: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        d = requests.get(f"{api}/deployments/bench/iris", timeout=10,
+                         headers={"Authorization": f"token {token}"}).json()
+        if d["revisions"] and d["revisions"][0]["ready_replicas"]:
+            return
+        time.sleep(0.5)
+    raise GpuHubError("the deployment did not become ready")
+
+
+def run(requests_per_row: int = 400, concurrencies=(1, 16, 64), progress=None) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="gpuhub-bench-serving-") as tmp:
+        hub = start_temporary_hub(tmp)
+        try:
+            token = hub.token("bench")
+            _train(os.path.join(hub.data_dir, "workspaces", "bench", "models", "iris"))
+            r = requests.post(f"{hub.api}/deployments", headers={"Authorization": f"token {token}"},
+                              json={"name": "iris", "model_dir": "models/iris"}, timeout=30)
+            if r.status_code != 201:
+                raise GpuHubError(f"deploy failed: {r.text}")
+            _wait_ready(hub.api, token)
+            [settings] = glob.glob(os.path.join(hub.data_dir, "deployments", "bench", "iris",
+                                                "r1", "*", "settings.json"))
+            port = json.load(open(settings))["http_port"]
+            path = "services/gpuhub/endpoints/bench/iris/v2/models/iris/infer"
+            targets = [("direct (MLServer)", f"http://127.0.0.1:{port}/v2/models/iris/infer"),
+                       # the service's own port: the router without the proxy's hop
+                       ("router (service)", f"http://127.0.0.1:{hub.port + 2}/{path}"),
+                       ("router (proxy + service)", f"{hub.url}/{path}")]
+            rows = []
+            for c in concurrencies:
+                rows += measure(token, c, [(name, "POST", url, 200, BODY) for name, url in targets],
+                                requests_per_row, progress)
+            return add_ratios(rows)
+        finally:
+            hub.stop()
+
+
+def add_ratios(rows: list[dict]) -> list[dict]:
+    direct = {r["concurrency"]: r for r in rows if r["name"].startswith("direct")}
+    for r in rows:
+        d = direct.get(r["concurrency"])
+        if d and not r["name"].startswith("direct"):
+            r["rps_ratio"] = round(r["rps"] / d["rps"], 2) if d["rps"] else None
+            r["p50_added_ms"] = round(r["p50_ms"] - d["p50_ms"], 2)
+            r["p99_added_ms"] = round(r["p99_ms"] - d["p99_ms"], 2)
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    out = [f"{'concurrency':>11}  {'path':<26}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+           f"{'errors':>8}  vs direct"]
+    for r in rows:
+        extra = (f"{r['rps_ratio']}× req/s, +{r['p50_added_ms']} ms p50, "
+                 f"+{r['p99_added_ms']} ms p99" if "rps_ratio" in r else "")
+        out.append(f"{r['concurrency']:>11}  {r['name']:<26}{r['rps']:>9.1f}{r['p50_ms']:>9.2f}"
+                   f"{r['p99_ms']:>9.2f}{r['errors']:>8}  {extra}")
+    return "\n".join(out)
+
+
+def cmd_bench_serving(args) -> int:
+    def progress(row):
+        if not args.json:
+            print(f"  measured {row['name']} at concurrency {row['concurrency']}",
+                  file=sys.stderr, flush=True)
+    try:
+        if not args.json:
+            print("starting a temporary hub and a deployment ...", file=sys.stderr, flush=True)
+        rows = run(args.requests, tuple(args.serving_concurrency), progress)
+    except GpuHubError as e:
+        print(f"gpuhub bench serving: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+    else:
+        print(f"model serving, {args.requests} inference requests per row (iris, 1 row of 4 "
+              f"features), one MLServer replica")
+        print(format_rows(rows))
+    return 1 if any(r["errors"] for r in rows) else 0

@@ -1,0 +1,299 @@
+"""The admin panel in a real browser against a real hub.
+
+- an admin raises a team's quota on the Teams page and the job waiting on
+  that quota starts in the next cycle; an impossible quota is refused with
+  the reason and the form keeps what was typed;
+- an admin drains a node and takes a GPU out of service on the Cluster page,
+  and holds, reprioritises and cancels on the Queue page;
+- the Usage page's table, its CSV export and the API report agree, and they
+  add up to the attempts' run times;
+- a plain user gets 403 on every page and admin API; a team lead sees only
+  her team.
+
+Screenshots of each page are kept in docs/screenshots/admin-*.png.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+
+import pytest
+from playwright import sync_api
+
+from hub_harness import Hub, wait_for
+from test_spawn_browser import CHROMIUM, CHROMIUM_ARGS, login, shot
+
+GROUPS = {"team-vision": ["alice", "bob"], "team-nlp": ["carol"]}
+TEAMS = {"vision": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}},
+         "nlp": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}}
+LEAD_ROLE = """
+c.JupyterHub.load_roles.append({"name": "lead-vision", "users": ["alice"],
+                                "scopes": ["custom:gpuhub:team-admin!group=team-vision"]})
+"""
+PAGES = ("cluster", "teams", "queue", "usage", "audit")
+
+
+def sleeper(seconds: float, gpus: int, name: str = "") -> dict:
+    return {"command": [sys.executable, "-c", f"import time; time.sleep({seconds})"],
+            "gpus": gpus, "pool": "default", "name": name or f"sleep-{seconds}"}
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM}: `make test` installs it"
+    h = Hub(str(tmp_path_factory.mktemp("panel")), groups=GROUPS, teams=TEAMS, gpus=4,
+            extra_hub_config=LEAD_ROLE,
+            extra_service_config='c.GpuHubService.gpu_hour_prices = {"default": 3.0}\n')
+    h.start()
+    yield h
+    for user in ("alice", "bob", "carol"):
+        for w in h.client("root-admin").get("/workloads", params={"user": user}).json()["workloads"]:
+            if w["state"] in ("queued", "held", "running"):
+                h.client("root-admin").post(f"/workloads/{w['id']}/cancel")
+    h.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def page_as(browser, hub: Hub, user: str):
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    login(page, hub, user)
+    return page
+
+
+def open_panel(page, hub: Hub, path: str):
+    return page.goto(f"{hub.url}/services/gpuhub/admin/{path}")
+
+
+def test_admin_quota_edit_takes_effect_next_cycle(hub, browser, tmp_path):
+    bob = hub.client("bob")
+    holder = bob.submit(**sleeper(120, 2, "holds-quota"))["id"]
+    hub.client("bob").wait(holder, ("running",))
+    waiting = bob.submit(**sleeper(120, 1, "needs-more-quota"))["id"]
+    reason = wait_for(lambda: bob.workload(waiting)["reason"] not in ("", "queued")
+                      and bob.workload(waiting)["reason"], "a waiting reason")
+    assert "team vision holds 2 default GPUs and may hold at most 2" in reason, reason
+    page = page_as(browser, hub, "root-admin")
+    # the hub's own pages link to the panel for admins
+    page.goto(f"{hub.url}/hub/home")
+    page.click("#gpuhub-admin-link")
+    page.wait_for_url("**/services/gpuhub/admin/cluster")
+    open_panel(page, hub, "teams")
+    form = page.locator("#team-vision")
+    assert form.locator(".members").inner_text() == "alice, bob"
+    # impossible: more than the pool has; refused with the reason, nothing changes
+    form.locator('input[name="default.nominal"]').fill("9")
+    with page.expect_navigation():
+        form.locator("button.save").click()
+    assert "9 GPUs cannot be guaranteed: pool default has 4 GPUs" in page.locator("#error").inner_text()
+    assert page.locator('#team-vision input[name="default.nominal"]').input_value() == "9"
+    assert hub.client("root-admin").get("/teams/vision").json()["quotas"]["default"]["nominal"] == 2
+    assert bob.workload(waiting)["state"] == "queued"
+    # possible, but the nominal quotas then add up to more than the pool: warned
+    page.locator('#team-vision input[name="default.nominal"]').fill("3")
+    with page.expect_navigation():
+        page.locator("#team-vision button.save").click()
+    assert "team vision saved" in page.locator("#done").inner_text()
+    assert "add up to 5 GPUs but it has 4" in page.locator(".warning").first.inner_text()
+    bob.wait(waiting, ("running",), timeout=30)
+    shot(page, tmp_path, "admin-teams.png")
+    # the change is in the audit trail, with the panel login
+    open_panel(page, hub, "audit")
+    actions = page.locator("#entries tr[data-action]").evaluate_all(
+        "rows => rows.map(r => r.dataset.action)")
+    assert "set-team" in actions and "panel-login" in actions
+    assert "Hash chain intact" in page.locator("#chain").inner_text()
+    page.select_option("#action", "set-team")
+    with page.expect_navigation():
+        page.click("#audit-form button")
+    assert page.locator("#entries tr[data-action]").count() == 1
+    shot(page, tmp_path, "admin-audit.png")
+    export = page.context.request.get(hub.url + page.locator("#export").get_attribute("href"))
+    lines = [json.loads(x) for x in export.text().splitlines()]
+    assert [x["action"] for x in lines] == ["set-team"]
+    assert lines[0]["detail"]["after"]["quotas"]["default"][0] == 3 and len(lines[0]["hash"]) == 64
+    for wid in (holder, waiting):
+        bob.post(f"/workloads/{wid}/cancel")
+    hub.client("root-admin").request("PUT", "/teams/vision",
+                                     json={"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}})
+
+
+def test_cluster_drain_and_gpu_out_of_service(hub, browser, tmp_path):
+    admin = hub.client("root-admin")
+    page = page_as(browser, hub, "root-admin")
+    open_panel(page, hub, "cluster")
+    node = page.locator(".node").first.get_attribute("data-node")
+    assert page.locator(".gpu").count() == 4
+    # taking a GPU out needs a reason
+    page.select_option("#gpu-node", node)
+    page.fill('#gpu-form input[name="gpu"]', "3")
+    with page.expect_navigation():
+        page.click('#gpu-form button[value="gpu-out"]')
+    assert "reason" in page.locator("#error").inner_text()
+    page.fill('#gpu-form input[name="gpu"]', "3")
+    page.fill('#gpu-form input[name="reason"]', "ECC errors in dmesg")
+    with page.expect_navigation():
+        page.click('#gpu-form button[value="gpu-out"]')
+    assert page.locator('.gpu[data-gpu="3"]').get_attribute("data-state") == "out of service"
+    assert page.locator(".count-unhealthy").inner_text() == "1 unhealthy"
+    assert admin.get("/pools").json()["pools"][0]["capacity"] == 3
+    # drained: nothing new starts; what runs keeps running
+    running = hub.client("carol").submit(**sleeper(120, 1, "runs-through-drain"))["id"]
+    hub.client("carol").wait(running, ("running",))
+    page.fill('#drain-form input[name="reason"]', "firmware upgrade")
+    with page.expect_navigation():
+        page.click('#drain-form button[value="drain"]')
+    assert page.locator(f'.node[data-node="{node}"] .drained').is_visible()
+    small = hub.client("carol").submit(**sleeper(1, 1, "waits-for-undrain"))["id"]
+    wait_for(lambda: "waiting" in hub.client("carol").workload(small)["reason"], "a waiting reason")
+    assert hub.client("carol").workload(small)["state"] == "queued"
+    assert hub.client("carol").workload(running)["state"] == "running"
+    # the heat map refreshes by itself with the GPUs' holders
+    page.wait_for_function(
+        "() => document.querySelector('#heatmap').innerText.includes('runs') || "
+        "document.querySelector('#heatmap').innerText.includes('job')", timeout=15_000)
+    shot(page, tmp_path, "admin-cluster.png")
+    with page.expect_navigation():
+        page.click('#drain-form button[value="undrain"]')
+    hub.client("carol").wait(small, ("succeeded",), timeout=60)
+    r = admin.request("PATCH", f"/nodes/{node}/gpus/3", json={"in_service": True})
+    assert r.status_code == 200, r.text
+    hub.client("carol").post(f"/workloads/{running}/cancel")
+    audit = {e["action"] for e in admin.get("/audit").json()["entries"]}
+    assert {"drain", "undrain", "gpu-out-of-service", "gpu-in-service"} <= audit
+
+
+def test_queue_hold_priority_and_cancel(hub, browser, tmp_path):
+    carol = hub.client("carol")
+    hogs = [carol.submit(**sleeper(120, 1, f"hog-{i}"))["id"] for i in range(2)]
+    for wid in hogs:
+        carol.wait(wid, ("running",))
+    first = carol.submit(**sleeper(1, 1, "first-in-line"))["id"]
+    second = carol.submit(**sleeper(1, 1, "second-in-line"))["id"]
+    page = page_as(browser, hub, "root-admin")
+    open_panel(page, hub, "queue")
+    row = page.locator(f'#queued tr[data-id="{second}"]')
+    assert row.locator(".position").inner_text() == "2"
+    row.locator("select").select_option("best-effort")
+    with page.expect_navigation():
+        row.locator('button[value="priority"]').click()
+    assert carol.workload(second)["priority"] == "best-effort"
+    row = page.locator(f'#queued tr[data-id="{first}"]')
+    with page.expect_navigation():
+        row.locator('button[value="hold"]').click()
+    assert carol.workload(first)["state"] == "held"
+    assert page.locator(f'#held tr[data-id="{first}"]').is_visible()
+    assert page.locator(f'#queued tr[data-id="{second}"] .position').inner_text() == "1"
+    assert page.locator(f'#running tr[data-id="{hogs[0]}"]').is_visible()
+    shot(page, tmp_path, "admin-queue.png")
+    with page.expect_navigation():
+        page.locator(f'#held tr[data-id="{first}"] button[value="unhold"]').click()
+    assert carol.workload(first)["state"] == "queued"
+    with page.expect_navigation():
+        page.locator(f'#running tr[data-id="{hogs[0]}"] button[value="cancel"]').click()
+    carol.wait(hogs[0], ("cancelled",))
+    for wid in (first, second):
+        carol.wait(wid, ("succeeded",), timeout=60)
+    carol.post(f"/workloads/{hogs[1]}/cancel")
+
+
+def test_usage_page_csv_and_api_agree_with_the_ledger(hub, browser, tmp_path):
+    page = page_as(browser, hub, "root-admin")
+    open_panel(page, hub, "usage")
+    page.select_option("#group_by", "user")
+    with page.expect_navigation():
+        page.click("#usage-form button")
+    table = [[c.strip() for c in row.split("\t")]
+             for row in page.locator("#usage-table tbody tr").evaluate_all(
+                 "rows => rows.map(r => Array.from(r.cells).map(c => c.innerText).join('\\t'))")]
+    csv_text = page.context.request.get(hub.url + page.locator("#csv").get_attribute("href")).text()
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    assert [[r["user"], r["gpu_hours"], r["gpu_seconds"], r["borrowed_gpu_seconds"],
+             r["cost_USD"]] for r in rows] == table
+    # every finished attempt in the ledger, at 3.00 per GPU-hour
+    admin = hub.client("root-admin")
+    expected: dict[str, float] = {}
+    for w in admin.get("/workloads", params={"limit": 1000}).json()["workloads"]:
+        if w["state"] in ("running", "stopping", "queued", "held"):
+            continue  # still counting up: compared by the test above the page's time
+        for a in admin.get(f"/workloads/{w['id']}").json()["attempts"]:
+            if a["ended_at"]:
+                from datetime import datetime
+                seconds = (datetime.fromisoformat(a["ended_at"].replace("Z", "+00:00"))
+                           - datetime.fromisoformat(a["started_at"].replace("Z", "+00:00")))
+                expected[w["user"]] = expected.get(w["user"], 0) + a["gpus"] * seconds.total_seconds()
+    got = {r["user"]: float(r["gpu_seconds"]) for r in rows}
+    assert got == pytest.approx(expected, abs=0.002)
+    for r in rows:
+        assert float(r["cost_USD"]) == pytest.approx(float(r["gpu_seconds"]) / 3600 * 3.0, abs=0.006)
+    assert page.locator("#area svg polygon").count() == len(rows)
+    assert page.locator("#bars svg rect").count() == len(rows)
+    shot(page, tmp_path, "admin-usage.png")
+
+
+def test_plain_user_gets_403_on_every_page_and_admin_api(hub, browser):
+    page = page_as(browser, hub, "carol")
+    page.goto(f"{hub.url}/hub/home")
+    assert page.locator("#gpuhub-admin-link").count() == 0
+    for path in ("", *PAGES, "audit.jsonl"):
+        response = open_panel(page, hub, path)
+        assert response.status == 403, (path, response.status)
+        assert "custom:gpuhub:admin" in page.content()
+    carol = hub.client("carol")
+    calls = [("GET", "/audit", None), ("GET", "/gpus", None),
+             ("PATCH", "/nodes/x", {"drained": True}),
+             ("PATCH", "/pools/default", {"price_per_gpu_hour": 1}),
+             ("PUT", "/teams/nlp", {"weight": 2})]
+    node = hub.client("root-admin").get("/pools").json()["pools"][0]["nodes"][0]["name"]
+    calls += [("PATCH", f"/nodes/{node}", {"drained": True}),
+              ("PATCH", f"/nodes/{node}/gpus/0", {"in_service": False, "reason": "x"})]
+    for method, path, body in calls:
+        r = carol.request(method, path, json=body)
+        assert r.status_code == 403, (method, path, r.status_code, r.text)
+        assert "custom:gpuhub:admin" in r.json()["error"]
+    # a POST to a page with carol's cookie is refused as well
+    response = page.context.request.post(f"{hub.url}/services/gpuhub/admin/cluster",
+                                         form={"action": "drain", "node": node})
+    assert response.status in (401, 403)
+    assert not any(n["drained"] for p in hub.client("root-admin").get("/pools").json()["pools"]
+                   for n in p["nodes"])
+
+
+def test_team_lead_sees_only_her_team(hub, browser, tmp_path):
+    mine = hub.client("bob").submit(**sleeper(60, 1, "vision-job"))["id"]
+    theirs = hub.client("carol").submit(**sleeper(60, 1, "nlp-job"))["id"]
+    for c, wid in ((hub.client("bob"), mine), (hub.client("carol"), theirs)):
+        c.wait(wid, ("running",))
+    page = page_as(browser, hub, "alice")
+    page.goto(f"{hub.url}/hub/home")
+    page.click("#gpuhub-admin-link")
+    page.wait_for_url("**/services/gpuhub/admin/queue")
+    assert [t.inner_text() for t in page.locator(".nav-tabs a.nav-link").all()] == \
+        ["Teams & quotas", "Queue", "Usage & cost"]
+    assert page.locator(f'#running tr[data-id="{mine}"]').is_visible()
+    assert page.locator(f'#running tr[data-id="{theirs}"]').count() == 0
+    open_panel(page, hub, "teams")
+    assert [f.get_attribute("data-team") for f in page.locator("form.team").all()] == ["vision"]
+    assert page.locator('#team-vision input[name="default.nominal"]').is_disabled()
+    assert page.locator("button.save").count() == 0
+    open_panel(page, hub, "usage")
+    assert "nlp" not in page.locator("#usage-table").inner_text()
+    assert page.locator("#prices form").count() == 0
+    for path in ("cluster", "audit"):
+        assert open_panel(page, hub, path).status == 403
+    # she may reprioritise her team's queued work but not change quotas
+    alice = hub.client("alice")
+    assert alice.request("PUT", "/teams/vision", json={"weight": 3}).status_code == 403
+    for c, wid in ((hub.client("bob"), mine), (hub.client("carol"), theirs)):
+        c.post(f"/workloads/{wid}/cancel")

@@ -1,0 +1,113 @@
+"""The admin panel's pure parts: charts, the quota form, the cluster model."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpuspawner.scheduler.model import Quota
+from gpuspawner.service.panel import charts
+from gpuspawner.service.panel.cluster import cluster_model, gpu_state
+from gpuspawner.service.panel.pages import parse_quota_form
+from gpuspawner.service.specs import SpecError
+
+
+@pytest.mark.parametrize("value, top", [(0, 1), (0.004, 0.01), (0.7, 1), (3, 5), (12, 20),
+                                        (100, 100), (101, 200), (4500, 5000)])
+def test_axis_top_is_a_round_number_at_or_above_the_data(value, top):
+    assert charts._nice_max(value) == pytest.approx(top)
+
+
+@pytest.mark.parametrize("value, text", [(0, "0"), (2, "2"), (0.0034, "0.0034"), (2.5, "2.5"),
+                                         (12.345, "12.35"), (250.4, "250")])
+def test_values_keep_the_digits_that_matter(value, text):
+    assert charts._fmt(value) == text
+
+
+def test_stacked_area_draws_a_band_per_series_with_the_same_colours_as_the_bars():
+    series = {"nlp": [1.0, 0.0, 2.0], "vision": [0.5, 0.5, 0.5]}
+    colours = charts.colours_for(series)
+    svg = charts.stacked_area(["d1", "d2", "d3"], series, colours=colours)
+    fills = re.findall(r'<polygon points="[^"]+" fill="([^"]+)"', svg)
+    assert fills == [colours["nlp"], colours["vision"]]
+    assert "nlp: 3 GPU-hours" in svg and "vision: 1.5 GPU-hours" in svg
+    bars = charts.bars([("vision", 1.5), ("nlp", 3.0)], colours=colours)
+    assert re.findall(r'<rect [^>]*fill="([^"]+)"', bars) == [colours["vision"], colours["nlp"]]
+
+
+def test_bar_lengths_are_proportional():
+    svg = charts.bars([("a", 4.0), ("b", 1.0)], note={"a": "9.60 USD"})
+    widths = [float(w) for w in re.findall(r'<rect [^>]*width="([0-9.]+)"', svg)]
+    assert widths[0] == pytest.approx(4 * widths[1])
+    assert "4 GPU-hours · 9.60 USD" in svg
+
+
+def test_empty_charts_say_so():
+    assert "no usage in this period" in charts.stacked_area(["d1"], {})
+    assert "no usage in this period" in charts.bars([])
+
+
+@pytest.mark.parametrize("util, colour", [(None, "#d9d9d9"), (0, "hsl(210, 70%, 90%)"),
+                                          (100, "hsl(0, 75%, 45%)"), (150, "hsl(0, 75%, 45%)")])
+def test_heat_colour(util, colour):
+    assert charts.heat(util) == colour
+
+
+POOLS = ["a100"]
+
+
+@pytest.mark.parametrize(
+    "form, weight, quota",
+    [
+        pytest.param({"weight": "2", "a100.nominal": "4", "a100.borrowing_limit": "",
+                      "a100.lending_limit": "1"}, 2.0, Quota(4, None, 1), id="empty-is-no-limit"),
+        pytest.param({"weight": "0.5", "a100.nominal": " 0 ", "a100.borrowing_limit": "0",
+                      "a100.lending_limit": ""}, 0.5, Quota(0, 0, None), id="zeros"),
+    ],
+)
+def test_quota_form_parses(form, weight, quota):
+    assert parse_quota_form(POOLS, form) == (weight, {"a100": quota})
+
+
+@pytest.mark.parametrize(
+    "form, field, words",
+    [
+        pytest.param({"weight": "heavy"}, "weight", "must be a number", id="weight-text"),
+        pytest.param({"weight": "0"}, "weight", "(0, 1000]", id="weight-zero"),
+        pytest.param({"weight": "1", "a100.nominal": ""}, "quotas.a100.nominal",
+                     "whole number", id="nominal-empty"),
+        pytest.param({"weight": "1", "a100.nominal": "-2"}, "quotas.a100.nominal",
+                     "got '-2'", id="nominal-negative"),
+        pytest.param({"weight": "1", "a100.nominal": "2", "a100.borrowing_limit": "1.5"},
+                     "quotas.a100.borrowing_limit", "or empty (no limit)", id="fraction"),
+    ],
+)
+def test_quota_form_names_the_bad_field(form, field, words):
+    with pytest.raises(SpecError) as e:
+        parse_quota_form(POOLS, form)
+    assert e.value.field == field and words in str(e.value)
+
+
+@pytest.mark.parametrize("device, state", [
+    ({"healthy": True}, "free"),
+    ({"healthy": True, "workload": {"id": "w1"}}, "in use"),
+    ({"healthy": False, "workload": {"id": "w1"}}, "unhealthy"),
+    ({"healthy": True, "admin_mark": "by root: fan"}, "out of service"),
+])
+def test_gpu_state(device, state):
+    assert gpu_state(device) == state
+
+
+def test_cluster_model_counts_and_colours_per_pool():
+    pools = [{"name": "a100", "nodes": [{"name": "n1", "devices": [
+        {"index": i, "healthy": i != 2, "admin_mark": "by x: y" if i == 3 else ""}
+        for i in range(4)]}]}]
+    samples = [{"node": "n1", "gpu": 0, "utilization_pct": 97.0, "memory_used_mib": 1000,
+                "workload": {"id": "w1", "kind": "job", "user": "u", "team": "t"}},
+               {"node": "n1", "gpu": 1, "utilization_pct": None, "memory_used_mib": None,
+                "workload": None}]
+    [pool] = cluster_model(pools, samples)
+    assert pool["counts"] == {"in use": 1, "free": 1, "unhealthy": 1, "out of service": 1}
+    cells = pool["nodes"][0]["cells"]
+    assert cells[0]["colour"] == charts.heat(97.0) and cells[0]["text_colour"] == "#fff"
+    assert cells[1]["colour"] == "#d9d9d9"

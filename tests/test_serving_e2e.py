@@ -1,0 +1,233 @@
+"""Model deployments end to end on the embedded hub: a job trains the
+example model, the user deploys it, real inference requests go through the
+hub's proxy and the router to MLServer replicas; a 20 % canary, a
+rollback, a killed replica replaced, bad input answered clearly, a GPU
+deployment held to its team's quota."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+from hub_harness import Hub, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "serving", "iris")
+GROUPS = {"team-a": ["alice"], "team-b": ["bob"]}
+TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
+         "b": {"quotas": {"default": {"nominal": 2}}}}
+ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
+
+
+def infer_body(rows=ROWS, name="x"):
+    flat = [v for row in rows for v in row]
+    return {"inputs": [{"name": name, "shape": [len(rows), len(rows[0])], "datatype": "FP64",
+                        "data": flat}]}
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    h = Hub(str(tmp_path_factory.mktemp("serving")), groups=GROUPS, teams=TEAMS, gpus=4).start()
+    yield h
+    h.stop()
+
+
+def train(hub: Hub, out: str, c: float = 1.0, user: str = "alice") -> None:
+    alice = hub.client(user)
+    w = alice.submit(command=[sys.executable, os.path.join(EXAMPLE, "train.py"), out,
+                              "--C", str(c)], gpus=0, name="train-" + out.replace("/", "-"))
+    done = alice.wait(w["id"], ("succeeded", "failed"), 120)
+    assert done["state"] == "succeeded", done
+
+
+def ready(hub: Hub, name: str, revisions: int = 1, team: str = "a", user: str = "alice") -> dict:
+    def check():
+        d = hub.client(user).get(f"/deployments/{team}/{name}").json()
+        ok = [r for r in d["revisions"] if r["ready_replicas"] > 0 and d["traffic"].get(str(r["number"]))]
+        return d if len(ok) >= revisions else None
+    return wait_for(check, f"{revisions} ready revision(s) of {name}", 120)
+
+
+def endpoint(hub: Hub, name: str, team: str = "a", model: str = "") -> str:
+    return f"{hub.url}/services/gpuhub/endpoints/{team}/{name}/v2/models/{model or name}/infer"
+
+
+def call(hub: Hub, url: str, body, user: str = "alice", token: str = "") -> requests.Response:
+    return requests.post(url, json=body, timeout=60,
+                         headers={"Authorization": f"token {token or hub.token(user)}"})
+
+
+def test_deploy_infer_canary_rollback_and_replica_replacement(hub):
+    alice = hub.client("alice")
+    train(hub, "models/iris-v1", 1.0)
+    r = alice.post("/deployments", json={"name": "iris", "model_dir": "models/iris-v1"})
+    assert r.status_code == 201, r.text
+    assert r.json()["traffic"] == {"1": 100}
+    ready(hub, "iris")
+    resp = call(hub, endpoint(hub, "iris"), infer_body())
+    assert resp.status_code == 200, resp.text
+    out = resp.json()["outputs"][0]
+    assert out["data"] == [0, 2] and resp.headers["X-GpuHub-Revision"] == "1"
+    assert resp.json()["model_version"] == "r1"
+
+    # v2 as a 20 % canary: both answer, in that ratio
+    train(hub, "models/iris-v2", 0.05)
+    r = alice.post("/deployments", json={"name": "iris", "model_dir": "models/iris-v2",
+                                         "canary_percent": 20})
+    assert r.status_code == 201 and r.json()["traffic"] == {"1": 80, "2": 20}, r.text
+    ready(hub, "iris", revisions=2)
+    seen = [call(hub, endpoint(hub, "iris"), infer_body()).headers["X-GpuHub-Revision"]
+            for _ in range(50)]
+    assert 7 <= seen.count("2") <= 13, seen
+    # roll back: every request on v1
+    r = alice.post("/deployments/a/iris/rollback")
+    assert r.status_code == 200 and r.json()["traffic"] == {"1": 100}, r.text
+    assert {call(hub, endpoint(hub, "iris"), infer_body()).headers["X-GpuHub-Revision"]
+            for _ in range(20)} == {"1"}
+    audit = [e["action"] for e in hub.client("root-admin").get(
+        "/audit", params={"target": "a/iris"}).json()["entries"]]
+    assert audit.count("deploy") == 2 and "rollback" in audit
+
+    # with two replicas, one dies under steady traffic: it is replaced, and at
+    # most the requests in flight at that moment fail
+    assert alice.post("/deployments/a/iris/scale", json={"min_replicas": 2,
+                                                         "max_replicas": 2}).status_code == 200
+    d = wait_for(lambda: (lambda d: d if d["revisions"][0]["ready_replicas"] == 2 else None)(
+        alice.get("/deployments/a/iris").json()), "two ready replicas", 120)
+    victim = d["revisions"][0]["replicas"][0]
+    results: list[int] = []
+    stop = threading.Event()
+
+    def client():
+        while not stop.is_set():
+            try:
+                results.append(call(hub, endpoint(hub, "iris"), infer_body()).status_code)
+            except requests.RequestException:
+                results.append(0)
+    t = threading.Thread(target=client)
+    t.start()
+    time.sleep(1.0)
+    runner = json.load(open(os.path.join(hub.data_dir, "workloads", victim, "attempt-0",
+                                         "runner.json")))
+    os.killpg(runner["pgid"], signal.SIGKILL)
+    w = wait_for(lambda: alice.workload(victim)["attempt"] >= 1 and
+                 alice.workload(victim)["state"] == "running" and alice.workload(victim),
+                 "the replica to be replaced", 60)
+    assert "replica ended" in w["attempts"][0]["reason"]
+    ready(hub, "iris")
+    time.sleep(1.0)
+    stop.set()
+    t.join(30)
+    assert results.count(200) > 10 and results.count(200) >= len(results) - 1, results
+
+
+def test_cli_lists_deployments_and_changes_traffic(hub, capsys):
+    from gpuspawner import cli
+    conn = ["--url", hub.url, "--token", hub.token("alice")]
+    assert cli.main(["deployments", *conn]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("a/iris")]
+    assert rows[0][1:4] == ["1", "100%", "stable"] and rows[1][1:3] == ["2", "0%"]
+    assert cli.main(["deployments", "a/iris", "traffic", "1=50", "2=50", *conn]) == 0
+    assert hub.client("alice").get("/deployments/a/iris").json()["traffic"] == {"1": 50, "2": 50}
+    assert cli.main(["deployments", "a/iris", "promote", *conn]) == 0
+    assert hub.client("alice").get("/deployments/a/iris").json()["traffic"] == {"2": 100}
+    assert cli.main(["deployments", "a/iris", "promote", *conn]) == 1
+    assert "no canary to promote" in capsys.readouterr().err
+    assert cli.main(["deployments", "a/iris", "rollback", *conn]) == 0
+    assert hub.client("alice").get("/deployments/a/iris").json()["traffic"] == {"1": 100}
+
+
+def test_bad_input_gets_clear_errors_and_the_server_stays_up(hub):
+    alice = hub.client("alice")
+    workspace = os.path.join(hub.data_dir, "workspaces", "alice")
+    model_dir = os.path.join(workspace, "models", "iris-custom")
+    train(hub, "models/iris-custom")
+    shutil.copy(os.path.join(EXAMPLE, "predictor.py"), model_dir)
+    with open(os.path.join(model_dir, "broken.py"), "w") as f:
+        f.write("class Model:\n    def predict(self, x):\n        raise RuntimeError('the GPU "
+                "ran out of luck')\n")
+    for name, predictor in (("iris-custom", "predictor.py:Model"), ("broken", "broken.py:Model")):
+        r = alice.post("/deployments", json={"name": name, "model_dir": "models/iris-custom",
+                                             "runtime": "predictor", "predictor": predictor})
+        assert r.status_code == 201, r.text
+    ready(hub, "iris-custom")
+    ready(hub, "broken")
+    ok = call(hub, endpoint(hub, "iris-custom"), infer_body())
+    assert ok.status_code == 200 and ok.json()["outputs"][0]["shape"] == [2, 3]
+    # wrong tensor shape: 400 with the model's words
+    r = call(hub, endpoint(hub, "iris-custom"), infer_body([[5.1, 3.5, 1.4]]))
+    assert r.status_code == 400 and "expects rows of 4 measurements" in r.text, r.text
+    # unknown model name inside the endpoint, unknown deployment
+    r = call(hub, endpoint(hub, "iris-custom", model="nope"), infer_body())
+    assert r.status_code == 404 and "nope" in r.text, r.text
+    r = call(hub, endpoint(hub, "no-such-model"), infer_body())
+    assert r.status_code == 404 and "no deployment a/no-such-model" in r.json()["error"]
+    # a payload over the service's limit
+    huge = infer_body([[1.0, 2.0, 3.0, 4.0]] * 200_000)
+    r = call(hub, endpoint(hub, "iris-custom"), huge)
+    assert r.status_code == 413 and "larger than" in r.json()["error"], r.text[:200]
+    # a predictor that raises: 500 with its message; the replica still answers
+    r = call(hub, endpoint(hub, "broken"), infer_body())
+    assert r.status_code == 500 and "the GPU ran out of luck" in r.text, r.text
+    assert call(hub, endpoint(hub, "broken"), infer_body()).status_code == 500
+    assert call(hub, endpoint(hub, "iris-custom"), infer_body()).status_code == 200
+    # bad deploy requests name the field
+    for body, field in (({"name": "Bad_Name", "model_dir": "models"}, "name"),
+                        ({"name": "x", "model_dir": "no/such/dir"}, "model_dir"),
+                        ({"name": "x", "model_dir": "models", "runtime": "tensorrt"}, "runtime"),
+                        ({"name": "x", "model_dir": "models", "min_replicas": 3,
+                          "max_replicas": 2}, "max_replicas")):
+        r = alice.post("/deployments", json=body)
+        assert r.status_code == 400 and r.json()["field"] == field, r.text
+    for name in ("iris-custom", "broken"):
+        assert alice.request("DELETE", f"/deployments/a/{name}").status_code == 200
+
+
+def test_endpoints_need_a_team_member_and_take_an_invoke_only_token(hub):
+    r = call(hub, endpoint(hub, "iris"), infer_body(), user="bob")
+    assert r.status_code == 404
+    # a token for an external client: only access to the service and invoke
+    admin = {"Authorization": "token test-admin-token-0123456789abcdef"}
+    r = requests.post(f"{hub.url}/hub/api/users/alice/tokens", headers=admin, timeout=10,
+                      json={"note": "client", "scopes": ["access:services!service=gpuhub",
+                                                         "custom:gpuhub:invoke"]})
+    assert r.status_code == 201, r.text
+    token = r.json()["token"]
+    assert call(hub, endpoint(hub, "iris"), infer_body(), token=token).status_code == 200
+    # ...which can call endpoints but not submit work
+    r = requests.post(f"{hub.api}/workloads", json={"command": ["true"], "gpus": 0},
+                      headers={"Authorization": f"token {token}"}, timeout=10)
+    assert r.status_code == 403
+
+
+def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):
+    bob = hub.client("bob")
+    train(hub, "models/iris", user="bob")
+    r = bob.post("/deployments", json={"name": "iris-gpu", "model_dir": "models/iris",
+                                       "gpus": 1, "min_replicas": 1, "max_replicas": 3})
+    assert r.status_code == 201, r.text
+    ready(hub, "iris-gpu", team="b", user="bob")
+    r = bob.post("/deployments/b/iris-gpu/scale", json={"min_replicas": 3})
+    assert r.status_code == 200, r.text
+    d = wait_for(lambda: (lambda d: d if "scale-up refused" in d["message"] else None)(
+        bob.get("/deployments/b/iris-gpu").json()), "the refusal", 60)
+    assert "holds 2 of its 2 nominal default GPUs" in d["message"]
+    wait_for(lambda: len(bob.get("/deployments/b/iris-gpu").json()["revisions"][0]["replicas"])
+             == 2, "two replicas running", 60)
+    time.sleep(2)  # a few more cycles: still two, never three
+    assert len(bob.get("/deployments/b/iris-gpu").json()["revisions"][0]["replicas"]) == 2
+    assert bob.get("/pools").json()["pools"][0]["teams"]["b"] == 2
+    # the replicas see their GPUs; usage counts them as kind deployment
+    assert bob.request("DELETE", "/deployments/b/iris-gpu").status_code == 200
+    wait_for(lambda: bob.get("/pools").json()["pools"][0]["teams"].get("b", 0) == 0,
+             "the GPUs back", 60)
+    usage = hub.client("root-admin").get("/usage", params={"group_by": "kind"}).json()
+    assert any(r["kind"] == "deployment" and r["gpu_seconds"] > 0 for r in usage["rows"])
