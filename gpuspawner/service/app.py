@@ -21,10 +21,11 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from sqlalchemy import select
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Dict, Float, Integer, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from ..backends.local import LocalBackend
+from ..backends.slurm import SlurmBackend
 from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
@@ -83,7 +84,7 @@ def route_regex(path: str) -> str:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory]
+    classes = [Inventory, SlurmBackend]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
@@ -264,6 +265,18 @@ class GpuHubService(Application):
 
     generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
 
+    backend = Enum(["local", "slurm"], "local", help="""
+        Where jobs run. "local": processes on this host, on the GPUs the
+        ``Inventory`` finds. "slurm": batch jobs on a Slurm cluster, whose GPU
+        nodes come from ``scontrol show node``; configure it with
+        ``c.SlurmBackend.*`` (docs/deploy-slurm.md).
+
+        Example::
+
+            c.GpuHubService.backend = "slurm"
+            c.SlurmBackend.partitions = {"a100": "gpu"}
+        """).tag(config=True)
+
     # ---- start -----------------------------------------------------------
     def initialize(self, argv=None) -> None:
         super().initialize(argv)
@@ -275,12 +288,19 @@ class GpuHubService(Application):
         os.makedirs(self.data_dir, exist_ok=True)
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
-        self.source, gpus = self.inventory.discover()
-        nodes = local_nodes(gpus, self.node_name)
+        if self.backend == "slurm":  # Slurm runs the jobs and says which GPU nodes there are
+            backend, self.source = SlurmBackend(parent=self), "slurm"
+            found = backend.discover()
+            gpus = [g for _, node_gpus in found for g in node_gpus]
+            nodes = [LocalNode(n, [g.index for g in node_gpus]) for n, node_gpus in found]
+        else:
+            backend = LocalBackend()
+            self.source, gpus = self.inventory.discover()
+            nodes = local_nodes(gpus, self.node_name)
         self._record_inventory(nodes, gpus)
         nodes = self._with_admin_state(nodes)
         self._seed_teams()
-        self.engine = Engine(self.store, LocalBackend(), nodes, replace(get_policy(self.policy), preemption_delay=self.preemption_delay),
+        self.engine = Engine(self.store, backend, nodes, replace(get_policy(self.policy), preemption_delay=self.preemption_delay),
                              EngineConfig(data_dir=self.data_dir,
                                           team_prefix=self.team_group_prefix,
                                           default_quota=Quota(**self.default_quota),
