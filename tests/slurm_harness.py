@@ -24,6 +24,8 @@ import tempfile
 import time
 from typing import Optional
 
+import pytest
+
 NODE = "localhost"
 PARTITION = "gpu"
 GPUS = 4
@@ -269,8 +271,15 @@ def _marked_pids(root: str) -> list[int]:
     return pids
 
 
-def start_or_reason() -> tuple[Optional[SlurmCluster], str]:
+@pytest.fixture(scope="module")
+def slurm():
+    """A running test cluster for the module; the tests fail with the reason
+    when Slurm cannot run here."""
     try:
-        return SlurmCluster.start(), ""
+        cluster = SlurmCluster.start()
     except SlurmUnavailable as e:
-        return None, str(e)
+        pytest.fail(f"cannot start the Slurm test cluster: {e}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
