@@ -6,11 +6,12 @@ import os
 import secrets
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
-from gpuspawner.backends.slurm import SlurmBackend
+from gpuspawner.backends.slurm import SlurmBackend, SlurmError
 from slurm_harness import GPUS, NODE, PARTITION, slurm  # noqa: F401  (the fixture)
 
 
@@ -134,6 +135,19 @@ def test_stop_of_a_job_ignoring_sigterm_cancels_it_after_the_grace(slurm, tmp_pa
     assert 2 <= took < 15  # after the grace; not Slurm's KillWait on top of a plain scancel
 
 
+def test_stop_of_a_job_slurm_still_holds_pending_ends_it_without_the_grace(slurm, tmp_path):
+    backend = make_backend(slurm)
+    backend.sbatch_args = ["--hold"]  # stays PENDING (JobHeldUser) until released
+    s = job_spec(tmp_path, "echo ran")
+    job_id = backend.start(s)
+    wait_state(slurm, job_id, "PENDING")
+    assert backend.poll() == []
+    backend.stop(s.workload_id, 0, grace=300)
+    (x,) = wait_exits(backend, timeout=15)
+    assert x.reason == STOPPED
+    assert not os.path.exists(os.path.join(s.attempt_dir, "output.log"))  # it never ran
+
+
 def test_kill_ends_a_job_at_once(slurm, tmp_path):
     backend = make_backend(slurm)
     s = job_spec(tmp_path, "trap '' TERM; while true; do sleep 0.1; done")
@@ -190,6 +204,24 @@ def test_a_time_limit_ends_as_time_limit(slurm, tmp_path):
     assert 60 <= took < 150
     assert "TimeLimit=00:01:00" in slurm.cmd(["scontrol", "show", "job", "-o", job_id]).stdout
     print(f"\ntime limit of 5 s (1 min in Slurm) ended the job after {took:.0f} s")
+
+
+def test_sbatch_refusing_a_job_is_an_error_with_slurms_reason(slurm, tmp_path):
+    backend = make_backend(slurm)
+    s = job_spec(tmp_path, "true")
+    with pytest.raises(SlurmError, match="(?i)invalid partition"):
+        backend.start(replace(s, pool="no-such-pool"))
+    assert backend.running() == set()
+
+
+def test_a_job_slurm_runs_off_its_placement_is_cancelled_and_lost(slurm, tmp_path):
+    # Slurm 22.05 accepts --nodelist=<a name it does not know> and runs the job
+    # anywhere; the backend must notice that the GPUs it uses are not the placed ones.
+    backend = make_backend(slurm)
+    s = replace(job_spec(tmp_path, "sleep 300"), placement=(("nosuchnode", (0,)),))
+    backend.start(s)
+    (x,) = wait_exits(backend)
+    assert x.reason == LOST
 
 
 def test_nodes_come_from_slurm_and_a_drained_node_is_unhealthy(slurm):

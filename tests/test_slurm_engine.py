@@ -103,12 +103,12 @@ def test_preemption_sends_sigterm_and_requeues_as_a_new_slurm_job(slurm, tmp_pat
     engine.set_team(ADMIN, "b", None, {PARTITION: Quota(4, 0, None)})
     borrower = engine.submit(ALICE, parse_job({
         "command": ["/bin/sh", "-c",
-                    'echo "attempt=$GPUHUB_ATTEMPT"; ls "$GPUHUB_CHECKPOINT_DIR"; '
                     'trap \'echo step > "$GPUHUB_CHECKPOINT_DIR/ckpt"; exit 0\' TERM; '
+                    'echo "attempt=$GPUHUB_ATTEMPT"; ls "$GPUHUB_CHECKPOINT_DIR"; '
                     'while true; do sleep 0.1; done'],
         "gpus": 4, "pool": PARTITION, "time_limit": 600, "grace_period": 20})).id
-    run_until(engine, lambda: row(engine, borrower).state == "running")
-    time.sleep(1)  # let its shell set the trap
+    # Running in Slurm with its trap set (the hub says running once sbatch accepted it).
+    run_until(engine, lambda: "attempt=0" in log(engine, borrower))
     lender = engine.submit(BOB, gpu_job(1)).id  # team b wants its GPUs back
     run_until(engine, lambda: row(engine, lender).state == "succeeded")
     assert [a.state for a in attempts(engine, borrower)][0] == "preempted"

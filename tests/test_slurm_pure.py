@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
-from gpuspawner.backends.slurm import (JOB_FILE, JobInfo, SlurmBackend, SlurmError, batch_script,
+from gpuspawner.backends.slurm import (JOB_FILE, JobInfo, expand_hostlist, SlurmBackend, SlurmError, batch_script,
                                        exit_from_state, job_name, parse_job_name, parse_sacct,
                                        parse_scontrol_job, parse_squeue, returncode_of,
                                        run_command, sbatch_args, time_limit_minutes)
@@ -149,14 +149,36 @@ def test_batch_script_execs_the_command_with_its_arguments_quoted():
 
 
 # ---- reading Slurm ------------------------------------------------------------------
+@pytest.mark.parametrize("hostlist, names", [
+    ("localhost", ["localhost"]), ("gpu[01-03]", ["gpu01", "gpu02", "gpu03"]),
+    ("gpu[01-02,07],cpu1", ["gpu01", "gpu02", "gpu07", "cpu1"]),
+    ("n[8-10]", ["n8", "n9", "n10"]), ("rack1-n[1-2]-ib", ["rack1-n1-ib", "rack1-n2-ib"]),
+    ("", []),
+])
+def test_expand_hostlist(hostlist, names):
+    assert expand_hostlist(hostlist) == names
+
+
+def test_a_job_slurm_runs_off_its_placement_is_cancelled_and_lost(fake):
+    backend, slurm, clock, tmp = fake
+    backend.start(spec(tmp))
+    slurm.queue = "101|gpuhub.wabc123.2|RUNNING|None|node2\n"
+    assert backend.poll() == []
+    assert slurm.of("scancel") == [["scancel", "--signal=KILL", "--full", "101"],
+                                   ["scancel", "101"]]
+    slurm.queue = "101|gpuhub.wabc123.2|CANCELLED|None|node2\n"
+    (x,) = backend.poll()
+    assert x.reason == LOST
+
+
 def test_parse_squeue():
-    text = ("17|gpuhub.wabc.0|RUNNING|None\n18|gpuhub.wdef.1|PENDING|Resources\n"
+    text = ("17|gpuhub.wabc.0|RUNNING|None|gpu[01-02]\n18|gpuhub.wdef.1|PENDING|Resources|\n"
             "19|wrap|COMPLETED|None\n20|gpuhub.wx.0|CANCELLED|None\n\n")
     jobs = parse_squeue(text)
     assert [(j.job_id, j.name, j.state, j.alive) for j in jobs] == [
         ("17", "gpuhub.wabc.0", "RUNNING", True), ("18", "gpuhub.wdef.1", "PENDING", True),
         ("19", "wrap", "COMPLETED", False), ("20", "gpuhub.wx.0", "CANCELLED", False)]
-    assert jobs[1].reason == "Resources"
+    assert jobs[1].reason == "Resources" and jobs[0].nodes == "gpu[01-02]"
 
 
 SCONTROL_JOB = (
@@ -326,6 +348,30 @@ def test_stop_signals_term_then_cancels_hard_after_grace_and_reports_stopped(fak
     assert backend.poll() == [] and backend.running() == set()
 
 
+def test_stop_of_a_job_still_pending_just_cancels_it(fake):
+    backend, slurm, clock, tmp = fake
+    backend.start(spec(tmp))
+    slurm.queue = "101|gpuhub.wabc123.2|PENDING|Resources\n"
+    backend.poll()
+    backend.stop("wabc123", 2, grace=30)
+    # Cancelled if still pending; signalled if it started since the last look.
+    assert slurm.of("scancel") == [["scancel", "--state=PENDING", "101"],
+                                   ["scancel", "--signal=TERM", "--full", "101"]]
+
+
+def test_a_job_pending_too_long_is_logged_once_with_slurms_reason(fake, caplog):
+    backend, slurm, clock, tmp = fake
+    backend.start(spec(tmp))
+    slurm.queue = "101|gpuhub.wabc123.2|PENDING|ReqNodeNotAvail, UnavailableNodes:node1\n"
+    backend.poll()
+    clock.t += backend.pending_warning
+    with caplog.at_level("WARNING"):
+        backend.poll()
+        backend.poll()
+    warnings = [r.getMessage() for r in caplog.records if "still PENDING" in r.getMessage()]
+    assert len(warnings) == 1 and "ReqNodeNotAvail" in warnings[0]
+
+
 def test_kill_cancels_at_once(fake):
     backend, slurm, clock, tmp = fake
     backend.start(spec(tmp))
@@ -348,7 +394,7 @@ def test_poll_reads_the_queue_at_most_every_poll_interval(fake):
     backend.poll()
     assert len(slurm.of("squeue")) == 2
     assert slurm.of("squeue")[0] == ["squeue", "--me", "--states=all", "--noheader",
-                                     "--format=%i|%j|%T|%r"]
+                                     "--format=%i|%j|%T|%r|%N"]
 
 
 def test_a_failing_squeue_skips_a_poll_and_loses_nothing(fake):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -183,17 +184,18 @@ class JobInfo:
     exit_code: Optional[str] = None  # "rc:signal"
     end_time: Optional[float] = None
     reason: str = ""
+    nodes: str = ""                  # Slurm hostlist where it runs: "gpu[01-02],gpu07"
 
     @property
     def alive(self) -> bool:
         return self.state in ALIVE_STATES
 
 
-SQUEUE_FORMAT = "%i|%j|%T|%r"
+SQUEUE_FORMAT = "%i|%j|%T|%r|%N"
 
 
 def parse_squeue(text: str) -> list[JobInfo]:
-    """Lines of ``squeue --noheader --format='%i|%j|%T|%r'``."""
+    """Lines of ``squeue --noheader --format='%i|%j|%T|%r|%N'``."""
     jobs = []
     for line in text.splitlines():
         if not line.strip():
@@ -202,7 +204,8 @@ def parse_squeue(text: str) -> list[JobInfo]:
         if len(parts) < 3:
             raise ValueError(f"unexpected squeue line {line!r}")
         jobs.append(JobInfo(parts[0].strip(), parts[1], _state(parts[2]),
-                            reason=parts[3] if len(parts) > 3 else ""))
+                            reason=parts[3] if len(parts) > 3 else "",
+                            nodes=parts[4].strip() if len(parts) > 4 else ""))
     return jobs
 
 
@@ -230,6 +233,21 @@ def parse_sacct(text: str) -> list[JobInfo]:
         jobs.append(JobInfo(parts[0], parts[1], _state(parts[2]), parts[3] or None,
                             _slurm_time(parts[4])))
     return jobs
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm's compressed host list: ``gpu[01-03,07],cpu1`` -> gpu01, gpu02, gpu03, gpu07, cpu1."""
+    names, i = [], 0
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?([^,\[]*)", hostlist):
+        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
+        if ranges is None:
+            names.append(prefix + suffix)
+            continue
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            for n in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{prefix}{n:0{len(lo)}d}{suffix}")
+    return names
 
 
 def _state(text: str) -> str:
@@ -293,6 +311,8 @@ class _Job:
     kill_at: Optional[float] = None  # when a stop turns into a hard cancel
     pending_since: Optional[float] = None
     warned_pending: bool = False
+    state: str = ""                  # as the last look at the queue saw it
+    misplaced: bool = False          # Slurm ran it off its placement: cancelled, LOST
 
 
 class SlurmBackend(LoggingConfigurable):
@@ -437,6 +457,10 @@ class SlurmBackend(LoggingConfigurable):
             return
         j.stopped = True
         deadline = self._clock() + grace
+        if j.state == "PENDING":
+            # Nothing runs yet, so nothing to checkpoint: out of the queue at once.
+            # --state: only if still pending; one that started meanwhile gets the TERM below.
+            self._scancel(j, ["--state=PENDING"])
         if j.kill_at is None:
             # --full: the batch step too (our script execs the command there).
             self._scancel(j, ["--signal=TERM", "--full"])
@@ -465,12 +489,17 @@ class SlurmBackend(LoggingConfigurable):
         for key, j in list(self._jobs.items()):
             info = seen.get(j.job_id)
             if info is not None and info.alive:
+                j.state = info.state
+                if info.state == "RUNNING" and not j.misplaced:
+                    self._check_placement(j, info)
                 if j.kill_at is not None and now >= j.kill_at:
                     self._hard_cancel(j)
                     j.kill_at = float("inf")  # once; Slurm finishes the kill
                 self._watch_pending(j, info, now)
                 continue
             x = self._ended(j.spec, j.job_id, info, j.stopped)
+            if x is not None and j.misplaced:
+                x = AttemptExit(x.workload_id, x.attempt, LOST, x.returncode, x.finished_at)
             if x is not None:
                 exits.append(x)
                 del self._jobs[key]
@@ -497,7 +526,8 @@ class SlurmBackend(LoggingConfigurable):
             recorded = _read_json(os.path.join(spec.attempt_dir, JOB_FILE)) or {}
             job_id = info.job_id if info is not None else recorded.get("job_id")
             if info is not None and info.alive:
-                self._jobs[key] = _Job(spec, info.job_id, pending_since=recorded.get("submitted_at"))
+                self._jobs[key] = _Job(spec, info.job_id, state=info.state,
+                                       pending_since=recorded.get("submitted_at"))
                 self.log.info("adopted Slurm job %s (%s) for attempt %s/%s", info.job_id,
                               info.state, *key)
                 continue
@@ -548,14 +578,27 @@ class SlurmBackend(LoggingConfigurable):
         try:
             self._run(["scancel", *options, j.job_id])
         except SlurmError as e:
-            # Usually "already completed"; the next poll reports how it ended.
-            self.log.warning("scancel of job %s: %s", j.job_id, e)
+            # Usually "already completed" or "pending"; the next poll reports how it ended.
+            self.log.info("scancel of job %s: %s", j.job_id, e)
 
     def _hard_cancel(self, j: _Job) -> None:
         # SIGKILL now (scancel alone waits KillWait after its SIGTERM), then
         # cancel, which also takes a job that is still pending.
         self._scancel(j, ["--signal=KILL", "--full"])
         self._scancel(j, [])
+
+    def _check_placement(self, j: _Job, info: JobInfo) -> None:
+        """Slurm must run a job exactly where the scheduler placed it; else the
+        hub's GPU bookkeeping is wrong. Such a job is cancelled and reported LOST
+        (the engine requeues it, and fails it when it keeps happening)."""
+        ran = set(expand_hostlist(info.nodes))
+        if ran and ran != set(j.spec.nodes):
+            self.log.error("Slurm runs job %s (attempt %s/%s) on %s, not on its placement %s: "
+                           "cancelling it (is every scheduler node a Slurm NodeName?)",
+                           j.job_id, j.spec.workload_id, j.spec.attempt, info.nodes,
+                           ",".join(j.spec.nodes))
+            j.misplaced = True
+            self._hard_cancel(j)
 
     def _watch_pending(self, j: _Job, info: JobInfo, now: float) -> None:
         if info.state != "PENDING" or j.warned_pending or j.pending_since is None:
