@@ -57,3 +57,34 @@ c.SlurmBackend.poll_interval = 0.0
             assert s.get(WorkloadRow, wid).state == "succeeded"
     finally:
         app.store.close()
+
+
+def test_through_the_hub_a_job_runs_in_slurm_and_its_logs_and_cancel_work(slurm, tmp_path):
+    """The whole product on Slurm: JupyterHub + proxy + service, REST API."""
+    from hub_harness import Hub
+    hub = Hub(str(tmp_path), groups={"team-vision": ["alice"]},
+              teams={"vision": {"quotas": {"a100": {"nominal": 4}}}},
+              extra_service_config=f"""
+c.GpuHubService.backend = "slurm"
+c.SlurmBackend.slurm_conf = {slurm.conf!r}
+c.SlurmBackend.partitions = {{"a100": {PARTITION!r}}}
+c.SlurmBackend.poll_interval = 0.5
+""")
+    hub.start()
+    try:
+        alice = hub.client("alice")
+        pools = alice.get("/pools").json()["pools"]
+        assert [(p["name"], p["capacity"]) for p in pools] == [("a100", GPUS)]
+        assert pools[0]["nodes"][0]["name"] == NODE and pools[0]["nodes"][0]["source"] == "slurm"
+        w = alice.submit(command='echo "on $SLURMD_NODENAME with GPUs $SLURM_JOB_GPUS"', gpus=2)
+        alice.wait(w["id"], "succeeded", timeout=60)
+        logs = alice.get(f"/workloads/{w['id']}/logs").text
+        assert f"on {NODE} with GPUs " in logs and len(logs.split("GPUs ")[1].split(",")) == 2
+        long = alice.submit(command="sleep 300", gpus=1, grace_period=5)
+        alice.wait(long["id"], "running")
+        assert alice.post(f"/workloads/{long['id']}/cancel").status_code == 202  # stopping
+        alice.wait(long["id"], "cancelled", timeout=30)
+        queued = slurm.cmd(["squeue", "-h", "-o", "%j"]).stdout.split()
+        assert f"gpuhub.{long['id']}.0" not in queued
+    finally:
+        hub.stop()
