@@ -429,6 +429,16 @@ def test_recover_adopts_by_name_and_reports_ended_and_unknown(fake):
     assert slurm.of("sbatch") == []  # recover starts nothing
 
 
+def test_recover_refuses_to_guess_when_slurm_does_not_answer(fake):
+    # Declaring every running job lost because slurmctld is briefly down would
+    # requeue work that still runs: the service must not start on a guess.
+    backend, slurm, clock, tmp = fake
+    backend._run_fn = lambda argv, timeout: (_ for _ in ()).throw(
+        SlurmError("`squeue ...` did not answer within 30 s"))
+    with pytest.raises(SlurmError, match="did not answer"):
+        backend.recover([spec(tmp)])
+
+
 # ---- the inventory -------------------------------------------------------------------
 NODES = """\
 NodeName=gpu01 Arch=x86_64 CoresPerSocket=16 CPUAlloc=8 CPUTot=64 Gres=gpu:a100:4(S:0-1) NodeAddr=gpu01 Version=22.05.8 OS=Linux 6.1.0-18-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01)  RealMemory=512000 State=MIXED Partitions=gpu,all CfgTRES=cpu=64,gres/gpu=4
