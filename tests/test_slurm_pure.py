@@ -324,6 +324,21 @@ def test_sbatch_that_does_not_answer_a_job_id_is_an_error(fake, tmp_path):
         backend.start(spec(tmp))
 
 
+def test_a_failed_sbatch_cancels_whatever_it_may_have_queued(fake):
+    backend, slurm, clock, tmp = fake
+
+    def timing_out(argv, timeout):
+        slurm.calls.append(list(argv))
+        if argv[0] == "sbatch":
+            raise SlurmError("`sbatch ...` did not answer within 30 s")
+        return ""
+    backend._run_fn = timing_out
+    with pytest.raises(SlurmError, match="did not answer"):
+        backend.start(spec(tmp))
+    assert slurm.of("scancel") == [["scancel", "--me", "--name=gpuhub.wabc123.2"]]
+    assert backend.running() == set()
+
+
 def test_stop_signals_term_then_cancels_hard_after_grace_and_reports_stopped(fake):
     backend, slurm, clock, tmp = fake
     backend.start(spec(tmp))

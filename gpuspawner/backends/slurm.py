@@ -440,10 +440,19 @@ class SlurmBackend(LoggingConfigurable):
                 f.write(batch_script(spec))
         except OSError as e:
             raise BackendError(f"cannot prepare attempt {key}: {e}") from e
-        out = self._run(["sbatch", *args, script])
-        job_id = out.strip().split(";")[0]  # --parsable: "id" or "id;cluster"
-        if not job_id.isdigit():
-            raise SlurmError(f"sbatch answered {out.strip()!r}, not a job id")
+        try:
+            out = self._run(["sbatch", *args, script])
+            job_id = out.strip().split(";")[0]  # --parsable: "id" or "id;cluster"
+            if not job_id.isdigit():
+                raise SlurmError(f"sbatch answered {out.strip()!r}, not a job id")
+        except SlurmError:
+            # An sbatch that timed out may still have queued the job: the attempt
+            # fails, so no such job may run unaccounted for.
+            try:
+                self._run(["scancel", "--me", f"--name={job_name(*key)}"])
+            except SlurmError as e:
+                self.log.warning("could not make sure attempt %s/%s is not queued: %s", *key, e)
+            raise
         self._jobs[key] = _Job(spec, job_id, pending_since=self._clock())
         _write_json(os.path.join(attempt_dir, JOB_FILE),
                     {"job_id": job_id, "name": job_name(*key), "submitted_at": self._clock()})
@@ -531,9 +540,16 @@ class SlurmBackend(LoggingConfigurable):
                 self.log.info("adopted Slurm job %s (%s) for attempt %s/%s", info.job_id,
                               info.state, *key)
                 continue
-            x = self._ended(spec, job_id, info, stopped=False) if job_id else None
-            exits.append(x or AttemptExit(spec.workload_id, spec.attempt, LOST, None,
-                                          self._clock()))
+            if not job_id:
+                exits.append(AttemptExit(spec.workload_id, spec.attempt, LOST, None,
+                                         self._clock()))
+                continue
+            x = self._ended(spec, job_id, info, stopped=False)
+            if x is None:
+                # Slurm could not say yet: watch it like a live one, poll decides.
+                self._jobs[key] = _Job(spec, job_id)
+            else:
+                exits.append(x)
         return exits
 
     # ---- helpers -------------------------------------------------------------
