@@ -15,6 +15,7 @@ them). ``SlurmUnavailable`` says precisely why a cluster could not start.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -153,7 +154,8 @@ class SlurmCluster:
             # and it never shares a group we might signal.
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, **self.env, MARKER: self.root})
+                                    env={**os.environ, **self.env, MARKER: self.root},
+                                    preexec_fn=_die_with_parent)
         finally:
             log.close()
         self.procs[name] = proc
@@ -243,6 +245,13 @@ class SlurmCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the test process dies, even
+    by SIGKILL, so no daemon outlives a killed test run."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _terminate(p: subprocess.Popen, wait: float = 10) -> None:
