@@ -171,6 +171,13 @@ def test_a_job_slurm_runs_off_its_placement_is_cancelled_and_lost(fake):
     assert x.reason == LOST
 
 
+def test_a_node_list_that_cannot_be_read_cancels_nothing(fake):
+    backend, slurm, clock, tmp = fake
+    backend.start(spec(tmp))
+    slurm.queue = "101|gpuhub.wabc123.2|RUNNING|None|node[x-y]\n"
+    assert backend.poll() == [] and slurm.of("scancel") == []
+
+
 def test_parse_squeue():
     text = ("17|gpuhub.wabc.0|RUNNING|None|gpu[01-02]\n18|gpuhub.wdef.1|PENDING|Resources|\n"
             "19|wrap|COMPLETED|None\n20|gpuhub.wx.0|CANCELLED|None\n\n")

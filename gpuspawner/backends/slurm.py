@@ -607,7 +607,11 @@ class SlurmBackend(LoggingConfigurable):
         """Slurm must run a job exactly where the scheduler placed it; else the
         hub's GPU bookkeeping is wrong. Such a job is cancelled and reported LOST
         (the engine requeues it, and fails it when it keeps happening)."""
-        ran = set(expand_hostlist(info.nodes))
+        try:
+            ran = set(expand_hostlist(info.nodes))
+        except ValueError:  # a host list this parser does not know: do not act on a guess
+            self.log.debug("cannot read Slurm's node list %r of job %s", info.nodes, j.job_id)
+            return
         if ran and ran != set(j.spec.nodes):
             self.log.error("Slurm runs job %s (attempt %s/%s) on %s, not on its placement %s: "
                            "cancelling it (is every scheduler node a Slurm NodeName?)",
