@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from datetime import datetime
 
 import pytest
 
@@ -432,6 +433,27 @@ def test_a_job_slurm_forgot_without_accounting_is_lost(fake):
     slurm.queue = ""  # gone from squeue; scontrol: invalid id; sacct: disabled
     (x,) = backend.poll()
     assert (x.reason, x.returncode) == (LOST, None)
+
+
+def test_a_job_slurmctld_forgot_is_read_from_accounting(fake):
+    backend, slurm, clock, tmp = fake
+    s = spec(tmp, workload_id="wold", attempt=0)
+    os.makedirs(s.attempt_dir)
+    with open(os.path.join(s.attempt_dir, JOB_FILE), "w") as f:
+        f.write('{"job_id": "77", "name": "gpuhub.wold.0"}')
+    slurm.queue = ""  # gone from squeue and scontrol (MinJobAge passed while the service was down)
+    fake_sacct = "77|gpuhub.wold.0|TIMEOUT|0:15|2026-11-30T01:00:00\n77.batch|batch|CANCELLED|0:15|\n"
+
+    def run(argv, timeout):
+        if argv[0] == "sacct":
+            slurm.calls.append(list(argv))
+            return fake_sacct
+        return slurm(argv, timeout)
+    backend._run_fn = run
+    (x,) = backend.recover([s])
+    assert (x.reason, x.finished_at) == (TIME_LIMIT, datetime(2026, 11, 30, 1).timestamp())
+    assert slurm.of("sacct") == [["sacct", "--parsable2", "--noheader", "--jobs", "77",
+                                  "--format=JobID,JobName,State,ExitCode,End"]]
 
 
 def test_recover_adopts_by_name_and_reports_ended_and_unknown(fake):
