@@ -42,7 +42,13 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	apt-get update && apt-get install -y chromium
 
-test: $(STAMP) $(PROXY) $(CHROMIUM)
+# The Slurm tests start Debian's slurm-wlm (slurmctld + slurmd) with munge
+# on this host (tests/slurm_harness.py).
+SLURMCTLD := /usr/sbin/slurmctld
+$(SLURMCTLD):
+	apt-get update && apt-get install -y slurm-wlm munge
+
+test: $(STAMP) $(PROXY) $(CHROMIUM) $(SLURMCTLD)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
