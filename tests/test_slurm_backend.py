@@ -231,15 +231,19 @@ def test_a_job_slurm_runs_off_its_placement_is_cancelled_and_lost(slurm, tmp_pat
     assert slurm.cmd(["squeue", "-h", "-n", f"gpuhub.{s.workload_id}.0"]).stdout == ""
 
 
-def test_nodes_come_from_slurm_and_a_drained_node_is_unhealthy(slurm):
+def test_nodes_come_from_slurm_and_a_drained_node_is_drained(slurm):
     backend = make_backend(slurm)
     ((node, gpus),) = backend.discover()
     assert (node.name, node.pool, node.gpus, node.healthy) == (NODE, PARTITION, GPUS, True)
     assert len(gpus) == GPUS and all(g.healthy for g in gpus)
     slurm.cmd(["scontrol", "update", f"nodename={NODE}", "state=drain", "reason=bad fan"])
     try:
+        # the running service hears of it at its next node refresh
+        backend.node_refresh_interval = 0
+        [changed] = backend.take_node_changes()
+        assert changed.name == NODE and changed.drained
         ((node, gpus),) = backend.discover()
-        assert not node.healthy and node.usable_gpus() == ()
+        assert node.healthy and node.drained and node.placeable_gpus() == ()
         assert "DRAIN" in gpus[0].health_reason and "bad fan" in gpus[0].health_reason
     finally:
         slurm.cmd(["scontrol", "update", f"nodename={NODE}", "state=resume"])

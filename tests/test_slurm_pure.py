@@ -536,7 +536,7 @@ def test_nodes_become_scheduler_nodes_in_their_pools(pool_from, partitions, pool
     assert {n.name: n.pool for n, _ in found} == pools  # cpu01 (no GPUs) never
     by_name = {n.name: (n, gpus) for n, gpus in found}
     n, gpus = by_name["gpu02"]
-    assert (n.gpus, n.healthy) == (4, False)
+    assert (n.gpus, n.healthy, n.drained) == (4, True, True) and n.placeable_gpus() == ()
     assert gpus[0].health_reason == "Slurm: IDLE+DRAIN (bad fan [root@2026-11-29T10:00:00])"
     assert by_name["gpu01"][0].healthy and by_name["gpu01"][0].usable_gpus() == (0, 1, 2, 3)
     assert by_name["l4-01"][0].gpus == 3 and not by_name["l4-01"][0].healthy

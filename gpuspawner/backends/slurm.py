@@ -389,6 +389,12 @@ class SlurmBackend(LoggingConfigurable):
         outside the hub, a reservation, a node not really idle).
         """).tag(config=True)
 
+    node_refresh_interval = Float(30.0, help="""
+        Seconds between looks at the nodes (one ``scontrol show node``): a
+        node that goes DOWN is unhealthy (its work is requeued elsewhere), a
+        DRAIN node is drained (no new work), and back again when Slurm says so.
+        """).tag(config=True)
+
     def __init__(self, run: Optional[Runner] = None, clock: Callable[[], float] = time.time,
                  **kwargs):
         super().__init__(**kwargs)
@@ -396,6 +402,8 @@ class SlurmBackend(LoggingConfigurable):
         self._clock = clock
         self._jobs: dict[tuple[str, int], _Job] = {}
         self._last_poll = float("-inf")
+        self._nodes: dict = {}
+        self._nodes_read_at = float("-inf")
 
     # ---- commands ----------------------------------------------------------
     def _run(self, argv: Sequence[str]) -> str:
@@ -417,7 +425,25 @@ class SlurmBackend(LoggingConfigurable):
 
     def discover(self) -> list:
         """The cluster's GPU nodes as ``[(scheduler Node, [Gpu, ...]), ...]``."""
-        return slurm_inventory.discover(self._run, self.pool_from, self.partitions, self.log)
+        found = slurm_inventory.discover(self._run, self.pool_from, self.partitions, self.log)
+        self._nodes = {n.name: n for n, _ in found}
+        self._nodes_read_at = self._clock()
+        return found
+
+    def take_node_changes(self) -> list:
+        """Nodes whose health or drain changed since the last look (at most
+        one ``scontrol`` per ``node_refresh_interval``), for the engine."""
+        if self._clock() - self._nodes_read_at < self.node_refresh_interval:
+            return []
+        before = self._nodes
+        try:
+            self.discover()
+        except SlurmError as e:
+            self.log.warning("cannot read the nodes, trying again later: %s", e)
+            self._nodes_read_at = self._clock()
+            return []
+        return [n for name, n in self._nodes.items() if name in before and
+                (before[name].healthy, before[name].drained) != (n.healthy, n.drained)]
 
     # ---- the Backend contract ----------------------------------------------
     def start(self, spec: LaunchSpec) -> str:

@@ -4,8 +4,9 @@
 One line per node: its name, its GPUs (``Gres=gpu:4`` or ``gpu:a100:4(S:0-1)``,
 several types joined by commas), its partitions and its state. Nodes with no
 GPU GRES are not the hub's business and are left out. A node Slurm will not
-run work on (DOWN, DRAIN, FAIL, not responding, INVALID) is unhealthy, with
-Slurm's state and reason as the why.
+run work on (DOWN, FAIL, not responding, INVALID) is unhealthy, with Slurm's
+state and reason as the why; a DRAIN node is drained, as GPU Hub drains: no
+new work, what runs there runs on.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from .model import Gpu
 # with "+"; a trailing "*" means not responding).
 UNHEALTHY_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
                              "INVAL", "INVALID", "NOT_RESPONDING", "FUTURE"})
+
+DRAIN_FLAGS = frozenset({"DRAIN", "DRAINED", "DRAINING"})
 
 _GRES_GPU = re.compile(r"^gpu(?::(?P<type>[^:(]+))?:(?P<count>\d+)")
 
@@ -126,13 +129,15 @@ def to_scheduler(nodes: Sequence[SlurmNode], pool_from: str = "partition",
                             sn.name, ",".join(sn.partitions) or "none",
                             ",".join(sn.gpu_types) or "untyped")
             continue
-        bad = unhealthy_flags(sn.state)
-        why = f"Slurm: {sn.state}" + (f" ({sn.reason})" if sn.reason else "") if bad else ""
+        flags = unhealthy_flags(sn.state)
+        drained = any(f in DRAIN_FLAGS for f in flags)
+        bad = [f for f in flags if f not in DRAIN_FLAGS]
+        why = f"Slurm: {sn.state}" + (f" ({sn.reason})" if sn.reason else "") if flags else ""
         model = sn.gpu_types[0] if len(sn.gpu_types) == 1 else "gpu"
         gpus = [Gpu(index=index + i, uuid=f"slurm-{sn.name}-gpu{i}", model=model, memory_mib=0,
                     pool=pool, healthy=not bad, health_reason=why) for i in range(sn.gpus)]
         index += sn.gpus
-        out.append((Node(sn.name, pool, sn.gpus, healthy=not bad,
+        out.append((Node(sn.name, pool, sn.gpus, healthy=not bad, drained=drained,
                          labels={"slurm.partition": sn.partitions[0]} if sn.partitions else {}),
                     gpus))
     return out
