@@ -55,7 +55,13 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	apt-get update && apt-get install -y chromium
 
-test: $(STAMP) $(PROXY) $(CHROMIUM) $(LAB_STAMP)
+# The Slurm tests start Debian's slurm-wlm (slurmctld + slurmd) with munge
+# on this host (tests/slurm_harness.py).
+SLURMCTLD := /usr/sbin/slurmctld
+$(SLURMCTLD):
+	apt-get update && apt-get install -y slurm-wlm munge
+
+test: $(STAMP) $(PROXY) $(CHROMIUM) $(SLURMCTLD) $(LAB_STAMP)
 	cd $(LAB_EXT) && ../../$(BIN)/jlpm test
 	$(BIN)/python -m pytest -q
 

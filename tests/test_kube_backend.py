@@ -209,13 +209,14 @@ def test_attempt_exit(job, pods, stopped, expected):
 
 
 def k8s_node(name, allocatable, product="NVIDIA-A100-SXM4-80GB", ready=True, cordoned=False,
-             zone=None):
+             zone=None, capacity=None):
     labels = {"kubernetes.io/hostname": name, "nvidia.com/gpu.product": product}
     if zone:
         labels["topology.kubernetes.io/zone"] = zone
     return {"metadata": {"name": name, "labels": labels},
             "spec": {"unschedulable": True} if cordoned else {},
             "status": {"allocatable": {"cpu": "64", **allocatable},
+                       "capacity": {"cpu": "64", **(capacity or allocatable)},
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
@@ -226,13 +227,17 @@ def test_nodes_from_capacity_and_feature_discovery_labels():
         k8s_node("gpu-3", {"nvidia.com/gpu": "4"}, cordoned=True),
         k8s_node("gpu-4", {"nvidia.com/mig-1g.10gb": "7", "nvidia.com/gpu": "0"}),
         k8s_node("cpu-1", {}, product="none"),
+        k8s_node("gpu-5", {"nvidia.com/gpu": "6"}, capacity={"nvidia.com/gpu": "8"}),
     ])
     got = [(n.name, n.pool, n.gpus, n.healthy, n.drained) for n in nodes]
     assert got == [("gpu-1", "a100-sxm4-80gb", 8, True, False),
                    ("gpu-2", "a100-sxm4-80gb", 8, False, False),
                    ("gpu-3", "a100-sxm4-80gb", 4, True, True),
-                   ("gpu-4/mig-1g.10gb", "a100-sxm4-80gb-mig-1g.10gb", 7, True, False)]
+                   ("gpu-4/mig-1g.10gb", "a100-sxm4-80gb-mig-1g.10gb", 7, True, False),
+                   ("gpu-5", "a100-sxm4-80gb", 8, True, False)]
     assert nodes[0].topology == {"zone": "eu-1a"}
+    # two GPUs the device plugin no longer offers (XID errors): unhealthy slots
+    assert nodes[-1].unhealthy_gpus == {6, 7} and len(nodes[-1].usable_gpus()) == 6
 
 
 # ---- the backend against an in-memory API ------------------------------------------------
@@ -393,6 +398,11 @@ def test_node_that_goes_not_ready_or_cordoned_is_reported():
         [node] = b.take_node_changes()
         assert (node.name, node.healthy, node.drained) == ("gpu-1", False, True)
         assert b.take_node_changes() == []
+        # Ready again, but one GPU gone from allocatable (XID): one unhealthy slot
+        api.nodes = [k8s_node("gpu-1", {"nvidia.com/gpu": "7"}, capacity={"nvidia.com/gpu": "8"})]
+        await b.refresh()
+        [node] = b.take_node_changes()
+        assert (node.healthy, node.drained, node.unhealthy_gpus) == (True, False, {7})
     run(scenario())
 
 

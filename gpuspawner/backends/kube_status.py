@@ -84,12 +84,16 @@ def nodes_from_k8s(items: list[dict]) -> list[Node]:
     in a pool named after ``nvidia.com/gpu.product``, and each MIG profile
     (``nvidia.com/mig-1g.10gb``) as a node of its own in the pool
     ``<product>-mig-1g.10gb``. A node that is not Ready is unhealthy; a
-    cordoned one is drained. Nodes without GPUs are left out."""
+    cordoned one is drained; GPUs in capacity but not allocatable (the
+    device plugin's verdict on XID errors) are unhealthy slots, the
+    highest-numbered ones: Kubernetes does not say which device failed.
+    Nodes without GPUs are left out."""
     out = []
     for item in items:
         meta, spec = item.get("metadata") or {}, item.get("spec") or {}
         labels = dict(meta.get("labels") or {})
         allocatable = (item.get("status") or {}).get("allocatable") or {}
+        capacity = (item.get("status") or {}).get("capacity") or allocatable
         product = pool_name(labels.get(PRODUCT_LABEL, "gpu"))
         topology = {k: labels[v] for k, v in (("zone", "topology.kubernetes.io/zone"),
                                                ("rack", "topology.kubernetes.io/rack"))
@@ -104,8 +108,12 @@ def nodes_from_k8s(items: list[dict]) -> list[Node]:
                 name, pool = f"{meta['name']}/{profile}", f"{product}-{profile}"
             else:
                 continue
-            if int(count) > 0:
-                out.append(Node(name, pool, int(count), **common))
+            # The device plugin takes a GPU with XID errors out of allocatable;
+            # capacity keeps counting it. The missing ones are unhealthy slots.
+            total = max(int(count), int(capacity.get(resource, count)))
+            if total > 0:
+                out.append(Node(name, pool, total,
+                                unhealthy_gpus=frozenset(range(int(count), total)), **common))
     return out
 
 

@@ -182,8 +182,10 @@ class KubernetesBackend:
     def _update_nodes(self, nodes: list[Node]) -> None:
         for node in nodes:
             old = self._nodes.get(node.name)
-            if old is not None and (old.healthy, old.drained) != (node.healthy, node.drained):
-                self._node_changes.append(replace(old, healthy=node.healthy, drained=node.drained))
+            if old is not None and (old.healthy, old.drained, old.unhealthy_gpus) != \
+                    (node.healthy, node.drained, node.unhealthy_gpus):
+                self._node_changes.append(replace(old, healthy=node.healthy, drained=node.drained,
+                                                  unhealthy_gpus=node.unhealthy_gpus))
             self._nodes[node.name] = node
 
     # ---- the loop's tasks ----------------------------------------------------------------

@@ -25,6 +25,7 @@ from traitlets import Bool, Dict, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from ..backends.local import LocalBackend
+from ..backends.slurm import SlurmBackend
 from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
@@ -91,7 +92,7 @@ def route_regex(path: str) -> str:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory, KubernetesJobs]
+    classes = [Inventory, KubernetesJobs, SlurmBackend]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
@@ -272,14 +273,19 @@ class GpuHubService(Application):
 
     generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
 
-    backend = Enum(["local", "kubernetes"], "local", help="""
+    backend = Enum(["local", "kubernetes", "slurm"], "local", help="""
         Where jobs run. ``local``: processes on this host under a supervisor,
         on the GPUs NVML (or ``Inventory.declared``) reports. ``kubernetes``:
         batch/v1 Jobs on the cluster the service runs in (or $KUBECONFIG's),
         on the GPU nodes the cluster reports; configure with
-        ``c.KubernetesJobs`` (docs/deploy-kubernetes.md).
+        ``c.KubernetesJobs`` (docs/kubernetes-jobs.md). ``slurm``: batch jobs
+        on a Slurm cluster, whose GPU nodes come from ``scontrol show node``;
+        configure with ``c.SlurmBackend`` (docs/deploy-slurm.md).
 
-        Example: ``c.GpuHubService.backend = "kubernetes"``
+        Example::
+
+            c.GpuHubService.backend = "slurm"
+            c.SlurmBackend.partitions = {"a100": "gpu"}
         """).tag(config=True)
 
     # ---- start -----------------------------------------------------------
@@ -297,6 +303,12 @@ class GpuHubService(Application):
             backend, nodes = kubernetes_backend(self)
             self.source = "kubernetes"
             record_nodes(self.store, nodes, self.source)
+        elif self.backend == "slurm":  # Slurm runs the jobs and says which GPU nodes there are
+            backend, self.source = SlurmBackend(parent=self), "slurm"
+            found = backend.discover()
+            gpus = [g for _, node_gpus in found for g in node_gpus]
+            nodes = [LocalNode(n, [g.index for g in node_gpus]) for n, node_gpus in found]
+            self._record_inventory(nodes, gpus)
         else:
             backend = LocalBackend()
             self.source, gpus = self.inventory.discover()

@@ -1,0 +1,294 @@
+"""A real, throwaway Slurm for the tests: munged + slurmctld + slurmd on this
+host, as root, with four fake GPUs.
+
+Everything lives in one temporary directory: the configs, munge's key and
+socket, Slurm's state and spool, the logs, and the fake GPU devices (character
+devices ``nvidiaN``, major 195, like the real ones: a count-only ``Gres=`` line
+without ``File=`` leaves the node INVALID). The daemons listen on free ports,
+run in the foreground as our children, and are stopped by their PIDs.
+
+    with SlurmCluster.start() as cluster:   # or the ``slurm`` pytest fixture
+        cluster.env                         # {"SLURM_CONF": ...} for the commands
+
+Needs root and Debian's ``slurm-wlm`` + ``munge`` (``make test`` installs
+them). ``SlurmUnavailable`` says precisely why a cluster could not start.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Optional
+
+import pytest
+
+NODE = "localhost"
+PARTITION = "gpu"
+GPUS = 4
+# Marks the daemons' environment, which slurmstepd inherits: cleanup finds
+# what our slurmd left behind by this, never by a process name.
+MARKER = "GPUHUB_SLURM_HARNESS"
+
+
+class SlurmUnavailable(RuntimeError):
+    """Slurm cannot run here; the message says why."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slurm_conf(d: str, ctld_port: int, slurmd_port: int, cpus: int = 16) -> str:
+    return f"""\
+ClusterName=gpuhubtest
+SlurmctldHost={NODE}
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={d}/munge/munge.sock
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd.log
+# No cgroups: processes are tracked by parentage, and nothing is confined.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+MpiDefault=none
+SwitchType=switch/none
+SchedulerType=sched/backfill
+# The configured CPUs, not this small machine's: several test jobs at once.
+SlurmdParameters=config_overrides
+ReturnToService=2
+# Seconds between a job's SIGTERM and SIGKILL (time limit, scancel): short for tests.
+KillWait=5
+MinJobAge=600
+InactiveLimit=0
+MessageTimeout=20
+SlurmctldTimeout=30
+SlurmdTimeout=60
+NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:{GPUS} State=UNKNOWN
+PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def gres_conf(d: str) -> str:
+    return f"NodeName={NODE} Name=gpu File={d}/dev/nvidia[0-{GPUS - 1}]\n"
+
+
+class SlurmCluster:
+    def __init__(self, root: str):
+        self.root = root
+        self.conf = os.path.join(root, "slurm.conf")
+        self.env = {"SLURM_CONF": self.conf}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    # ---- start -----------------------------------------------------------
+    @classmethod
+    def start(cls, timeout: float = 90.0) -> "SlurmCluster":
+        missing = [c for c in ("munged", "slurmctld", "slurmd", "sbatch", "sinfo")
+                   if shutil.which(c) is None]
+        if missing:
+            raise SlurmUnavailable(f"{', '.join(missing)} not installed (apt-get install -y "
+                                   f"slurm-wlm munge; `make test` does it)")
+        if os.geteuid() != 0:
+            raise SlurmUnavailable("the Slurm test cluster runs its daemons as root; "
+                                   f"these tests run as uid {os.geteuid()}")
+        cluster = cls(tempfile.mkdtemp(prefix="gpuhub-slurm-"))
+        try:
+            cluster._write_files()
+            cluster._start_munged()
+            cluster._start_daemons()
+            cluster.wait_idle(timeout)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _write_files(self) -> None:
+        d = self.root
+        os.chmod(d, 0o755)
+        for sub in ("munge", "state", "spool", "log", "dev"):
+            os.makedirs(os.path.join(d, sub), mode=0o755, exist_ok=True)
+        os.chmod(os.path.join(d, "munge"), 0o700)
+        for i in range(GPUS):
+            path = os.path.join(d, "dev", f"nvidia{i}")
+            try:
+                # 195 is the NVIDIA driver's major number; nothing opens these.
+                os.mknod(path, 0o666 | 0o020000, os.makedev(195, i))
+            except OSError as e:
+                raise SlurmUnavailable(f"cannot make the fake GPU device {path} "
+                                       f"(mknod c 195 {i}): {e}") from e
+        with open(self.conf, "w") as f:
+            f.write(slurm_conf(d, _free_port(), _free_port()))
+        with open(os.path.join(d, "gres.conf"), "w") as f:
+            f.write(gres_conf(d))
+        with open(os.path.join(d, "cgroup.conf"), "w") as f:
+            f.write("# Unused: ProctrackType=proctrack/linuxproc, TaskPlugin=task/none\n"
+                    "CgroupAutomount=no\n")
+        key = os.path.join(d, "munge", "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(key, 0o400)
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(os.path.join(self.root, "log", f"{name}.out"), "ab")
+        try:
+            # A session of its own: signals meant for the tests never reach it,
+            # and it never shares a group we might signal.
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, **self.env, MARKER: self.root},
+                                    preexec_fn=_die_with_parent)
+        finally:
+            log.close()
+        self.procs[name] = proc
+        return proc
+
+    def _start_munged(self) -> None:
+        m = os.path.join(self.root, "munge")
+        # --force: munged refuses root and shared directories without it.
+        self._spawn("munged", ["munged", "--foreground", "--force",
+                               f"--socket={m}/munge.sock", f"--key-file={m}/munge.key",
+                               f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log",
+                               f"--seed-file={m}/munged.seed"])
+        self._wait_for(lambda: os.path.exists(f"{m}/munge.sock"), 15, "munged", "its socket")
+
+    def _start_daemons(self) -> None:
+        # -i: ignore state a previous run might have left (there is none: fresh dir).
+        self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf])
+        self._spawn("slurmd", ["slurmd", "-D", "-N", NODE, "-f", self.conf])
+
+    def _wait_for(self, ready, timeout: float, who: str, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise SlurmUnavailable(f"{name} exited with {p.returncode} while waiting "
+                                           f"for {who}: {self.log_tail(name)}")
+            if ready():
+                return
+            time.sleep(0.2)
+        raise SlurmUnavailable(f"{who} did not come up ({what}) within {timeout:.0f} s: "
+                               f"{self.log_tail(who)}")
+
+    def node_state(self) -> str:
+        out = self.cmd(["sinfo", "-h", "-N", "-n", NODE, "-o", "%t"], check=False)
+        return out.stdout.strip()
+
+    def wait_idle(self, timeout: float) -> None:
+        self._wait_for(lambda: self.node_state() == "idle", timeout, "slurmd",
+                       f"node {NODE} idle in sinfo")
+
+    # ---- use -------------------------------------------------------------
+    def cmd(self, argv: list[str], check: bool = True, timeout: float = 30
+            ) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, check=check,
+                              timeout=timeout, env={**os.environ, **self.env})
+
+    def log_tail(self, name: str, n: int = 2000) -> str:
+        text = ""
+        for path in (os.path.join(self.root, "log", f"{name}.log"),
+                     os.path.join(self.root, "log", f"{name}.out"),
+                     os.path.join(self.root, "munge", f"{name}.log")):
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    text += f.read()[-n:]
+        return text.strip() or "(no log)"
+
+    def cancel_all(self, timeout: float = 30) -> None:
+        """Cancel every job and wait until Slurm has none running or completing."""
+        self.cmd(["scancel", "--full", "--signal=KILL", "--state=RUNNING", "-u", "root"],
+                 check=False)
+        self.cmd(["scancel", "-u", "root"], check=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.cmd(["squeue", "-h", "-o", "%i"], check=False)
+            if out.returncode == 0 and not out.stdout.strip():
+                return
+            time.sleep(0.3)
+
+    # ---- stop ------------------------------------------------------------
+    def stop(self) -> None:
+        if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
+            self.cancel_all()
+        for name in ("slurmd", "slurmctld", "munged"):
+            p = self.procs.get(name)
+            if p is not None:
+                _terminate(p)
+        # slurmstepd daemonizes out of slurmd: find ours by the marker.
+        for pid in _marked_pids(self.root):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "SlurmCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the test process dies, even
+    by SIGKILL, so no daemon outlives a killed test run."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _terminate(p: subprocess.Popen, wait: float = 10) -> None:
+    if p.poll() is not None:
+        return
+    p.send_signal(signal.SIGTERM)  # by PID: the daemon only
+    try:
+        p.wait(wait)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(5)
+
+
+def _marked_pids(root: str) -> list[int]:
+    want = f"{MARKER}={root}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A running test cluster for the module; the tests fail with the reason
+    when Slurm cannot run here."""
+    try:
+        cluster = SlurmCluster.start()
+    except SlurmUnavailable as e:
+        pytest.fail(f"cannot start the Slurm test cluster: {e}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
