@@ -23,7 +23,6 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Optional
 
 import pytest
 

@@ -148,6 +148,9 @@ HUGE = "x" * (2 * 1024 * 1024)
     ({"command": "true", "gpu": 1}, 400, "gpu"),
     ({"gpus": 1}, 400, "command"),
     ({"command": "true", "working_dir": "no/such/dir"}, 400, "working_dir"),
+    ({"command": "true", "working_dir": "/etc"}, 400, "working_dir"),
+    ({"command": "true", "working_dir": "../../.."}, 400, "working_dir"),
+    ({"command": "true", "checkpoint_dir": "/tmp/elsewhere"}, 400, "checkpoint_dir"),
     ({"command": HUGE}, 413, None),
 ])
 def test_bad_input_is_refused_and_nothing_is_stored(hub, body, status, field):

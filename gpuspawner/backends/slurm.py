@@ -237,7 +237,7 @@ def parse_sacct(text: str) -> list[JobInfo]:
 
 def expand_hostlist(hostlist: str) -> list[str]:
     """Slurm's compressed host list: ``gpu[01-03,07],cpu1`` -> gpu01, gpu02, gpu03, gpu07, cpu1."""
-    names, i = [], 0
+    names = []
     for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?([^,\[]*)", hostlist):
         prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
         if ranges is None:

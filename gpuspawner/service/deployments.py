@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 
 from ..serving.replica import RUNTIMES
 from ..store import DeploymentRow, RevisionRow
-from .engine import Conflict, Engine, Forbidden, NotFound
+from .engine import Conflict, Engine, Forbidden, NotFound, in_workspace
 from .identity import Identity
 from .specs import SpecError
 
@@ -187,9 +187,8 @@ class Deployments:
         return dep, number
 
     def _model_dir(self, user: str, path: str) -> str:
-        home = self.engine.config.workspace_root.format(data_dir=self.engine.config.data_dir,
-                                                        username=user)
-        full = os.path.normpath(os.path.join(home, path))
+        home = self.engine.workspace(user)
+        full = in_workspace(home, os.path.join(home, path), "model_dir")
         if not os.path.isdir(full):
             raise SpecError("model_dir", f"{path!r} is not a directory (relative paths start "
                                          f"at {home})")

@@ -586,14 +586,22 @@ class Engine:
 
     def _job_spec(self, wid: str, user: str, spec: JobSpec) -> dict:
         cwd = self._working_dir(user, spec)
-        checkpoint = (os.path.join(cwd, spec.checkpoint_dir) if spec.checkpoint_dir
+        home = self.workspace(user)
+        checkpoint = (in_workspace(home, os.path.join(cwd, spec.checkpoint_dir), "checkpoint_dir")
+                      if spec.checkpoint_dir
                       else os.path.join(self.config.data_dir, "workloads", wid, "checkpoints"))
+        if spec.output_notebook:
+            in_workspace(home, os.path.join(cwd, spec.output_notebook), "output_notebook")
         return {**spec.stored(), "working_dir": cwd, "checkpoint_dir": checkpoint}
 
-    def _working_dir(self, user: str, spec: JobSpec) -> str:
+    def workspace(self, user: str) -> str:
         home = self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)
         os.makedirs(home, exist_ok=True)
-        cwd = os.path.normpath(os.path.join(home, spec.working_dir or "."))
+        return home
+
+    def _working_dir(self, user: str, spec: JobSpec) -> str:
+        home = self.workspace(user)
+        cwd = in_workspace(home, os.path.join(home, spec.working_dir or "."), "working_dir")
         if not os.path.isdir(cwd):
             raise SpecError("working_dir", f"{spec.working_dir!r} is not a directory "
                                            f"(relative paths start at {home})")
@@ -638,6 +646,16 @@ class Engine:
     @staticmethod
     def _audit(s: Session, now: float, actor: str, action: str, target: str, detail: dict) -> None:
         s.add(AuditEntry(time=now, actor=actor, action=action, target=target, detail=detail))
+
+
+def in_workspace(home: str, path: str, field: str) -> str:
+    """``path`` normalised, if it lies in the user's workspace: jobs run as
+    the service's user, so a path outside would reach other people's files."""
+    full = os.path.normpath(path)
+    home_real = os.path.realpath(home)
+    if os.path.commonpath([home_real, os.path.realpath(full)]) != home_real:
+        raise SpecError(field, f"{path!r} is outside your workspace {home}")
+    return full
 
 
 def job_argv(spec: dict, attempt_dir: str) -> list[str]:
