@@ -3,7 +3,10 @@ notebook in the kernel's folder is submitted with parameters, its output is
 followed to the end, and errors are printed for the cell rather than raised."""
 from __future__ import annotations
 
+import os
+import pathlib
 import re
+import tempfile
 
 import nbformat
 import pytest
@@ -23,26 +26,34 @@ def hub(tmp_path_factory):
 
 
 @pytest.fixture
-def shell(hub, tmp_path, monkeypatch):
+def folder(hub):
+    """A folder in alice's workspace, as her notebooks are (jobs run only there)."""
+    workspace = os.path.join(hub.data_dir, "workspaces", "alice")
+    os.makedirs(workspace, exist_ok=True)
+    return pathlib.Path(tempfile.mkdtemp(prefix="magic-", dir=workspace))
+
+
+@pytest.fixture
+def shell(hub, folder, monkeypatch):
     """alice's kernel: the hub's environment, working in her notebook's folder."""
     monkeypatch.setenv("GPUHUB_URL", f"{hub.url}/services/gpuhub")
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.token("alice"))
     monkeypatch.delenv("GPUHUB_TOKEN", raising=False)
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(folder)
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "gpuspawner.magic")
     yield ip
     InteractiveShell.clear_instance()
 
 
-def test_submit_a_notebook_follow_it_and_list_it(shell, tmp_path, capfd):
+def test_submit_a_notebook_follow_it_and_list_it(shell, folder, capfd):
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell("epochs = 1")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell('print(f"trained {epochs} epochs")')]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
-    nbformat.write(nb, str(tmp_path / "train.ipynb"))
+    nbformat.write(nb, str(folder / "train.ipynb"))
 
     shell.run_line_magic("gpuhub", "submit --gpus 1 --name nb-magic -f --notebook train.ipynb "
                                    "-p epochs 4")
