@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,29 +20,18 @@ from typing import Optional
 
 import requests
 
+from gpuspawner.serving.ports import ports_below_ephemeral
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
 
 
 def free_port_block(n: int = 4) -> int:
-    """A port p with p..p+n-1 free (the hub uses four consecutive ports)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
+    """A port p with p..p+n-1 free (the hub uses four consecutive ports),
+    below the kernel's ephemeral range: a port the kernel hands out as the
+    source of some outgoing connection between this check and the hub's
+    bind would make the hub fail with "Address already in use"."""
+    return ports_below_ephemeral(n)
 
 
 class Hub:

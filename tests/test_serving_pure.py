@@ -140,3 +140,20 @@ def test_deploy_request_defaults():
     zero = parse_deploy({"name": "iris", "model_dir": "m", "min_replicas": 0, "max_replicas": 3,
                          "scale_to_zero_after": 300}, "a100")
     assert zero.scale_to_zero_after == 300.0
+
+
+def test_ports_for_servers_are_free_and_below_the_ephemeral_range(tmp_path):
+    import random
+    import socket
+
+    from gpuspawner.serving.ports import ephemeral_start, ports_below_ephemeral
+    fake = tmp_path / "range"
+    fake.write_text("32768\t60999\n")
+    assert ephemeral_start(str(fake)) == 32768
+    assert ephemeral_start(str(tmp_path / "missing")) == 32768
+    base = ports_below_ephemeral(3, random.Random(7))
+    assert 20000 <= base and base + 3 <= ephemeral_start()
+    # a taken port is never handed out
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", base))
+        assert ports_below_ephemeral(3, random.Random(7)) != base

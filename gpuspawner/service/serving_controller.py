@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from sqlalchemy import select
 from tornado import httpclient
 
 from ..serving.autoscale import ScalePolicy, desired_replicas, split
+from ..serving.ports import ports_below_ephemeral
 from ..serving.replica import model_settings, server_settings, write_replica_dir
 from ..serving.traffic import RollbackRule, SmoothWeighted, Window, least_busy, rollback_reason
 from ..store import DeploymentRow, RevisionRow, WorkloadRow
@@ -36,22 +36,6 @@ from .rebuild import QUEUED, RUNNING, STOPPING
 log = logging.getLogger("gpuhub.serving")
 CONTROLLER = Identity("gpuhub-deployments", admin=True, can_submit=True)
 LOAD_WINDOW = 10.0  # seconds of in-flight samples the autoscaler averages
-
-
-def free_ports(n: int = 3) -> int:
-    """The first of ``n`` consecutive free ports (HTTP, gRPC, metrics)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        try:
-            for p in range(base, base + n):
-                with socket.socket() as t:
-                    t.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
 
 
 @dataclass
@@ -228,7 +212,7 @@ class ServingController:
     def _start_replica(self, dep: DeploymentRow, rev: RevisionRow) -> None:
         eng = self.engine
         wid = "w" + secrets.token_hex(6)
-        port = free_ports(3)
+        port = ports_below_ephemeral(3)
         rdir = os.path.join(eng.config.data_dir, "deployments", dep.team, dep.name,
                             f"r{rev.number}", wid)
         argv = write_replica_dir(rdir, model_settings(
