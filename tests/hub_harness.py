@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from typing import Optional
@@ -121,10 +122,24 @@ class Hub:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
+        if self.proc:
+            # A hub that died by itself (say, on a port it could not bind)
+            # leaves its proxy in the hub's own process group.
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         self.kill_jobs()
         self.kill_servers()
         if getattr(self, "log", None):
             self.log.close()
+
+    def workspace_folder(self, user: str) -> str:
+        """A new folder in the user's workspace, where a spawned server's
+        files are (the service runs jobs only inside a user's workspace)."""
+        workspace = os.path.join(self.data_dir, "workspaces", user)
+        os.makedirs(workspace, exist_ok=True)
+        return tempfile.mkdtemp(prefix="files-", dir=workspace)
 
     def kill_jobs(self) -> None:
         """Jobs outlive the service on purpose; the test ends them."""

@@ -3,10 +3,8 @@ notebook in the kernel's folder is submitted with parameters, its output is
 followed to the end, and errors are printed for the cell rather than raised."""
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import tempfile
 
 import nbformat
 import pytest
@@ -27,10 +25,8 @@ def hub(tmp_path_factory):
 
 @pytest.fixture
 def folder(hub):
-    """A folder in alice's workspace, as her notebooks are (jobs run only there)."""
-    workspace = os.path.join(hub.data_dir, "workspaces", "alice")
-    os.makedirs(workspace, exist_ok=True)
-    return pathlib.Path(tempfile.mkdtemp(prefix="magic-", dir=workspace))
+    """alice's notebook folder, in her workspace."""
+    return pathlib.Path(hub.workspace_folder("alice"))
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import io
 import json
 import os
 import pathlib
-import tempfile
 import zipfile
 
 import nbformat
@@ -44,11 +43,8 @@ def hub(tmp_path_factory):
 
 @pytest.fixture
 def jp_root_dir(hub):
-    """The notebook server's files are in alice's workspace, as a spawned
-    server's are: the service runs jobs only inside a user's workspace."""
-    workspace = os.path.join(hub.data_dir, "workspaces", "alice")
-    os.makedirs(workspace, exist_ok=True)
-    return pathlib.Path(tempfile.mkdtemp(prefix="root-", dir=workspace))
+    """The notebook server's files are in alice's workspace, as a spawned server's are."""
+    return pathlib.Path(hub.workspace_folder("alice"))
 
 
 @pytest.fixture
