@@ -45,13 +45,16 @@ BASE = {"jupyterhub": {"enabled": False}, "scheduler": {"database": {"secretName
 # What gpuspawner/backends/kubernetes.py calls: in the jobs' namespaces ...
 BACKEND_VERBS = {
     ("batch", "jobs"): {"create", "delete"},
+    ("apps", "deployments"): {"create", "delete"},
     ("", "services"): {"create", "delete"},
+    ("", "configmaps"): {"create", "delete"},
     ("", "pods/log"): {"get"},
 }
 # ... and cluster-wide, read-only (one labelled listing, and the nodes).
 CLUSTER_VERBS = {
     ("", "nodes"): {"list"},
     ("batch", "jobs"): {"list"},
+    ("apps", "deployments"): {"list"},
     ("", "pods"): {"list"},
 }
 
@@ -256,14 +259,14 @@ def api_calls() -> set[tuple[str, str, str, str]]:
 
     from gpuspawner.backends import kubernetes
     source = open(kubernetes.__file__).read()
-    groups = {"_batch": "batch", "_core": ""}
+    groups = {"_batch": "batch", "_apps": "apps", "_core": ""}
     verbs = {"create": "create", "delete": "delete", "list": "list", "read": "get",
              "patch": "patch", "replace": "update"}
     plural = {"job": "jobs", "service": "services", "pod": "pods", "pod_log": "pods/log",
-              "node": "nodes"}
+              "node": "nodes", "deployment": "deployments", "config_map": "configmaps"}
     out = set()
     for api, verb, namespaced, kind, everywhere in re.findall(
-            r"self\.(_batch|_core)\.(create|delete|list|read|patch|replace)_(namespaced_)?"
+            r"self\.(_batch|_apps|_core)\.(create|delete|list|read|patch|replace)_(namespaced_)?"
             r"([a-z_]+?)(_for_all_namespaces)?\(", source):
         scope = "namespace" if namespaced else "cluster"
         out.add((scope, groups[api], plural[kind], verbs[verb]))

@@ -63,6 +63,7 @@ API_ROUTES = [
     ("/nodes/{name}/gpus/{index}", admin_api.NodeGpuHandler),
     ("/deployments", endpoints.DeploymentsHandler),
     ("/deployments/{team}/{name}", endpoints.DeploymentHandler),
+    ("/deployments/{team}/{name}/metrics", endpoints.DeploymentMetricsHandler),
     ("/deployments/{team}/{name}/{action}", endpoints.DeploymentActionHandler),
     ("/teams", h.TeamsHandler),
     ("/teams/{name}", h.TeamHandler),

@@ -16,6 +16,7 @@ from sqlalchemy import select
 import aiohttp
 from tornado import web
 
+from ..serving.traffic import Series
 from ..store import DeploymentRow, RevisionRow
 from .deployments import parse_deploy
 from .engine import Forbidden, NotFound
@@ -90,6 +91,22 @@ class DeploymentHandler(DeploymentAPI):
     def delete(self, team: str, name: str):
         self.ctl.deployments.delete(self.identity, team, name)
         self.write_json({"team": team, "name": name, "deleted": True})
+
+
+class DeploymentMetricsHandler(DeploymentAPI):
+    """Per revision, one point per 5 s for the live charts (``seconds``:
+    how far back, at most 600)."""
+
+    def get(self, team: str, name: str):
+        seconds = self.get_argument("seconds", "600")
+        if not seconds.isdigit() or not 5 <= int(seconds) <= 600:
+            raise SpecError("seconds", f"must be a whole number from 5 to 600, got {seconds!r}")
+        with self.engine.store.session() as s:
+            dep = self.ctl.deployments.find(s, self.identity, team, name)
+            numbers = [r.number for r in self.ctl.deployments.revisions(s, dep)]
+        history = self.ctl.history(dep.id, numbers, int(seconds))
+        self.write_json({"interval": Series.interval, "revisions": {
+            str(n): [{**p, "t": iso(p["t"])} for p in points] for n, points in history.items()}})
 
 
 class DeploymentActionHandler(DeploymentAPI):
