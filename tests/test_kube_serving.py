@@ -249,3 +249,202 @@ def test_kube_api_sends_the_deployment_requests_and_tolerates_an_existing_servic
         assert seen[4][3]["gracePeriodSeconds"] == 10
         assert seen[3][3]["spec"]["template"]["spec"]["containers"][0]["name"] == "mlserver"
     run(scenario())
+
+
+# ---- the service on a cluster serves a model ------------------------------------------------
+
+class Cluster:
+    """The REST paths the service uses, over HTTP, in a thread, plus a
+    stand-in kubelet: a posted Deployment's pod is real MLServer, started from
+    the Deployment's ConfigMap on a loopback address of its own (its "pod
+    IP", 127.0.0.N) at the replica port; deleting the Deployment kills it."""
+
+    KINDS = {"jobs": "Job", "deployments": "Deployment", "configmaps": "ConfigMap",
+             "services": "Service", "pods": "Pod"}
+
+    def __init__(self, nodes, root):
+        import threading
+        self.nodes, self.root = nodes, root
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.servers: dict[str, "subprocess.Popen"] = {}
+        self.ready = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+        self.ready.wait(10)
+
+    def of(self, kind):
+        return [o for (k, _, _), o in list(self.objects.items()) if k == kind]
+
+    def _serve(self):
+        import asyncio
+        from tornado.ioloop import IOLoop
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        cluster = self
+
+        class Handler(web.RequestHandler):
+            def get(self, path):
+                kind = cluster.KINDS.get(path.rsplit("/", 1)[-1])
+                items = cluster.nodes if path == "api/v1/nodes" else cluster.of(kind)
+                self.finish({"kind": "List", "metadata": {}, "items": items})
+
+            def post(self, path):
+                parts = path.split("/")
+                obj = json.loads(self.request.body)
+                key = (cluster.KINDS[parts[-1]], parts[-2], obj["metadata"]["name"])
+                if key in cluster.objects:
+                    self.set_status(409)
+                    return self.finish({"kind": "Status", "code": 409})
+                cluster.objects[key] = obj
+                if key[0] == "Deployment":
+                    cluster.run_pod(obj)
+                self.set_status(201)
+                self.finish(obj)
+
+            def delete(self, path):
+                parts = path.split("/")
+                key = (cluster.KINDS[parts[-2]], parts[-3], parts[-1])
+                obj = cluster.objects.pop(key, None)
+                if key[0] == "Deployment" and obj is not None:
+                    cluster.kill_pod(key[2])
+                self.finish({"kind": "Status", "code": 200})
+
+        app = web.Application([(r"/(.*)", Handler)])
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        app.listen(self.port, "127.0.0.1")
+        self.loop = IOLoop.current()
+        self.ready.set()
+        self.loop.start()
+
+    def run_pod(self, deployment):
+        import os
+        import random
+        import subprocess
+        import sys
+        name, ns = deployment["metadata"]["name"], deployment["metadata"]["namespace"]
+        data = self.objects[("ConfigMap", ns, name)]["data"]
+        ip = f"127.0.0.{random.randint(2, 250)}"
+        folder = os.path.join(self.root, name)
+        os.makedirs(os.path.join(folder, "model"))
+        server = {**json.loads(data["settings.json"]), "host": ip}
+        with open(os.path.join(folder, "settings.json"), "w") as f:
+            json.dump(server, f)
+        with open(os.path.join(folder, "model", "model-settings.json"), "w") as f:
+            f.write(data["model-settings.json"])
+        self.servers[name] = subprocess.Popen(
+            [sys.executable, "-m", "mlserver.cli.main", "start", folder], start_new_session=True,
+            stdout=open(os.path.join(folder, "log"), "w"), stderr=subprocess.STDOUT)
+        template = deployment["spec"]["template"]
+        self.objects[("Pod", ns, f"{name}-0")] = {
+            "metadata": {"name": f"{name}-0", "namespace": ns,
+                         "labels": template["metadata"]["labels"]},
+            "status": {"phase": "Running", "podIP": ip, "containerStatuses": [{
+                "name": "mlserver", "image": template["spec"]["containers"][0]["image"],
+                "imageID": "", "ready": True, "restartCount": 0}]}}
+
+    def kill_pod(self, name):
+        import os
+        import signal
+        for key in [k for k in self.objects if k[0] == "Pod" and k[2] == f"{name}-0"]:
+            del self.objects[key]
+        proc = self.servers.pop(name, None)
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def stop(self):
+        for name in list(self.servers):
+            self.kill_pod(name)
+        self.loop.add_callback(self.loop.stop)
+
+
+def test_service_on_a_cluster_serves_a_model_through_the_replicas_pod_address(tmp_path,
+                                                                                monkeypatch):
+    import asyncio
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from gpuspawner.service.app import GpuHubService
+    from gpuspawner.service.deployments import parse_deploy
+    from gpuspawner.service.identity import Identity
+    from test_kube_backend import k8s_node
+
+    workspaces = tmp_path / "data" / "workspaces"
+    model_dir = workspaces / "alice" / "models" / "iris-v1"
+    subprocess.run([sys.executable, "examples/serving/iris/train.py", str(model_dir)], check=True,
+                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cluster = Cluster([k8s_node("gpu-1", {"nvidia.com/gpu": "8"})], str(tmp_path / "kubelet"))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": f"http://127.0.0.1:{cluster.port}"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "users": [{"name": "test", "user": {"token": "t"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    (tmp_path / "gpuhub_config.py").write_text(
+        'c.GpuHubService.backend = "kubernetes"\n'
+        'c.KubernetesJobs.pools = {"a100-sxm4-80gb": {}}\n'
+        'c.KubernetesJobs.workspace_claim = "home"\n'
+        f'c.KubernetesJobs.workspace_mount = {str(workspaces)!r}\n'
+        'c.GpuHubService.teams = {"a": {"quotas": {"a100-sxm4-80gb": {"nominal": 8}}}}\n')
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    app = GpuHubService()
+    alice = Identity("alice", teams=frozenset({"a"}), can_submit=True)
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                        "data": [5.1, 3.5, 1.4, 0.2]}]}
+
+    async def cycle():
+        app.engine.tick()
+        await app.engine.backend.settle()
+        await app.engine.backend.refresh()
+        await app.serving.reconcile()
+
+    async def until(what, check, seconds=90):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            await cycle()
+            if check():
+                return
+            await asyncio.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}; kubelet logs: " + " ".join(
+            open(os.path.join(cluster.root, n, "log")).read()[-2000:] for n in cluster.servers))
+
+    async def scenario():
+        ctl = app.serving
+        dep, _ = ctl.deployments.deploy(alice, parse_deploy(
+            {"name": "iris", "model_dir": "models/iris-v1", "gpus": 1}, app.default_pool))
+        await until("a ready replica", lambda: ctl.ready_replicas(dep.id))
+        [deployment] = cluster.of("Deployment")
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] \
+            == {"nvidia.com/gpu": "1"}
+        assert [s["metadata"]["name"] for s in cluster.of("Service")] == ["iris-r1"]
+        [replica] = ctl.ready_replicas(dep.id)
+        [pod] = cluster.of("Pod")
+        assert replica.url == f"http://{pod['status']['podIP']}:{REPLICA_PORT}"
+        async with ctl.session.post(f"{replica.url}/v2/models/iris/infer", json=body) as resp:
+            assert resp.status == 200
+            answer = await resp.json()
+        assert answer["model_version"] == "r1" and answer["outputs"][0]["data"] == [0]
+        # deleted: the replica is stopped and every object it had goes
+        ctl.deployments.delete(alice, "a", "iris")
+        await until("nothing left on the cluster", lambda: not any(
+            cluster.of(k) for k in ("Deployment", "ConfigMap", "Service", "Pod")))
+        assert not cluster.servers
+        await ctl.session.close()
+
+    try:
+        app.initialize([f"--GpuHubService.config_file={tmp_path / 'gpuhub_config.py'}",
+                        f"--GpuHubService.data_dir={tmp_path / 'data'}"])
+        loop.run_until_complete(scenario())
+    finally:
+        cluster.stop()
+        if getattr(app, "engine", None) is not None:
+            loop.run_until_complete(app.engine.backend.api.close())
+            app.store.close()
+        loop.close()
+        asyncio.set_event_loop(None)
