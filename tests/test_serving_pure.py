@@ -4,6 +4,7 @@ the deploy request."""
 from __future__ import annotations
 
 import collections
+import os
 
 import pytest
 
@@ -175,3 +176,28 @@ def test_ports_for_servers_are_free_and_below_the_ephemeral_range(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", base))
         assert ports_below_ephemeral(3, random.Random(7)) != base
+
+
+def test_bench_finds_processes_by_command_line_and_reads_their_cpu_time():
+    import subprocess
+    import sys
+    import time
+
+    from gpuspawner.serving.bench import _processes, cpu_seconds
+    marker = f"gpuhub-bench-marker-{os.getpid()}"
+    burner = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time\nt = time.process_time()\n"
+                               "while time.process_time() - t < 0.3: pass\ntime.sleep(30)",
+                               marker])
+    try:
+        deadline = time.monotonic() + 10
+        while not _processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes(marker) == [burner.pid]
+        while cpu_seconds([burner.pid]) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 0.3 <= cpu_seconds([burner.pid]) < 5
+    finally:
+        burner.kill()
+        burner.wait()
+    assert cpu_seconds([burner.pid]) == 0  # gone: counts nothing
