@@ -29,7 +29,7 @@ from ..backends.slurm import SlurmBackend
 from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
-from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
+from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
 from . import admin_api, endpoints
 from . import handlers as h
 from ..backends.kube_config import KubernetesJobs
@@ -355,7 +355,9 @@ class GpuHubService(Application):
             for pool, price in self.gpu_hour_prices.items():
                 row = s.get(PoolRow, pool)
                 if row is not None and not row.price_per_gpu_hour:
+                    # A pool's first price: it applies to all of its history.
                     row.price_per_gpu_hour = float(price)
+                    s.add(PriceRow(pool=pool, since=0.0, price_per_gpu_hour=float(price)))
         out = []
         for ln in nodes:
             n = ln.node
