@@ -331,6 +331,7 @@ class GpuHubService(Application):
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine)
+        self.engine.metrics.watch_serving(self.serving)
         self._groups: dict[str, tuple[float, list[str]]] = {}
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:

@@ -179,7 +179,7 @@ class EndpointHandler(APIHandler):
             if status is None:  # try another (or the replacement)
                 replica.ready = False
                 continue
-            self.ctl.record(replica, time.monotonic() - started, status >= 500)
+            self.ctl.record(dep, replica, time.monotonic() - started, status)
             self.set_status(status)
             self.set_header("Content-Type", content_type)
             self.set_header("X-GpuHub-Revision", str(replica.revision))

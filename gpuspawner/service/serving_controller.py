@@ -74,6 +74,7 @@ class ServingController:
         # refreshed every reconcile and after every change through the API.
         self.by_name: dict[tuple[str, str], DeploymentRow] = {}
         self._session = None
+        self.metrics = None  # ServiceMetrics, for Prometheus (set by the service)
 
     @property
     def session(self):
@@ -110,11 +111,14 @@ class ServingController:
     def load_of(self, dep_id: int) -> DeploymentLoad:
         return self.load.setdefault(dep_id, DeploymentLoad())
 
-    def record(self, replica: Replica, latency: float, error: bool) -> None:
+    def record(self, dep: DeploymentRow, replica: Replica, latency: float, status: int) -> None:
+        """One answered request: a 5xx is an error (the rollback rule's)."""
         now = self.clock()
         key = (replica.deployment_id, replica.revision)
-        self.windows.setdefault(key, Window()).add(now, latency, error)
-        self.series.setdefault(key, Series()).add(now, latency, error)
+        self.windows.setdefault(key, Window()).add(now, latency, status >= 500)
+        self.series.setdefault(key, Series()).add(now, latency, status >= 500)
+        if self.metrics is not None:
+            self.metrics.endpoint_request(dep.team, dep.name, replica.revision, status, latency)
 
     def stats(self, dep_id: int, revision: int) -> dict:
         return self.windows.get((dep_id, revision), Window()).summary(self.clock())
