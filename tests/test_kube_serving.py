@@ -38,7 +38,8 @@ def replica_spec(**kw):
 
 def test_a_replica_is_a_pinned_deployment_with_its_settings_in_a_config_map():
     config_map, deployment = (valid(m) for m in replica_manifests(replica_spec(), SETTINGS))
-    assert config_map["metadata"]["name"] == deployment["metadata"]["name"] == "gpuhub-wdeadbeef01-0"
+    name = "gpuhub-wdeadbeef01-0"
+    assert config_map["metadata"]["name"] == deployment["metadata"]["name"] == name
     server = json.loads(config_map["data"]["settings.json"])
     # the pod listens on its own address at the port the probes and the router use
     assert (server["host"], server["http_port"]) == ("0.0.0.0", REPLICA_PORT)
