@@ -127,3 +127,43 @@ def test_concurrent_submits_never_exceed_quota(tmp_path, request, database):
         assert max_overlap([i for v in spans.values() for i in v]) <= 8
     finally:
         hub.stop()
+
+
+def test_deployments_serve_on_through_a_service_kill(tmp_path):
+    """A deployment with a 25 % canary: the service is SIGKILLed and restarted
+    by JupyterHub; the same replica processes serve on (adopted, not
+    restarted), and the split is the same."""
+    import test_serving_e2e as serving
+    hub = Hub(str(tmp_path), groups={"team-a": ["alice"]},
+              teams={"a": {"quotas": {"default": {"nominal": 4}}}}, gpus=4).start()
+    try:
+        alice = hub.client("alice")
+        serving.train(hub, "models/v1", 1.0)
+        serving.train(hub, "models/v2", 0.05)
+        assert alice.post("/deployments", json={"name": "iris",
+                                                "model_dir": "models/v1"}).status_code == 201
+        serving.ready(hub, "iris")
+        assert alice.post("/deployments", json={"name": "iris", "model_dir": "models/v2",
+                                                "canary_percent": 25}).status_code == 201
+        before = serving.ready(hub, "iris", revisions=2)
+        replicas = sorted(w for r in before["revisions"] for w in r["replicas"])
+
+        old = hub.service_pid()
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pid_alive(old) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        hub.wait_ready(timeout=60)
+
+        after = serving.ready(hub, "iris", revisions=2)
+        assert after["traffic"] == {"1": 75, "2": 25}
+        assert sorted(w for r in after["revisions"] for w in r["replicas"]) == replicas
+        for wid in replicas:
+            w = alice.workload(wid)
+            assert (w["state"], w["attempt"]) == ("running", 0), w
+        seen = [serving.call(hub, serving.endpoint(hub, "iris"), serving.infer_body())
+                for _ in range(20)]
+        assert all(r.status_code == 200 for r in seen)
+        assert [r.headers["X-GpuHub-Revision"] for r in seen].count("2") == 5
+    finally:
+        hub.stop()
