@@ -97,6 +97,29 @@ def test_borrowing_reclaim_requeue_and_usage_ledger(hub):
     assert pools[0]["free"] == 4 and pools[0]["used"] == 0
 
 
+def test_the_detailed_list_is_each_workloads_own_record(hub):
+    """``detail=1`` answers in one call what a GET per workload would."""
+    alice = hub.client("alice")
+    holder = alice.submit(command=train(300, 0.1), gpus=4, name="holder")["id"]
+    alice.wait(holder, "running", 30)
+    waiting = [alice.submit(command=train(5, 0.1), gpus=1, name=f"w{i}")["id"] for i in range(2)]
+    try:
+        listed = {w["id"]: w for w in alice.get("/workloads", params={
+            "detail": 1, "user": "alice", "state": ["queued", "running"]}).json()["workloads"]}
+        for wid in [holder] + waiting:
+            assert listed[wid] == alice.workload(wid)
+        assert [listed[w]["queue_position"] for w in waiting] == [1, 2]
+        assert listed[holder]["attempts"][0]["state"] == "running"
+        assert "attempts" not in alice.get("/workloads").json()["workloads"][0]
+        r = alice.get("/workloads", params={"detail": "yes"})
+        assert r.status_code == 400 and r.json()["field"] == "detail"
+    finally:
+        for wid in [holder] + waiting:
+            alice.request("DELETE", f"/workloads/{wid}")
+        for wid in [holder] + waiting:
+            alice.wait(wid, "cancelled", 30)
+
+
 def test_another_teams_workload_is_invisible(hub):
     alice, amy, bob = hub.client("alice"), hub.client("amy"), hub.client("bob")
     job = alice.submit(command=train(200, 0.1), gpus=1)

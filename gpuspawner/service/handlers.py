@@ -108,6 +108,18 @@ class MeHandler(APIHandler):
                          "admin": who.admin, "can_submit": who.can_submit})
 
 
+def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
+    """A workload with its attempts, the host devices it holds and its place
+    in the queue (``GET /workloads/{id}``, and the list with ``detail=1``)."""
+    out = views.workload(row, attempts[-1] if attempts else None)
+    out["attempts"] = [views.attempt_view(a) for a in attempts]
+    if "placement" in out:
+        out["devices"] = engine.devices([(p["node"], p["gpus"]) for p in out["placement"]])
+    if row.state == "queued":
+        out["queue_position"] = engine.queue_position(row.id)
+    return out
+
+
 class WorkloadsHandler(APIHandler):
     def get(self):
         who = self.identity
@@ -129,10 +141,22 @@ class WorkloadsHandler(APIHandler):
         limit = self.get_argument("limit", "100")
         if not limit.isdigit() or not 1 <= int(limit) <= 1000:
             raise SpecError("limit", "must be an integer between 1 and 1000")
+        detail = self.get_argument("detail", "0")
+        if detail not in ("0", "1"):
+            raise SpecError("detail", "must be 0 or 1")
         q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id).limit(int(limit))
         with self.engine.store.session() as s:
             rows = s.scalars(q).all()
-        self.write_json({"workloads": [views.workload(r) for r in rows]})
+            if detail == "0":
+                self.write_json({"workloads": [views.workload(r) for r in rows]})
+                return
+            # One query for every listed workload's attempts, not one per workload.
+            attempts: dict[str, list[Attempt]] = {}
+            for a in s.scalars(select(Attempt).where(Attempt.workload_id.in_([r.id for r in rows]))
+                               .order_by(Attempt.workload_id, Attempt.number)):
+                attempts.setdefault(a.workload_id, []).append(a)
+        self.write_json({"workloads": [detailed(self.engine, r, attempts.get(r.id, []))
+                                       for r in rows]})
 
     def post(self):
         body = self.json_body()
@@ -151,13 +175,7 @@ class WorkloadHandler(APIHandler):
         with self.engine.store.session() as s:
             attempts = s.scalars(select(Attempt).where(Attempt.workload_id == wid)
                                  .order_by(Attempt.number)).all()
-        out = views.workload(row, attempts[-1] if attempts else None)
-        out["attempts"] = [views.attempt_view(a) for a in attempts]
-        if "placement" in out:
-            out["devices"] = self.engine.devices([(p["node"], p["gpus"]) for p in out["placement"]])
-        if row.state == "queued":
-            out["queue_position"] = self.engine.queue_position(wid)
-        self.write_json(out)
+        self.write_json(detailed(self.engine, row, list(attempts)))
 
     def delete(self, wid: str):
         row = self.engine.cancel(self.identity, wid)
