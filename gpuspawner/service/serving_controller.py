@@ -12,6 +12,7 @@ memory: after a restart the windows start empty.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -135,7 +136,6 @@ class ServingController:
 
     # ---- the loop --------------------------------------------------------------------------
     async def run(self, interval: float = 1.0) -> None:
-        import asyncio
         while True:
             try:
                 await self.reconcile()
@@ -280,12 +280,13 @@ class ServingController:
             self.windows.pop((dep.id, canary), None)
 
     async def _probe(self) -> None:
-        for r in list(self.replicas.values()):
-            if r.ready:
-                continue
+        """Ask every replica not yet ready whether MLServer is, all at once
+        (one at a time, ten starting replicas would hold the loop 10 s)."""
+        async def probe(r: Replica) -> None:
             try:
                 resp = await self.http.fetch(f"{r.url}/v2/health/ready", request_timeout=1.0,
                                              raise_error=False)
                 r.ready = resp.code == 200
             except OSError:
                 r.ready = False
+        await asyncio.gather(*(probe(r) for r in list(self.replicas.values()) if not r.ready))
