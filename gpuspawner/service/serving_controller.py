@@ -287,6 +287,6 @@ class ServingController:
                 resp = await self.http.fetch(f"{r.url}/v2/health/ready", request_timeout=1.0,
                                              raise_error=False)
                 r.ready = resp.code == 200
-            except OSError:
+            except Exception:  # refused, reset, closed while it shuts down: not ready
                 r.ready = False
         await asyncio.gather(*(probe(r) for r in list(self.replicas.values()) if not r.ready))
