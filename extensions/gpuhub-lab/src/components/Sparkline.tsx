@@ -1,0 +1,37 @@
+/** A small live chart of one series of a revision (inline SVG), with its latest value. */
+import * as React from 'react';
+
+import { seriesValues, Series, sparkline } from '../sparkline';
+import { IMetricPoint } from '../types';
+
+const WIDTH = 72;
+const HEIGHT = 18;
+
+export function Sparkline(props: {
+  points: IMetricPoint[];
+  series: Series;
+  label: string;
+  format: (value: number) => string;
+  /** The smallest top of the scale (a flat line near 0 stays near the bottom). */
+  minTop?: number;
+}): JSX.Element {
+  const values = seriesValues(props.points, props.series);
+  const line = sparkline(values, WIDTH, HEIGHT, props.minTop);
+  const latest = line.last === null ? '–' : props.format(line.last);
+  const title = `${props.label} per 5 s over the last ${Math.round((values.length * 5) / 60)} min: latest ${latest}, peak ${props.format(line.peak)}`;
+  return (
+    <span className="gpuhub-Spark" data-series={props.series} title={title}>
+      <span className="gpuhub-Spark-label">{props.label}</span>
+      <span className="gpuhub-Spark-value">{latest}</span>
+      <svg
+        width={WIDTH}
+        height={HEIGHT + 2}
+        viewBox={`0 -1 ${WIDTH} ${HEIGHT + 2}`}
+        data-peak={line.peak}
+        data-points={values.length}
+      >
+        <path d={line.path} fill="none" strokeWidth={1.5} strokeLinecap="round" strokeLinejoin="round" />
+      </svg>
+    </span>
+  );
+}
