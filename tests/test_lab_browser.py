@@ -45,6 +45,16 @@ def write_notebook(path: str) -> None:
     nbformat.write(nb, path)
 
 
+def quiet_news(workspace: str) -> None:
+    """No "official Jupyter news?" toast over the screenshots (the server's
+    HOME is the workspace)."""
+    news = os.path.join(workspace, ".jupyter", "lab", "user-settings", "@jupyterlab",
+                        "apputils-extension", "notification.jupyterlab-settings")
+    os.makedirs(os.path.dirname(news))
+    with open(news, "w") as f:
+        f.write('{"fetchNews": "false"}')
+
+
 def job_row(page, state: str):
     return page.locator(f'.gpuhub-Job[data-state="{state}"]').filter(has_text="train")
 
@@ -58,13 +68,7 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
     write_notebook(os.path.join(workspace, "train.ipynb"))
     with open(os.path.join(workspace, "prep.py"), "w") as f:
         f.write("print('preparing data')\n")
-    # No "official Jupyter news?" toast over the screenshots (the server's
-    # HOME is the workspace).
-    news = os.path.join(workspace, ".jupyter", "lab", "user-settings", "@jupyterlab",
-                        "apputils-extension", "notification.jupyterlab-settings")
-    os.makedirs(os.path.dirname(news))
-    with open(news, "w") as f:
-        f.write('{"fetchNews": "false"}')
+    quiet_news(workspace)
     pids: set[int] = set()
     try:
         hub.start()
