@@ -4,11 +4,9 @@
  * while it or the browser tab is hidden), faster while a revision waits for
  * its first replica, backing off while the service does not answer.
  */
-import { Poll } from '@lumino/polling';
-import { ISignal, Signal } from '@lumino/signaling';
-
 import type { GpuHubApi } from './api';
 import { isStarting } from './deployview';
+import { PolledModel } from './polled';
 import { IDeployment, IDeploymentMetrics } from './types';
 
 export interface IDeployPollSettings {
@@ -24,22 +22,19 @@ export function deploymentKey(d: Pick<IDeployment, 'team' | 'name'>): string {
   return `${d.team}/${d.name}`;
 }
 
-export class DeploymentsModel {
+export class DeploymentsModel extends PolledModel {
   constructor(
     readonly api: GpuHubApi,
     private pollSettings: IDeployPollSettings,
     isShown: () => boolean
   ) {
-    this.poll = new Poll({
-      auto: false,
-      factory: () => this.refresh(),
-      frequency: this.frequency(pollSettings.interval),
+    super({
       name: 'gpuhub-lab:deployments',
+      interval: pollSettings.interval,
+      maxInterval: pollSettings.maxInterval,
       standby: () => !isShown() || 'when-hidden'
     });
   }
-
-  readonly poll: Poll;
   deployments: IDeployment[] = [];
   /** By deployment key. */
   metrics: Record<string, IDeploymentMetrics> = {};
@@ -48,22 +43,9 @@ export class DeploymentsModel {
   error = '';
   loaded = false;
 
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
-
-  start(): void {
-    void this.poll.start();
-  }
-
-  /** Poll now (the panel was shown, an action was done); resolves once done. */
-  async refreshNow(): Promise<void> {
-    await this.poll.refresh();
-    await this.poll.tick;
-  }
-
   configure(settings: IDeployPollSettings): void {
     this.pollSettings = settings;
+    this.maxInterval = settings.maxInterval;
   }
 
   /** Do an action; a refusal is kept with the deployment (the service's message). */
@@ -86,16 +68,7 @@ export class DeploymentsModel {
     return done;
   }
 
-  dispose(): void {
-    void this.poll.stop();
-    this.poll.dispose();
-  }
-
-  private frequency(interval: number) {
-    return { interval: interval * 1000, backoff: true, max: this.pollSettings.maxInterval * 1000 };
-  }
-
-  private async refresh(): Promise<void> {
+  protected async refresh(): Promise<void> {
     try {
       const deployments = await this.api.deployments();
       // One deployment's metrics failing leaves its charts as they were.
@@ -110,15 +83,11 @@ export class DeploymentsModel {
       Object.assign(this, { deployments, metrics: byKey, error: '', loaded: true });
       this._changed.emit();
       const starting = deployments.some(isStarting);
-      this.poll.frequency = this.frequency(
-        starting ? this.pollSettings.activeInterval : this.pollSettings.interval
-      );
+      this.setInterval(starting ? this.pollSettings.activeInterval : this.pollSettings.interval);
     } catch (error) {
       this.error = String((error as Error).message ?? error);
       this._changed.emit();
       throw error; // the poll backs off
     }
   }
-
-  private _changed = new Signal<this, void>(this);
 }
