@@ -69,8 +69,10 @@ export class Deployer {
         return deployed;
       } catch (e) {
         const field = e instanceof ApiError && e.field ? SERVICE_FIELDS[e.field] : undefined;
-        const message = e instanceof ApiError ? e.message.replace(`${e.field}: `, '') : String(e);
-        [problems, error] = field ? [{ [field]: message }, ''] : [{}, message];
+        // Next to its field, the message needs no "field: " before it.
+        [problems, error] = field
+          ? [{ [field]: (e as ApiError).message.replace(`${(e as ApiError).field}: `, '') }, '']
+          : [{}, e instanceof Error ? e.message : String(e)];
       }
     }
   }

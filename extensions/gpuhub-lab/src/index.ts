@@ -212,13 +212,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
       const item = browser ? Array.from(browser.selectedItems())[0] : undefined;
       return item?.type === 'directory' ? item.path : null;
     };
+    /** The folder the palette's command means: the selected one, else the one the file browser shows. */
+    const currentFolder = (): string => selectedFolder() ?? browsers?.tracker.currentWidget?.model.path ?? '';
     const deployFolder = (folder: string) =>
       deployer.deploy(folder ? { modelDir: folder, name: deploymentName(folder) } : {});
     app.commands.addCommand(CommandIDs.deploy, {
       label: 'Deploy Model…',
       caption: 'Serve a model folder of your files behind an HTTP endpoint',
       icon: deployIcon,
-      execute: args => deployFolder((args.path as string) ?? selectedFolder() ?? '')
+      execute: args => deployFolder((args.path as string) ?? currentFolder())
     });
     app.commands.addCommand(CommandIDs.deploySelected, {
       label: 'Deploy Model…',
