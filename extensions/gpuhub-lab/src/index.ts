@@ -11,7 +11,6 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import {
-  Clipboard,
   Dialog,
   ICommandPalette,
   Notification,
@@ -27,19 +26,17 @@ import { IStateDB } from '@jupyterlab/statedb';
 import { IStatusBar, showPopup } from '@jupyterlab/statusbar';
 
 import { GpuHubApi } from './api';
-import { DeploymentsPanel } from './components/DeploymentsPanel';
 import { JobsPanel } from './components/JobsPanel';
 import { QuotaPopoverBody, QuotaStatus } from './components/QuotaStatus';
-import { Deployer } from './deploy';
 import { deploymentName, modelDirOfJob } from './deployform';
-import { DeploymentsModel, IDeployPollSettings } from './deploymodel';
-import { deployIcon, gpuIcon } from './icon';
+import { setupDeployments } from './deployments';
+import { gpuIcon } from './icon';
 import { LogViewer } from './logviewer';
 import { IPollSettings, JobsModel } from './model';
 import { formFromJob, IFormValues, isSubmittable, EMPTY_FORM } from './submission';
 import { Submitter } from './submit';
 import { IJobNote } from './transitions';
-import { IDeployment, IWorkload } from './types';
+import { IWorkload } from './types';
 
 const PLUGIN_ID = 'gpuhub-lab:plugin';
 
@@ -49,9 +46,6 @@ namespace CommandIDs {
   export const openJobs = 'gpuhub:open-jobs';
   export const openLogs = 'gpuhub:open-logs';
   export const openOutput = 'gpuhub:open-output';
-  export const deploy = 'gpuhub:deploy';
-  export const deploySelected = 'gpuhub:deploy-selected';
-  export const openDeployments = 'gpuhub:open-deployments';
 }
 
 const NOTE_TYPES: Record<IJobNote['kind'], 'info' | 'success' | 'error' | 'warning'> = {
@@ -87,21 +81,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     const api = new GpuHubApi();
     const model = new JobsModel(api, pollSettings());
-    const deployPollSettings = (): IDeployPollSettings => ({
-      activeInterval: settings.get('activeInterval').composite as number,
-      interval: settings.get('deploymentsInterval').composite as number,
-      maxInterval: settings.get('maxInterval').composite as number
-    });
-    // Polls only while its panel is shown (the panel is made below).
-    const deployments: DeploymentsModel = new DeploymentsModel(
-      api,
-      deployPollSettings(),
-      (): boolean => deploymentsPanel.isVisible
-    );
-    settings.changed.connect(() => {
-      model.configure(pollSettings());
-      deployments.configure(deployPollSettings());
-    });
+    settings.changed.connect(() => model.configure(pollSettings()));
+    const deployer = setupDeployments({ app, api, jobs: model, settings, browsers, palette, restorer });
 
     // ---- the Jobs panel -------------------------------------------------
     const actions = {
@@ -119,28 +100,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
     panel.title.caption = 'GPU jobs';
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'gpuhub-jobs');
-
-    // ---- the Deployments panel ---------------------------------------------
-    const deployer = new Deployer(model, deployments, d => {
-      Notification.success(`Deployed ${d.team}/${d.name}: ${d.message}`, { autoClose: 4000 });
-      app.shell.activateById(deploymentsPanel.id);
-      void deployments.refreshNow();
-    });
-    const endpointUrl = (d: IDeployment) => `${window.location.origin}${d.endpoint}`;
-    const deploymentsPanel: DeploymentsPanel = new DeploymentsPanel(deployments, {
-      deployNew: () => void app.commands.execute(CommandIDs.deploy),
-      endpointUrl,
-      copyEndpoint: d => {
-        Clipboard.copyToSystem(endpointUrl(d));
-        Notification.info(`Copied ${endpointUrl(d)}`, { autoClose: 3000 });
-      },
-      run: (d, action) => void deployer.run(d, action)
-    });
-    deploymentsPanel.id = 'gpuhub-deployments';
-    deploymentsPanel.title.icon = deployIcon;
-    deploymentsPanel.title.caption = 'Model deployments';
-    app.shell.add(deploymentsPanel, 'left', { rank: 601 });
-    restorer?.add(deploymentsPanel, 'gpuhub-deployments');
 
     const submitter = new Submitter(
       model,
@@ -206,33 +165,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
       isVisible: () => !!selectedPath(),
       execute: () => submitter.submit(selectedPath())
     });
-    /** The folder selected in the file browser, if one is. */
-    const selectedFolder = (): string | null => {
-      const browser = browsers?.tracker.currentWidget;
-      const item = browser ? Array.from(browser.selectedItems())[0] : undefined;
-      return item?.type === 'directory' ? item.path : null;
-    };
-    /** The folder the palette's command means: the selected one, else the one the file browser shows. */
-    const currentFolder = (): string => selectedFolder() ?? browsers?.tracker.currentWidget?.model.path ?? '';
-    const deployFolder = (folder: string) =>
-      deployer.deploy(folder ? { modelDir: folder, name: deploymentName(folder) } : {});
-    app.commands.addCommand(CommandIDs.deploy, {
-      label: 'Deploy Model…',
-      caption: 'Serve a model folder of your files behind an HTTP endpoint',
-      icon: deployIcon,
-      execute: args => deployFolder((args.path as string) ?? currentFolder())
-    });
-    app.commands.addCommand(CommandIDs.deploySelected, {
-      label: 'Deploy Model…',
-      caption: 'Serve this folder behind an HTTP endpoint',
-      icon: deployIcon,
-      isVisible: () => selectedFolder() !== null,
-      execute: () => deployFolder(selectedFolder() ?? '')
-    });
-    app.commands.addCommand(CommandIDs.openDeployments, {
-      label: 'Show Model Deployments',
-      execute: () => app.shell.activateById(deploymentsPanel.id)
-    });
     app.commands.addCommand(CommandIDs.openJobs, {
       label: 'Show GPU Jobs',
       execute: () => app.shell.activateById(panel.id)
@@ -265,17 +197,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     palette?.addItem({ command: CommandIDs.submit, category: 'GPU Hub' });
     palette?.addItem({ command: CommandIDs.openJobs, category: 'GPU Hub' });
-    palette?.addItem({ command: CommandIDs.deploy, category: 'GPU Hub' });
-    palette?.addItem({ command: CommandIDs.openDeployments, category: 'GPU Hub' });
     launcher?.add({ command: CommandIDs.submit, category: 'GPU Hub', rank: 1, args: { isLauncher: true } });
     app.contextMenu.addItem({
       command: CommandIDs.submitSelected,
       selector: '.jp-DirListing-item[data-isdir="false"]',
-      rank: 3
-    });
-    app.contextMenu.addItem({
-      command: CommandIDs.deploySelected,
-      selector: '.jp-DirListing-item[data-isdir="true"]',
       rank: 3
     });
 
@@ -324,7 +249,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
 
     model.start();
-    deployments.start();
   }
 };
 
