@@ -45,13 +45,16 @@ BASE = {"jupyterhub": {"enabled": False}, "scheduler": {"database": {"secretName
 # What gpuspawner/backends/kubernetes.py calls: in the jobs' namespaces ...
 BACKEND_VERBS = {
     ("batch", "jobs"): {"create", "delete"},
+    ("apps", "deployments"): {"create", "delete"},
     ("", "services"): {"create", "delete"},
+    ("", "configmaps"): {"create", "delete"},
     ("", "pods/log"): {"get"},
 }
 # ... and cluster-wide, read-only (one labelled listing, and the nodes).
 CLUSTER_VERBS = {
     ("", "nodes"): {"list"},
     ("batch", "jobs"): {"list"},
+    ("apps", "deployments"): {"list"},
     ("", "pods"): {"list"},
 }
 
@@ -136,6 +139,14 @@ VALUE_SETS = {
         "networkPolicy": {"extraIngressFrom": [
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
     },
+    # docs/deploy-kubernetes.md, "Model deployments"
+    "model-deployments": {"scheduler": {
+        "extraVolumes": [{"name": "workspaces",
+                          "persistentVolumeClaim": {"claimName": "gpuhub-workspaces"}}],
+        "extraVolumeMounts": [{"name": "workspaces", "mountPath": "/home"}],
+        "config": {"GpuHubService": {"workspace_root": "/home/{username}"},
+                   "KubernetesJobs": {"workspace_claim": "gpuhub-workspaces",
+                                      "workspace_mount": "/home"}}}},
 }
 
 
@@ -256,14 +267,14 @@ def api_calls() -> set[tuple[str, str, str, str]]:
 
     from gpuspawner.backends import kubernetes
     source = open(kubernetes.__file__).read()
-    groups = {"_batch": "batch", "_core": ""}
+    groups = {"_batch": "batch", "_apps": "apps", "_core": ""}
     verbs = {"create": "create", "delete": "delete", "list": "list", "read": "get",
              "patch": "patch", "replace": "update"}
     plural = {"job": "jobs", "service": "services", "pod": "pods", "pod_log": "pods/log",
-              "node": "nodes"}
+              "node": "nodes", "deployment": "deployments", "config_map": "configmaps"}
     out = set()
     for api, verb, namespaced, kind, everywhere in re.findall(
-            r"self\.(_batch|_core)\.(create|delete|list|read|patch|replace)_(namespaced_)?"
+            r"self\.(_batch|_apps|_core)\.(create|delete|list|read|patch|replace)_(namespaced_)?"
             r"([a-z_]+?)(_for_all_namespaces)?\(", source):
         scope = "namespace" if namespaced else "cluster"
         out.add((scope, groups[api], plural[kind], verbs[verb]))
@@ -731,3 +742,36 @@ def test_rendered_service_starts_and_answers_its_probes(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def test_model_replicas_read_the_workspaces_the_service_mounts():
+    """With the documented values, the service sees the workspaces where the
+    replicas it makes mount them."""
+    from gpuspawner.backends.base import LaunchSpec
+    from gpuspawner.backends.kube_manifests import KubeSettings
+    from gpuspawner.backends.kube_serving import replica_manifests
+    from gpuspawner.serving.replica import model_settings, server_settings
+    docs = manifests(merged(VALUE_SETS["model-deployments"]))
+    settings = json.loads(config_files(docs)["settings.json"])
+    jobs = settings["KubernetesJobs"]
+    home = settings["GpuHubService"]["workspace_root"].format(username="alice")
+    service_pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    [mount] = [m for c in service_pod["containers"] for m in c.get("volumeMounts", [])
+               if m["name"] == "workspaces"]
+    assert home.startswith(mount["mountPath"] + "/")
+    assert mount["mountPath"] == jobs["workspace_mount"]
+    ks = KubeSettings(namespace=jobs["namespace"], image=jobs["image"],
+                      workspace_claim=jobs["workspace_claim"],
+                      workspace_mount=jobs["workspace_mount"])
+    spec = LaunchSpec(workload_id="w1", attempt=0, argv=(), attempt_dir="", cwd="",
+                      team="vision", user="alice", serving={
+                          "name": "iris", "revision": 1, "server": server_settings(9000),
+                          "model": model_settings("iris", f"{home}/models/iris", "sklearn", "",
+                                                  16, 0.005, "r1")})
+    _, deployment = replica_manifests(spec, ks)
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"name": "workspaces", "persistentVolumeClaim": {"claimName": "gpuhub-workspaces"}} \
+        in pod["volumes"]
+    assert {"name": "workspaces", "mountPath": "/home"} in pod["containers"][0]["volumeMounts"]
+    assert pod["containers"][0]["image"] == jobs["image"]

@@ -252,12 +252,17 @@ class FakeKube:
         self.refuse = ""
         self.logs: dict[str, str] = {}
 
-    async def create(self, manifest):
+    async def create(self, manifest, exist_ok=False):
         if self.refuse:
             raise RuntimeError(self.refuse)
         m = manifest["metadata"]
+        key = (manifest["kind"], m["namespace"], m["name"])
+        if key in self.objects:
+            if exist_ok:
+                return
+            raise RuntimeError(f"409 {key} already exists")
         self.calls.append(("create", manifest["kind"], m["name"]))
-        self.objects[(manifest["kind"], m["namespace"], m["name"])] = json.loads(json.dumps(manifest))
+        self.objects[key] = json.loads(json.dumps(manifest))
 
     async def delete_job(self, name, namespace, grace_seconds):
         self.calls.append(("delete", name, grace_seconds))
@@ -267,8 +272,19 @@ class FakeKube:
         self.calls.append(("delete-service", name))
         self.objects.pop(("Service", namespace, name), None)
 
+    async def delete_deployment(self, name, namespace, grace_seconds):
+        self.calls.append(("delete-deployment", name, grace_seconds))
+        self.objects.pop(("Deployment", namespace, name), None)
+
+    async def delete_config_map(self, name, namespace):
+        self.calls.append(("delete-config-map", name))
+        self.objects.pop(("ConfigMap", namespace, name), None)
+
     async def list_jobs(self):
         return [o for (kind, _, _), o in self.objects.items() if kind == "Job"]
+
+    async def list_deployments(self):
+        return [o for (kind, _, _), o in self.objects.items() if kind == "Deployment"]
 
     async def list_pods(self):
         return [o for (kind, _, _), o in self.objects.items() if kind == "Pod"]

@@ -558,13 +558,14 @@ def test_kubernetes_hub_config_loads(monkeypatch):
     assert c.JupyterHub.db_url == HUB_ENV["GPUHUB_HUB_DB_URL"]
     assert c.KubeSpawner.image == HUB_ENV["GPUHUB_NOTEBOOK_IMAGE"]
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert services["gpuhub"]["url"] == "http://gpuhub-service:8080"
+    # the chart's Service name and port (helm/gpuhub: service.port)
+    assert services["gpuhub"]["url"] == "http://gpuhub-service:10101"
     assert "command" not in services["gpuhub"]  # external: its own Deployment
     assert services["gpuhub"]["api_token"] == "service-token-456"
     assert services["gpuhub-spawner"]["api_token"] == "spawner-token-123"
     assert c.GPUSpawnerMixin.gpuhub_token == "spawner-token-123"
     assert c.GPUSpawnerMixin.gpuhub_api_url == \
-        "http://gpuhub-service:8080/services/gpuhub/api/v1"
+        "http://gpuhub-service:10101/services/gpuhub/api/v1"
     assert c.ConfigurableHTTPProxy.should_start is False
     assert c.JupyterHub.cleanup_servers is False
     pools = c.KubeGPUSpawner.gpu_pools

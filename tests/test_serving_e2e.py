@@ -86,6 +86,22 @@ def test_deploy_infer_canary_rollback_and_replica_replacement(hub):
     seen = [call(hub, endpoint(hub, "iris"), infer_body()).headers["X-GpuHub-Revision"]
             for _ in range(50)]
     assert 7 <= seen.count("2") <= 13, seen
+    # the live charts' data counts the same requests, per revision
+    m = alice.get("/deployments/a/iris/metrics", params={"seconds": 120}).json()
+    assert m["interval"] == 5 and set(m["revisions"]) == {"1", "2"}
+    assert all(len(points) == 24 for points in m["revisions"].values())
+    assert sum(p["requests"] for p in m["revisions"]["2"]) == seen.count("2")
+    assert sum(p["requests"] for p in m["revisions"]["1"]) >= seen.count("1")
+    assert max(p["ready_replicas"] or 0 for p in m["revisions"]["2"]) == 1
+    assert alice.get("/deployments/a/iris/metrics", params={"seconds": "x"}).json()["field"] \
+        == "seconds"
+    # ... and Prometheus has them by status code, with the replicas by readiness
+    text = requests.get(f"{hub.url}/services/gpuhub/metrics", timeout=10, headers={
+        "Authorization": f"token {hub.token('root-admin')}"}).text
+    assert f'gpuhub_endpoint_requests_total{{code="200",deployment="iris",revision="2",' \
+           f'team="a"}} {float(seen.count("2"))}' in text
+    assert 'gpuhub_deployment_replicas{deployment="iris",revision="2",state="ready",team="a"} ' \
+           '1.0' in text
     # roll back: every request on v1
     r = alice.post("/deployments/a/iris/rollback")
     assert r.status_code == 200 and r.json()["traffic"] == {"1": 100}, r.text

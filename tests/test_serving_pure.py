@@ -4,12 +4,13 @@ the deploy request."""
 from __future__ import annotations
 
 import collections
+import os
 
 import pytest
 
 from gpuspawner.serving.autoscale import ScalePolicy, desired_replicas, split
 from gpuspawner.serving.replica import model_settings, server_settings
-from gpuspawner.serving.traffic import (RollbackRule, SmoothWeighted, Window, least_busy,
+from gpuspawner.serving.traffic import (RollbackRule, Series, SmoothWeighted, Window, least_busy,
                                         percentile, rollback_reason)
 from gpuspawner.service.deployments import parse_deploy
 from gpuspawner.service.specs import SpecError
@@ -56,6 +57,24 @@ def test_window_summary_and_expiry():
     assert s["requests"] == 100 and s["error_rate"] == 0.1
     assert s["p50_ms"] == 50.0 and s["p99_ms"] == 99.0
     assert w.summary(1100)["requests"] == 0
+
+
+def test_series_has_a_point_per_bucket_with_gaps_and_forgets_old_buckets():
+    s = Series(interval=5, keep=4)
+    for i in range(10):  # 10 requests in the bucket [1000, 1005), one an error
+        s.add(1000 + i * 0.4, latency=(i + 1) / 100, error=(i == 3))
+    s.replicas(1001, ready=1, in_flight=2)
+    s.replicas(1002, ready=2, in_flight=0)
+    s.add(1011, latency=0.5, error=False)  # [1010, 1015); [1005, 1010) stays empty
+    points = s.points(1012, seconds=15)
+    assert [p["t"] for p in points] == [1000, 1005, 1010]
+    assert [p["requests"] for p in points] == [10, 0, 1]
+    assert points[0]["rps"] == 2.0 and points[0]["error_rate"] == 0.1
+    assert points[0]["p50_ms"] == 50.0 and points[0]["p99_ms"] == 100.0
+    assert points[0]["ready_replicas"] == 2 and points[0]["in_flight"] == 2
+    assert points[1]["p99_ms"] is None and points[1]["rps"] == 0.0
+    s.add(1030, latency=0.1, error=False)  # four buckets later: the first one is gone
+    assert 200 not in s.buckets and len(s.points(1030, seconds=600)) == 4
 
 
 @pytest.mark.parametrize("values, p, expected", [([1, 2, 3, 4], 50, 2), ([1, 2, 3, 4], 99, 4),
@@ -157,3 +176,28 @@ def test_ports_for_servers_are_free_and_below_the_ephemeral_range(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", base))
         assert ports_below_ephemeral(3, random.Random(7)) != base
+
+
+def test_bench_finds_processes_by_command_line_and_reads_their_cpu_time():
+    import subprocess
+    import sys
+    import time
+
+    from gpuspawner.serving.bench import _processes, cpu_seconds
+    marker = f"gpuhub-bench-marker-{os.getpid()}"
+    burner = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time\nt = time.process_time()\n"
+                               "while time.process_time() - t < 0.3: pass\ntime.sleep(30)",
+                               marker])
+    try:
+        deadline = time.monotonic() + 10
+        while not _processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes(marker) == [burner.pid]
+        while cpu_seconds([burner.pid]) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 0.3 <= cpu_seconds([burner.pid]) < 5
+    finally:
+        burner.kill()
+        burner.wait()
+    assert cpu_seconds([burner.pid]) == 0  # gone: counts nothing

@@ -124,3 +124,21 @@ def test_migration_chains_existing_entries(db_url):
         with store.transaction() as s:
             s.execute(text("DELETE FROM audit_log"))
     store.close()
+
+
+def test_prices_set_before_the_price_history_keep_applying_to_all_of_history(db_url):
+    from sqlalchemy import text
+
+    from gpuspawner.service.usage import price_history
+    from gpuspawner.store.db import make_engine
+    engine = make_engine(db_url)
+    migrate(engine, "0005")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO pools (name, description, price_per_gpu_hour) "
+                          "VALUES ('a100', '', 2.5), ('t4', '', 0)"))
+    migrate(engine)
+    engine.dispose()
+    store = Store(db_url)
+    with store.session() as s:
+        assert price_history(s) == {"a100": [(0.0, 2.5)]}
+    store.close()

@@ -49,10 +49,19 @@ def test_totals_count_overlap_with_the_window(intervals, window, keys, expected)
 @pytest.mark.parametrize(
     "intervals, prices, cost",
     [
-        pytest.param([iv("a", 2, 0, H)], {"a100": 2.5}, 5.0, id="two-gpu-hours"),
-        pytest.param([iv("a", 1, 0, H, pool="t4"), iv("a", 1, 0, H)], {"a100": 3, "t4": 0.5},
-                     3.5, id="price-per-pool"),
+        pytest.param([iv("a", 2, 0, H)], {"a100": [(0, 2.5)]}, 5.0, id="two-gpu-hours"),
+        pytest.param([iv("a", 1, 0, H, pool="t4"), iv("a", 1, 0, H)],
+                     {"a100": [(0, 3)], "t4": [(0, 0.5)]}, 3.5, id="price-per-pool"),
         pytest.param([iv("a", 8, 0, 90)], {}, 0.0, id="unpriced-pool-is-free"),
+        # a new price applies from when it was set: the first hour keeps the old one
+        pytest.param([iv("a", 2, 0, 3 * H)], {"a100": [(0, 1.0), (H, 4.0)]}, 2 + 16,
+                     id="price-change-mid-interval"),
+        pytest.param([iv("a", 1, 0, 2 * H)], {"a100": [(0, 1.0), (H, 4.0), (1.5 * H, 2.0)]},
+                     1 + 2 + 1, id="two-changes"),
+        pytest.param([iv("a", 1, 0, 2 * H)], {"a100": [(H, 6.0)]}, 6.0,
+                     id="before-the-first-price-is-free"),
+        pytest.param([iv("a", 1, 0, 20 * H)], {"a100": [(0, 1.0), (30 * H, 9.0)]}, 10.0,
+                     id="window-clips-before-a-later-price"),
     ],
 )
 def test_cost_is_gpu_hours_times_the_pools_price(intervals, prices, cost):
@@ -199,6 +208,25 @@ def test_scripted_jobs_give_gpu_hours_and_cost_to_the_second(engine):
     table = list(csv.DictReader(io.StringIO(accounting.to_csv(by_team["rows"], ["team"], "USD"))))
     assert [(r["team"], float(r["gpu_seconds"]), float(r["cost_USD"])) for r in table] == \
         [(r["team"], r["gpu_seconds"], r["cost"]) for r in by_team["rows"]]
+
+
+def test_a_new_price_applies_from_when_it_is_set_and_history_keeps_its_price(engine):
+    alice = person("alice", "vision")
+    engine.clock.t = T0
+    wid = engine.submit(alice, parse_job({"command": ["true"], "gpus": 2, "pool": "a100"})).id
+    engine.tick()
+    engine.clock.t = T0 + H
+    ops.set_price(engine, ADMIN, "a100", 4.00)
+    engine.clock.t = T0 + 2 * H
+    engine.backend.finish(wid)
+    engine.tick()
+    with engine.store.session() as s:
+        report = usage_report(s, T0, T0 + 86400, engine.clock(), "team", None)
+        first_hour = usage_report(s, T0, T0 + H, engine.clock(), "team", None)
+    # 2 GPU-hours at 2.40, then 2 at 4.00; the report shows today's price
+    assert report["rows"][0]["cost"] == 2 * 2.40 + 2 * 4.00
+    assert report["prices"]["a100"] == 4.00
+    assert first_hour["rows"][0]["cost"] == 2 * 2.40
 
 
 def test_running_attempts_count_up_to_now(engine):

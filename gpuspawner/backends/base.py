@@ -39,10 +39,20 @@ class LaunchSpec:
     user: str = ""
     priority: str = ""
     gpus_per_node: int = 0
+    # For a model-deployment replica: {"name", "revision", "server", "model"}
+    # (MLServer's settings), so a cluster backend can serve it in its own way.
+    serving: dict = field(default_factory=dict)
 
     @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(node for node, _ in self.placement)
+
+
+def local_replica_address(port: int) -> str:
+    """Where a replica that runs on this host listens (the local and Slurm
+    backends: MLServer binds to the loopback address at the port the
+    service picked)."""
+    return f"127.0.0.1:{port}"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def _condition(obj: dict, kind: str) -> Optional[dict]:
     return None
 
 
-def _pod_lost(pod: dict) -> bool:
+def pod_lost(pod: dict) -> bool:
     status = pod.get("status") or {}
     return status.get("reason") in LOST_POD_REASONS or _condition(pod, "DisruptionTarget") is not None
 
@@ -67,7 +67,7 @@ def attempt_exit(workload_id: str, attempt: int, job: Optional[dict], pods: list
     at = _time(failed.get("lastTransitionTime"), now)
     if failed.get("reason") == "DeadlineExceeded":
         return AttemptExit(workload_id, attempt, TIME_LIMIT, None, at)
-    if any(_pod_lost(p) for p in pods):
+    if any(pod_lost(p) for p in pods):
         return AttemptExit(workload_id, attempt, LOST, None, at)
     if stopped:
         return AttemptExit(workload_id, attempt, STOPPED, _exit_code(pods), at)

@@ -1,6 +1,7 @@
-"""Runs attempts as Kubernetes Jobs (``kube_manifests``) and reports how they
-end (``kube_status``), through a thin asynchronous API layer (``KubeApi``,
-on ``kubernetes_asyncio`` like KubeSpawner).
+"""Runs attempts as Kubernetes Jobs (``kube_manifests``) and model replicas
+as Deployments (``kube_serving``), and reports how they end
+(``kube_status``), through a thin asynchronous API layer (``KubeApi``, on
+``kubernetes_asyncio`` like KubeSpawner).
 
 The engine calls backends synchronously from the event loop, so the API
 calls are tasks: ``start``/``stop``/``kill`` schedule them, and a refresh
@@ -26,6 +27,8 @@ from ..scheduler.model import Node
 from .base import EXITED, AttemptExit, LaunchSpec
 from .kube_manifests import (MANAGED_BY, KubeSettings, job_manifest, job_name, namespace_for,
                              rendezvous_service)
+from .kube_serving import (LABEL_REPLICA, replica_address, replica_exit, replica_manifests,
+                           revision_service, revision_service_name)
 from .kube_status import attempt_exit, nodes_from_k8s
 
 log = logging.getLogger("gpuhub.kubernetes")
@@ -40,7 +43,9 @@ class KubeApi:
         from kubernetes_asyncio import client
         self._client = api_client
         self._batch = client.BatchV1Api(api_client)
+        self._apps = client.AppsV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
+        self._api_exception = client.exceptions.ApiException
         self._delete_options = client.V1DeleteOptions
 
     @classmethod
@@ -57,23 +62,42 @@ class KubeApi:
     def _json(self, obj) -> dict:
         return self._client.sanitize_for_serialization(obj)
 
-    async def create(self, manifest: dict) -> None:
-        ns = manifest["metadata"]["namespace"]
-        if manifest["kind"] == "Job":
-            await self._batch.create_namespaced_job(ns, manifest)
-        else:
-            await self._core.create_namespaced_service(ns, manifest)
+    async def create(self, manifest: dict, exist_ok: bool = False) -> None:
+        ns, kind = manifest["metadata"]["namespace"], manifest["kind"]
+        try:
+            if kind == "Job":
+                await self._batch.create_namespaced_job(ns, manifest)
+            elif kind == "Deployment":
+                await self._apps.create_namespaced_deployment(ns, manifest)
+            elif kind == "ConfigMap":
+                await self._core.create_namespaced_config_map(ns, manifest)
+            else:
+                await self._core.create_namespaced_service(ns, manifest)
+        except self._api_exception as e:
+            if not (exist_ok and e.status == 409):
+                raise
 
     async def delete_job(self, name: str, namespace: str, grace_seconds: int) -> None:
         # Background: the Job goes now, its pods get their grace period.
         await self._batch.delete_namespaced_job(name, namespace, body=self._delete_options(
             propagation_policy="Background", grace_period_seconds=grace_seconds))
 
+    async def delete_deployment(self, name: str, namespace: str, grace_seconds: int) -> None:
+        await self._apps.delete_namespaced_deployment(name, namespace, body=self._delete_options(
+            propagation_policy="Background", grace_period_seconds=grace_seconds))
+
     async def delete_service(self, name: str, namespace: str) -> None:
         await self._core.delete_namespaced_service(name, namespace)
 
+    async def delete_config_map(self, name: str, namespace: str) -> None:
+        await self._core.delete_namespaced_config_map(name, namespace)
+
     async def list_jobs(self) -> list[dict]:
         return self._json(await self._batch.list_job_for_all_namespaces(
+            label_selector=SELECTOR))["items"]
+
+    async def list_deployments(self) -> list[dict]:
+        return self._json(await self._apps.list_deployment_for_all_namespaces(
             label_selector=SELECTOR))["items"]
 
     async def list_pods(self) -> list[dict]:
@@ -98,6 +122,7 @@ class _Attempt:
     stopped: bool = False
     failed_to_create: str = ""
     gang: bool = False
+    replica: bool = False       # a model replica: a Deployment, not a Job
 
 
 class KubernetesBackend:
@@ -109,6 +134,7 @@ class KubernetesBackend:
         self.refresh_interval = refresh_interval
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self._jobs: dict[tuple[str, str], dict] = {}
+        self._deployments: dict[tuple[str, str], dict] = {}
         self._pods: dict[tuple[str, str], list[dict]] = {}
         self._listed_at: Optional[float] = None
         # The nodes as the scheduler last heard of them.
@@ -121,12 +147,29 @@ class KubernetesBackend:
         key = (spec.workload_id, spec.attempt)
         if key in self._attempts:
             raise ValueError(f"attempt {key} is already running")
+        if spec.serving:
+            return self._start_replica(spec)
         job = job_manifest(spec, self.settings)  # ValueError on a pool it cannot run
         service = rendezvous_service(spec, self.settings)
         a = _Attempt(spec, job["metadata"]["namespace"], self._clock(), gang=service is not None)
         self._attempts[key] = a
         self._spawn(self._create(a, [m for m in (service, job) if m]))
         return job["metadata"]["name"]
+
+    def _start_replica(self, spec: LaunchSpec) -> str:
+        manifests = replica_manifests(spec, self.settings)
+        name, namespace = manifests[-1]["metadata"]["name"], manifests[-1]["metadata"]["namespace"]
+        a = _Attempt(spec, namespace, self._clock(), replica=True)
+        self._attempts[(spec.workload_id, spec.attempt)] = a
+        self._spawn(self._create(a, manifests, shared=revision_service(spec, self.settings)))
+        return name
+
+    def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
+        """The replica pod's IP and port, once it runs (None before)."""
+        a = self._attempts.get((workload_id, attempt))
+        if a is None:
+            return None
+        return replica_address(self._pods.get((a.namespace, job_name(workload_id, attempt)), []))
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
         """Delete the Job: Kubernetes sends SIGTERM, and SIGKILL after ``grace``."""
@@ -152,8 +195,9 @@ class KubernetesBackend:
                 continue  # not listed since it was created: no news yet
             else:
                 name = job_name(*key)
-                x = attempt_exit(*key, self._jobs.get((a.namespace, name)),
-                                 self._pods.get((a.namespace, name), []), a.stopped, now)
+                ended = replica_exit if a.replica else attempt_exit
+                found = (self._deployments if a.replica else self._jobs).get((a.namespace, name))
+                x = ended(*key, found, self._pods.get((a.namespace, name), []), a.stopped, now)
                 if x is None:
                     continue
                 exits.append(x)
@@ -166,7 +210,7 @@ class KubernetesBackend:
         for spec in specs:
             self._attempts.setdefault((spec.workload_id, spec.attempt), _Attempt(
                 spec, namespace_for(spec.team, self.settings), 0.0,
-                gang=len(spec.placement) > 1))
+                gang=len(spec.placement) > 1, replica=bool(spec.serving)))
         return []
 
     def running(self) -> set[tuple[str, int]]:
@@ -191,12 +235,16 @@ class KubernetesBackend:
     # ---- the loop's tasks ----------------------------------------------------------------
     async def refresh(self) -> None:
         started = self._clock()
-        jobs, pods, nodes = await asyncio.gather(self.api.list_jobs(), self.api.list_pods(),
-                                                 self.api.list_nodes())
+        jobs, deployments, pods, nodes = await asyncio.gather(
+            self.api.list_jobs(), self.api.list_deployments(), self.api.list_pods(),
+            self.api.list_nodes())
         self._jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
+        self._deployments = {(d["metadata"]["namespace"], d["metadata"]["name"]): d
+                             for d in deployments}
         by_job: dict[tuple[str, str], list[dict]] = {}
         for p in pods:
-            owner = (p["metadata"].get("labels") or {}).get("job-name")
+            pod_labels = p["metadata"].get("labels") or {}
+            owner = pod_labels.get("job-name") or pod_labels.get(LABEL_REPLICA)
             if owner:
                 by_job.setdefault((p["metadata"]["namespace"], owner), []).append(p)
         self._pods = by_job
@@ -222,8 +270,13 @@ class KubernetesBackend:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _create(self, a: _Attempt, manifests: list[dict]) -> None:
+    async def _create(self, a: _Attempt, manifests: list[dict],
+                      shared: Optional[dict] = None) -> None:
+        """Create the attempt's objects; ``shared`` (a revision's Service)
+        may exist already."""
         try:
+            if shared is not None:
+                await self.api.create(shared, exist_ok=True)
             for m in manifests:
                 await self.api.create(m)
         except Exception as e:  # the API refused it: the attempt fails, visibly
@@ -233,9 +286,12 @@ class KubernetesBackend:
     async def _delete(self, a: _Attempt, grace: int) -> None:
         name = job_name(a.spec.workload_id, a.spec.attempt)
         try:
-            await self.api.delete_job(name, a.namespace, grace)
+            if a.replica:
+                await self.api.delete_deployment(name, a.namespace, grace)
+            else:
+                await self.api.delete_job(name, a.namespace, grace)
         except Exception as e:
-            log.warning("could not delete job %s: %s", name, e)
+            log.warning("could not delete %s: %s", name, e)
 
     async def _collect(self, a: _Attempt, stop: bool) -> None:
         """After the end: keep the pods' output in the attempt's log (what
@@ -254,9 +310,21 @@ class KubernetesBackend:
                 f.write("".join(texts))
         if stop:
             await self._delete(a, 0)
+        leftovers = []
         if a.gang:
+            leftovers.append((self.api.delete_service, name))
+        if a.replica:
+            leftovers.append((self.api.delete_config_map, name))
+            # The revision's Service goes with its last replica (a later
+            # replica of the revision creates it again).
+            service = revision_service_name(a.spec)
+            if not any(o.replica and o.namespace == a.namespace
+                       and revision_service_name(o.spec) == service
+                       for o in self._attempts.values()):
+                leftovers.append((self.api.delete_service, service))
+        for delete, what in leftovers:
             try:
-                await self.api.delete_service(name, a.namespace)
+                await delete(what, a.namespace)
             except Exception as e:
-                log.warning("could not delete service %s: %s", name, e)
+                log.warning("could not delete %s: %s", what, e)
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .base import LOST, STOPPED, AttemptExit, LaunchSpec
+from .base import LOST, STOPPED, AttemptExit, LaunchSpec, local_replica_address
 from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat, write_json
 
 LAUNCH_FILE = "launch.json"
@@ -64,6 +64,9 @@ class LocalBackend:
 
     def running(self) -> set[tuple[str, int]]:
         return set(self._attempts)
+
+    def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
+        return local_replica_address(port)
 
     def start(self, spec: LaunchSpec) -> int:
         """Launch the attempt's runner and return its pid (= its process group id).

@@ -36,7 +36,8 @@ from traitlets.config import LoggingConfigurable
 
 from ..inventory import slurm as slurm_inventory
 from ..inventory.slurm import parse_oneliner
-from .base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, LaunchSpec
+from .base import (EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, LaunchSpec,
+                   local_replica_address)
 from .local import BackendError
 
 JOB_FILE = "slurm-job.json"
@@ -418,6 +419,11 @@ class SlurmBackend(LoggingConfigurable):
 
     def running(self) -> set[tuple[str, int]]:
         return set(self._jobs)
+
+    def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
+        # Replicas bind to the loopback address: serving through Slurm needs
+        # slurmd on the service's host (as in the one-host harness).
+        return local_replica_address(port)
 
     def job_id(self, workload_id: str, attempt: int) -> Optional[str]:
         j = self._jobs.get((workload_id, attempt))

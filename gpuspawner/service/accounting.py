@@ -4,18 +4,23 @@ the API and the CSV are the same numbers by construction.
 
 An interval is one attempt's hold on GPUs (a row of the usage ledger, or a
 running attempt counted up to now). Only its overlap with the report's
-window counts.
+window counts. A pool's price has a history: each price applies from the
+moment it was set until the next one, so a new price never reprices usage
+that happened before it.
 """
 from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 GROUPS = ("team", "user", "project", "pool", "kind")
 HOUR = 3600.0
 DAY = 86400.0
+# A pool's prices per GPU-hour, oldest first: (since, price).
+PriceHistory = Sequence[tuple[float, float]]
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,18 @@ def check_group_by(keys: Sequence[str]) -> None:
                          f"{', '.join(GROUPS)}")
 
 
+def cost(gpus: float, a: float, b: float, history: PriceHistory) -> float:
+    """What ``gpus`` GPUs held over [a, b] cost: each price from its ``since``
+    until the next price (before the first one: free)."""
+    out = 0.0
+    for k, (since, price) in enumerate(history):
+        until = history[k + 1][0] if k + 1 < len(history) else math.inf
+        out += gpus * overlap(a, b, since, until) / HOUR * price
+    return out
+
+
 def totals(intervals: Iterable[Interval], keys: Sequence[str], start: float, end: float,
-           prices: Mapping[str, float]) -> dict[tuple, Total]:
+           prices: Mapping[str, PriceHistory]) -> dict[tuple, Total]:
     """GPU-seconds, borrowed GPU-seconds and cost per group inside [start, end]."""
     check_group_by(keys)
     out: dict[tuple, Total] = {}
@@ -64,7 +79,7 @@ def totals(intervals: Iterable[Interval], keys: Sequence[str], start: float, end
         t = out.setdefault(tuple(i.value(k) for k in keys), Total())
         t.gpu_seconds += i.gpus * seconds
         t.borrowed_gpu_seconds += i.borrowed_gpus * seconds
-        t.cost += i.gpus * seconds / HOUR * prices.get(i.pool, 0.0)
+        t.cost += cost(i.gpus, max(i.start, start), min(i.end, end), prices.get(i.pool, ()))
     return out
 
 

@@ -29,7 +29,7 @@ from ..backends.slurm import SlurmBackend
 from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
-from ..store import GpuRow, NodeRow, PoolRow, QuotaRow, Store, TeamRow, WorkloadRow
+from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
 from . import admin_api, endpoints
 from . import handlers as h
 from ..backends.kube_config import KubernetesJobs
@@ -63,6 +63,7 @@ API_ROUTES = [
     ("/nodes/{name}/gpus/{index}", admin_api.NodeGpuHandler),
     ("/deployments", endpoints.DeploymentsHandler),
     ("/deployments/{team}/{name}", endpoints.DeploymentHandler),
+    ("/deployments/{team}/{name}/metrics", endpoints.DeploymentMetricsHandler),
     ("/deployments/{team}/{name}/{action}", endpoints.DeploymentActionHandler),
     ("/teams", h.TeamsHandler),
     ("/teams/{name}", h.TeamHandler),
@@ -330,6 +331,7 @@ class GpuHubService(Application):
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine)
+        self.engine.metrics.watch_serving(self.serving)
         self._groups: dict[str, tuple[float, list[str]]] = {}
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
@@ -354,7 +356,9 @@ class GpuHubService(Application):
             for pool, price in self.gpu_hour_prices.items():
                 row = s.get(PoolRow, pool)
                 if row is not None and not row.price_per_gpu_hour:
+                    # A pool's first price: it applies to all of its history.
                     row.price_per_gpu_hour = float(price)
+                    s.add(PriceRow(pool=pool, since=0.0, price_per_gpu_hour=float(price)))
         out = []
         for ln in nodes:
             n = ln.node

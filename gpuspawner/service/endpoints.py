@@ -16,6 +16,7 @@ from sqlalchemy import select
 import aiohttp
 from tornado import web
 
+from ..serving.traffic import Series
 from ..store import DeploymentRow, RevisionRow
 from .deployments import parse_deploy
 from .engine import Forbidden, NotFound
@@ -92,6 +93,22 @@ class DeploymentHandler(DeploymentAPI):
         self.write_json({"team": team, "name": name, "deleted": True})
 
 
+class DeploymentMetricsHandler(DeploymentAPI):
+    """Per revision, one point per 5 s for the live charts (``seconds``:
+    how far back, at most 600)."""
+
+    def get(self, team: str, name: str):
+        seconds = self.get_argument("seconds", "600")
+        if not seconds.isdigit() or not 5 <= int(seconds) <= 600:
+            raise SpecError("seconds", f"must be a whole number from 5 to 600, got {seconds!r}")
+        with self.engine.store.session() as s:
+            dep = self.ctl.deployments.find(s, self.identity, team, name)
+            numbers = [r.number for r in self.ctl.deployments.revisions(s, dep)]
+        history = self.ctl.history(dep.id, numbers, int(seconds))
+        self.write_json({"interval": Series.interval, "revisions": {
+            str(n): [{**p, "t": iso(p["t"])} for p in points] for n, points in history.items()}})
+
+
 class DeploymentActionHandler(DeploymentAPI):
     """promote, rollback, traffic, scale."""
 
@@ -162,7 +179,7 @@ class EndpointHandler(APIHandler):
             if status is None:  # try another (or the replacement)
                 replica.ready = False
                 continue
-            self.ctl.record(replica, time.monotonic() - started, status >= 500)
+            self.ctl.record(dep, replica, time.monotonic() - started, status)
             self.set_status(status)
             self.set_header("Content-Type", content_type)
             self.set_header("X-GpuHub-Revision", str(replica.revision))

@@ -635,7 +635,7 @@ class Engine:
                           grace_period=self._grace(row),
                           checkpoint_dir=spec["checkpoint_dir"], placement=placement,
                           pool=row.pool, team=row.team, user=row.user, priority=row.priority,
-                          gpus_per_node=row.gpus_per_node)
+                          gpus_per_node=row.gpus_per_node, serving=spec.get("serving") or {})
 
     @staticmethod
     def _event(s: Session, wid: str, type_: str, now: float, message: str,

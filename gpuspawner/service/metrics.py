@@ -38,6 +38,28 @@ class StateCollector:
         yield from (capacity, free, held, queued)
 
 
+class ReplicaCollector:
+    """Model-deployment replicas per revision, ready or starting, read from
+    the serving controller at scrape time."""
+
+    def __init__(self, serving):
+        self.serving = serving
+
+    def collect(self):
+        replicas = GaugeMetricFamily("gpuhub_deployment_replicas",
+                                     "Replicas of a deployment's revision that run, by readiness",
+                                     labels=["team", "deployment", "revision", "state"])
+        names = {d.id: (d.team, d.name) for d in self.serving.by_name.values()}
+        counts: dict[tuple, int] = {}
+        for r in self.serving.replicas.values():
+            if r.deployment_id in names:
+                key = (*names[r.deployment_id], str(r.revision), "ready" if r.ready else "starting")
+                counts[key] = counts.get(key, 0) + 1
+        for key, n in sorted(counts.items()):
+            replicas.add_metric(list(key), n)
+        yield replicas
+
+
 class ServiceMetrics:
     def __init__(self, engine):
         self.registry = CollectorRegistry()
@@ -57,3 +79,19 @@ class ServiceMetrics:
                                 ["outcome", "kind"], registry=self.registry)
         self.culls = Counter("gpuhub_culls", "Servers the culler stopped (from its audit entries)",
                              registry=self.registry)
+        self.endpoint_requests = Counter(
+            "gpuhub_endpoint_requests", "Requests the router passed to a replica, by its status",
+            ["team", "deployment", "revision", "code"], registry=self.registry)
+        self.endpoint_seconds = Histogram(
+            "gpuhub_endpoint_request_seconds", "Time from the router to the replica's answer",
+            ["team", "deployment", "revision"], registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+
+    def watch_serving(self, serving) -> None:
+        self.registry.register(ReplicaCollector(serving))
+        serving.metrics = self
+
+    def endpoint_request(self, team: str, name: str, revision: int, status: int,
+                         seconds: float) -> None:
+        self.endpoint_requests.labels(team, name, str(revision), str(status)).inc()
+        self.endpoint_seconds.labels(team, name, str(revision)).observe(seconds)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from sqlalchemy import select
 
 from ..scheduler.model import Node
-from ..store import GpuRow, NodeRow, PoolRow, WorkloadRow
+from ..store import GpuRow, NodeRow, PoolRow, PriceRow, WorkloadRow
 from .engine import Conflict, Engine, Forbidden, NotFound
 from .identity import Identity
 from .rebuild import HELD, QUEUED, to_workload
@@ -94,6 +94,7 @@ def set_price(engine: Engine, who: Identity, pool: str, price: float) -> dict:
         if row is None:
             raise NotFound(f"no pool {pool}")
         before, row.price_per_gpu_hour = row.price_per_gpu_hour, float(price)
+        s.add(PriceRow(pool=pool, since=now, price_per_gpu_hour=float(price)))
         engine._audit(s, now, who.name, "set-price", pool,
                       {"before": before, "after": float(price)})
     return {"pool": pool, "price_per_gpu_hour": float(price)}

@@ -26,7 +26,8 @@ from tornado import httpclient
 from ..serving.autoscale import ScalePolicy, desired_replicas, split
 from ..serving.ports import ports_below_ephemeral
 from ..serving.replica import model_settings, server_settings, write_replica_dir
-from ..serving.traffic import RollbackRule, SmoothWeighted, Window, least_busy, rollback_reason
+from ..serving.traffic import (RollbackRule, Series, SmoothWeighted, Window, least_busy,
+                               rollback_reason)
 from ..store import DeploymentRow, RevisionRow, WorkloadRow
 from .deployments import Deployments
 from .engine import Engine
@@ -44,6 +45,7 @@ class Replica:
     deployment_id: int
     revision: int
     url: str
+    attempt: int = 0
     ready: bool = False
     in_flight: int = 0
 
@@ -62,6 +64,9 @@ class ServingController:
         self.clock = clock
         self.replicas: dict[str, Replica] = {}
         self.windows: dict[tuple[int, int], Window] = {}
+        # (deployment, revision) -> the last ten minutes in 5 s buckets, for
+        # the live charts (in memory, like the windows).
+        self.series: dict[tuple[int, int], Series] = {}
         self.load: dict[int, DeploymentLoad] = {}
         self.http = httpclient.AsyncHTTPClient()
         self._asked: dict[tuple[str, str], int] = {}
@@ -69,6 +74,7 @@ class ServingController:
         # refreshed every reconcile and after every change through the API.
         self.by_name: dict[tuple[str, str], DeploymentRow] = {}
         self._session = None
+        self.metrics = None  # ServiceMetrics, for Prometheus (set by the service)
 
     @property
     def session(self):
@@ -105,13 +111,27 @@ class ServingController:
     def load_of(self, dep_id: int) -> DeploymentLoad:
         return self.load.setdefault(dep_id, DeploymentLoad())
 
-    def record(self, replica: Replica, latency: float, error: bool) -> None:
+    def record(self, dep: DeploymentRow, replica: Replica, latency: float, status: int) -> None:
+        """One answered request: a 5xx is an error (the rollback rule's)."""
         now = self.clock()
-        self.windows.setdefault((replica.deployment_id, replica.revision), Window()).add(
-            now, latency, error)
+        key = (replica.deployment_id, replica.revision)
+        self.windows.setdefault(key, Window()).add(now, latency, status >= 500)
+        self.series.setdefault(key, Series()).add(now, latency, status >= 500)
+        if self.metrics is not None:
+            self.metrics.endpoint_request(dep.team, dep.name, replica.revision, status, latency)
 
     def stats(self, dep_id: int, revision: int) -> dict:
         return self.windows.get((dep_id, revision), Window()).summary(self.clock())
+
+    def history(self, dep_id: int, revisions: list[int], seconds: float) -> dict[int, list[dict]]:
+        now = self.clock()
+        return {n: self.series.get((dep_id, n), Series()).points(now, seconds) for n in revisions}
+
+    def _sample_replicas(self, now: float, dep_id: int, revision: int) -> None:
+        mine = [r for r in self.replicas.values()
+                if r.deployment_id == dep_id and r.revision == revision]
+        self.series.setdefault((dep_id, revision), Series()).replicas(
+            now, sum(1 for r in mine if r.ready), sum(r.in_flight for r in mine))
 
     # ---- the loop --------------------------------------------------------------------------
     async def run(self, interval: float = 1.0) -> None:
@@ -158,9 +178,16 @@ class ServingController:
             if wid not in running:
                 del self.replicas[wid]
         for wid, row in running.items():
+            if wid in self.replicas and self.replicas[wid].attempt != row.attempt:
+                del self.replicas[wid]  # replaced: a new process, maybe elsewhere
             if wid not in self.replicas:
-                self.replicas[wid] = Replica(wid, row.spec["deployment"], row.spec["revision"],
-                                             f"http://127.0.0.1:{row.spec['port']}")
+                # The backend knows where it listens (on a cluster: once its
+                # pod has an address; until then it gets no requests).
+                address = self.engine.backend.replica_address(wid, row.attempt, row.spec["port"])
+                if address:
+                    self.replicas[wid] = Replica(wid, row.spec["deployment"],
+                                                 row.spec["revision"], f"http://{address}",
+                                                 attempt=row.attempt)
 
     def _scale(self, dep: DeploymentRow, revisions: dict, by_rev: dict, now: float) -> None:
         load = self.load_of(dep.id)
@@ -178,6 +205,7 @@ class ServingController:
         for (dep_id, number), rev in sorted(revisions.items()):
             if dep_id != dep.id:
                 continue
+            self._sample_replicas(now, dep.id, number)
             active = [r for r in by_rev.get((dep.id, number), []) if r.state != STOPPING]
             need = want.get(number, 0)
             for _ in range(need - len(active)):
@@ -215,9 +243,10 @@ class ServingController:
         port = ports_below_ephemeral(3)
         rdir = os.path.join(eng.config.data_dir, "deployments", dep.team, dep.name,
                             f"r{rev.number}", wid)
-        argv = write_replica_dir(rdir, model_settings(
-            dep.name, rev.model_dir, rev.runtime, rev.predictor, rev.max_batch_size,
-            rev.max_batch_time, f"r{rev.number}"), server_settings(port))
+        model = model_settings(dep.name, rev.model_dir, rev.runtime, rev.predictor,
+                               rev.max_batch_size, rev.max_batch_time, f"r{rev.number}")
+        server = server_settings(port)
+        argv = write_replica_dir(rdir, model, server)
         row = WorkloadRow(
             id=wid, name=f"{dep.name}-r{rev.number}", kind="deployment", team=dep.team,
             user=dep.user, project=f"deployment:{dep.name}", pool=dep.pool,
@@ -225,7 +254,9 @@ class ServingController:
             grace_period=10.0, state=QUEUED, reason="queued", attempt=0, preempted_by=[],
             submitted_at=self.clock(),
             spec={"command": argv, "working_dir": rdir, "checkpoint_dir": rdir, "env": {},
-                  "deployment": dep.id, "revision": rev.number, "port": port})
+                  "deployment": dep.id, "revision": rev.number, "port": port,
+                  "serving": {"name": dep.name, "revision": rev.number, "server": server,
+                              "model": model}})
         eng.queue_row(row, CONTROLLER.name)
 
     def _stop(self, row: WorkloadRow, why: str) -> None:

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..store import Attempt, AuditEntry, PoolRow, UsageRow, WorkloadRow
+from ..store import Attempt, AuditEntry, PoolRow, PriceRow, UsageRow, WorkloadRow
 from . import accounting
 from .accounting import GROUPS, Interval  # noqa: F401  (GROUPS: the API's choices)
 from .specs import SpecError
@@ -36,7 +36,16 @@ def usage_intervals(s: Session, start: float, end: float, now: float,
 
 
 def prices(s: Session) -> dict[str, float]:
+    """Each pool's price now."""
     return {p.name: p.price_per_gpu_hour for p in s.scalars(select(PoolRow))}
+
+
+def price_history(s: Session) -> dict[str, list[tuple[float, float]]]:
+    """Each pool's prices, oldest first (``accounting.cost`` applies them)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for p in s.scalars(select(PriceRow).order_by(PriceRow.pool, PriceRow.since, PriceRow.id)):
+        out.setdefault(p.pool, []).append((p.since, p.price_per_gpu_hour))
+    return out
 
 
 def usage_report(s: Session, start: float, end: float, now: float, group_by: str,
@@ -51,7 +60,7 @@ def usage_report(s: Session, start: float, end: float, now: float, group_by: str
                         else "group_by", str(e))
     intervals = usage_intervals(s, start, end, now, teams)
     price = prices(s)
-    table = accounting.totals(intervals, keys, start, end, price)
+    table = accounting.totals(intervals, keys, start, end, price_history(s))
     report = {"from": iso(start), "to": iso(end), "group_by": keys,
               "rows": accounting.rows(table, keys),
               "total_gpu_seconds": round(sum(t.gpu_seconds for t in table.values()), 3),

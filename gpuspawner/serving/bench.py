@@ -12,7 +12,10 @@ inference request ``--requests`` times twice in the same run:
 Throughput is requests over the row's wall time; latencies per request. The
 ratio compares the router row with the direct row at the same concurrency.
 The client threads run on the same machine, so at high concurrency they
-compete with the servers for CPU: the figures are this machine's.
+compete with the servers for CPU: the figures are this machine's. What each
+process spent per request (CPU milliseconds of MLServer, of the service and
+of the proxy, from /proc) does not depend on that contention: it says what
+the router costs next to the model server.
 """
 from __future__ import annotations
 
@@ -71,13 +74,65 @@ def run(requests_per_row: int = 400, concurrencies=(1, 16, 64), progress=None) -
                        # the service's own port: the router without the proxy's hop
                        ("router (service)", f"http://127.0.0.1:{hub.port + 2}/{path}"),
                        ("router (proxy + service)", f"{hub.url}/{path}")]
+            processes = {"mlserver": _replica_processes(hub.data_dir),
+                         "service": _processes("gpuspawner.service", hub.workdir),
+                         "proxy": _processes("configurable-http-proxy", f"--port {hub.port} ")}
+            if not all(processes.values()):
+                raise GpuHubError(f"cannot find the processes to measure: {processes}")
             rows = []
             for c in concurrencies:
-                rows += measure(token, c, [(name, "POST", url, 200, BODY) for name, url in targets],
-                                requests_per_row, progress)
+                for name, url in targets:
+                    before = {k: cpu_seconds(p) for k, p in processes.items()}
+                    [row] = measure(token, c, [(name, "POST", url, 200, BODY)], requests_per_row)
+                    for k, pids in processes.items():
+                        row[f"{k}_cpu_ms"] = round(
+                            (cpu_seconds(pids) - before[k]) * 1000 / requests_per_row, 2)
+                    rows.append(row)
+                    if progress:
+                        progress(row)
             return add_ratios(rows)
         finally:
             hub.stop()
+
+
+def _processes(*needles: str) -> list[int]:
+    """Processes whose command line holds every needle."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if all(n in cmdline for n in needles):
+            out.append(int(pid))
+    return out
+
+
+def _replica_processes(data_dir: str) -> list[int]:
+    """The replica's processes: its runner's process group."""
+    [runner] = glob.glob(os.path.join(data_dir, "workloads", "*", "attempt-0", "runner.json"))
+    pgid = json.load(open(runner))["pgid"]
+    return [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
+            if _pgid(int(p)) == pgid]
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes (gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])   # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
@@ -93,12 +148,14 @@ def add_ratios(rows: list[dict]) -> list[dict]:
 
 def format_rows(rows: list[dict]) -> str:
     out = [f"{'concurrency':>11}  {'path':<26}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
-           f"{'errors':>8}  vs direct"]
+           f"{'errors':>8}   CPU ms/request: MLServer service proxy  vs direct"]
     for r in rows:
-        extra = (f"{r['rps_ratio']}× req/s, +{r['p50_added_ms']} ms p50, "
-                 f"+{r['p99_added_ms']} ms p99" if "rps_ratio" in r else "")
+        extra = (f"{r['rps_ratio']}× req/s, {r['p50_added_ms']:+} ms p50, "
+                 f"{r['p99_added_ms']:+} ms p99" if "rps_ratio" in r else "")
+        cpu = "".join(f"{r.get(k + '_cpu_ms', float('nan')):>9.2f}"
+                      for k in ("mlserver", "service", "proxy"))
         out.append(f"{r['concurrency']:>11}  {r['name']:<26}{r['rps']:>9.1f}{r['p50_ms']:>9.2f}"
-                   f"{r['p99_ms']:>9.2f}{r['errors']:>8}  {extra}")
+                   f"{r['p99_ms']:>9.2f}{r['errors']:>8}   {' ' * 16}{cpu}  {extra}")
     return "\n".join(out)
 
 

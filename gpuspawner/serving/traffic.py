@@ -87,3 +87,50 @@ def rollback_reason(canary: dict, rule: RollbackRule) -> Optional[str]:
         return f"p99 latency {canary['p99_ms']:.0f} ms is above the {rule.p99_ms:.0f} ms allowed"
     return None
 
+
+
+@dataclass
+class Series:
+    """One revision's recent history for the live charts: requests in
+    buckets of ``interval`` seconds (rate, errors, p50/p99 of each bucket)
+    and the replicas seen in each, for the last ``keep`` buckets."""
+
+    interval: float = 5.0
+    keep: int = 120
+    buckets: dict = field(default_factory=dict)  # bucket number -> [latencies, errors, ready, in_flight]
+
+    def _bucket(self, now: float) -> list:
+        n = int(now // self.interval)
+        if n not in self.buckets:
+            self.buckets[n] = [[], 0, None, None]
+            for old in [k for k in self.buckets if k <= n - self.keep]:
+                del self.buckets[old]
+        return self.buckets[n]
+
+    def add(self, now: float, latency: float, error: bool) -> None:
+        b = self._bucket(now)
+        b[0].append(latency)
+        b[1] += int(error)
+
+    def replicas(self, now: float, ready: int, in_flight: int) -> None:
+        b = self._bucket(now)
+        b[2] = ready if b[2] is None else max(b[2], ready)
+        b[3] = in_flight if b[3] is None else max(b[3], in_flight)
+
+    def points(self, now: float, seconds: float) -> list[dict]:
+        """One point per bucket from ``now - seconds`` to now, oldest first;
+        a bucket without requests has rate 0 and no latency."""
+        last = int(now // self.interval)
+        count = min(self.keep, max(1, math.ceil(seconds / self.interval)))
+        out = []
+        for n in range(last - count + 1, last + 1):
+            latencies, errors, ready, in_flight = self.buckets.get(n, [[], 0, None, None])
+            latencies = sorted(latencies)
+            k = len(latencies)
+            out.append({"t": n * self.interval, "requests": k,
+                        "rps": round(k / self.interval, 3),
+                        "error_rate": round(errors / k, 4) if k else 0.0,
+                        "p50_ms": round(percentile(latencies, 50) * 1000, 2) if k else None,
+                        "p99_ms": round(percentile(latencies, 99) * 1000, 2) if k else None,
+                        "ready_replicas": ready, "in_flight": in_flight})
+        return out

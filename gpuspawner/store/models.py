@@ -22,8 +22,21 @@ class PoolRow(Base):
     __tablename__ = "pools"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     description: Mapped[str] = mapped_column(Text, default="")
-    # What one GPU-hour of this pool costs (the admin panel's chargeback).
+    # What one GPU-hour of this pool costs now (the admin panel's
+    # chargeback); what it cost before is in ``pool_prices``.
     price_per_gpu_hour: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class PriceRow(Base):
+    """A pool's price from ``since`` until the next row's: a price change
+    applies from then on and never reprices earlier usage."""
+
+    __tablename__ = "pool_prices"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name"))
+    since: Mapped[float] = mapped_column(Float)
+    price_per_gpu_hour: Mapped[float] = mapped_column(Float)
+    __table_args__ = (Index("ix_pool_prices_pool_since", "pool", "since"),)
 
 
 class NodeRow(Base):

@@ -13,7 +13,7 @@
 #                             token (its pod gets it as JUPYTERHUB_API_TOKEN)
 #   JPY_COOKIE_SECRET         the hub's cookie secret (JupyterHub reads it)
 #   CONFIGPROXY_AUTH_TOKEN    the proxy's API token (JupyterHub and the proxy read it)
-#   GPUHUB_SERVICE_URL        the scheduler service, default http://gpuhub-service:8080
+#   GPUHUB_SERVICE_URL        the scheduler service, default http://gpuhub-service:10101
 #   GPUHUB_PUBLIC_URL         the service as notebook pods reach it through the
 #                             proxy, default http://proxy-public/services/gpuhub
 #   GPUHUB_HUB_CONNECT_URL    the hub as pods reach it, default http://hub:8081
@@ -27,6 +27,7 @@
 import os
 
 from gpuspawner.hub import config as gpuhub
+from gpuspawner.hub.chart import DEFAULT_SERVICE_URL  # the Helm chart's Service and port
 
 c = get_config()  # noqa: F821
 
@@ -56,7 +57,7 @@ gpuhub.configure_auth(c, os.environ.get("GPUHUB_INITIAL_USERS", ""))
 
 # ---- the scheduler service (its own Deployment), scopes, roles, the spawner's
 # token, the culler (run by the hub in its pod) and the notice banner --------
-service_url = env("GPUHUB_SERVICE_URL", "http://gpuhub-service:8080").rstrip("/")
+service_url = env("GPUHUB_SERVICE_URL", DEFAULT_SERVICE_URL).rstrip("/")
 spawner_token = env("GPUHUB_SPAWNER_TOKEN")
 gpuhub.configure(c, service={"url": service_url, "api_token": env("GPUHUB_SERVICE_API_TOKEN")},
                  service_api=f"{service_url}/services/gpuhub/api/v1", spawner_token=spawner_token)
