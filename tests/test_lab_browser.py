@@ -188,7 +188,7 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
             shot(page, tmp_path, "lab-jobs-panel.png")
 
             # 5. Its executed notebook, from the server's files.
-            succeeded.get_by_role("button", name="Output").click()
+            succeeded.get_by_role("button", name="Output", exact=True).click()
             tab = page.locator(".lm-TabBar-tab").filter(has_text=re.compile(r"train-\d{8}"))
             expect(tab).to_have_count(1, timeout=60_000)
             output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output")

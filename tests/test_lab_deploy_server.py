@@ -93,6 +93,10 @@ async def test_deploy_from_the_servers_files_call_it_canary_promote_rollback_sca
     points = metrics["revisions"]["1"]
     assert metrics["interval"] == 5 and sum(p["requests"] for p in points) == 3
     assert any(p["p99_ms"] is None for p in points)  # buckets without requests are gaps
+    recent = await body_of(jp_fetch, "deployments", "a", "iris", "metrics", seconds="30")
+    assert len(recent["revisions"]["1"]) == 6
+    code, body = await error(jp_fetch, "deployments", "a", "iris", "metrics", seconds="a day")
+    assert code == 400 and body["field"] == "seconds"
 
     # Revision 2 as a 25 % canary: one request in four goes to it.
     r = await call(jp_fetch, "deployments", method="POST",

@@ -46,11 +46,14 @@ class DeploymentHandler(GpuHubHandler):
 
 
 class MetricsHandler(GpuHubHandler):
-    """Per revision, one point per 5 s over the last minutes (the sparklines)."""
+    """Per revision, one point per 5 s over the last ``seconds`` (the service's
+    default: 10 minutes), for the live charts."""
 
     @tornado.web.authenticated
     async def get(self, team: str, name: str):
-        self.write_json(await self.service.call("GET", _path(team, name, "metrics")))
+        seconds = self.get_argument("seconds", None)
+        params = [] if seconds is None else [("seconds", seconds)]
+        self.write_json(await self.service.call("GET", _path(team, name, "metrics"), params))
 
 
 class ActionHandler(GpuHubHandler):

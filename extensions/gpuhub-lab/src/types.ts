@@ -175,8 +175,9 @@ export interface IMetricPoint {
   error_rate: number | null;
   p50_ms: number | null;
   p99_ms: number | null;
-  ready_replicas: number;
-  in_flight: number;
+  /** The most seen in the bucket; null before the first sample. */
+  ready_replicas: number | null;
+  in_flight: number | null;
 }
 
 export interface IDeploymentMetrics {
