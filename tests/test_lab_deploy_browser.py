@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import requests
 from playwright import sync_api
@@ -36,8 +37,9 @@ def train(hub: Hub, name: str, args: list[str], env: dict | None = None) -> None
     assert done["state"] == "succeeded", done
 
 
-def infer(hub: Hub, times: int) -> list[str]:
-    """Inference requests as a client sends them; the revisions that answered."""
+def infer(hub: Hub, times: int, pause: float = 0.0) -> list[str]:
+    """Inference requests as a client sends them (``pause`` seconds apart);
+    the revisions that answered."""
     url = f"{hub.url}/services/gpuhub/endpoints/a/iris/v2/models/iris/infer"
     headers = {"Authorization": f"token {hub.token('alice')}"}
     answered = []
@@ -45,6 +47,7 @@ def infer(hub: Hub, times: int) -> list[str]:
         r = requests.post(url, json=IRIS, headers=headers, timeout=60)
         assert r.status_code == 200, r.text
         answered.append(r.headers["X-GpuHub-Revision"])
+        time.sleep(pause)
     return answered
 
 
@@ -105,7 +108,8 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
             expect(card.locator(".gpuhub-Traffic-segment")).to_have_text(["r1 100%"])
 
             # 3. Requests move its count and its rps chart.
-            assert infer(hub, 20) == ["1"] * 20
+            # (over some 10 s: the chart's points are 5 s apart)
+            assert infer(hub, 20, pause=0.5) == ["1"] * 20
             expect(r1.locator(".gpuhub-Revision-requests")).to_have_text("20 req",
                                                                          timeout=30_000)
             rps_chart = r1.locator('.gpuhub-Spark[data-series="rps"] svg')
@@ -133,7 +137,7 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
             r2 = card.locator('.gpuhub-Revision[data-revision="2"]')
             expect(r2.locator(".gpuhub-Revision-role")).to_have_text("canary")
             expect(r2).to_have_attribute("data-ready", "1", timeout=SLOW_MS)
-            assert sorted(infer(hub, 8)) == ["1"] * 6 + ["2"] * 2
+            assert sorted(infer(hub, 8, pause=0.5)) == ["1"] * 6 + ["2"] * 2
             expect(r2.locator(".gpuhub-Revision-requests")).to_have_text("2 req",
                                                                          timeout=30_000)
             widen_left_sidebar(page, 560)

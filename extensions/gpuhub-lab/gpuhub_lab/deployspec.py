@@ -50,4 +50,3 @@ def describe(view: dict, service_root: str) -> dict:
     out["revisions"] = [{**r, "model_path": inside_root(r.get("model_dir"), service_root)}
                         for r in view.get("revisions", [])]
     return out
-

@@ -8,9 +8,13 @@ import { IMetricPoint } from './types';
 
 export type Series = 'rps' | 'p99_ms' | 'error_rate';
 
-/** The series' values, oldest first; null where the bucket had no requests to measure. */
+/**
+ * The series' values, oldest first; null where the bucket had no requests
+ * to measure. The newest bucket is the one still filling (it ends after
+ * now): left out, or every chart would end in a drop.
+ */
 export function seriesValues(points: IMetricPoint[], series: Series): (number | null)[] {
-  return points.map(p => {
+  return points.slice(0, -1).map(p => {
     if (series === 'rps') {
       return p.rps ?? 0;
     }

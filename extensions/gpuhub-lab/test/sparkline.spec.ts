@@ -15,7 +15,8 @@ function point(requests: number, rps: number, p99: number | null, errors: number
 }
 
 describe('the series of a revision', () => {
-  const points = [point(10, 2, 20), point(0, 0, null), point(5, 1, 40, 0.2)];
+  // The last bucket is still filling: it is left out.
+  const points = [point(10, 2, 20), point(0, 0, null), point(5, 1, 40, 0.2), point(1, 0.2, 5)];
 
   it('counts quiet buckets as 0 requests per second', () => {
     expect(seriesValues(points, 'rps')).toEqual([2, 0, 1]);
@@ -25,6 +26,10 @@ describe('the series of a revision', () => {
     expect(seriesValues(points, 'p99_ms')).toEqual([20, null, 40]);
     // an empty bucket's error rate is no measurement, even if it says 0
     expect(seriesValues(points, 'error_rate')).toEqual([0, null, 0.2]);
+  });
+
+  it('is empty before a bucket is complete', () => {
+    expect(seriesValues([point(3, 0.6, 12)], 'rps')).toEqual([]);
   });
 });
 

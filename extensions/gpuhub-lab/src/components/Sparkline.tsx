@@ -4,7 +4,8 @@ import * as React from 'react';
 import { seriesValues, Series, sparkline } from '../sparkline';
 import { IMetricPoint } from '../types';
 
-const WIDTH = 72;
+// The geometry's box; the chart is drawn as wide as its column.
+const WIDTH = 100;
 const HEIGHT = 18;
 
 export function Sparkline(props: {
@@ -23,14 +24,23 @@ export function Sparkline(props: {
     <span className="gpuhub-Spark" data-series={props.series} title={title}>
       <span className="gpuhub-Spark-label">{props.label}</span>
       <span className="gpuhub-Spark-value">{latest}</span>
+      {/* Stretched to the panel's width; the stroke keeps its width. */}
       <svg
-        width={WIDTH}
+        width="100%"
         height={HEIGHT + 2}
         viewBox={`0 -1 ${WIDTH} ${HEIGHT + 2}`}
+        preserveAspectRatio="none"
         data-peak={line.peak}
         data-points={values.length}
       >
-        <path d={line.path} fill="none" strokeWidth={1.5} strokeLinecap="round" strokeLinejoin="round" />
+        <path
+          d={line.path}
+          fill="none"
+          strokeWidth={1.5}
+          strokeLinecap="round"
+          strokeLinejoin="round"
+          vectorEffect="non-scaling-stroke"
+        />
       </svg>
     </span>
   );
