@@ -17,6 +17,7 @@ import {
   withDeploymentSettings
 } from '../deployform';
 import { IDeployment, IPool, ITeam } from '../types';
+import { Field } from './Field';
 
 export interface IDeployFormProps {
   initial: IDeployFormValues;
@@ -32,26 +33,6 @@ export interface IDeployFormProps {
 
 /** Fields whose values come from the deployment when the name is one. */
 const DEPLOYMENT_SETTINGS: DeployField[] = ['pool', 'gpus', 'minReplicas', 'maxReplicas'];
-
-function Field(props: {
-  label: string;
-  name: DeployField;
-  problem?: string;
-  hint?: string;
-  children: React.ReactNode;
-}): JSX.Element {
-  return (
-    <label className={`gpuhub-Field${props.problem ? ' gpuhub-Field-invalid' : ''}`} data-field={props.name}>
-      <span className="gpuhub-Field-label">{props.label}</span>
-      {props.children}
-      {props.problem ? (
-        <span className="gpuhub-Field-problem">{props.problem}</span>
-      ) : (
-        props.hint && <span className="gpuhub-Field-hint">{props.hint}</span>
-      )}
-    </label>
-  );
-}
 
 export function DeployForm(props: IDeployFormProps): JSX.Element {
   const [values, setValues] = React.useState<IDeployFormValues>(props.initial);
