@@ -6,11 +6,9 @@
 import { IDeployment, IDeployRequest, IWorkload } from './types';
 
 export const RUNTIMES = ['sklearn', 'predictor'];
-export const DEFAULT_PREDICTOR = 'predictor.py:Model';
-export const DEFAULT_CANARY_PERCENT = '10';
 
 /** The service's rule for a deployment name (a DNS label; gpuspawner/service/deployments.py). */
-export const NAME_RULE = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const NAME_RULE = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 const PREDICTOR_RULE = /^[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*$/;
 
 export interface IDeployFormValues {
@@ -43,13 +41,13 @@ export const EMPTY_DEPLOY_FORM: IDeployFormValues = {
   team: '',
   modelDir: '',
   runtime: 'sklearn',
-  predictor: DEFAULT_PREDICTOR,
+  predictor: 'predictor.py:Model', // the service's default
   pool: '',
   gpus: '0',
   minReplicas: '1',
   maxReplicas: '1',
   asCanary: true,
-  canaryPercent: DEFAULT_CANARY_PERCENT,
+  canaryPercent: '10',
   rollbackErrorPercent: '',
   rollbackP99Ms: ''
 };
