@@ -23,6 +23,25 @@ export function seriesValues(points: IMetricPoint[], series: Series): (number | 
   });
 }
 
+/** The fewest points a chart spans (one minute), however young the deployment. */
+export const MIN_CHART_POINTS = 12;
+
+/**
+ * The revisions' points from the first bucket in which any of them was
+ * seen (a replica sampled or a request served): a deployment younger than
+ * the metrics' window gets charts of its life, not mostly empty ones. All
+ * revisions lose the same buckets, so their charts stay aligned in time.
+ */
+export function chartWindow(revisions: Record<string, IMetricPoint[]>): Record<string, IMetricPoint[]> {
+  const series = Object.values(revisions);
+  const length = Math.max(0, ...series.map(points => points.length));
+  const seen = (p: IMetricPoint) => p.requests > 0 || (p.ready_replicas ?? null) !== null;
+  const firsts = series.map(points => points.findIndex(seen)).filter(i => i >= 0);
+  const first = firsts.length ? Math.min(...firsts) : length;
+  const start = Math.max(0, Math.min(first, length - MIN_CHART_POINTS));
+  return Object.fromEntries(Object.entries(revisions).map(([rev, points]) => [rev, points.slice(start)]));
+}
+
 export interface ISparkline {
   /** The SVG path ("M x y L x y …", one subpath per run of values). */
   path: string;

@@ -1,7 +1,13 @@
-import { seriesValues, sparkline } from '../src/sparkline';
+import { chartWindow, MIN_CHART_POINTS, seriesValues, sparkline } from '../src/sparkline';
 import { IMetricPoint } from '../src/types';
 
-function point(requests: number, rps: number, p99: number | null, errors: number | null = 0): IMetricPoint {
+function point(
+  requests: number,
+  rps: number,
+  p99: number | null,
+  errors: number | null = 0,
+  ready: number | null = 1
+): IMetricPoint {
   return {
     t: '2026-11-30T03:10:05Z',
     requests,
@@ -9,8 +15,8 @@ function point(requests: number, rps: number, p99: number | null, errors: number
     error_rate: errors,
     p50_ms: p99,
     p99_ms: p99,
-    ready_replicas: 1,
-    in_flight: 0
+    ready_replicas: ready,
+    in_flight: ready === null ? null : 0
   };
 }
 
@@ -58,5 +64,28 @@ describe('sparkline geometry', () => {
 
   it('puts a single point at the right edge (the newest)', () => {
     expect(sparkline([3], 50, 10).path).toBe('M50 0 h0');
+  });
+});
+
+describe('the window of the charts', () => {
+  const unseen = () => point(0, 0, null, 0, null);
+  const window = (n: number, firstSeen: number) =>
+    Array.from({ length: n }, (_, i) => (i < firstSeen ? unseen() : point(0, 0, null)));
+
+  it('starts where the oldest revision was first seen, for all revisions alike', () => {
+    const cut = chartWindow({ '1': window(120, 60), '2': window(120, 100) });
+    expect([cut['1'].length, cut['2'].length]).toEqual([60, 60]);
+    expect(cut['1'][0].ready_replicas).toBe(1);
+  });
+
+  it('spans at least a minute for a deployment just made', () => {
+    expect(chartWindow({ '1': window(120, 118) })['1']).toHaveLength(MIN_CHART_POINTS);
+    expect(chartWindow({ '1': window(5, 4) })['1']).toHaveLength(5);
+  });
+
+  it('counts a request as seen even before a replica was sampled', () => {
+    const points = window(120, 120);
+    points[30] = point(2, 0.4, 10, 0, null);
+    expect(chartWindow({ '1': points })['1']).toHaveLength(90);
   });
 });

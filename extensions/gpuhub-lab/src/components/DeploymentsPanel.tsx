@@ -4,6 +4,7 @@ import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { deploymentKey, DeploymentsModel } from '../deploymodel';
+import { chartWindow } from '../sparkline';
 import { IDeployment } from '../types';
 import { DeploymentCard, IDeploymentActions } from './DeploymentCard';
 
@@ -35,7 +36,7 @@ function DeploymentList(props: { model: DeploymentsModel; actions: IDeploymentsP
             key={deploymentKey(d)}
             d={d}
             endpointUrl={actions.endpointUrl(d)}
-            points={model.metrics[deploymentKey(d)]?.revisions ?? {}}
+            points={chartWindow(model.metrics[deploymentKey(d)]?.revisions ?? {})}
             error={model.actionErrors[deploymentKey(d)] ?? ''}
             actions={actions}
           />

@@ -1,6 +1,7 @@
 /** A small live chart of one series of a revision (inline SVG), with its latest value. */
 import * as React from 'react';
 
+import { duration } from '../format';
 import { seriesValues, Series, sparkline } from '../sparkline';
 import { IMetricPoint } from '../types';
 
@@ -19,7 +20,7 @@ export function Sparkline(props: {
   const values = seriesValues(props.points, props.series);
   const line = sparkline(values, WIDTH, HEIGHT, props.minTop);
   const latest = line.last === null ? '–' : props.format(line.last);
-  const title = `${props.label} per 5 s over the last ${Math.round((values.length * 5) / 60)} min: latest ${latest}, peak ${props.format(line.peak)}`;
+  const title = `${props.label} per 5 s over the last ${duration(values.length * 5)}: latest ${latest}, peak ${props.format(line.peak)}`;
   return (
     <span className="gpuhub-Spark" data-series={props.series} title={title}>
       <span className="gpuhub-Spark-label">{props.label}</span>
