@@ -64,7 +64,8 @@ def trained(jp_fetch, jp_root_dir):
             "path": "iris/train.py", "gpus": 0, "output_dir": output_dir, "env": VENV_PATH})
         done = await wait_state(jp_fetch, job["id"], ("succeeded", "failed"), timeout=120)
         assert done["state"] == "succeeded", done["reason"]
-        assert done["output_dir_path"] == output_dir
+        # What "Deploy outputs…" of the Jobs panel chooses from.
+        assert (done["output_dir_path"], done["working_dir_path"]) == (output_dir, "iris")
         return output_dir
     return train
 

@@ -140,22 +140,22 @@ def build_spec(form: Any, root_dir: str, service_root: str,
 
 
 def inside_root(path: Optional[str], service_root: str) -> Optional[str]:
-    """``path`` (as the jobs see it) relative to the server's root ("" for
-    the root itself, as the file browser names it), or None when it is
-    elsewhere."""
+    """``path`` (as the jobs see it) relative to the server's root, or None
+    when it is elsewhere."""
     if not path:
         return None
     rel = os.path.relpath(os.path.normpath(path), os.path.normpath(service_root))
     if rel.startswith(".."):
         return None
-    return "" if rel == "." else rel.replace(os.sep, "/")
+    return rel.replace(os.sep, "/")
 
 
 def describe(workload: dict, service_root: str) -> dict:
     """The workload with the paths the front end opens: ``source_path``
     (the notebook or script), ``output_path`` (the executed notebook),
     ``output_dir_path``, ``checkpoint_path`` and ``working_dir_path`` —
-    relative to the server's root, or None when outside it. Script arguments read back as parameters."""
+    relative to the server's root, or None when outside it. Script
+    arguments read back as parameters."""
     out = dict(workload)
     wd = workload.get("working_dir") or ""
     command = workload.get("command") or []
@@ -170,7 +170,7 @@ def describe(workload: dict, service_root: str) -> dict:
     out["source_path"] = inside_root(source, service_root)
     out["output_path"] = inside_root(workload.get("output_notebook"), service_root)
     out["output_dir_path"] = inside_root((workload.get("env") or {}).get(OUTPUT_DIR_ENV),
-                                     service_root)
+                                         service_root)
     out["checkpoint_path"] = inside_root(workload.get("checkpoint_dir"), service_root)
     out["working_dir_path"] = inside_root(wd, service_root)
     return out

@@ -63,7 +63,7 @@ function RevisionRow(props: { d: IDeployment; r: IRevision; points: IMetricPoint
           {replicasText(r)} ready
         </span>
         <span className="gpuhub-Revision-model" title={r.model_dir}>
-          {r.model_path || r.model_dir}
+          {r.model_path ?? r.model_dir}
         </span>
       </div>
       <div className="gpuhub-Revision-stats" title="the last minute">
