@@ -9,6 +9,7 @@ Jobs panel are kept in docs/screenshots/lab-*.png for docs/lab-extension.md.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -45,191 +46,210 @@ def write_notebook(path: str) -> None:
     nbformat.write(nb, path)
 
 
-def job_row(page, state: str):
-    return page.locator(f'.gpuhub-Job[data-state="{state}"]').filter(has_text="train")
-
-
-def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
-    assert os.path.exists(CHROMIUM), (f"no Chromium at {CHROMIUM}: `make test` installs Debian's "
-                                      f"chromium package (apt-get install chromium)")
-    hub = Hub(str(tmp_path), groups={"team-a": ["alice", "amy"]},
-              teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}}, gpus=4)
-    workspace = os.path.join(hub.data_dir, "workspaces", "alice")
-    write_notebook(os.path.join(workspace, "train.ipynb"))
-    with open(os.path.join(workspace, "prep.py"), "w") as f:
-        f.write("print('preparing data')\n")
-    # No "official Jupyter news?" toast over the screenshots (the server's
-    # HOME is the workspace).
+def quiet_news(workspace: str) -> None:
+    """No "official Jupyter news?" toast over the screenshots (the server's
+    HOME is the workspace)."""
     news = os.path.join(workspace, ".jupyter", "lab", "user-settings", "@jupyterlab",
                         "apputils-extension", "notification.jupyterlab-settings")
     os.makedirs(os.path.dirname(news))
     with open(news, "w") as f:
         f.write('{"fetchNews": "false"}')
+
+
+@contextlib.contextmanager
+def hub_session(hub: Hub, users=("alice",)):
+    """The hub started; the tail of its log printed when the test fails; the
+    hub, the users' servers and what they left stopped by PID afterwards.
+    Yields the set of server PIDs to collect."""
     pids: set[int] = set()
     try:
         hub.start()
-        amy = hub.client("amy")
-        alice = {"Authorization": f"token {hub.token('alice')}"}
-        # amy's job holds the team's whole quota: alice's job will wait.
-        holder = amy.submit(name="amy-holds", command=["python", "-c", HOLD], gpus=2)
-        amy.wait(holder["id"], "running")
-        r = requests.post(f"{hub.url}/hub/api/users/alice/server", headers=alice,
-                          json={"gpus": 0}, timeout=30)
-        assert r.status_code in (201, 202), r.text
-        wait_for(lambda: (server_state(hub, "alice") or {}).get("ready"), 120,
-                 "alice's server to be ready")
-        pids |= server_pids(hub)
-
-        with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            try:
-                context = browser.new_context(viewport={"width": 1400, "height": 900},
-                                              accept_downloads=True)
-                context.set_default_timeout(60_000)
-                context.set_default_navigation_timeout(SLOW_MS)
-                page = context.new_page()
-                login(page, hub, "alice")
-                page.goto(f"{hub.url}/user/alice/lab/tree/train.ipynb")
-                expect = sync_api.expect
-
-                # The status bar shows the team's use against its quota.
-                expect(page.locator(".gpuhub-QuotaStatus")).to_have_text(
-                    "a: 2/2 Fake GPU", timeout=SLOW_MS)
-
-                # 1. Submit the open notebook from its toolbar.
-                page.locator(".gpuhub-SubmitButton").first.click(timeout=SLOW_MS)
-                form = page.locator(".gpuhub-SubmitForm")
-                expect(form).to_be_visible()
-                assert form.locator('input[name="path"]').input_value() == "train.ipynb"
-                assert form.locator('input[name="name"]').input_value() == "train"
-                assert form.locator('select[name="team"]').input_value() == "a"
-                assert form.locator('select[name="pool"]').input_value() == "default"
-                # The notebook's parameters cell fills the parameters.
-                params = form.locator('textarea[name="parameters"]')
-                assert "epochs = 1" in params.input_value()
-                params.fill('epochs = 3\nmodel = "vit"\nstep_seconds = 2.5')
-                form.locator('input[name="gpus"]').fill("2")
-                quota = form.locator(".gpuhub-SubmitForm-quota")
-                expect(quota).to_contain_text("0 of 2 Fake GPU free in quota")
-                expect(quota).to_contain_text("waits for the team's own quota")
-                form.locator('textarea[name="env"]').fill("WANDB_MODE=offline")
-                page.locator(".jp-Dialog-body").evaluate("b => b.scrollTop = 0")
-                shot(page, tmp_path, "lab-submit-form.png")
-                page.locator(".jp-Dialog-button.jp-mod-accept").click()
-                expect(page.locator(".gpuhub-SubmitForm")).to_have_count(0)
-
-                # 2. The Jobs panel opens: the job waits behind amy's, first in line.
-                queued = job_row(page, "queued")
-                expect(queued).to_have_count(1, timeout=30_000)
-                expect(queued.locator(".gpuhub-Job-detail")).to_contain_text("#1 in queue")
-                expect(queued).to_contain_text("2 × default")
-                shot(page, tmp_path, "lab-jobs-queued.png")
-                jobs = hub.client("root-admin").get("/workloads",
-                                                    params={"user": "alice"}).json()["workloads"]
-                assert len(jobs) == 1 and jobs[0]["name"] == "train"
-                wid = jobs[0]["id"]
-                assert jobs[0]["parameters"] == {"epochs": 3, "model": "vit", "step_seconds": 2.5}
-                assert jobs[0]["env"]["WANDB_MODE"] == "offline"
-
-                # 3. amy's job ends: alice's starts (a notification says so), then succeeds.
-                assert amy.request("DELETE", f"/workloads/{holder['id']}").status_code == 202
-                running = job_row(page, "running")
-                expect(running).to_have_count(1, timeout=60_000)
-                expect(page.locator(".jp-toast-message").filter(has_text="started")).to_have_count(
-                    1, timeout=30_000)
-
-                # 4. Its log, followed live in a tab while it runs, kept when it ends.
-                running.get_by_role("button", name="Logs").click()
-                viewer = page.locator(f"#gpuhub-log-{wid}")
-                status = viewer.locator(".gpuhub-LogViewer-status")
-                log = viewer.locator(".gpuhub-LogViewer-text")
-                expect(status).to_contain_text("following attempt 1")
-                expect(log).to_contain_text("training 3 epochs of vit on GPUs", timeout=60_000)
-                expect(log).to_contain_text("epoch 3/3 done", timeout=60_000)
-                expect(status).to_contain_text("succeeded", timeout=60_000)
-
-                succeeded = job_row(page, "succeeded")
-                expect(succeeded).to_have_count(1, timeout=SLOW_MS)
-                expect(page.locator(".jp-toast-message").filter(
-                    has_text="succeeded")).not_to_have_count(0, timeout=30_000)
-                shot(page, tmp_path, "lab-jobs-panel.png")
-
-                # 5. Its executed notebook, from the server's files.
-                succeeded.get_by_role("button", name="Output").click()
-                tab = page.locator(".lm-TabBar-tab").filter(has_text=re.compile(r"train-\d{8}"))
-                expect(tab).to_have_count(1, timeout=60_000)
-                output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output")
-                expect(output.filter(has_text="epoch 3/3 done")).not_to_have_count(0,
-                                                                                   timeout=60_000)
-
-                # 6. Its outputs as a zip.
-                with page.expect_download() as dl:
-                    succeeded.get_by_role("button", name="Download").click()
-                with open(dl.value.path(), "rb") as f:
-                    names = zipfile.ZipFile(io.BytesIO(f.read())).namelist()
-                assert any(n.endswith("/metrics.txt") for n in names), names
-                assert any(re.search(r"/train-\d{8}-\d{6}\.ipynb$", n) for n in names), names
-
-                # 7. Resubmit: the job's own settings fill the form again.
-                succeeded.get_by_role("button", name="Resubmit").click()
-                form = page.locator(".gpuhub-SubmitForm")
-                assert form.locator('input[name="path"]').input_value() == "train.ipynb"
-                assert "epochs = 3" in form.locator('textarea[name="parameters"]').input_value()
-                assert form.locator('input[name="gpus"]').input_value() == "2"
-                page.locator(".jp-Dialog-button.jp-mod-reject").click()
-
-                # 8. From the command palette, for the open notebook: defaults
-                # come from the last submission, parameters from the notebook.
-                page.locator(".lm-TabBar-tabLabel", has_text=re.compile(r"^train\.ipynb$")).click()
-                page.keyboard.press("Control+Shift+C")
-                page.keyboard.type("Submit as Job")
-                page.keyboard.press("Enter")
-                form = page.locator(".gpuhub-SubmitForm")
-                expect(form).to_be_visible()
-                assert form.locator('input[name="gpus"]').input_value() == "2"
-                assert form.locator('textarea[name="env"]').input_value() == "WANDB_MODE=offline"
-                assert form.locator('select[name="priority"]').input_value() == "batch"
-                page.locator(".jp-Dialog-button.jp-mod-reject").click()
-
-                # 9. The status bar's popover breaks the quota down per pool.
-                page.locator(".gpuhub-QuotaStatus").click()
-                popover = page.locator(".gpuhub-QuotaPopover")
-                expect(popover).to_contain_text("Team a")
-                expect(popover.locator("tbody tr")).to_have_text(re.compile(r"default\s*0/2 Fake GPU"))
-                shot(page, tmp_path, "lab-quota.png")
-                page.keyboard.press("Escape")
-                page.mouse.click(700, 500)
-                expect(popover).to_have_count(0)
-
-                # 10. The culler's warning for this server is a notification.
-                r = hub.client("root-admin").post("/notices", json={
-                    "user": "alice", "kind": "cull-warning",
-                    "message": "Your server's GPUs have been idle: it stops in 15 minutes"})
-                assert r.status_code == 201, r.text
-                expect(page.locator(".jp-toast-message").filter(
-                    has_text="it stops in 15 minutes")).to_have_count(1, timeout=60_000)
-
-                # 11. The file browser's context menu submits the file clicked,
-                # not the notebook open beside it.
-                page.locator(".jp-SideBar [data-id='filebrowser']").click()
-                page.locator(".jp-DirListing-item", has_text="prep.py").first.click(
-                    button="right")
-                page.locator(".lm-Menu-item", has_text="Submit as Job").click()
-                form = page.locator(".gpuhub-SubmitForm")
-                expect(form).to_be_visible()
-                assert form.locator('input[name="path"]').input_value() == "prep.py"
-                expect(form).to_contain_text("passed as --name=value")
-                page.locator(".jp-Dialog-button.jp-mod-reject").click()
-                pids |= server_pids(hub)
-                context.close()
-            finally:
-                browser.close()
+        yield pids
     except BaseException:
         if hub.proc is not None:
             print(f"---- hub log (tail) ----\n{hub.tail(80)}")
         raise
     finally:
         if hub.proc is not None and hub.proc.poll() is None:
-            stop_servers(hub, ("alice",))
+            stop_servers(hub, users)
         hub.stop()
         kill_leftover_servers(hub, pids)
+
+
+@contextlib.contextmanager
+def lab_page(hub: Hub, user: str, pids: set[int], **context_options):
+    """The user's server started (no GPUs) and Chromium logged in to the hub
+    through its form, as that user."""
+    assert os.path.exists(CHROMIUM), (f"no Chromium at {CHROMIUM}: `make test` installs Debian's "
+                                      f"chromium package (apt-get install chromium)")
+    r = requests.post(f"{hub.url}/hub/api/users/{user}/server", json={"gpus": 0}, timeout=30,
+                      headers={"Authorization": f"token {hub.token(user)}"})
+    assert r.status_code in (201, 202), r.text
+    wait_for(lambda: (server_state(hub, user) or {}).get("ready"), 120,
+             f"{user}'s server to be ready")
+    pids |= server_pids(hub)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 900},
+                                          **context_options)
+            context.set_default_timeout(60_000)
+            context.set_default_navigation_timeout(SLOW_MS)
+            page = context.new_page()
+            login(page, hub, user)
+            yield page
+            pids |= server_pids(hub)
+            context.close()
+        finally:
+            browser.close()
+
+
+def job_row(page, state: str):
+    return page.locator(f'.gpuhub-Job[data-state="{state}"]').filter(has_text="train")
+
+
+def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
+    hub = Hub(str(tmp_path), groups={"team-a": ["alice", "amy"]},
+              teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}}, gpus=4)
+    workspace = os.path.join(hub.data_dir, "workspaces", "alice")
+    write_notebook(os.path.join(workspace, "train.ipynb"))
+    with open(os.path.join(workspace, "prep.py"), "w") as f:
+        f.write("print('preparing data')\n")
+    quiet_news(workspace)
+    with hub_session(hub) as pids:
+        amy = hub.client("amy")
+        # amy's job holds the team's whole quota: alice's job will wait.
+        holder = amy.submit(name="amy-holds", command=["python", "-c", HOLD], gpus=2)
+        amy.wait(holder["id"], "running")
+        with lab_page(hub, "alice", pids, accept_downloads=True) as page:
+            page.goto(f"{hub.url}/user/alice/lab/tree/train.ipynb")
+            expect = sync_api.expect
+
+            # The status bar shows the team's use against its quota.
+            expect(page.locator(".gpuhub-QuotaStatus")).to_have_text(
+                "a: 2/2 Fake GPU", timeout=SLOW_MS)
+
+            # 1. Submit the open notebook from its toolbar.
+            page.locator(".gpuhub-SubmitButton").first.click(timeout=SLOW_MS)
+            form = page.locator(".gpuhub-SubmitForm")
+            expect(form).to_be_visible()
+            assert form.locator('input[name="path"]').input_value() == "train.ipynb"
+            assert form.locator('input[name="name"]').input_value() == "train"
+            assert form.locator('select[name="team"]').input_value() == "a"
+            assert form.locator('select[name="pool"]').input_value() == "default"
+            # The notebook's parameters cell fills the parameters.
+            params = form.locator('textarea[name="parameters"]')
+            assert "epochs = 1" in params.input_value()
+            params.fill('epochs = 3\nmodel = "vit"\nstep_seconds = 2.5')
+            form.locator('input[name="gpus"]').fill("2")
+            quota = form.locator(".gpuhub-SubmitForm-quota")
+            expect(quota).to_contain_text("0 of 2 Fake GPU free in quota")
+            expect(quota).to_contain_text("waits for the team's own quota")
+            form.locator('textarea[name="env"]').fill("WANDB_MODE=offline")
+            page.locator(".jp-Dialog-body").evaluate("b => b.scrollTop = 0")
+            shot(page, tmp_path, "lab-submit-form.png")
+            page.locator(".jp-Dialog-button.jp-mod-accept").click()
+            expect(page.locator(".gpuhub-SubmitForm")).to_have_count(0)
+
+            # 2. The Jobs panel opens: the job waits behind amy's, first in line.
+            queued = job_row(page, "queued")
+            expect(queued).to_have_count(1, timeout=30_000)
+            expect(queued.locator(".gpuhub-Job-detail")).to_contain_text("#1 in queue")
+            expect(queued).to_contain_text("2 × default")
+            shot(page, tmp_path, "lab-jobs-queued.png")
+            jobs = hub.client("root-admin").get("/workloads",
+                                                params={"user": "alice"}).json()["workloads"]
+            assert len(jobs) == 1 and jobs[0]["name"] == "train"
+            wid = jobs[0]["id"]
+            assert jobs[0]["parameters"] == {"epochs": 3, "model": "vit", "step_seconds": 2.5}
+            assert jobs[0]["env"]["WANDB_MODE"] == "offline"
+
+            # 3. amy's job ends: alice's starts (a notification says so), then succeeds.
+            assert amy.request("DELETE", f"/workloads/{holder['id']}").status_code == 202
+            running = job_row(page, "running")
+            expect(running).to_have_count(1, timeout=60_000)
+            expect(page.locator(".jp-toast-message").filter(has_text="started")).to_have_count(
+                1, timeout=30_000)
+
+            # 4. Its log, followed live in a tab while it runs, kept when it ends.
+            running.get_by_role("button", name="Logs").click()
+            viewer = page.locator(f"#gpuhub-log-{wid}")
+            status = viewer.locator(".gpuhub-LogViewer-status")
+            log = viewer.locator(".gpuhub-LogViewer-text")
+            expect(status).to_contain_text("following attempt 1")
+            expect(log).to_contain_text("training 3 epochs of vit on GPUs", timeout=60_000)
+            expect(log).to_contain_text("epoch 3/3 done", timeout=60_000)
+            expect(status).to_contain_text("succeeded", timeout=60_000)
+
+            succeeded = job_row(page, "succeeded")
+            expect(succeeded).to_have_count(1, timeout=SLOW_MS)
+            expect(page.locator(".jp-toast-message").filter(
+                has_text="succeeded")).not_to_have_count(0, timeout=30_000)
+            shot(page, tmp_path, "lab-jobs-panel.png")
+
+            # 5. Its executed notebook, from the server's files.
+            succeeded.get_by_role("button", name="Output", exact=True).click()
+            tab = page.locator(".lm-TabBar-tab").filter(has_text=re.compile(r"train-\d{8}"))
+            expect(tab).to_have_count(1, timeout=60_000)
+            output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output")
+            expect(output.filter(has_text="epoch 3/3 done")).not_to_have_count(0,
+                                                                               timeout=60_000)
+
+            # 6. Its outputs as a zip.
+            with page.expect_download() as dl:
+                succeeded.get_by_role("button", name="Download").click()
+            with open(dl.value.path(), "rb") as f:
+                names = zipfile.ZipFile(io.BytesIO(f.read())).namelist()
+            assert any(n.endswith("/metrics.txt") for n in names), names
+            assert any(re.search(r"/train-\d{8}-\d{6}\.ipynb$", n) for n in names), names
+
+            # 7. Resubmit: the job's own settings fill the form again.
+            succeeded.get_by_role("button", name="Resubmit").click()
+            form = page.locator(".gpuhub-SubmitForm")
+            assert form.locator('input[name="path"]').input_value() == "train.ipynb"
+            assert "epochs = 3" in form.locator('textarea[name="parameters"]').input_value()
+            assert form.locator('input[name="gpus"]').input_value() == "2"
+            page.locator(".jp-Dialog-button.jp-mod-reject").click()
+
+            # 8. From the command palette, for the open notebook: defaults
+            # come from the last submission, parameters from the notebook.
+            page.locator(".lm-TabBar-tabLabel", has_text=re.compile(r"^train\.ipynb$")).click()
+            page.keyboard.press("Control+Shift+C")
+            page.keyboard.type("Submit as Job")
+            page.keyboard.press("Enter")
+            form = page.locator(".gpuhub-SubmitForm")
+            expect(form).to_be_visible()
+            assert form.locator('input[name="gpus"]').input_value() == "2"
+            assert form.locator('textarea[name="env"]').input_value() == "WANDB_MODE=offline"
+            assert form.locator('select[name="priority"]').input_value() == "batch"
+            page.locator(".jp-Dialog-button.jp-mod-reject").click()
+
+            # 9. The status bar's popover breaks the quota down per pool.
+            page.locator(".gpuhub-QuotaStatus").click()
+            popover = page.locator(".gpuhub-QuotaPopover")
+            expect(popover).to_contain_text("Team a")
+            expect(popover.locator("tbody tr")).to_have_text(re.compile(r"default\s*0/2 Fake GPU"))
+            shot(page, tmp_path, "lab-quota.png")
+            page.keyboard.press("Escape")
+            page.mouse.click(700, 500)
+            expect(popover).to_have_count(0)
+
+            # 10. The culler's warning for this server is a notification.
+            r = hub.client("root-admin").post("/notices", json={
+                "user": "alice", "kind": "cull-warning",
+                "message": "Your server's GPUs have been idle: it stops in 15 minutes"})
+            assert r.status_code == 201, r.text
+            expect(page.locator(".jp-toast-message").filter(
+                has_text="it stops in 15 minutes")).to_have_count(1, timeout=60_000)
+
+            # 11. The file browser's context menu submits the file clicked,
+            # not the notebook open beside it.
+            page.locator(".jp-SideBar [data-id='filebrowser']").click()
+            page.locator(".jp-DirListing-item", has_text="prep.py").first.click(
+                button="right")
+            page.locator(".lm-Menu-item", has_text="Submit as Job").click()
+            form = page.locator(".gpuhub-SubmitForm")
+            expect(form).to_be_visible()
+            assert form.locator('input[name="path"]').input_value() == "prep.py"
+            expect(form).to_contain_text("passed as --name=value")
+            page.locator(".jp-Dialog-button.jp-mod-reject").click()

@@ -1,5 +1,7 @@
 """Train the example iris classifier and write it where a deployment can
 serve it: ``python train.py OUTPUT_DIR [--C 1.0]`` writes OUTPUT_DIR/model.joblib.
+Without OUTPUT_DIR it writes to $OUTPUT_DIR, the output directory a job
+submitted from JupyterLab gets (then *Deploy outputs…* in the Jobs panel).
 
 Run it as a GPU Hub job, then deploy the directory:
 
@@ -17,9 +19,12 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
 
 parser = argparse.ArgumentParser()
-parser.add_argument("output_dir")
+parser.add_argument("output_dir", nargs="?", default=os.environ.get("OUTPUT_DIR"),
+                    help="where model.joblib goes (default: $OUTPUT_DIR)")
 parser.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength")
 args = parser.parse_args()
+if not args.output_dir:
+    parser.error("give OUTPUT_DIR (or run it as a job with $OUTPUT_DIR set)")
 
 X, y = load_iris(return_X_y=True)
 X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.3, random_state=0)

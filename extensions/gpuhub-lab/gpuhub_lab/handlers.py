@@ -71,6 +71,12 @@ class GpuHubHandler(APIHandler):
         else:
             super().log_exception(typ, value, tb)
 
+    def json_body(self) -> Any:
+        try:
+            return json.loads(self.request.body or b"null")
+        except ValueError as e:
+            raise jobspec.FormError("body", f"is not valid JSON: {e}")
+
     async def me(self) -> dict:
         cache = self.settings.setdefault("gpuhub_me", {})
         if "me" not in cache:
@@ -123,10 +129,7 @@ class WorkloadsHandler(GpuHubHandler):
 
     @tornado.web.authenticated
     async def post(self):
-        try:
-            form = json.loads(self.request.body or b"null")
-        except ValueError as e:
-            raise jobspec.FormError("body", f"is not valid JSON: {e}")
+        form = self.json_body()
         spec, make_dirs = jobspec.build_spec(form, self.root_dir, self.service_root)
         for folder in make_dirs:
             os.makedirs(os.path.join(self.root_dir, folder), exist_ok=True)
@@ -238,6 +241,8 @@ def error_status(exc: Exception) -> int:
 
 
 def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_root: str) -> None:
+    from . import deploy_handlers  # it builds on GpuHubHandler above
+
     web_app.settings.update(gpuhub_service=service, gpuhub_root_dir=os.path.abspath(root_dir),
                             gpuhub_service_root=service_root)
     base = url_path_join(web_app.settings["base_url"], "gpuhub")
@@ -252,5 +257,6 @@ def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_ro
         (url_path_join(base, "workloads", wid, "logs"), LogsHandler),
         (url_path_join(base, "workloads", wid, "outputs"), OutputsHandler),
         (url_path_join(base, "parameters"), ParametersHandler),
+        *deploy_handlers.routes(base),
     ]
     web_app.add_handlers(".*$", routes)

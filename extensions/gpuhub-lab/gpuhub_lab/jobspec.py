@@ -139,7 +139,7 @@ def build_spec(form: Any, root_dir: str, service_root: str,
     return spec, make_dirs
 
 
-def _inside(path: Optional[str], service_root: str) -> Optional[str]:
+def inside_root(path: Optional[str], service_root: str) -> Optional[str]:
     """``path`` (as the jobs see it) relative to the server's root, or None
     when it is elsewhere."""
     if not path:
@@ -153,8 +153,9 @@ def _inside(path: Optional[str], service_root: str) -> Optional[str]:
 def describe(workload: dict, service_root: str) -> dict:
     """The workload with the paths the front end opens: ``source_path``
     (the notebook or script), ``output_path`` (the executed notebook),
-    ``output_dir_path`` and ``checkpoint_path`` — relative to the server's
-    root, or None when outside it. Script arguments read back as parameters."""
+    ``output_dir_path``, ``checkpoint_path`` and ``working_dir_path`` —
+    relative to the server's root, or None when outside it. Script
+    arguments read back as parameters."""
     out = dict(workload)
     wd = workload.get("working_dir") or ""
     command = workload.get("command") or []
@@ -166,11 +167,12 @@ def describe(workload: dict, service_root: str) -> dict:
         args = [_ARG.match(a) for a in command[2:]]
         if args and all(args):
             out["parameters"] = {m.group(1): _json_or_text(m.group(2)) for m in args}
-    out["source_path"] = _inside(source, service_root)
-    out["output_path"] = _inside(workload.get("output_notebook"), service_root)
-    out["output_dir_path"] = _inside((workload.get("env") or {}).get(OUTPUT_DIR_ENV),
-                                     service_root)
-    out["checkpoint_path"] = _inside(workload.get("checkpoint_dir"), service_root)
+    out["source_path"] = inside_root(source, service_root)
+    out["output_path"] = inside_root(workload.get("output_notebook"), service_root)
+    out["output_dir_path"] = inside_root((workload.get("env") or {}).get(OUTPUT_DIR_ENV),
+                                         service_root)
+    out["checkpoint_path"] = inside_root(workload.get("checkpoint_dir"), service_root)
+    out["working_dir_path"] = inside_root(wd, service_root)
     return out
 
 

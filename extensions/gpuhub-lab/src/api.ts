@@ -6,6 +6,9 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import {
+  IDeployment,
+  IDeploymentMetrics,
+  IDeployRequest,
   IMe,
   INotice,
   IParameter,
@@ -102,6 +105,30 @@ export class GpuHubApi {
     return r.parameters;
   }
 
+  async deployments(): Promise<IDeployment[]> {
+    return (await this.request<{ deployments: IDeployment[] }>('deployments')).deployments;
+  }
+
+  deploy(request: IDeployRequest): Promise<IDeployment> {
+    return this.request('deployments', { method: 'POST', body: JSON.stringify(request) });
+  }
+
+  metrics(d: IDeployment): Promise<IDeploymentMetrics> {
+    return this.request(`${deploymentPath(d)}/metrics`);
+  }
+
+  /** promote, rollback, traffic ({traffic}) or scale ({min_replicas, max_replicas}). */
+  deploymentAction(d: IDeployment, action: string, body: object = {}): Promise<IDeployment> {
+    return this.request(`${deploymentPath(d)}/${encodeURIComponent(action)}`, {
+      method: 'POST',
+      body: JSON.stringify(body)
+    });
+  }
+
+  deleteDeployment(d: IDeployment): Promise<unknown> {
+    return this.request(deploymentPath(d), { method: 'DELETE' });
+  }
+
   private async request<T>(
     path: string,
     options: {
@@ -128,4 +155,8 @@ export class GpuHubApi {
     }
     return (options.text ? text : JSON.parse(text)) as T;
   }
+}
+
+function deploymentPath(d: Pick<IDeployment, 'team' | 'name'>): string {
+  return `deployments/${encodeURIComponent(d.team)}/${encodeURIComponent(d.name)}`;
 }

@@ -1,7 +1,8 @@
 /**
  * GPU Hub in JupyterLab: "Submit as job" (notebook toolbar, file browser,
  * palette, launcher), the Jobs panel, the log viewer, the quota status bar
- * item and notifications. Every call goes to this server's /gpuhub/ API,
+ * item and notifications; "Deploy model" (file browser, palette, a finished
+ * job) and the Deployments panel. Every call goes to this server's /gpuhub/ API,
  * which forwards it to the scheduler service with the server's token.
  */
 import {
@@ -27,6 +28,8 @@ import { IStatusBar, showPopup } from '@jupyterlab/statusbar';
 import { GpuHubApi } from './api';
 import { JobsPanel } from './components/JobsPanel';
 import { QuotaPopoverBody, QuotaStatus } from './components/QuotaStatus';
+import { deploymentName, modelDirOfJob } from './deployform';
+import { setupDeployments } from './deployments';
 import { gpuIcon } from './icon';
 import { LogViewer } from './logviewer';
 import { IPollSettings, JobsModel } from './model';
@@ -79,6 +82,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const api = new GpuHubApi();
     const model = new JobsModel(api, pollSettings());
     settings.changed.connect(() => model.configure(pollSettings()));
+    const deployer = setupDeployments({ app, api, jobs: model, settings, browsers, palette, restorer });
 
     // ---- the Jobs panel -------------------------------------------------
     const actions = {
@@ -86,7 +90,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       resubmit: (job: IWorkload) => void resubmit(job),
       openLogs: (job: IWorkload) => void app.commands.execute(CommandIDs.openLogs, { id: job.id }),
       openOutput: (job: IWorkload) => void app.commands.execute(CommandIDs.openOutput, { id: job.id }),
-      downloadOutputs: (job: IWorkload) => download(api.outputsUrl(job.id))
+      downloadOutputs: (job: IWorkload) => download(api.outputsUrl(job.id)),
+      deploy: (job: IWorkload) =>
+        void deployer.deploy({ modelDir: modelDirOfJob(job), name: deploymentName(job.name), team: job.team })
     };
     const panel = new JobsPanel(model, actions);
     panel.id = 'gpuhub-jobs';

@@ -4,10 +4,10 @@
  * fast while a job of mine moves, slow when nothing does, backs off on
  * errors and stands by while the page is hidden.
  */
-import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import type { GpuHubApi, JobScope } from './api';
+import { PolledModel } from './polled';
 import { IJobNote, IJobSnapshot, jobNotes, pollInterval, snapshot } from './transitions';
 import { IMe, INotice, IPool, ITeam, IWorkload } from './types';
 
@@ -20,21 +20,19 @@ export interface IPollSettings {
   maxInterval: number;
 }
 
-export class JobsModel {
+export class JobsModel extends PolledModel {
   constructor(
     readonly api: GpuHubApi,
     private pollSettings: IPollSettings
   ) {
-    this.poll = new Poll({
-      auto: false,
-      factory: () => this.refresh(),
-      frequency: this.frequency(pollSettings.idleInterval),
+    super({
       name: 'gpuhub-lab:jobs',
+      interval: pollSettings.idleInterval,
+      maxInterval: pollSettings.maxInterval,
       standby: 'when-hidden'
     });
   }
 
-  readonly poll: Poll;
   me: IMe | null = null;
   mine: IWorkload[] = [];
   team: IWorkload[] = [];
@@ -42,10 +40,6 @@ export class JobsModel {
   pools: IPool[] = [];
   error = '';
   scope: JobScope = 'mine';
-
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
 
   /** Jobs of mine that changed state since the last poll. */
   get jobNotes(): ISignal<this, IJobNote[]> {
@@ -62,21 +56,9 @@ export class JobsModel {
     return this.me?.teams[0] ?? this.teams[0]?.name ?? '';
   }
 
-  start(): void {
-    void this.poll.start();
-  }
-
-  /**
-   * Poll now (after a submit or a cancel), not at the next tick; resolves
-   * once that poll is done.
-   */
-  async refreshNow(): Promise<void> {
-    await this.poll.refresh();
-    await this.poll.tick;
-  }
-
   configure(settings: IPollSettings): void {
     this.pollSettings = settings;
+    this.maxInterval = settings.maxInterval;
   }
 
   setScope(scope: JobScope): void {
@@ -85,17 +67,7 @@ export class JobsModel {
     void this.refreshNow();
   }
 
-  dispose(): void {
-    // Poll.dispose() leaves its pending timer: stopping first clears it.
-    void this.poll.stop();
-    this.poll.dispose();
-  }
-
-  private frequency(interval: number) {
-    return { interval: interval * 1000, backoff: true, max: this.pollSettings.maxInterval * 1000 };
-  }
-
-  private async refresh(): Promise<void> {
+  protected async refresh(): Promise<void> {
     try {
       if (!this.me) {
         this.me = await this.api.me();
@@ -120,7 +92,7 @@ export class JobsModel {
         this._newNotices.emit(fresh);
       }
       const next = pollInterval(mine, this.pollSettings.activeInterval, this.pollSettings.idleInterval);
-      this.poll.frequency = this.frequency(next);
+      this.setInterval(next);
     } catch (error) {
       this.error = String((error as Error).message ?? error);
       this._changed.emit();
@@ -130,7 +102,6 @@ export class JobsModel {
 
   private seen: Map<string, IJobSnapshot> | null = null;
   private noticesSeen = new Set<number>();
-  private _changed = new Signal<this, void>(this);
   private _jobNotes = new Signal<this, IJobNote[]>(this);
   private _newNotices = new Signal<this, INotice[]>(this);
 }

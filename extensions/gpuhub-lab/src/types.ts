@@ -56,6 +56,7 @@ export interface IWorkload {
   output_path?: string | null;
   output_dir_path?: string | null;
   checkpoint_path?: string | null;
+  working_dir_path?: string | null;
   script_args?: string[];
 }
 
@@ -119,4 +120,83 @@ export interface ISubmission {
   env: Record<string, string>;
   output_dir?: string;
   checkpoint_dir?: string;
+}
+
+/** One revision of a deployment: its model and what the router measured (last minute). */
+export interface IRevision {
+  number: number;
+  model_dir: string;
+  /** Added by the server extension: model_dir relative to this server's root. */
+  model_path: string | null;
+  runtime: string;
+  predictor: string;
+  created_at: string;
+  created_by: string;
+  replicas: string[];
+  ready_replicas: number;
+  in_flight: number;
+  requests: number;
+  rps: number;
+  error_rate: number;
+  p50_ms: number | null;
+  p99_ms: number | null;
+}
+
+export interface IRollbackRule {
+  error_rate?: number;
+  p99_ms?: number;
+  min_requests?: number;
+}
+
+export interface IDeployment {
+  team: string;
+  name: string;
+  user: string;
+  pool: string;
+  gpus: number;
+  min_replicas: number;
+  max_replicas: number;
+  /** Revision number → percent of the requests. */
+  traffic: Record<string, number>;
+  stable_revision: number;
+  canary_revision: number | null;
+  rollback: IRollbackRule;
+  message: string;
+  /** The inference path under the hub (…/v2/models/{name}/infer). */
+  endpoint: string;
+  revisions: IRevision[];
+}
+
+/** One 5 s bucket of a revision's requests (empty buckets: 0 requests, null latencies). */
+export interface IMetricPoint {
+  t: string;
+  requests: number;
+  rps: number;
+  error_rate: number | null;
+  p50_ms: number | null;
+  p99_ms: number | null;
+  /** The most seen in the bucket; null before the first sample. */
+  ready_replicas: number | null;
+  in_flight: number | null;
+}
+
+export interface IDeploymentMetrics {
+  interval: number;
+  /** Revision number → points, oldest first. */
+  revisions: Record<string, IMetricPoint[]>;
+}
+
+/** What the deploy dialog sends to POST /gpuhub/deployments. */
+export interface IDeployRequest {
+  name: string;
+  team?: string;
+  model_dir: string;
+  runtime: string;
+  predictor?: string;
+  pool?: string;
+  gpus: number;
+  min_replicas: number;
+  max_replicas: number;
+  canary_percent?: number;
+  rollback?: IRollbackRule;
 }

@@ -9,7 +9,8 @@ const actions: IJobActions = {
   resubmit: () => undefined,
   openLogs: () => undefined,
   openOutput: () => undefined,
-  downloadOutputs: () => undefined
+  downloadOutputs: () => undefined,
+  deploy: () => undefined
 };
 
 function buttons(html: string): string[] {
@@ -38,9 +39,15 @@ describe('a job in the Jobs panel', () => {
       attempts: [{ state: 'preempted' }, { state: 'succeeded' }] as any
     });
     const html = renderToStaticMarkup(<JobRow job={finished} showUser={true} actions={actions} />);
-    expect(buttons(html)).toEqual(['Logs', 'Output', 'Download', 'Resubmit']);
+    expect(buttons(html)).toEqual(['Logs', 'Output', 'Download', 'Deploy outputs…', 'Resubmit']);
     expect(html).toContain('3m 05s');
     expect(html).toContain('attempt 2 (1 preempted)');
     expect(html).toContain('alice (vision)');
+  });
+
+  it('offers no deployment of what a failed job left', () => {
+    const failed = job({ state: 'failed', output_dir_path: 'outputs/train-1', exit_code: 1 });
+    const html = renderToStaticMarkup(<JobRow job={failed} showUser={false} actions={actions} />);
+    expect(buttons(html)).toEqual(['Logs', 'Download', 'Resubmit']);
   });
 });

@@ -1,4 +1,4 @@
-import { IPool, ITeam, IWorkload } from '../src/types';
+import { IDeployment, IPool, IRevision, ITeam, IWorkload } from '../src/types';
 
 export function job(over: Partial<IWorkload> = {}): IWorkload {
   return {
@@ -55,3 +55,53 @@ export const POOLS: IPool[] = [
   },
   { name: 't4', capacity: 2, total: 2, used: 0, free: 2, queued_workloads: 0, queued_gpus: 0, teams: {}, nodes: [] }
 ];
+
+export function revision(over: Partial<IRevision> = {}): IRevision {
+  return {
+    number: 1,
+    model_dir: '/home/alice/models/iris-v1',
+    model_path: 'models/iris-v1',
+    runtime: 'sklearn',
+    predictor: '',
+    created_at: '2026-11-30T03:00:00Z',
+    created_by: 'alice',
+    replicas: ['wa1'],
+    ready_replicas: 1,
+    in_flight: 0,
+    requests: 0,
+    rps: 0,
+    error_rate: 0,
+    p50_ms: null,
+    p99_ms: null,
+    ...over
+  };
+}
+
+export function deployment(over: Partial<IDeployment> = {}): IDeployment {
+  return {
+    team: 'vision',
+    name: 'iris',
+    user: 'alice',
+    pool: 'a100',
+    gpus: 0,
+    min_replicas: 1,
+    max_replicas: 2,
+    traffic: { '1': 100 },
+    stable_revision: 1,
+    canary_revision: null,
+    rollback: {},
+    message: 'revision 1 takes all traffic',
+    endpoint: '/services/gpuhub/endpoints/vision/iris/v2/models/iris/infer',
+    revisions: [revision()],
+    ...over
+  };
+}
+
+/** A deployment with revision 2 as a 20 % canary of revision 1. */
+export function withCanary(): IDeployment {
+  return deployment({
+    traffic: { '1': 80, '2': 20 },
+    canary_revision: 2,
+    revisions: [revision(), revision({ number: 2, model_path: 'models/iris-v2', replicas: ['wb1'] })]
+  });
+}

@@ -10,6 +10,7 @@ export interface IJobActions {
   openLogs: (job: IWorkload) => void;
   openOutput: (job: IWorkload) => void;
   downloadOutputs: (job: IWorkload) => void;
+  deploy: (job: IWorkload) => void;
 }
 
 function Action(props: { label: string; title: string; onClick: () => void }): JSX.Element {
@@ -50,6 +51,9 @@ export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJob
         )}
         {!isActive(job) && job.output_dir_path && (
           <Action label="Download" title="Download the outputs as a zip" onClick={() => actions.downloadOutputs(job)} />
+        )}
+        {job.state === 'succeeded' && (
+          <Action label="Deploy outputs…" title="Serve the model this job wrote" onClick={() => actions.deploy(job)} />
         )}
         <Action label="Resubmit" title="Edit and run again" onClick={() => actions.resubmit(job)} />
         {isActive(job) && <Action label="Cancel" title="Cancel the job" onClick={() => actions.cancel(job)} />}

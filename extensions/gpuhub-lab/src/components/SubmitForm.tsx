@@ -9,6 +9,7 @@ import * as React from 'react';
 import { quotaView, requestFit } from '../quota';
 import { IFormValues } from '../submission';
 import { IPool, ITeam } from '../types';
+import { Field } from './Field';
 
 export const PRIORITIES = ['batch', 'best-effort', 'interactive', 'production'];
 
@@ -18,22 +19,6 @@ export interface ISubmitFormProps {
   pools: IPool[];
   error: { field?: string; message: string } | null;
   onChange: (values: IFormValues) => void;
-}
-
-function Field(props: {
-  label: string;
-  name: keyof IFormValues;
-  hint?: string;
-  invalid: boolean;
-  children: React.ReactNode;
-}): JSX.Element {
-  return (
-    <label className={`gpuhub-Field${props.invalid ? ' gpuhub-Field-invalid' : ''}`}>
-      <span className="gpuhub-Field-label">{props.label}</span>
-      {props.children}
-      {props.hint && <span className="gpuhub-Field-hint">{props.hint}</span>}
-    </label>
-  );
 }
 
 export function SubmitForm(props: ISubmitFormProps): JSX.Element {

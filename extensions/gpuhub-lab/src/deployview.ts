@@ -1,0 +1,142 @@
+/**
+ * How a deployment reads in the Deployments panel: its traffic bar, which
+ * actions apply, what its numbers say, and the dialogs' parsing. Pure.
+ */
+import { IDeployment, IRevision } from './types';
+
+export type RevisionRole = 'stable' | 'canary' | 'idle' | 'other';
+
+export function revisionRole(d: IDeployment, revision: number): RevisionRole {
+  if (revision === d.canary_revision) {
+    return 'canary';
+  }
+  if (revision === d.stable_revision) {
+    return 'stable';
+  }
+  return d.traffic[String(revision)] ? 'other' : 'idle';
+}
+
+export interface ITrafficSegment {
+  revision: number;
+  percent: number;
+  /** Percent of the bar left of this segment. */
+  offset: number;
+  role: RevisionRole;
+}
+
+/** The traffic split as the bar draws it: revisions with traffic, oldest first. */
+export function trafficSegments(d: IDeployment): ITrafficSegment[] {
+  let offset = 0;
+  return Object.entries(d.traffic)
+    .map(([rev, percent]) => ({ revision: Number(rev), percent }))
+    .filter(s => s.percent > 0)
+    .sort((a, b) => a.revision - b.revision)
+    .map(s => {
+      const segment = { ...s, offset, role: revisionRole(d, s.revision) };
+      offset += s.percent;
+      return segment;
+    });
+}
+
+export type DeploymentAction = 'promote' | 'rollback' | 'traffic' | 'scale' | 'delete';
+
+export interface IActionState {
+  action: DeploymentAction;
+  enabled: boolean;
+  /** What it does now, or why it does not apply. */
+  title: string;
+}
+
+/** The actions of a deployment's card, each with why it is (not) available. */
+export function actionStates(d: IDeployment): IActionState[] {
+  const numbers = d.revisions.map(r => r.number);
+  const earlier = numbers.filter(n => n < d.stable_revision);
+  const canary = d.canary_revision;
+  const rollbackTo = canary !== null ? d.stable_revision : earlier.length ? Math.max(...earlier) : null;
+  return [
+    {
+      action: 'promote',
+      enabled: canary !== null,
+      title: canary !== null ? `Give revision ${canary} all traffic` : 'No canary to promote'
+    },
+    {
+      action: 'rollback',
+      enabled: rollbackTo !== null,
+      title: rollbackTo !== null ? `Send all traffic back to revision ${rollbackTo}` : 'No earlier revision'
+    },
+    {
+      action: 'traffic',
+      enabled: numbers.length > 1,
+      title: numbers.length > 1 ? 'Split the traffic between revisions' : 'Only one revision'
+    },
+    { action: 'scale', enabled: true, title: 'Set the minimum and maximum replicas' },
+    { action: 'delete', enabled: true, title: 'Stop every replica and delete the deployment' }
+  ];
+}
+
+/** "1/2" ready of running replicas. */
+export function replicasText(r: IRevision): string {
+  return `${r.ready_replicas}/${r.replicas.length}`;
+}
+
+/** "12 ms", "1.2 s", "–" for no measurement. */
+export function latencyText(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined) {
+    return '–';
+  }
+  return ms >= 1000 ? `${(ms / 1000).toFixed(1)} s` : `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`;
+}
+
+/** "0 %", "2.5 %". */
+export function percentText(rate: number | null | undefined): string {
+  if (rate === null || rate === undefined) {
+    return '–';
+  }
+  const p = rate * 100;
+  return `${p === 0 || p >= 10 ? Math.round(p) : p.toFixed(1)} %`;
+}
+
+/** "0.35/s". */
+export function rpsText(rps: number): string {
+  return `${rps >= 10 ? Math.round(rps) : rps.toFixed(2)}/s`;
+}
+
+/** Whether any revision that gets traffic waits for a ready replica (the panel polls faster). */
+export function isStarting(d: IDeployment): boolean {
+  return d.revisions.some(r => d.traffic[String(r.number)] && r.ready_replicas === 0);
+}
+
+export class DialogError extends Error {}
+
+/** The traffic dialog's "revision → percent" texts as the service's traffic object. */
+export function parseTraffic(texts: Record<string, string>): Record<string, number> {
+  const traffic: Record<string, number> = {};
+  for (const [rev, text] of Object.entries(texts)) {
+    const n = Number(text.trim() || '0');
+    if (!Number.isInteger(n) || n < 0 || n > 100) {
+      throw new DialogError(`revision ${rev}: a whole percent from 0 to 100, not "${text}"`);
+    }
+    traffic[rev] = n;
+  }
+  const total = Object.values(traffic).reduce((a, b) => a + b, 0);
+  if (total !== 100) {
+    throw new DialogError(`the percents add up to ${total}, not 100`);
+  }
+  return traffic;
+}
+
+/** The scale dialog's texts as the service's scale body. */
+export function parseScale(min: string, max: string): { min_replicas: number; max_replicas: number } {
+  const lo = Number(min.trim());
+  const hi = Number(max.trim());
+  if (!min.trim() || !Number.isInteger(lo) || lo < 0 || lo > 64) {
+    throw new DialogError(`minimum: a whole number from 0 to 64, not "${min}"`);
+  }
+  if (!max.trim() || !Number.isInteger(hi) || hi < 1 || hi > 64) {
+    throw new DialogError(`maximum: a whole number from 1 to 64, not "${max}"`);
+  }
+  if (hi < lo) {
+    throw new DialogError(`the maximum (${hi}) is below the minimum (${lo})`);
+  }
+  return { min_replicas: lo, max_replicas: hi };
+}
