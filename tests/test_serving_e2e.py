@@ -241,9 +241,32 @@ def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):
     time.sleep(2)  # a few more cycles: still two, never three
     assert len(bob.get("/deployments/b/iris-gpu").json()["revisions"][0]["replicas"]) == 2
     assert bob.get("/pools").json()["pools"][0]["teams"]["b"] == 2
+    # a GPU deployment does not scale to zero: its replicas keep their GPUs warm
+    r = bob.post("/deployments/b/iris-gpu/scale", json={"min_replicas": 0,
+                                                        "scale_to_zero_after": 30})
+    assert r.status_code == 400 and r.json()["field"] == "min_replicas", r.text
     # the replicas see their GPUs; usage counts them as kind deployment
     assert bob.request("DELETE", "/deployments/b/iris-gpu").status_code == 200
     wait_for(lambda: bob.get("/pools").json()["pools"][0]["teams"].get("b", 0) == 0,
              "the GPUs back", 60)
     usage = hub.client("root-admin").get("/usage", params={"group_by": "kind"}).json()
     assert any(r["kind"] == "deployment" and r["gpu_seconds"] > 0 for r in usage["rows"])
+
+
+def test_a_cpu_deployment_scales_to_zero_when_idle_and_wakes_for_a_request(hub):
+    bob = hub.client("bob")
+    train(hub, "models/iris-idle", user="bob")
+    assert bob.post("/deployments", json={"name": "idle", "model_dir": "models/iris-idle"}
+                    ).status_code == 201
+    ready(hub, "idle", team="b", user="bob")
+    r = bob.post("/deployments/b/idle/scale", json={"min_replicas": 0})
+    assert r.status_code == 400 and r.json()["field"] == "scale_to_zero_after", r.text
+    r = bob.post("/deployments/b/idle/scale", json={"min_replicas": 0, "scale_to_zero_after": 10})
+    assert r.status_code == 200 and r.json()["scale_to_zero_after"] == 10, r.text
+    wait_for(lambda: not bob.get("/deployments/b/idle").json()["revisions"][0]["replicas"],
+             "no replica after 10 s without requests", 60)
+    # the first request waits while a replica starts, and is answered
+    resp = call(hub, endpoint(hub, "idle", team="b"), infer_body(), user="bob")
+    assert resp.status_code == 200, resp.text
+    assert len(bob.get("/deployments/b/idle").json()["revisions"][0]["replicas"]) == 1
+    assert bob.request("DELETE", "/deployments/b/idle").status_code == 200

@@ -252,8 +252,12 @@ class Deployments:
                                 why or f"rolled back to revision {target}")
 
     def scale(self, who: Identity, team: str, name: str, body: Any) -> DeploymentRow:
-        if not isinstance(body, dict) or set(body) - {"min_replicas", "max_replicas"} or not body:
-            raise SpecError("body", "must be an object with min_replicas and/or max_replicas")
+        """New replica bounds, and for a CPU deployment the idle time after
+        which it scales to zero (``min_replicas`` 0)."""
+        fields = {"min_replicas", "max_replicas", "scale_to_zero_after"}
+        if not isinstance(body, dict) or set(body) - fields or not body:
+            raise SpecError("body", "must be an object with min_replicas, max_replicas and/or "
+                                    "scale_to_zero_after")
         now = self.engine.clock()
         with self.engine.store.transaction() as s:
             dep = self.find(s, who, team, name)
@@ -262,12 +266,19 @@ class Deployments:
             hi = _int(body, "max_replicas", max(dep.max_replicas, lo), 1, 64)
             if hi < lo:
                 raise SpecError("max_replicas", f"must be at least min_replicas ({lo})")
-            if lo == 0 and dep.scale_to_zero_after is None:
-                raise SpecError("min_replicas", "0 needs scale_to_zero_after (set at deploy)")
-            before = [dep.min_replicas, dep.max_replicas]
+            idle = _num(body, "scale_to_zero_after", dep.scale_to_zero_after, 10, 86400 * 7,
+                        optional=True)
+            if lo == 0 and dep.gpus:
+                raise SpecError("min_replicas", "0 is for deployments without GPUs (a GPU "
+                                                "replica keeps its GPUs warm)")
+            if lo == 0 and idle is None:
+                raise SpecError("scale_to_zero_after", "is needed for min_replicas 0: the "
+                                                       "seconds without a request before it goes")
+            before = [dep.min_replicas, dep.max_replicas, dep.scale_to_zero_after]
             dep.min_replicas, dep.max_replicas, dep.updated_at = lo, hi, now
+            dep.scale_to_zero_after = idle
             self.engine._audit(s, now, who.name, "scale", f"{team}/{name}",
-                               {"before": before, "after": [lo, hi]})
+                               {"before": before, "after": [lo, hi, idle]})
         self.engine.wake()
         return dep
 
