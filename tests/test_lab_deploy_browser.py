@@ -4,8 +4,9 @@ files. She deploys the first from the file browser's context menu (the name
 checked as she types), sees it ready in the Deployments panel, and real
 inference requests move its request count and its rps chart. She deploys
 the second job's outputs from the Jobs panel as a 25 % canary of the same
-deployment, sees the split, promotes it, rolls back, has a scale-down
-refused with the service's words, and deletes the deployment.
+deployment, sees the split, promotes it, rolls back, lets it scale to zero
+when idle (the dialog will not take an idle time too short), and deletes
+the deployment.
 
 Chromium is Debian's (/usr/bin/chromium). Screenshots of the dialog and the
 panel are kept in docs/screenshots/lab-deploy*.png for docs/lab-extension.md.
@@ -153,12 +154,19 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
                 "rolled back to revision 1")
             wait_for(lambda: set(infer(hub, 4)) == {"1"}, 30, "revision 1 to answer alone")
 
-            # 6. A refused action shows the service's words on the card.
+            # 6. Scale to zero when idle: the dialog will not apply an idle
+            # time under 10 s; then the service takes 600 s.
             card.locator('[data-action="scale"]').click()
+            apply = page.locator(".jp-Dialog-button.jp-mod-accept")
             page.locator('.gpuhub-DeploymentDialog input[name="min"]').fill("0")
-            page.locator(".jp-Dialog-button.jp-mod-accept").click()
-            expect(card.locator(".gpuhub-Deployment-error")).to_contain_text(
-                "0 needs scale_to_zero_after")
+            page.locator('.gpuhub-DeploymentDialog input[name="idle"]').fill("5")
+            expect(apply).to_be_disabled()
+            page.locator('.gpuhub-DeploymentDialog input[name="idle"]').fill("600")
+            expect(apply).to_be_enabled()
+            apply.click()
+            expect(card).to_contain_text("0–1 replicas")
+            d = hub.client("alice").get("/deployments/a/iris").json()
+            assert (d["min_replicas"], d["scale_to_zero_after"]) == (0, 600)
 
             # 7. The palette opens the dialog too; then delete, confirmed.
             page.keyboard.press("Control+Shift+C")

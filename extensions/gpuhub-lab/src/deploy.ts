@@ -110,7 +110,7 @@ export class Deployer {
         : ([
             `Replicas of ${d.name}`,
             (v: Record<string, string> | null, err: string) => new ScaleFormWidget(d, v, err),
-            (v: Record<string, string>) => parseScale(v.min, v.max)
+            (v: Record<string, string>) => parseScale(v.min, v.max, v.idle)
           ] as const);
     let values: Record<string, string> | null = null;
     let error = '';

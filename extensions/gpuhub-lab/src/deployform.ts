@@ -22,6 +22,8 @@ export interface IDeployFormValues {
   gpus: string;
   minReplicas: string;
   maxReplicas: string;
+  /** With min replicas 0 (CPU only): idle seconds before the last replica stops. */
+  scaleToZeroAfter: string;
   /** For a new revision of an existing deployment: start it as a canary. */
   asCanary: boolean;
   canaryPercent: string;
@@ -46,6 +48,7 @@ export const EMPTY_DEPLOY_FORM: IDeployFormValues = {
   gpus: '0',
   minReplicas: '1',
   maxReplicas: '1',
+  scaleToZeroAfter: '300',
   asCanary: true,
   canaryPercent: '10',
   rollbackErrorPercent: '',
@@ -63,6 +66,7 @@ export const SERVICE_FIELDS: Record<string, DeployField> = {
   gpus: 'gpus',
   min_replicas: 'minReplicas',
   max_replicas: 'maxReplicas',
+  scale_to_zero_after: 'scaleToZeroAfter',
   canary_percent: 'canaryPercent',
   rollback: 'rollbackErrorPercent'
 };
@@ -153,6 +157,15 @@ export function checkDeployForm(
   if (typeof min === 'number' && typeof max === 'number' && max < min) {
     problems.maxReplicas = `at least the minimum (${min})`;
   }
+  // Scaling to zero: the service's rule (CPU only, after an idle time).
+  const toZero = min === 0;
+  const idle = toZero ? wholeNumber(values.scaleToZeroAfter, 10, 604800) : undefined;
+  if (typeof idle === 'string') {
+    problems.scaleToZeroAfter = idle;
+  }
+  if (toZero && typeof gpus === 'number' && gpus > 0) {
+    problems.minReplicas = 'at least 1 with GPUs (a GPU replica keeps its GPUs warm)';
+  }
   const canary = existing && values.asCanary;
   const percent = canary ? wholeNumber(values.canaryPercent, 1, 99) : undefined;
   const errorPercent = canary ? optionalNumber(values.rollbackErrorPercent, 0, 100) : undefined;
@@ -177,6 +190,9 @@ export function checkDeployForm(
     min_replicas: min as number,
     max_replicas: max as number
   };
+  if (typeof idle === 'number') {
+    request.scale_to_zero_after = idle;
+  }
   if (values.team) {
     request.team = values.team;
   }
@@ -215,6 +231,7 @@ export function withDeploymentSettings(values: IDeployFormValues, d: IDeployment
     pool: d.pool,
     gpus: String(d.gpus),
     minReplicas: String(d.min_replicas),
-    maxReplicas: String(d.max_replicas)
+    maxReplicas: String(d.max_replicas),
+    scaleToZeroAfter: String(d.scale_to_zero_after ?? values.scaleToZeroAfter)
   };
 }

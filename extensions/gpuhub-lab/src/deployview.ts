@@ -125,8 +125,14 @@ export function parseTraffic(texts: Record<string, string>): Record<string, numb
   return traffic;
 }
 
-/** The scale dialog's texts as the service's scale body. */
-export function parseScale(min: string, max: string): { min_replicas: number; max_replicas: number } {
+export interface IScaleRequest {
+  min_replicas: number;
+  max_replicas: number;
+  scale_to_zero_after?: number;
+}
+
+/** The scale dialog's texts as the service's scale body (the idle time only for min 0). */
+export function parseScale(min: string, max: string, idle = ''): IScaleRequest {
   const lo = Number(min.trim());
   const hi = Number(max.trim());
   if (!min.trim() || !Number.isInteger(lo) || lo < 0 || lo > 64) {
@@ -138,5 +144,12 @@ export function parseScale(min: string, max: string): { min_replicas: number; ma
   if (hi < lo) {
     throw new DialogError(`the maximum (${hi}) is below the minimum (${lo})`);
   }
-  return { min_replicas: lo, max_replicas: hi };
+  if (lo > 0) {
+    return { min_replicas: lo, max_replicas: hi };
+  }
+  const seconds = Number(idle.trim());
+  if (!idle.trim() || !Number.isInteger(seconds) || seconds < 10 || seconds > 604800) {
+    throw new DialogError(`scale to zero after: whole seconds from 10 to 604800, not "${idle}"`);
+  }
+  return { min_replicas: 0, max_replicas: hi, scale_to_zero_after: seconds };
 }

@@ -221,9 +221,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     // ---- status bar ---------------------------------------------------------
     if (statusBar) {
-      const item = new QuotaStatus(model, anchor =>
-        showPopup({ body: new QuotaPopoverBody(model), anchor, align: 'left' })
-      );
+      const item = new QuotaStatus(model, anchor => {
+        void model.refreshNow(); // the popover shows what holds now, not the last idle poll
+        showPopup({ body: new QuotaPopoverBody(model), anchor, align: 'left' });
+      });
       statusBar.registerStatusItem('gpuhub-lab:quota', { item, align: 'left', rank: 10 });
     }
 

@@ -91,7 +91,12 @@ export class JobsModel extends PolledModel {
       if (fresh.length) {
         this._newNotices.emit(fresh);
       }
-      const next = pollInterval(mine, this.pollSettings.activeInterval, this.pollSettings.idleInterval);
+      const next = pollInterval(
+        mine,
+        this.pollSettings.activeInterval,
+        this.pollSettings.idleInterval,
+        notes.length > 0
+      );
       this.setInterval(next);
     } catch (error) {
       this.error = String((error as Error).message ?? error);

@@ -66,8 +66,9 @@ export function jobNotes(before: Map<string, IJobSnapshot> | null, jobs: IWorklo
 
 /**
  * Seconds until the next poll: fast while one of the jobs is queued or
- * running, slower when nothing moves.
+ * running, slower when nothing moves. Fast once more right after a job
+ * changed state: the quotas read in the same poll may not show it yet.
  */
-export function pollInterval(jobs: IWorkload[], fast: number, slow: number): number {
-  return jobs.some(j => ['queued', 'running', 'stopping'].includes(j.state)) ? fast : slow;
+export function pollInterval(jobs: IWorkload[], fast: number, slow: number, justChanged = false): number {
+  return justChanged || jobs.some(j => ['queued', 'running', 'stopping'].includes(j.state)) ? fast : slow;
 }

@@ -156,6 +156,8 @@ export interface IDeployment {
   gpus: number;
   min_replicas: number;
   max_replicas: number;
+  /** Seconds without a request before a CPU deployment with min_replicas 0 goes to none. */
+  scale_to_zero_after: number | null;
   /** Revision number → percent of the requests. */
   traffic: Record<string, number>;
   stable_revision: number;
@@ -197,6 +199,7 @@ export interface IDeployRequest {
   gpus: number;
   min_replicas: number;
   max_replicas: number;
+  scale_to_zero_after?: number;
   canary_percent?: number;
   rollback?: IRollbackRule;
 }

@@ -43,6 +43,18 @@ describe('the deployment name, checked as it is typed', () => {
 });
 
 describe('the deploy form', () => {
+  it('scales a CPU deployment to zero after an idle time, never a GPU one', () => {
+    const cpu = checkDeployForm(form({ gpus: '0', minReplicas: '0', maxReplicas: '2', scaleToZeroAfter: '120' }));
+    expect(cpu.problems).toEqual({});
+    expect(cpu.request).toMatchObject({ min_replicas: 0, scale_to_zero_after: 120 });
+    expect(checkDeployForm(form({ minReplicas: '1' })).request?.scale_to_zero_after).toBeUndefined();
+    const gpu = checkDeployForm(form({ gpus: '1', minReplicas: '0', maxReplicas: '2' }));
+    expect(gpu.problems.minReplicas).toContain('with GPUs');
+    expect(checkDeployForm(form({ gpus: '0', minReplicas: '0', scaleToZeroAfter: '3' })).problems).toEqual({
+      scaleToZeroAfter: 'a whole number from 10 to 604800'
+    });
+  });
+
   it('makes the request of a first deployment, without canary settings', () => {
     const { problems, request } = checkDeployForm(form({ gpus: '1', minReplicas: '1', maxReplicas: '3' }));
     expect(problems).toEqual({});

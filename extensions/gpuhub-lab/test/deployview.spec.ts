@@ -99,5 +99,9 @@ describe('the traffic and scale dialogs', () => {
     expect(parseScale('1', ' 3 ')).toEqual({ min_replicas: 1, max_replicas: 3 });
     expect(() => parseScale('3', '2')).toThrow('below the minimum');
     expect(() => parseScale('', '2')).toThrow('minimum');
+    // down to zero replicas: with the idle time before the last one stops
+    expect(parseScale('0', '2', '120')).toEqual({ min_replicas: 0, max_replicas: 2, scale_to_zero_after: 120 });
+    expect(parseScale('1', '2', '120')).toEqual({ min_replicas: 1, max_replicas: 2 });
+    expect(() => parseScale('0', '2', '5')).toThrow('scale to zero after');
   });
 });

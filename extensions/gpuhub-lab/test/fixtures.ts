@@ -86,6 +86,7 @@ export function deployment(over: Partial<IDeployment> = {}): IDeployment {
     gpus: 0,
     min_replicas: 1,
     max_replicas: 2,
+    scale_to_zero_after: null,
     traffic: { '1': 100 },
     stable_revision: 1,
     canary_revision: null,

@@ -39,5 +39,7 @@ describe('how often to poll', () => {
     expect(pollInterval([job({ state: 'running' })], 2, 15)).toBe(2);
     expect(pollInterval([job({ state: 'succeeded' })], 2, 15)).toBe(15);
     expect(pollInterval([], 2, 15)).toBe(15);
+    // a job just ended: once more soon, so the quota catches up
+    expect(pollInterval([job({ state: 'succeeded' })], 2, 15, true)).toBe(2);
   });
 });

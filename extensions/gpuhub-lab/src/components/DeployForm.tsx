@@ -32,7 +32,7 @@ export interface IDeployFormProps {
 }
 
 /** Fields whose values come from the deployment when the name is one. */
-const DEPLOYMENT_SETTINGS: DeployField[] = ['pool', 'gpus', 'minReplicas', 'maxReplicas'];
+const DEPLOYMENT_SETTINGS: DeployField[] = ['pool', 'gpus', 'minReplicas', 'maxReplicas', 'scaleToZeroAfter'];
 
 export function DeployForm(props: IDeployFormProps): JSX.Element {
   const [values, setValues] = React.useState<IDeployFormValues>(props.initial);
@@ -108,6 +108,16 @@ export function DeployForm(props: IDeployFormProps): JSX.Element {
         <Field label="Max replicas" name="maxReplicas" problem={problem('maxReplicas')} hint="scales with requests in flight">
           {input('maxReplicas', { type: 'number', min: 1, max: 64 })}
         </Field>
+        {values.minReplicas.trim() === '0' && (
+          <Field
+            label="Scale to zero after (s)"
+            name="scaleToZeroAfter"
+            problem={problem('scaleToZeroAfter')}
+            hint="idle seconds; the next request waits for a replica"
+          >
+            {input('scaleToZeroAfter', { type: 'number', min: 10, max: 604800 })}
+          </Field>
+        )}
       </div>
       {existing && (
         <fieldset className="gpuhub-DeployForm-revision" data-next-revision={nextRevision}>

@@ -60,8 +60,18 @@ export class TrafficFormWidget extends FieldsWidget {
 
 export class ScaleFormWidget extends FieldsWidget {
   constructor(d: IDeployment, values: Record<string, string> | null, error: string) {
-    super(values ?? { min: String(d.min_replicas), max: String(d.max_replicas) }, error);
+    super(
+      values ?? {
+        min: String(d.min_replicas),
+        max: String(d.max_replicas),
+        idle: String(d.scale_to_zero_after ?? 300)
+      },
+      error
+    );
+    this.gpus = d.gpus;
   }
+
+  private gpus: number;
 
   render(): JSX.Element {
     return (
@@ -69,6 +79,7 @@ export class ScaleFormWidget extends FieldsWidget {
         {this.errorLine()}
         {this.field('min', 'Min replicas', { min: 0, max: 64 })}
         {this.field('max', 'Max replicas', { min: 1, max: 64 })}
+        {this.gpus === 0 && this.field('idle', 'Scale to zero after (s), with min 0', { min: 10, max: 604800 })}
       </div>
     );
   }
