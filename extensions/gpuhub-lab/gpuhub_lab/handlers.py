@@ -17,9 +17,6 @@ from . import jobspec, outputs
 from .service import ServiceClient, ServiceError, seg
 
 SCOPES = ("mine", "team")
-ACTIVE = ("queued", "running", "stopping")
-# Jobs whose full records one list fetches at most.
-MAX_DETAILED = 25
 
 
 class ClientGone(Exception):
@@ -101,31 +98,12 @@ class WorkloadsHandler(GpuHubHandler):
         scope = self.get_argument("scope", "mine")
         if scope not in SCOPES:
             raise jobspec.FormError("scope", f"must be one of {', '.join(SCOPES)}")
-        params = [("kind", "job"), ("limit", "200")]
+        # detail=1: attempts, queue position and output notebook in the same call
+        params = [("kind", "job"), ("limit", "200"), ("detail", "1")]
         if scope == "mine":
             params.append(("user", (await self.me())["name"]))
         listed = (await self.service.call("GET", "/workloads", params))["workloads"]
-        details = await self.details(listed)
-        self.write_json({"workloads": [jobspec.describe(details.get(w["id"], w),
-                                                        self.service_root) for w in listed]})
-
-    async def details(self, listed: list[dict]) -> dict[str, dict]:
-        """Full records (queue position, attempts, output notebook; the list
-        has none of them) of the active jobs and of finished notebook jobs;
-        finished ones do not change, so they are kept."""
-        done = self.settings.setdefault("gpuhub_finished", {})
-        wanted = [w["id"] for w in listed
-                  if w["state"] in ACTIVE or (w.get("notebook") and w["id"] not in done)]
-        fetched = await asyncio.gather(
-            *(self.service.call("GET", f"/workloads/{seg(wid)}") for wid in wanted[:MAX_DETAILED]),
-            return_exceptions=True)
-        out = {w["id"]: done[w["id"]] for w in listed if w["id"] in done}
-        for d in fetched:
-            if isinstance(d, dict):
-                out[d["id"]] = d
-                if d["state"] not in ACTIVE:
-                    done[d["id"]] = d
-        return out
+        self.write_json({"workloads": [jobspec.describe(w, self.service_root) for w in listed]})
 
     @tornado.web.authenticated
     async def post(self):
