@@ -139,6 +139,23 @@ def test_command_sees_exactly_its_gpus_and_attempt(tmp_path, monkeypatch, gpus, 
     assert json.loads(output(spec)) == expected
 
 
+def test_python_in_a_job_is_the_services_environments(tmp_path, monkeypatch):
+    """A service started as .venv/bin/gpuhub, venv not activated: a job's
+    ``python`` is still the venv's (with what the notebooks have), unless
+    the job sets its own PATH."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    backend = LocalBackend()
+    spec = make_spec(tmp_path, argv=("python", "-c", "import sys; print(sys.prefix)"))
+    backend.start(spec)
+    assert single_exit(backend).returncode == 0
+    assert output(spec).strip() == sys.prefix
+    own = make_spec(tmp_path, attempt=2, env={"PATH": "/nowhere"},
+                    argv=(sys.executable, "-c", "import os; print(os.environ['PATH'])"))
+    backend.start(own)
+    single_exit(backend)
+    assert output(own).strip() == "/nowhere"
+
+
 @pytest.mark.parametrize("code, returncode", [
     ("import time; time.sleep(30)", -signal.SIGTERM),
     ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(30)",

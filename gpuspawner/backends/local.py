@@ -84,7 +84,13 @@ class LocalBackend:
         if any(os.path.exists(os.path.join(attempt_dir, f)) for f in (RUNNER_FILE, LAUNCH_FILE)):
             # Its old exit.json would be taken for this run's.
             raise BackendError(f"attempt directory {attempt_dir} was already used")
-        env = {**os.environ, **spec.env,
+        env = {**os.environ,
+               # "python" in a job is this environment's, as in the notebooks
+               # (a service started as .venv/bin/gpuhub without activating
+               # the venv would otherwise hand jobs the system's Python).
+               "PATH": os.pathsep.join([os.path.dirname(sys.executable),
+                                        os.environ.get("PATH", os.defpath)]),
+               **spec.env,
                # Empty when no GPUs: the command sees none rather than all.
                "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
                "GPUHUB_WORKLOAD_ID": spec.workload_id,
