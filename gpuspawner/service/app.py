@@ -383,8 +383,13 @@ class GpuHubService(Application):
 
     # ---- used by handlers ------------------------------------------------
     @property
+    def service_prefix(self) -> str:
+        """Where the proxy routes this service (the hub's base URL included)."""
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/")
+
+    @property
     def api_prefix(self) -> str:
-        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/") + "api/v1/"
+        return self.service_prefix + "api/v1/"
 
     def limits(self) -> Limits:
         return Limits(max_time_limit=self.max_time_limit,
@@ -543,7 +548,7 @@ class GpuHubService(Application):
             return f.read().strip()
 
     def make_app(self) -> web.Application:
-        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/")
+        prefix = self.service_prefix
         routes = [(prefix + "api/v1" + route_regex(path), handler)
                   for path, handler in API_ROUTES]
         routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))

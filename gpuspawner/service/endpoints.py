@@ -31,7 +31,8 @@ COLD_START_SECONDS = 60.0
 WAIT_FOR_REPLICA_SECONDS = 30.0
 
 
-def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[RevisionRow]) -> dict:
+def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[RevisionRow],
+                    service_prefix: str) -> dict:
     replicas = [r for r in ctl.replicas.values() if r.deployment_id == dep.id]
     return {
         "team": dep.team, "name": dep.name, "user": dep.user, "pool": dep.pool, "gpus": dep.gpus,
@@ -40,7 +41,8 @@ def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[
         "traffic": {int(k): v for k, v in dep.traffic.items()},
         "stable_revision": dep.stable_revision, "canary_revision": ctl.deployments.canary(dep),
         "rollback": dep.rollback, "message": dep.message,
-        "endpoint": f"/services/gpuhub/endpoints/{dep.team}/{dep.name}/v2/models/{dep.name}/infer",
+        # under the hub's base URL, as the proxy routes it
+        "endpoint": f"{service_prefix}endpoints/{dep.team}/{dep.name}/v2/models/{dep.name}/infer",
         "created_at": iso(dep.created_at), "updated_at": iso(dep.updated_at),
         "revisions": [{"number": r.number, "model_dir": r.model_dir, "runtime": r.runtime,
                        "predictor": r.predictor, "created_at": iso(r.created_at),
@@ -65,7 +67,8 @@ class DeploymentAPI(APIHandler):
     def view(self, team: str, name: str) -> dict:
         with self.engine.store.session() as s:
             dep = self.ctl.deployments.find(s, self.identity, team, name)
-            return deployment_view(self.ctl, dep, self.ctl.deployments.revisions(s, dep))
+            return deployment_view(self.ctl, dep, self.ctl.deployments.revisions(s, dep),
+                                   self.gpuhub.service_prefix)
 
 
 class DeploymentsHandler(DeploymentAPI):
@@ -74,7 +77,8 @@ class DeploymentsHandler(DeploymentAPI):
             deps = [d for d in s.scalars(select(DeploymentRow).order_by(DeploymentRow.team,
                                                                         DeploymentRow.name))
                     if self.identity.sees_team(d.team)]
-            out = [deployment_view(self.ctl, d, self.ctl.deployments.revisions(s, d)) for d in deps]
+            out = [deployment_view(self.ctl, d, self.ctl.deployments.revisions(s, d),
+                                   self.gpuhub.service_prefix) for d in deps]
         self.write_json({"deployments": out})
 
     def post(self):
