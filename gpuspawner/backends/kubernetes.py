@@ -172,7 +172,8 @@ class KubernetesBackend:
         return replica_address(self._pods.get((a.namespace, job_name(workload_id, attempt)), []))
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
-        """Delete the Job: Kubernetes sends SIGTERM, and SIGKILL after ``grace``."""
+        """Delete the Job (or the replica's Deployment): Kubernetes sends SIGTERM,
+        and SIGKILL after ``grace``."""
         a = self._attempts.get((workload_id, attempt))
         if a is not None and not a.stopped:
             a.stopped = True
