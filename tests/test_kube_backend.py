@@ -494,21 +494,44 @@ def test_kube_api_sends_the_requests_the_api_server_expects():
 
 # ---- the service on a cluster -------------------------------------------------------------
 
-class FakeApiServer:
-    """The REST paths the service uses, over HTTP, in a thread: GPU nodes
-    to list, Jobs stored as posted."""
+class ThreadedApiServer:
+    """A stand-in for the API server: tornado in a thread of its own on a
+    free port, answering with the handler a subclass gives (``handler()``)."""
 
-    def __init__(self, nodes):
+    def __init__(self):
         import threading
-        self.nodes, self.jobs = nodes, {}
         self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        threading.Thread(target=self._serve, daemon=True).start()
         self.ready.wait(10)
+
+    def handler(self) -> type:
+        raise NotImplementedError
 
     def _serve(self):
         from tornado.ioloop import IOLoop
         asyncio.set_event_loop(asyncio.new_event_loop())
+        app = web.Application([(r"/(.*)", self.handler())])
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        app.listen(self.port, "127.0.0.1")
+        self.loop = IOLoop.current()
+        self.ready.set()
+        self.loop.start()
+
+    def stop(self):
+        self.loop.add_callback(self.loop.stop)
+
+
+class FakeApiServer(ThreadedApiServer):
+    """The REST paths the service uses: GPU nodes to list, Jobs stored as posted."""
+
+    def __init__(self, nodes):
+        self.nodes, self.jobs = nodes, {}
+        super().__init__()
+
+    def handler(self) -> type:
         server = self
 
         class Handler(web.RequestHandler):
@@ -526,28 +549,13 @@ class FakeApiServer:
                 server.jobs[job["metadata"]["name"]] = job
                 self.set_status(201)
                 self.finish(job)
-
-        app = web.Application([(r"/(.*)", Handler)])
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
-        app.listen(self.port, "127.0.0.1")
-        self.loop = IOLoop.current()
-        self.ready.set()
-        self.loop.start()
-
-    def stop(self):
-        self.loop.add_callback(self.loop.stop)
+        return Handler
 
 
-def test_service_takes_its_nodes_from_the_cluster_and_runs_jobs_there(tmp_path, monkeypatch):
+def start_service(tmp_path, monkeypatch, api: ThreadedApiServer, config: str):
+    """``GpuHubService`` with the kubernetes backend, its kubeconfig pointing
+    at ``api``, initialised in an event loop of its own: (app, loop)."""
     from gpuspawner.service.app import GpuHubService
-    from gpuspawner.service.identity import Identity
-    from gpuspawner.service.specs import parse_job
-    api = FakeApiServer([k8s_node("gpu-1", {"nvidia.com/gpu": "8"}),
-                         k8s_node("gpu-2", {"nvidia.com/gpu": "8"}, ready=False),
-                         k8s_node("cpu-1", {})])
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "test",
@@ -556,16 +564,41 @@ def test_service_takes_its_nodes_from_the_cluster_and_runs_jobs_there(tmp_path, 
         "users": [{"name": "test", "user": {"token": "t"}}]}))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    (tmp_path / "gpuhub_config.py").write_text(
-        'c.GpuHubService.backend = "kubernetes"\n'
-        'c.KubernetesJobs.pools = {"a100-sxm4-80gb": {}}\n'
-        'c.GpuHubService.teams = {"a": {"quotas": {"a100-sxm4-80gb": {"nominal": 8}}}}\n')
+    (tmp_path / "gpuhub_config.py").write_text('c.GpuHubService.backend = "kubernetes"\n' + config)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     app = GpuHubService()
     try:
         app.initialize([f"--GpuHubService.config_file={tmp_path / 'gpuhub_config.py'}",
                         f"--GpuHubService.data_dir={tmp_path / 'data'}"])
+    except BaseException:
+        stop_service(app, loop)
+        raise
+    return app, loop
+
+
+def stop_service(app, loop) -> None:
+    if getattr(app, "engine", None) is not None:
+        loop.run_until_complete(app.engine.backend.api.close())
+        app.store.close()
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+def test_service_takes_its_nodes_from_the_cluster_and_runs_jobs_there(tmp_path, monkeypatch):
+    from gpuspawner.service.identity import Identity
+    from gpuspawner.service.specs import parse_job
+    api = FakeApiServer([k8s_node("gpu-1", {"nvidia.com/gpu": "8"}),
+                         k8s_node("gpu-2", {"nvidia.com/gpu": "8"}, ready=False),
+                         k8s_node("cpu-1", {})])
+    try:
+        app, loop = start_service(tmp_path, monkeypatch, api, (
+            'c.KubernetesJobs.pools = {"a100-sxm4-80gb": {}}\n'
+            'c.GpuHubService.teams = {"a": {"quotas": {"a100-sxm4-80gb": {"nominal": 8}}}}\n'))
+    except BaseException:
+        api.stop()
+        raise
+    try:
         assert sorted(app.engine.nodes) == ["gpu-1", "gpu-2"]
         [pool] = app.pools_view(Identity("root", admin=True))
         assert (pool["name"], pool["capacity"], pool["total"]) == ("a100-sxm4-80gb", 8, 16)
@@ -600,9 +633,5 @@ def test_service_takes_its_nodes_from_the_cluster_and_runs_jobs_there(tmp_path, 
         assert objects[3]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0][
             "nominalQuota"] == 8
     finally:
-        if getattr(app, "engine", None) is not None:
-            loop.run_until_complete(app.engine.backend.api.close())
+        stop_service(app, loop)
         api.stop()
-        app.store.close()
-        loop.close()
-        asyncio.set_event_loop(None)

@@ -9,8 +9,15 @@ ConfigMap, and a Service per revision.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import random
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 from tornado import httpserver, web
@@ -21,8 +28,11 @@ from gpuspawner.backends.kube_serving import (LABEL_REPLICA, MAX_POD_RESTARTS, R
                                               SETTINGS_MOUNT, replica_address, replica_exit,
                                               replica_manifests, revision_service)
 from gpuspawner.backends.kubernetes import KubeApi, KubernetesBackend
+from gpuspawner.service.deployments import parse_deploy
+from gpuspawner.service.identity import Identity
 from gpuspawner.serving.replica import model_settings, server_settings
-from test_kube_backend import SETTINGS, Clock, FakeKube, Recorder, run, spec, valid
+from test_kube_backend import (SETTINGS, Clock, FakeKube, Recorder, ThreadedApiServer, k8s_node,
+                               run, spec, start_service, stop_service, valid)
 
 MODEL = model_settings("iris", "/home/alice/models/iris-v2", "sklearn", "", 16, 0.005, "r2")
 SERVING = {"name": "iris", "revision": 2, "server": server_settings(41000), "model": MODEL}
@@ -254,31 +264,25 @@ def test_kube_api_sends_the_deployment_requests_and_tolerates_an_existing_servic
 
 # ---- the service on a cluster serves a model ------------------------------------------------
 
-class Cluster:
-    """The REST paths the service uses, over HTTP, in a thread, plus a
-    stand-in kubelet: a posted Deployment's pod is real MLServer, started from
-    the Deployment's ConfigMap on a loopback address of its own (its "pod
-    IP", 127.0.0.N) at the replica port; deleting the Deployment kills it."""
+class Cluster(ThreadedApiServer):
+    """The REST paths the service uses, plus a stand-in kubelet: a posted
+    Deployment's pod is real MLServer, started from the Deployment's
+    ConfigMap on a loopback address of its own (its "pod IP", 127.0.0.N) at
+    the replica port; deleting the Deployment kills it."""
 
     KINDS = {"jobs": "Job", "deployments": "Deployment", "configmaps": "ConfigMap",
              "services": "Service", "pods": "Pod"}
 
     def __init__(self, nodes, root):
-        import threading
         self.nodes, self.root = nodes, root
         self.objects: dict[tuple[str, str, str], dict] = {}
-        self.servers: dict[str, "subprocess.Popen"] = {}
-        self.ready = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-        self.ready.wait(10)
+        self.servers: dict[str, subprocess.Popen] = {}
+        super().__init__()
 
     def of(self, kind):
         return [o for (k, _, _), o in list(self.objects.items()) if k == kind]
 
-    def _serve(self):
-        import asyncio
-        from tornado.ioloop import IOLoop
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    def handler(self) -> type:
         cluster = self
 
         class Handler(web.RequestHandler):
@@ -307,22 +311,9 @@ class Cluster:
                 if key[0] == "Deployment" and obj is not None:
                     cluster.kill_pod(key[2])
                 self.finish({"kind": "Status", "code": 200})
-
-        app = web.Application([(r"/(.*)", Handler)])
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
-        app.listen(self.port, "127.0.0.1")
-        self.loop = IOLoop.current()
-        self.ready.set()
-        self.loop.start()
+        return Handler
 
     def run_pod(self, deployment):
-        import os
-        import random
-        import subprocess
-        import sys
         name, ns = deployment["metadata"]["name"], deployment["metadata"]["namespace"]
         data = self.objects[("ConfigMap", ns, name)]["data"]
         ip = f"127.0.0.{random.randint(2, 250)}"
@@ -345,8 +336,6 @@ class Cluster:
                 "imageID": "", "ready": True, "restartCount": 0}]}}
 
     def kill_pod(self, name):
-        import os
-        import signal
         for key in [k for k in self.objects if k[0] == "Pod" and k[2] == f"{name}-0"]:
             del self.objects[key]
         proc = self.servers.pop(name, None)
@@ -357,44 +346,16 @@ class Cluster:
     def stop(self):
         for name in list(self.servers):
             self.kill_pod(name)
-        self.loop.add_callback(self.loop.stop)
+        super().stop()
 
 
 def test_service_on_a_cluster_serves_a_model_through_the_replicas_pod_address(tmp_path,
                                                                                 monkeypatch):
-    import asyncio
-    import os
-    import subprocess
-    import sys
-    import time
-
-    from gpuspawner.service.app import GpuHubService
-    from gpuspawner.service.deployments import parse_deploy
-    from gpuspawner.service.identity import Identity
-    from test_kube_backend import k8s_node
-
     workspaces = tmp_path / "data" / "workspaces"
     model_dir = workspaces / "alice" / "models" / "iris-v1"
     subprocess.run([sys.executable, "examples/serving/iris/train.py", str(model_dir)], check=True,
                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     cluster = Cluster([k8s_node("gpu-1", {"nvidia.com/gpu": "8"})], str(tmp_path / "kubelet"))
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": f"http://127.0.0.1:{cluster.port}"}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        "users": [{"name": "test", "user": {"token": "t"}}]}))
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    (tmp_path / "gpuhub_config.py").write_text(
-        'c.GpuHubService.backend = "kubernetes"\n'
-        'c.KubernetesJobs.pools = {"a100-sxm4-80gb": {}}\n'
-        'c.KubernetesJobs.workspace_claim = "home"\n'
-        f'c.KubernetesJobs.workspace_mount = {str(workspaces)!r}\n'
-        'c.GpuHubService.teams = {"a": {"quotas": {"a100-sxm4-80gb": {"nominal": 8}}}}\n')
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    app = GpuHubService()
     alice = Identity("alice", teams=frozenset({"a"}), can_submit=True)
     body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
                         "data": [5.1, 3.5, 1.4, 0.2]}]}
@@ -439,13 +400,14 @@ def test_service_on_a_cluster_serves_a_model_through_the_replicas_pod_address(tm
         await ctl.session.close()
 
     try:
-        app.initialize([f"--GpuHubService.config_file={tmp_path / 'gpuhub_config.py'}",
-                        f"--GpuHubService.data_dir={tmp_path / 'data'}"])
-        loop.run_until_complete(scenario())
+        app, loop = start_service(tmp_path, monkeypatch, cluster, (
+            'c.KubernetesJobs.pools = {"a100-sxm4-80gb": {}}\n'
+            'c.KubernetesJobs.workspace_claim = "home"\n'
+            f'c.KubernetesJobs.workspace_mount = {str(workspaces)!r}\n'
+            'c.GpuHubService.teams = {"a": {"quotas": {"a100-sxm4-80gb": {"nominal": 8}}}}\n'))
+        try:
+            loop.run_until_complete(scenario())
+        finally:
+            stop_service(app, loop)
     finally:
         cluster.stop()
-        if getattr(app, "engine", None) is not None:
-            loop.run_until_complete(app.engine.backend.api.close())
-            app.store.close()
-        loop.close()
-        asyncio.set_event_loop(None)
