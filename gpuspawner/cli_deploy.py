@@ -62,7 +62,8 @@ def cmd_deployments(args) -> int:
             d = client.deployment_action(team, name, "traffic",
                                          {"traffic": {k: int(v) for k, v in split.items()}})
         elif args.action == "scale":
-            body = {k: v for k, v in (("min_replicas", args.min), ("max_replicas", args.max))
+            body = {k: v for k, v in (("min_replicas", args.min), ("max_replicas", args.max),
+                                      ("scale_to_zero_after", args.scale_to_zero_after))
                     if v is not None}
             d = client.deployment_action(team, name, "scale", body)
         elif args.action:
@@ -111,6 +112,9 @@ def add_parsers(sub) -> None:
     d.add_argument("traffic", nargs="*", metavar="REV=PERCENT", help="for traffic")
     d.add_argument("--min", type=int, help="for scale: min replicas")
     d.add_argument("--max", type=int, help="for scale: max replicas")
+    d.add_argument("--scale-to-zero-after", type=float, metavar="SECONDS",
+                   help="for scale with --min 0 (CPU only): idle seconds before the last replica "
+                        "stops")
     d.set_defaults(func=_guard("deployments", cmd_deployments))
 
 

@@ -254,6 +254,7 @@ def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):
 
 
 def test_a_cpu_deployment_scales_to_zero_when_idle_and_wakes_for_a_request(hub):
+    from gpuspawner import cli
     bob = hub.client("bob")
     train(hub, "models/iris-idle", user="bob")
     assert bob.post("/deployments", json={"name": "idle", "model_dir": "models/iris-idle"}
@@ -261,8 +262,10 @@ def test_a_cpu_deployment_scales_to_zero_when_idle_and_wakes_for_a_request(hub):
     ready(hub, "idle", team="b", user="bob")
     r = bob.post("/deployments/b/idle/scale", json={"min_replicas": 0})
     assert r.status_code == 400 and r.json()["field"] == "scale_to_zero_after", r.text
-    r = bob.post("/deployments/b/idle/scale", json={"min_replicas": 0, "scale_to_zero_after": 10})
-    assert r.status_code == 200 and r.json()["scale_to_zero_after"] == 10, r.text
+    assert cli.main(["deployments", "b/idle", "scale", "--min", "0", "--scale-to-zero-after", "10",
+                     "--url", hub.url, "--token", hub.token("bob")]) == 0
+    d = bob.get("/deployments/b/idle").json()
+    assert (d["min_replicas"], d["scale_to_zero_after"]) == (0, 10)
     wait_for(lambda: not bob.get("/deployments/b/idle").json()["revisions"][0]["replicas"],
              "no replica after 10 s without requests", 60)
     # the first request waits while a replica starts, and is answered
