@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import io
 import json
-import socket
 from urllib.parse import parse_qs
 
 import kubernetes_validate
@@ -448,9 +447,26 @@ class Recorder(web.RequestHandler):
         self._answer("DELETE")
 
 
-def test_kube_api_sends_the_requests_the_api_server_expects():
-    from kubernetes_asyncio import client
+def serve_on_a_free_port(app: web.Application) -> tuple[httpserver.HTTPServer, int]:
+    """``app`` listening on 127.0.0.1 at a port the kernel picked (bound
+    once: nothing can take the port between choosing and listening)."""
+    from tornado.netutil import bind_sockets
+    sockets = bind_sockets(0, "127.0.0.1")
+    server = httpserver.HTTPServer(app)
+    server.add_sockets(sockets)
+    return server, sockets[0].getsockname()[1]
 
+
+def recording_api(handler: type, seen: list, answers: dict):
+    """The real ``KubeApi`` on a local server whose ``handler`` records the
+    requests and answers from ``answers``: (api, server)."""
+    from kubernetes_asyncio import client
+    app = web.Application([(r"/(.*)", handler, {"seen": seen, "answers": answers})])
+    server, port = serve_on_a_free_port(app)
+    return KubeApi(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))), server
+
+
+def test_kube_api_sends_the_requests_the_api_server_expects():
     async def scenario():
         seen: list = []
         job_list = {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {}, "items": [
@@ -460,16 +476,7 @@ def test_kube_api_sends_the_requests_the_api_server_expects():
                    "/api/v1/pods": {"kind": "PodList", "metadata": {}, "items": []},
                    "/api/v1/nodes": {"kind": "NodeList", "metadata": {}, "items": [
                        k8s_node("gpu-1", {"nvidia.com/gpu": "8"})]}}
-        app = web.Application([(r"/(.*)", Recorder, {"seen": seen, "answers": answers})])
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        server = httpserver.HTTPServer(app)
-        server.listen(port, "127.0.0.1")
-        conf = client.Configuration(host=f"http://127.0.0.1:{port}")
-        api_client = client.ApiClient(conf)
-        api = KubeApi(api_client)
+        api, server = recording_api(Recorder, seen, answers)
         try:
             await api.create(job_manifest(spec(), SETTINGS))
             await api.delete_job("gpuhub-w0123abcd-1", "gpuhub-jobs", 45)
@@ -510,12 +517,7 @@ class ThreadedApiServer:
     def _serve(self):
         from tornado.ioloop import IOLoop
         asyncio.set_event_loop(asyncio.new_event_loop())
-        app = web.Application([(r"/(.*)", self.handler())])
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
-        app.listen(self.port, "127.0.0.1")
+        _, self.port = serve_on_a_free_port(web.Application([(r"/(.*)", self.handler())]))
         self.loop = IOLoop.current()
         self.ready.set()
         self.loop.start()

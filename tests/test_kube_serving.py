@@ -14,25 +14,24 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from tornado import httpserver, web
+from tornado import web
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED
 from gpuspawner.backends.kube_manifests import KubeSettings
 from gpuspawner.backends.kube_serving import (LABEL_REPLICA, MAX_POD_RESTARTS, REPLICA_PORT,
                                               SETTINGS_MOUNT, replica_address, replica_exit,
                                               replica_manifests, revision_service)
-from gpuspawner.backends.kubernetes import KubeApi, KubernetesBackend
+from gpuspawner.backends.kubernetes import KubernetesBackend
 from gpuspawner.service.deployments import parse_deploy
 from gpuspawner.service.identity import Identity
 from gpuspawner.serving.replica import model_settings, server_settings
 from test_kube_backend import (SETTINGS, Clock, FakeKube, Recorder, ThreadedApiServer, k8s_node,
-                               run, spec, start_service, stop_service, valid)
+                               recording_api, run, spec, start_service, stop_service, valid)
 
 MODEL = model_settings("iris", "/home/alice/models/iris-v2", "sklearn", "", 16, 0.005, "r2")
 SERVING = {"name": "iris", "revision": 2, "server": server_settings(41000), "model": MODEL}
@@ -226,14 +225,7 @@ def test_kube_api_sends_the_deployment_requests_and_tolerates_an_existing_servic
         seen: list = []
         answers = {"/apis/apps/v1/deployments": {"kind": "DeploymentList", "metadata": {},
                                                  "items": []}}
-        app = web.Application([(r"/(.*)", Conflict, {"seen": seen, "answers": answers})])
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        server = httpserver.HTTPServer(app)
-        server.listen(port, "127.0.0.1")
-        api = KubeApi(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")))
+        api, server = recording_api(Conflict, seen, answers)
         config_map, deployment = replica_manifests(replica_spec(), SETTINGS)
         service = revision_service(replica_spec(), SETTINGS)
         try:
