@@ -60,7 +60,7 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
 
     @property
     def panel_url(self) -> str:
-        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpuhub/") + "admin/"
+        return self.gpuhub.service_prefix + "admin/"
 
     async def prepare(self) -> None:
         model = await self.hub_auth.get_user(self, sync=False)
