@@ -104,6 +104,9 @@ def test_the_detailed_list_is_each_workloads_own_record(hub):
     alice.wait(holder, "running", 30)
     waiting = [alice.submit(command=train(5, 0.1), gpus=1, name=f"w{i}")["id"] for i in range(2)]
     try:
+        # once the scheduler has said why they wait (a cycle may change it between two reads)
+        wait_for(lambda: all(alice.workload(w)["reason"] != "queued" for w in waiting),
+                 "the scheduler's reasons", 30)
         listed = {w["id"]: w for w in alice.get("/workloads", params={
             "detail": 1, "user": "alice", "state": ["queued", "running"]}).json()["workloads"]}
         for wid in [holder] + waiting:

@@ -92,7 +92,9 @@ def test_deploy_infer_canary_rollback_and_replica_replacement(hub):
     assert all(len(points) == 24 for points in m["revisions"].values())
     assert sum(p["requests"] for p in m["revisions"]["2"]) == seen.count("2")
     assert sum(p["requests"] for p in m["revisions"]["1"]) >= seen.count("1")
-    assert max(p["ready_replicas"] or 0 for p in m["revisions"]["2"]) == 1
+    wait_for(lambda: max(p["ready_replicas"] or 0 for p in alice.get(
+        "/deployments/a/iris/metrics", params={"seconds": 120}).json()["revisions"]["2"]) == 1,
+        "the canary's ready replica in the charts", 10)
     assert alice.get("/deployments/a/iris/metrics", params={"seconds": "x"}).json()["field"] \
         == "seconds"
     # ... and Prometheus has them by status code, with the replicas by readiness

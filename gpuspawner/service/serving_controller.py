@@ -171,6 +171,10 @@ class ServingController:
             self._scale(dep, revisions, by_rev, now)
             self._maybe_roll_back(dep)
         await self._probe()
+        # After the probe: the charts show a replica ready as soon as it serves.
+        for dep_id, number in sorted(revisions):
+            if dep_id in deps:
+                self._sample_replicas(now, dep_id, number)
 
     def _track(self, rows: list[WorkloadRow]) -> None:
         running = {r.id: r for r in rows if r.state == RUNNING}
@@ -205,7 +209,6 @@ class ServingController:
         for (dep_id, number), rev in sorted(revisions.items()):
             if dep_id != dep.id:
                 continue
-            self._sample_replicas(now, dep.id, number)
             active = [r for r in by_rev.get((dep.id, number), []) if r.state != STOPPING]
             need = want.get(number, 0)
             for _ in range(need - len(active)):
