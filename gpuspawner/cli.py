@@ -14,12 +14,54 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds:.0f} s"
 
 
+def cmd_sweep(args) -> int:
+    from .sim.sweep import SweepError, format_table, judge, load_sweep, run_sweep
+
+    try:
+        sweep = load_sweep(args.sweep)
+        if args.policy:
+            sweep.policies = list(dict.fromkeys([*args.policy, sweep.baseline, sweep.candidate]))
+    except (SweepError, OSError) as e:
+        print(f"gpuhub simulate: {e}", file=sys.stderr)
+        return 2
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    rows = run_sweep(sweep, check=args.check, progress=None if args.json else progress)
+    missed = judge(rows, sweep)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        print(json.dumps({"goals_missed": missed, "baseline": sweep.baseline,
+                          "candidate": sweep.candidate}))
+    else:
+        print(format_table(rows, sweep.baseline))
+        print()
+        for line in missed:
+            print(f"goal missed: {line}")
+        print(f"{len(missed)} goal(s) missed by {sweep.candidate} against {sweep.baseline}"
+              if missed else f"every goal met by {sweep.candidate} against {sweep.baseline}")
+    return 1 if missed else 0
+
+
 def cmd_simulate(args) -> int:
     from .sim.cluster import ClusterError, load_cluster
+    from .sim.metrics import write_records
     from .sim.plot import plot_usage
     from .sim.simulate import SimulationError, simulate
     from .sim.trace import TraceError, read_trace
 
+    if args.sweep:
+        if args.trace or args.cluster or args.records or args.plot:
+            print("gpuhub simulate: --sweep generates its own traces and clusters; it takes no "
+                  "TRACE, --cluster, --records or --plot", file=sys.stderr)
+            return 2
+        return cmd_sweep(args)
+    if args.trace is None or args.cluster is None:
+        print("gpuhub simulate: needs TRACE.csv and --cluster CLUSTER.yaml (or --sweep SWEEP.yaml)",
+              file=sys.stderr)
+        return 2
     try:
         trace = read_trace(args.trace)
         cluster = load_cluster(args.cluster)
@@ -36,6 +78,11 @@ def cmd_simulate(args) -> int:
             print(f"gpuhub simulate: {e}", file=sys.stderr)
             return 2
         results.append(result)
+        if args.records:
+            path = args.records
+            if len(policies) > 1:
+                path = path.with_name(f"{path.stem}-{policy.name}{path.suffix}")
+            write_records(path, result.records)
         if args.json:
             print(json.dumps(result.metrics, sort_keys=True))
         else:
@@ -170,9 +217,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser("simulate", help="replay a job trace through the scheduler")
-    sim.add_argument("trace", type=Path, help="TRACE.csv (job_id,team,user,submit_time_s,num_gpus,"
-                                              "duration_s[,time_limit_s,gpu_type,priority,num_nodes])")
-    sim.add_argument("--cluster", type=Path, required=True, help="CLUSTER.yaml (pools and teams)")
+    sim.add_argument("trace", type=Path, nargs="?",
+                     help="TRACE.csv (job_id,team,user,submit_time_s,num_gpus,"
+                          "duration_s[,time_limit_s,gpu_type,priority,num_nodes])")
+    sim.add_argument("--cluster", type=Path, help="CLUSTER.yaml (pools and teams)")
+    sim.add_argument("--sweep", type=Path,
+                     help="SWEEP.yaml: generate its traces, replay every policy, print one table; "
+                          "exit status 1 when a goal is missed (docs/simulator.md)")
+    sim.add_argument("--records", type=Path,
+                     help="write one CSV row per job (job_id,team,gpus,submit_s,first_start_s,"
+                          "finish_s,run_s,preemptions); with several policies, one file each, "
+                          "named FILE-POLICY.csv")
     sim.add_argument("--policy", action="append", choices=sorted(POLICIES),
                      help="policy to run; repeat to compare several (default: all)")
     sim.add_argument("--json", action="store_true", help="one JSON object per policy")

@@ -27,6 +27,11 @@ from .preemption import PRIORITY, VictimCatalog, candidates, plan_preemption
 from .state import ClusterState
 
 
+# Aged workloads considered ahead of the regular order per cycle and pool
+# (bounds the cost when a long queue has aged).
+AGED_PER_CYCLE = 16
+
+
 @dataclass
 class QuotaHold:
     """A team's quota kept for its first quota-blocked workload from
@@ -76,6 +81,8 @@ class _Cycle:
         self.ledger = state.ledger.copy()
         self.result = CycleResult()
         self.reservations: dict[str, list[Reservation]] = {}
+        # pool -> how many of its reservations aged workloads hold
+        self.aged_reservations: dict[str, int] = {}
         # pool -> [(end, placement)] admitted in this cycle, sorted by end
         self.admitted_ends: dict[str, list[tuple[float, Placement]]] = {}
         self.unavailable: set[str] = set()       # running work already leaving
@@ -161,8 +168,25 @@ class _Cycle:
         policy = self.policy
         if policy.preemption and (team, pool) not in self.preempt_tried:
             return False
-        return not policy.backfill or \
-            len(self.reservations.get(pool, ())) >= policy.max_reservations_per_pool
+        return not policy.backfill or self.regular_reservations(pool) >= \
+            policy.max_reservations_per_pool
+
+    def regular_reservations(self, pool: str) -> int:
+        return len(self.reservations.get(pool, ())) - self.aged_reservations.get(pool, 0)
+
+    def aged(self, w: Workload) -> bool:
+        after = self.policy.aging_after
+        return after is not None and self.now - w.submit_time >= after
+
+    def may_reserve(self, w: Workload, holds_reservation: bool) -> bool:
+        policy = self.policy
+        if not policy.backfill:
+            return False
+        if holds_reservation or self.regular_reservations(w.pool) < \
+                policy.max_reservations_per_pool:
+            return True
+        return self.aged(w) and self.aged_reservations.get(w.pool, 0) < \
+            policy.max_aged_reservations_per_pool
 
     def exhausted(self, group: str, team: str) -> bool:
         """Every shape the group waits with is known not to fit, and every
@@ -215,6 +239,19 @@ class _Cycle:
             if w is not None and wid not in self.state.nominations:
                 promised.add(wid)
                 self.consider(w, holds_reservation=True)
+        # Then work that has waited past ``aging_after``, oldest first, whatever
+        # its team's quota position: a gang larger than its team's nominal
+        # quota is not ordered after every within-quota workload forever.
+        if self.policy.aging_after is not None:
+            budget = AGED_PER_CYCLE * max(1, len(self.state.capacity))
+            for w in self.state.oldest_pending(self.now - self.policy.aging_after):
+                if budget <= 0:
+                    break
+                if w.id in self.state.nominations or w.id in promised:
+                    continue
+                budget -= 1
+                promised.add(w.id)
+                self.consider(w)
         for w in self.ordered():
             if self.stopped is not None:
                 self.wait(w, self.stopped)
@@ -266,7 +303,9 @@ class _Cycle:
         # its quota check could still create its team's quota hold (a decision).
         may_hold = policy.quota_holds and policy.quotas and \
             (w.team, w.pool) not in self.quota_holds
-        if closed and not self.explain and not may_hold and self.pool_done(w.team, w.pool):
+        if closed and not self.explain and not may_hold and self.pool_done(w.team, w.pool) \
+                and not holds_reservation \
+                and not (self.aged(w) and self.may_reserve(w, holds_reservation)):
             if policy.strict_fifo:
                 self.stopped = f"behind {w.id}"
             return
@@ -284,7 +323,15 @@ class _Cycle:
                 self.version += 1
                 if policy.quota_holds and (w.team, w.pool) not in self.quota_holds:
                     self.hold_quota(w)
-                self.wait(w, reason)
+                # Blocked only because the pool is full (its team's ceiling
+                # allows it): it waits for GPUs like any other workload, with
+                # a reservation when its turn comes, so that a gang larger
+                # than its team's nominal quota is not passed forever.
+                reserved = None
+                if policy.reserve_for_borrowers and self.ledger.used.get(
+                        (w.team, w.pool), 0) + w.gpus <= self.ledger.quota(w.team, w.pool).ceiling:
+                    reserved = self.try_reserve(w, holds_reservation)
+                self.wait(w, reserved or reason)
                 return
             hold = self.quota_holds.get((w.team, w.pool))
             if hold is not None and not hold.allows(w.gpus, self.end_of(w)):
@@ -308,14 +355,23 @@ class _Cycle:
             return
         if policy.preemption and self.try_preemption(w):
             return
-        reserved = None
-        if policy.backfill and (holds_reservation or len(self.reservations.get(w.pool, ()))
-                                < policy.max_reservations_per_pool):
-            reserved = self.reserve(w)
+        reserved = self.try_reserve(w, holds_reservation)
         if self.explain:
             self.wait(w, reserved or self.capacity_reason(w))
         if policy.strict_fifo:
             self.stopped = f"behind {w.id} (strict FIFO: nothing passes a blocked workload)"
+
+    def try_reserve(self, w: Workload, holds_reservation: bool) -> Optional[str]:
+        """A reservation for ``w`` if a slot is free (its own, a regular one,
+        else an aged one): the waiting reason, or None."""
+        if not self.may_reserve(w, holds_reservation):
+            return None
+        aged_slot = self.aged(w) and (holds_reservation or self.regular_reservations(
+            w.pool) >= self.policy.max_reservations_per_pool)
+        reserved = self.reserve(w)
+        if reserved is not None and aged_slot:
+            self.aged_reservations[w.pool] = self.aged_reservations.get(w.pool, 0) + 1
+        return reserved
 
     def end_of(self, w: Workload) -> float:
         return self.now + w.time_limit if w.time_limit is not None else float("inf")
@@ -344,9 +400,11 @@ class _Cycle:
         return smallest_failed is not None and w.gpus_per_node >= smallest_failed
 
     def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
+        drain_aware = self.policy.drain_aware_placement
         placement = find_placement(self.index, w.pool, w.gpus_per_node, w.num_nodes,
                                    self.selector(w), w.topology, w.topology_key, limits,
-                                   self.end_of(w), self.drain)
+                                   self.end_of(w) if drain_aware else float("inf"),
+                                   self.drain if drain_aware else {})
         if placement is None and shape is not None:
             self.failed[shape] = min(w.gpus_per_node, self.failed.get(shape, w.gpus_per_node))
             self.version += 1
@@ -415,7 +473,7 @@ class _Cycle:
             return False
         cands = candidates(w, self.catalog, self.ledger, self.policy, self.shares,
                            self.unavailable | self.not_victims if self.not_victims
-                           else self.unavailable)
+                           else self.unavailable, self.now)
         _shape, limits = self.shape_of(w)
         plan = plan_preemption(w, self.selector(w), self.index, self.ledger, cands,
                                self.catalog, limits)

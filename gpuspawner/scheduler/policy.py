@@ -7,7 +7,7 @@ one implementation rather than separate schedulers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Mapping, Optional
 
 from .model import DEFAULT_PRIORITY_CLASSES, PriorityClass
 
@@ -43,6 +43,32 @@ class Policy:
     max_reservations_per_pool: int = 1
     # Victim candidates examined for one preemptor (bounds the cycle's cost).
     max_victim_candidates: int = 256
+    # Single-node placement prefers nodes whose running work lasts at least
+    # as long as the new work (reads time limits); False: plain best fit.
+    drain_aware_placement: bool = True
+    # A running workload is not preempted before it has run this long since
+    # its (re)start, seconds (KAI's min-runtime): no churn, little lost work.
+    min_runtime: float = 0.0
+    # A workload preempted this many times is not preempted again (None: no cap).
+    max_preemptions: Optional[int] = None
+    # A pending workload that has waited this long (seconds) is ordered as if
+    # it stayed within its team's nominal quota, and gets a reservation of its
+    # own beside the pool's regular ones (None: no aging). Keeps a gang larger
+    # than its team's quota from being ordered after every within-quota
+    # workload forever.
+    aging_after: Optional[float] = None
+    # A workload its quota blocks only because the pool is full (its team's
+    # ceiling allows it) may hold a backfill reservation like one blocked by
+    # capacity; False: it waits until enough GPUs happen to be free at once.
+    reserve_for_borrowers: bool = True
+    # Aged workloads that may hold a reservation at once, per pool.
+    max_aged_reservations_per_pool: int = 2
+    # Inside a queue, a workload is ordered by submit time + this factor ×
+    # its time limit (capped at ``limit_cap``; no limit counts as the cap):
+    # short work goes first, and a long one is passed only by work submitted
+    # less than factor × (its limit - theirs) after it (0: plain age order).
+    limit_weight: float = 0.0
+    limit_cap: float = 7 * DAY
     priority_classes: Mapping[str, PriorityClass] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
     )
@@ -64,6 +90,12 @@ POLICIES: dict[str, Policy] = {
         name="fifo", quotas=False, fair_share=False, backfill=False,
         preemption=False, strict_fifo=True, order_by_priority=False,
     ),
+    # The textbook FIFO: plain best fit, no time limit read anywhere.
+    "fifo-plain": Policy(
+        name="fifo-plain", quotas=False, fair_share=False, backfill=False,
+        preemption=False, strict_fifo=True, order_by_priority=False,
+        drain_aware_placement=False,
+    ),
     "backfill": Policy(
         name="backfill", quotas=False, fair_share=False, backfill=True,
         preemption=False,
@@ -72,7 +104,9 @@ POLICIES: dict[str, Policy] = {
         name="quota-fifo", quotas=True, fair_share=False, backfill=False,
         preemption=False, quota_holds=False,
     ),
-    "gpuhub": Policy(name="gpuhub"),
+    # Aging after 12 h, at most 2 preemptions per workload (docs/scheduler.md,
+    # the ablation table). min_runtime stays 0: it delays every reclaim.
+    "gpuhub": Policy(name="gpuhub", aging_after=12 * 3600.0, max_preemptions=2),
 }
 
 

@@ -100,8 +100,18 @@ class VictimCatalog:
                 if p == pool and order]
 
 
+def protected(r: Running, policy: Policy, now: Optional[float]) -> bool:
+    """Running work that may not be preempted now: started (or restarted
+    after a preemption) less than ``min_runtime`` ago, or preempted
+    ``max_preemptions`` times already."""
+    if now is not None and policy.min_runtime > 0 and now - r.start_time < policy.min_runtime:
+        return True
+    return policy.max_preemptions is not None and r.workload.attempt >= policy.max_preemptions
+
+
 def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy: Policy,
-               shares: Mapping[str, float], unavailable: set[str]) -> list[Candidate]:
+               shares: Mapping[str, float], unavailable: set[str],
+               now: Optional[float] = None) -> list[Candidate]:
     value = policy.priority_value
     prio = value(w.priority)
     out: list[Candidate] = []
@@ -109,7 +119,8 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
 
     def usable(r: Running) -> bool:
         wid = r.workload.id
-        return wid not in unavailable and wid not in w.preempted_by
+        return wid not in unavailable and wid not in w.preempted_by \
+            and not protected(r, policy, now)
 
     if policy.quotas and ledger.within_nominal(w.team, w.pool, w.gpus) \
             and ledger.borrowed_total.get(w.pool, 0) > 0:

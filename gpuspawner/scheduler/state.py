@@ -68,6 +68,10 @@ class ClusterState:
         # Lets a cycle skip a team once every shape it waits with cannot fit.
         self.pending_shapes: dict[str, dict[str, dict[tuple, list]]] = {}
         self.queue_keys: dict[str, tuple] = {}
+        # Pending work by submit time, oldest first (lazy: stale entries are
+        # dropped from the front), for aging.
+        self.by_submit: list[tuple[float, str, int]] = []
+        self._by_submit_stale = 0
         # (team, pool) -> sorted [(priority, -start, -submit, id)] of RUNNING
         # work: eviction order, lowest priority and newest first.
         self.eviction_order: dict[tuple[str, str], list[tuple]] = {}
@@ -134,12 +138,17 @@ class ClusterState:
         limit = w.time_limit if w.time_limit is not None else float("inf")
         heapq.heappush(shapes.setdefault(self.shape_class(w), []), (limit, w.id, w.attempt))
         self.queue_keys[w.id] = self.queue_key(w)
+        bisect.insort(self.by_submit, (w.submit_time, w.id, w.attempt))
         # Kept sorted on insertion: arrivals are few per cycle, sorting whole
         # queues every cycle is not.
         bisect.insort(self.queues.setdefault(group, []), w, key=self.queue_key)
 
     def _unqueue(self, w: Workload) -> None:
         del self.pending[w.id]
+        self._by_submit_stale += 1
+        if self._by_submit_stale * 2 > len(self.by_submit):
+            self.by_submit = [e for e in self.by_submit if self._is_pending(e)]
+            self._by_submit_stale = 0
         group = self.group_of(w)
         self._stale[group] = self._stale.get(group, 0) + 1
         pools = self.pending_shapes[group]
@@ -152,6 +161,15 @@ class ClusterState:
             del shapes[shape]
             if not shapes:
                 del pools[w.pool]
+
+    def oldest_pending(self, submitted_by: float) -> Iterable[Workload]:
+        """Pending workloads submitted at or before ``submitted_by``, oldest first."""
+        for submit, wid, _attempt in self.by_submit:
+            if submit > submitted_by:
+                return
+            w = self.pending.get(wid)
+            if w is not None and w.submit_time == submit and w.attempt == _attempt:
+                yield w
 
     def _is_pending(self, entry: tuple) -> bool:
         w = self.pending.get(entry[1])

@@ -12,6 +12,12 @@ Keys of ``summarize`` (all times in seconds):
   alone): 1.0 when every team is slowed down equally, 1/n when one team takes
   all the delay.
 * ``max_slowdown_per_team``: the worst slowdown of any job of each team.
+* ``p99_queue_s_by_size``: p99 queueing delay per job-size bucket (``SIZE_BUCKETS``).
+* ``team_slowdown_ratio``: the largest team mean slowdown over the cluster's mean slowdown.
+* ``avg_run_s``: mean run time (``duration``) of the finished jobs.
+* ``preemptions_per_job``, ``max_preemptions_per_job``: mean and largest count per job.
+* ``lost_gpu_fraction``: GPU time lost to preemption (grace periods and restarts) over
+  GPU time used.
 The simulator adds ``utilization_backlog`` (GPUs in use / capacity, averaged
 over the time some workload waited), ``preemptions``, ``quota_violations``
 (admissions that left a team above nominal + borrowing limit, or a pool
@@ -35,6 +41,8 @@ class JobRecord:
     finish: Optional[float] = None
     run_time: float = 0.0
     preemptions: int = 0
+    # GPU-seconds spent on work a preemption threw away (grace period, restart).
+    lost_gpu_s: float = 0.0
     timed_out: bool = False
     rejected: Optional[str] = None
 
@@ -45,6 +53,17 @@ class JobRecord:
     @property
     def slowdown(self) -> float:
         return self.jct / max(self.duration, 1.0)
+
+
+# Job-size buckets for the per-size figures: (label, smallest, largest GPUs).
+SIZE_BUCKETS = (("1", 1, 1), ("2-4", 2, 4), ("5-8", 5, 8), (">8", 9, 1 << 30))
+
+
+def size_bucket(gpus: int) -> str:
+    for label, low, high in SIZE_BUCKETS:
+        if low <= gpus <= high:
+            return label
+    return SIZE_BUCKETS[0][0]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -81,6 +100,41 @@ def summarize(records: list[JobRecord]) -> dict:
     per_team: dict[str, list[float]] = {}
     for r in done:
         per_team.setdefault(r.team, []).append(r.slowdown)
-    out["jain_fairness"] = jain(sum(v) / len(v) for v in per_team.values())
+    team_means = [sum(v) / len(v) for v in per_team.values()]
+    out["jain_fairness"] = jain(team_means)
     out["max_slowdown_per_team"] = {t: max(per_team[t]) for t in sorted(per_team)}
+    cluster_mean = sum(r.slowdown for r in done) / len(done)
+    out["team_slowdown_ratio"] = max(team_means) / cluster_mean
+    by_size: dict[str, list[float]] = {}
+    for r, q in zip(done, queue):
+        by_size.setdefault(size_bucket(r.gpus), []).append(q)
+    out["p99_queue_s_by_size"] = {label: percentile(by_size[label], 99)
+                                  for label, _, _ in SIZE_BUCKETS if label in by_size}
+    out["avg_run_s"] = sum(r.duration for r in done) / len(done)
+    out["preemptions_per_job"] = sum(r.preemptions for r in records) / len(records)
+    out["max_preemptions_per_job"] = max(r.preemptions for r in records)
+    used = sum(r.run_time * r.gpus for r in records)
+    out["lost_gpu_fraction"] = sum(r.lost_gpu_s for r in records) / used if used else 0.0
     return out
+
+
+RECORD_COLUMNS = ("job_id", "team", "gpus", "submit_s", "first_start_s", "finish_s", "run_s",
+                  "preemptions")
+
+
+def write_records(path, records: Iterable[JobRecord]) -> None:
+    """One CSV row per job (``RECORD_COLUMNS``): enough to recompute every
+    figure. ``run_s`` is the time it held GPUs (restarts and grace periods
+    included); a job that never started or finished has empty cells."""
+    import csv
+
+    def cell(value):
+        return "" if value is None else (f"{value:.3f}".rstrip("0").rstrip(".")
+                                         if isinstance(value, float) else value)
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(RECORD_COLUMNS)
+        for r in records:
+            writer.writerow([cell(v) for v in (r.job_id, r.team, r.gpus, r.submit, r.first_start,
+                                               r.finish, r.run_time, r.preemptions)])

@@ -30,14 +30,20 @@ class SimulationError(ValueError):
     pass
 
 
+class ShapeError(SimulationError):
+    """A job whose GPUs cannot be laid out on the cluster's nodes: it is
+    rejected (with this message), the replay goes on."""
+
+
 @dataclass
 class _Job:
     trace: TraceJob
-    workload: Workload
+    workload: Optional[Workload]
     remaining: float
     record: JobRecord
     started_at: Optional[float] = None
     token: int = 0  # invalidates a scheduled exit when the job is preempted
+    preempted_at: Optional[float] = None
 
 
 @dataclass
@@ -46,6 +52,17 @@ class SimResult:
     metrics: dict
     timeline: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    records: list[JobRecord] = field(default_factory=list)
+
+
+def split_over_nodes(gpus: int, gpus_per_node: int, nodes_in_pool: int) -> Optional[int]:
+    """How many nodes a job of ``gpus`` GPUs spans: the fewest that hold an
+    equal share each (20 GPUs on 8-GPU nodes: 4 × 5), None if no count up to
+    ``nodes_in_pool`` does."""
+    for nodes in range(max(1, math.ceil(gpus / gpus_per_node)), min(gpus, nodes_in_pool) + 1):
+        if gpus % nodes == 0:
+            return nodes
+    return None
 
 
 def to_workload(job: TraceJob, cluster: Cluster) -> Workload:
@@ -54,10 +71,17 @@ def to_workload(job: TraceJob, cluster: Cluster) -> Workload:
     if pool not in gpn:
         raise SimulationError(f"job {job.job_id}: gpu_type {pool!r} is not a pool of the cluster "
                               f"({', '.join(gpn)})")
-    nodes = job.num_nodes or max(1, math.ceil(job.num_gpus / gpn[pool]))
-    if job.num_gpus % nodes:
-        raise SimulationError(f"job {job.job_id}: {job.num_gpus} GPUs do not split evenly over "
-                              f"{nodes} nodes")
+    if job.num_nodes:
+        nodes = job.num_nodes
+        if job.num_gpus % nodes:
+            raise ShapeError(f"job {job.job_id}: {job.num_gpus} GPUs do not split evenly over "
+                             f"the {nodes} nodes its num_nodes asks for")
+    else:
+        count = sum(1 for n in cluster.nodes if n.pool == pool)
+        nodes = split_over_nodes(job.num_gpus, gpn[pool], count)
+        if nodes is None:
+            raise ShapeError(f"job {job.job_id}: {job.num_gpus} GPUs do not split into equal "
+                             f"shares of at most {gpn[pool]} over at most {count} {pool} nodes")
     return Workload(
         id=job.job_id, team=job.team, user=job.user, pool=pool,
         gpus_per_node=job.num_gpus // nodes, num_nodes=nodes,
@@ -76,8 +100,13 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     queue: list = []
     seq = itertools.count()
     for job in trace:
-        w = to_workload(job, cluster)
         record = JobRecord(job.job_id, job.team, job.submit_time_s, job.duration_s, job.num_gpus)
+        try:
+            w = to_workload(job, cluster)
+        except ShapeError as e:
+            record.rejected = str(e)
+            jobs[job.job_id] = _Job(job, None, job.duration_s, record)
+            continue
         jobs[job.job_id] = _Job(job, w, job.duration_s, record)
         heapq.heappush(queue, (job.submit_time_s, SUBMIT, next(seq), job.job_id, 0))
 
@@ -111,6 +140,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                 if kind == LEAVE:
                     sched.finished(wid, now, requeue=True)
                     job.remaining += restart_cost_s
+                    # The grace period ran without progress, the restart repeats work.
+                    job.record.lost_gpu_s += w.gpus * (now - job.preempted_at + restart_cost_s)
                 else:
                     sched.finished(wid, now, requeue=False)
                     job.record.finish = now
@@ -141,6 +172,7 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                 done = now - job.started_at
                 if job.remaining - done > e.kill_at - now:  # still running at the kill
                     job.remaining -= done
+                    job.preempted_at = now
                     job.token += 1
                     heapq.heappush(queue, (e.kill_at, LEAVE, next(seq), e.workload_id, job.token))
         if check:
@@ -161,4 +193,4 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
         "cycles": cycles,
         "wall_s": time.perf_counter() - wall,
     })
-    return SimResult(policy.name, metrics, timeline, problems)
+    return SimResult(policy.name, metrics, timeline, problems, records)

@@ -20,7 +20,9 @@ ATC'19). The parameters, and why they were chosen:
   the mean (about 12 h) is five times the median, and only ~0.3% of jobs hit each clip. Run times are
   drawn independently of GPU count: a deliberate simplification.
 * Declared time limit: ``duration * uniform(time_limit_factor)`` rounded up to whole minutes, because
-  users overestimate (default factor 1.2-3.0), so the limit is never below the real run time.
+  users overestimate (default factor 1.2-3.0), so the limit is never below the real run time. With
+  ``blanket_share`` > 0 that share of the jobs instead declares a blanket ``blanket_limit_s`` (7 days,
+  or the run time rounded up when it is longer), as users do who always ask for the maximum.
 * Teams: Zipf weights (team k of n submits in proportion to 1/k), so a few big teams submit most jobs,
   like Philly's virtual clusters. Each team has 3-10 users named ``first.team``, again Zipf-weighted.
 * Arrivals: a Poisson process with a diurnal rate, ``1 + 0.3 cos(2 pi (t - 14 h) / 24 h)`` (busiest
@@ -137,6 +139,8 @@ def generate_philly_trace(
     load: float = 1.2,
     gpu_type: str | None = None,
     time_limit_factor: tuple[float, float] = (1.2, 3.0),
+    blanket_share: float = 0.0,
+    blanket_limit_s: float = 7 * 86400.0,
 ) -> list[TraceJob]:
     """Draw a synthetic trace shaped like Philly (see the module docstring for the model).
 
@@ -154,6 +158,8 @@ def generate_philly_trace(
         raise ValueError(f"load must be > 0, got {load}")
     if not 1.0 <= low <= high:
         raise ValueError(f"time_limit_factor must satisfy 1 <= low <= high, got {time_limit_factor}")
+    if not 0.0 <= blanket_share <= 1.0:
+        raise ValueError(f"blanket_share must be in [0, 1], got {blanket_share}")
 
     rng = random.Random(seed)
     team_weights = _zipf_weights(len(team_names))
@@ -170,6 +176,9 @@ def generate_philly_trace(
         duration = float(round(min(max(rng.lognormvariate(mu, DURATION_SIGMA), DURATION_RANGE_S[0]),
                                    DURATION_RANGE_S[1])))
         limit = math.ceil(duration * rng.uniform(low, high) / 60) * 60.0
+        # Drawn only when asked for, so traces without blanket limits stay the same.
+        if blanket_share and rng.random() < blanket_share:
+            limit = max(blanket_limit_s, math.ceil(duration / 60) * 60.0)
         drawn.append((team, user, gpus, duration, limit))
 
     work = sum(gpus * duration for _, _, gpus, duration, _ in drawn)

@@ -1,0 +1,326 @@
+"""A sweep: generate a family of traces, replay every policy on each, judge the goals.
+
+``SWEEP.yaml`` (all keys optional but ``loads``; ``examples/sweep.yaml`` is the one shipped)::
+
+    jobs: 1500                    # jobs per trace
+    nodes: 16                     # 8-GPU nodes (the cluster: nodes × gpus_per_node GPUs)
+    gpus_per_node: 8
+    rack: 4                       # consecutive nodes per rack (topology)
+    seed: 7
+    restart_cost_s: 60
+    policies: [fifo, fifo-plain, backfill, quota-fifo, gpuhub]
+    loads: [0.8, 1.0, 1.3, 1.6]   # offered load of the Philly-like generator
+    teams: [6, 15]                # Zipf-weighted teams team00..
+    quotas: [proportional, skewed]
+    limits:                       # name -> how users declare time limits
+      exact: {factor: [1.0, 1.0]}
+      noisy: {factor: [2.0, 10.0], blanket_share: 0.3}
+    baseline: backfill            # the policy the goals compare with
+    candidate: gpuhub             # the policy judged
+    goals: {...}                  # thresholds, defaults in GOALS
+
+Quotas: ``proportional`` gives each team a nominal quota in proportion to the GPU time it submits
+(summing to the cluster); ``skewed`` gives every team the same nominal quota whatever it submits, so
+the big teams' quota is far below their demand and their large gangs must borrow. Borrowing and
+lending are unlimited in both.
+
+The traces are the product of loads × teams × limits; each is replayed under both quota files.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+from ..scheduler.model import Node, Quota, Team
+from ..scheduler.policy import POLICIES, get_policy
+from .cluster import Cluster
+from .metrics import SIZE_BUCKETS
+from .simulate import simulate
+from .trace import generate_philly_trace
+
+QUOTA_MODES = ("proportional", "skewed")
+
+GOALS = {
+    # avg JCT / baseline's where jobs really queue (baseline's mean queueing
+    # delay >= queued_if * mean run time), and on the lighter traces.
+    "jct_ratio_queued": 0.8,
+    "jct_ratio_light": 1.0,
+    "queued_if": 0.1,
+    # p99 queueing delay per size bucket / baseline's; a bucket within
+    # p99_slack_s of the baseline passes (1.1 × a few seconds is noise).
+    "p99_queue_ratio": 1.1,
+    "p99_slack_s": 60.0,
+    # Jain over per-team mean slowdown >= baseline's - jain_slack.
+    "jain_slack": 0.0,
+    "team_slowdown_ratio": 2.0,
+    "max_preemptions_per_job": 3,
+    "lost_gpu_fraction": 0.01,
+    "utilization_backlog": 0.93,
+}
+
+
+class SweepError(ValueError):
+    """A malformed sweep file; the message names the field."""
+
+
+@dataclass
+class Sweep:
+    loads: list[float]
+    jobs: int = 1500
+    nodes: int = 16
+    gpus_per_node: int = 8
+    rack: int = 4
+    seed: int = 7
+    restart_cost_s: float = 60.0
+    policies: list[str] = field(default_factory=lambda: ["fifo", "fifo-plain", "backfill",
+                                                         "quota-fifo", "gpuhub"])
+    teams: list[int] = field(default_factory=lambda: [6])
+    quotas: list[str] = field(default_factory=lambda: list(QUOTA_MODES))
+    limits: dict[str, dict] = field(default_factory=lambda: {"exact": {"factor": [1.0, 1.0]}})
+    baseline: str = "backfill"
+    candidate: str = "gpuhub"
+    goals: dict[str, float] = field(default_factory=lambda: dict(GOALS))
+
+    @property
+    def capacity(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: not valid YAML: {e}") from None
+    return parse_sweep(data, str(path))
+
+
+def parse_sweep(data: Any, source: str = "sweep") -> Sweep:
+    if not isinstance(data, dict):
+        raise SweepError(f"{source}: must be a mapping")
+    unknown = set(data) - set(Sweep.__dataclass_fields__)
+    if unknown:
+        raise SweepError(f"{source}: unknown field(s) {', '.join(sorted(unknown))}")
+
+    def number(name, value, minimum, integer=False):
+        ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok or value < minimum:
+            kind = "an integer" if integer else "a number"
+            raise SweepError(f"{source}: {name} must be {kind} >= {minimum}, got {value!r}")
+        return value
+
+    def listed(name, check):
+        value = data.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not value:
+            raise SweepError(f"{source}: {name} must be a non-empty list, got {value!r}")
+        return [check(f"{name}[{i}]", v) for i, v in enumerate(value)]
+
+    if "loads" not in data:
+        raise SweepError(f"{source}: loads is required (offered loads, e.g. [0.8, 1.3])")
+    sweep = Sweep(loads=listed("loads", lambda n, v: float(number(n, v, 0.01))))
+    for name, minimum in (("jobs", 1), ("nodes", 1), ("gpus_per_node", 1), ("rack", 1),
+                          ("seed", 0)):
+        if name in data:
+            setattr(sweep, name, number(name, data[name], minimum, integer=True))
+    if "restart_cost_s" in data:
+        sweep.restart_cost_s = float(number("restart_cost_s", data["restart_cost_s"], 0))
+
+    def policy(name, value):
+        if value not in POLICIES:
+            raise SweepError(f"{source}: {name} is {value!r}; known policies: "
+                             f"{', '.join(sorted(POLICIES))}")
+        return value
+
+    def quota_mode(name, value):
+        if value not in QUOTA_MODES:
+            raise SweepError(f"{source}: {name} is {value!r}; one of {', '.join(QUOTA_MODES)}")
+        return value
+
+    sweep.policies = listed("policies", policy) or sweep.policies
+    sweep.teams = listed("teams", lambda n, v: number(n, v, 1, integer=True)) or sweep.teams
+    sweep.quotas = listed("quotas", quota_mode) or sweep.quotas
+    for name in ("baseline", "candidate"):
+        if name in data:
+            setattr(sweep, name, policy(name, data[name]))
+    for name in (sweep.baseline, sweep.candidate):
+        if name not in sweep.policies:
+            sweep.policies.append(name)
+    if "limits" in data:
+        limits = data["limits"]
+        if not isinstance(limits, dict) or not limits:
+            raise SweepError(f"{source}: limits must map a name to {{factor: [low, high], "
+                             f"blanket_share: 0..1}}, got {limits!r}")
+        sweep.limits = {}
+        for name, spec in limits.items():
+            where = f"limits.{name}"
+            if not isinstance(spec, dict) or set(spec) - {"factor", "blanket_share"}:
+                raise SweepError(f"{source}: {where} takes factor and blanket_share, got {spec!r}")
+            factor = spec.get("factor", [1.2, 3.0])
+            if not (isinstance(factor, list) and len(factor) == 2
+                    and all(isinstance(f, (int, float)) for f in factor)
+                    and 1 <= factor[0] <= factor[1]):
+                raise SweepError(f"{source}: {where}.factor must be [low, high] with "
+                                 f"1 <= low <= high, got {factor!r}")
+            share = spec.get("blanket_share", 0.0)
+            if isinstance(share, bool) or not isinstance(share, (int, float)) \
+                    or not 0 <= share <= 1:
+                raise SweepError(f"{source}: {where}.blanket_share must be in [0, 1], "
+                                 f"got {share!r}")
+            sweep.limits[str(name)] = {"factor": (float(factor[0]), float(factor[1])),
+                                       "blanket_share": float(share)}
+    else:
+        sweep.limits = {"exact": {"factor": (1.0, 1.0), "blanket_share": 0.0}}
+    goals = data.get("goals") or {}
+    if not isinstance(goals, dict):
+        raise SweepError(f"{source}: goals must be a mapping, got {goals!r}")
+    for name, value in goals.items():
+        if name not in GOALS:
+            raise SweepError(f"{source}: goals.{name} is unknown; known: {', '.join(GOALS)}")
+        sweep.goals[name] = float(number(f"goals.{name}", value, 0))
+    return sweep
+
+
+def build_cluster(sweep: Sweep, demand: dict[str, float], mode: str) -> Cluster:
+    """The sweep's cluster with nominal quotas set by ``mode`` (see the module docstring)."""
+    capacity = sweep.capacity
+    nodes = [Node(f"a100-{j:04d}", "a100", sweep.gpus_per_node, {"rack": f"rack{j // sweep.rack}"})
+             for j in range(sweep.nodes)]
+    names = sorted(demand)
+    if mode == "proportional":
+        total = sum(demand.values()) or 1.0
+        exact = {t: capacity * demand[t] / total for t in names}
+    else:
+        exact = {t: capacity / len(names) for t in names}
+    nominal = {t: int(exact[t]) for t in names}
+    # Largest remainders get the GPUs rounding left over.
+    for t in sorted(names, key=lambda t: (nominal[t] - exact[t], t))[:capacity - sum(nominal.values())]:
+        nominal[t] += 1
+    teams = [Team(t, {"a100": Quota(nominal=nominal[t])}) for t in names]
+    return Cluster(nodes, teams)
+
+
+@dataclass
+class Case:
+    name: str
+    load: float
+    teams: int
+    quotas: str
+    limits: str
+
+
+def cases(sweep: Sweep):
+    """(case, trace, cluster) for every combination, traces generated once per
+    load × teams × limits."""
+    for load, teams, limits in itertools.product(sweep.loads, sweep.teams, sweep.limits):
+        spec = sweep.limits[limits]
+        trace = generate_philly_trace(
+            sweep.jobs, teams=teams, seed=sweep.seed + teams, capacity_gpus=sweep.capacity,
+            load=load, time_limit_factor=spec["factor"], blanket_share=spec["blanket_share"])
+        demand: dict[str, float] = {}
+        for job in trace:
+            demand[job.team] = demand.get(job.team, 0.0) + job.num_gpus * job.duration_s
+        for mode in sweep.quotas:
+            name = f"load {load:g} · {teams} teams · {mode} · {limits}"
+            yield Case(name, load, teams, mode, limits), trace, build_cluster(sweep, demand, mode)
+
+
+def run_sweep(sweep: Sweep, *, check: bool = False,
+              progress: Optional[Callable[[str], None]] = None,
+              policy_overrides: Optional[dict] = None) -> list[dict]:
+    """One row per case and policy: the case's fields plus the policy's metrics
+    (``simulate``'s keys) and ``invariant_problems``."""
+    rows = []
+    for case, trace, cluster in cases(sweep):
+        for name in sweep.policies:
+            policy = get_policy(name)
+            if policy_overrides and name in policy_overrides:
+                policy = policy.with_(**policy_overrides[name])
+            result = simulate(trace, cluster, policy, restart_cost_s=sweep.restart_cost_s,
+                              check=check)
+            row = {"case": case.name, "load": case.load, "teams": case.teams,
+                   "quotas": case.quotas, "limits": case.limits, **result.metrics,
+                   "invariant_problems": len(result.problems)}
+            rows.append(row)
+            if progress:
+                progress(f"{case.name}: {name} {result.metrics['wall_s']:.1f} s")
+    return rows
+
+
+def judge(rows: list[dict], sweep: Sweep) -> list[str]:
+    """The goals the candidate misses, one line each naming the case and the figure."""
+    goals = sweep.goals
+    by_case: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        by_case.setdefault(row["case"], {})[row["policy"]] = row
+    missed = []
+    for case, policies in by_case.items():
+        base, cand = policies.get(sweep.baseline), policies.get(sweep.candidate)
+        if base is None or cand is None or "avg_jct_s" not in base or "avg_jct_s" not in cand:
+            missed.append(f"{case}: no finished jobs to compare")
+            continue
+        queued = base["avg_queue_s"] >= goals["queued_if"] * base["avg_run_s"]
+        limit = goals["jct_ratio_queued"] if queued else goals["jct_ratio_light"]
+        ratio = cand["avg_jct_s"] / base["avg_jct_s"]
+        if ratio > limit:
+            missed.append(f"{case}: avg JCT {ratio:.2f}× {sweep.baseline}'s > {limit:g}× "
+                          f"({'jobs queue' if queued else 'light'})")
+        for bucket, _, _ in SIZE_BUCKETS:
+            b = base["p99_queue_s_by_size"].get(bucket)
+            c = cand["p99_queue_s_by_size"].get(bucket)
+            if b is None or c is None:
+                continue
+            if c > max(goals["p99_queue_ratio"] * b, b + goals["p99_slack_s"]):
+                missed.append(f"{case}: p99 queueing of {bucket}-GPU jobs {c / 3600:.1f} h vs "
+                              f"{b / 3600:.1f} h ({c / max(b, 1):.2f}×)")
+        if cand["jain_fairness"] < base["jain_fairness"] - goals["jain_slack"]:
+            missed.append(f"{case}: Jain {cand['jain_fairness']:.3f} < "
+                          f"{base['jain_fairness']:.3f}")
+        checks = (
+            ("team_slowdown_ratio", cand["team_slowdown_ratio"] > goals["team_slowdown_ratio"],
+             "a team's mean slowdown / the cluster's"),
+            ("max_preemptions_per_job",
+             cand["max_preemptions_per_job"] > goals["max_preemptions_per_job"],
+             "preemptions of one job"),
+            ("lost_gpu_fraction", cand["lost_gpu_fraction"] > goals["lost_gpu_fraction"],
+             "GPU time lost to preemption"),
+            ("utilization_backlog", cand["utilization_backlog"] < goals["utilization_backlog"],
+             "utilisation under backlog"),
+        )
+        for key, bad, what in checks:
+            if bad:
+                missed.append(f"{case}: {what} {cand[key]:.3g} (goal {goals[key]:g})")
+        if cand["invariant_problems"]:
+            missed.append(f"{case}: {cand['invariant_problems']} invariant violation(s)")
+    return missed
+
+
+def format_table(rows: list[dict], baseline: str = "backfill") -> str:
+    """One line per case and policy (a Markdown table); ×base is avg JCT over the baseline's."""
+    head = ("case", "policy", "avg JCT", "×base", "p99 q 1", "p99 q 2-4", "p99 q 5-8", "p99 q >8",
+            "Jain", "team sd", "preempt/job", "max", "lost", "util", "replay")
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    base_jct = {}
+    for row in rows:
+        if row.get("policy") == baseline and "avg_jct_s" in row:
+            base_jct[row["case"]] = row["avg_jct_s"]
+    for row in rows:
+        if "avg_jct_s" not in row:
+            lines.append(f"{row['case']} | {row['policy']} | no job finished")
+            continue
+        q = row["p99_queue_s_by_size"]
+        base = base_jct.get(row["case"])
+        cells = (row["case"], row["policy"], f"{row['avg_jct_s'] / 3600:.2f} h",
+                 f"{row['avg_jct_s'] / base:.2f}" if base else "",
+                 *(f"{q[b] / 3600:.1f} h" if b in q else "-" for b, _, _ in SIZE_BUCKETS),
+                 f"{row['jain_fairness']:.3f}", f"{row['team_slowdown_ratio']:.2f}",
+                 f"{row['preemptions_per_job']:.3f}", str(row["max_preemptions_per_job"]),
+                 f"{row['lost_gpu_fraction']:.2%}", f"{row['utilization_backlog']:.1%}",
+                 f"{row['wall_s']:.1f} s")
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
