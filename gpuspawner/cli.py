@@ -295,8 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "policy", "unset") is None:
-        args.policy = ["fifo", "backfill", "quota-fifo", "gpuhub"]
+    if getattr(args, "policy", "unset") is None and not getattr(args, "sweep", None):
+        args.policy = ["fifo", "fifo-plain", "backfill", "quota-fifo", "gpuhub"]
     return args.func(args)
 
 

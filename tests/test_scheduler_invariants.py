@@ -329,8 +329,10 @@ def own_idle_but_waiting(state, policy, result, now):
 
 # ---- the driver ------------------------------------------------------------
 
-def run_actions(policy_name, cluster, acts):
-    policy = POLICIES[policy_name]
+def run_actions(policy_name, cluster, acts, policy=None, on_cycle=None):
+    """Drive one random sequence. ``policy`` overrides ``POLICIES[policy_name]``;
+    ``on_cycle(state_before, result, now)`` adds checks after every cycle."""
+    policy = policy or POLICIES[policy_name]
     nodes, teams = cluster
     s = Scheduler(nodes, teams, policy)
     pools = sorted(teams[0].quotas)  # may include a pool without nodes: rejected at submit
@@ -389,6 +391,7 @@ def run_actions(policy_name, cluster, acts):
                 "running": {wid: r.workload for wid, r in s.state.running.items()},
                 "pending": dict(s.state.pending),
                 "held": held(s.state),
+                "started": {wid: r.start_time for wid, r in s.state.running.items()},
             }
             snapshot = (sorted(s.state.pending), sorted((w, r.placement, r.state) for w, r in
                                                         s.state.running.items()),
@@ -409,6 +412,8 @@ def run_actions(policy_name, cluster, acts):
                     w = s.state.pending[e.workload_id]
                     problems += placement_problems(s.state, w, e.placement or (), e.type)
             problems += preemption_problems(before, policy, result)
+            if on_cycle is not None:
+                problems += on_cycle(before, result, now)
             evicted = bool(result.of_type(ev.EVICTED))
             follow = s.apply_result(result, now)  # apply(), keeping the reservations
             history.extend(result.events)
@@ -444,3 +449,89 @@ def run_actions(policy_name, cluster, acts):
 @given(cluster=clusters(), acts=st.lists(actions(), min_size=20, max_size=60))
 def test_invariants_hold_after_every_cycle(policy_name, cluster, acts):
     run_actions(policy_name, cluster, acts)
+
+
+# ---- the rules that bound waits and churn (issue 19) ----------------------
+
+PROTECTED = POLICIES["gpuhub"].with_(min_runtime=600.0, max_preemptions=1, preemption_delay=0.0)
+
+
+@settings(max_examples=200, deadline=None, report_multiple_bugs=False,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), acts=st.lists(actions(), min_size=20, max_size=60))
+def test_protected_workload_is_never_preempted_before_its_minimum_run_time(cluster, acts):
+    """With ``min_runtime`` and ``max_preemptions``: no preemption hits work
+    that started (or restarted) less than ``min_runtime`` ago, or that was
+    preempted ``max_preemptions`` times; every other invariant still holds.
+    Random sequences advance time by 1 s to 1 h, so protection both holds
+    and expires."""
+    def protected_preempted(before, result, now):
+        out = []
+        for e in result.of_type(ev.PREEMPTED):
+            ran = now - before["started"][e.workload_id]
+            victim = before["running"][e.workload_id]
+            if ran < PROTECTED.min_runtime:
+                out.append(f"{e.workload_id} preempted after {ran:.0f} s of run time")
+            if victim.attempt >= PROTECTED.max_preemptions:
+                out.append(f"{e.workload_id} preempted again at attempt {victim.attempt}")
+        return out
+
+    run_actions("gpuhub", cluster, acts, policy=PROTECTED, on_cycle=protected_preempted)
+
+
+@st.composite
+def timed_jobs(draw):
+    """Jobs of one team-free pool: (submit offset, GPUs per node, nodes, time
+    limit, run time as a share of the limit)."""
+    return draw(st.lists(st.tuples(
+        st.sampled_from([0.0, 0.0, 10.0, 60.0, 600.0]),
+        st.integers(1, 4), st.sampled_from([1, 1, 1, 2, 3]),
+        st.sampled_from([60.0, 600.0, 3600.0, 7200.0]),
+        st.sampled_from([1.0, 1.0, 0.5, 0.1])), min_size=5, max_size=40))
+
+
+@pytest.mark.parametrize("policy_name", ["backfill", "gpuhub"])
+@settings(max_examples=150, deadline=None, report_multiple_bugs=False,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(4, 8), min_size=2, max_size=5), jobs=timed_jobs(),
+       teams=st.integers(1, 3))
+def test_a_gang_holding_the_first_reservation_starts_by_its_reserved_time(
+        policy_name, sizes, jobs, teams):
+    """No starvation: once a workload holds its pool's first reservation, with
+    start S, it is admitted at S at the latest. Running work ends by its time
+    limit (the simulator kills it there); the teams own no quota and may
+    borrow without limit, so only capacity stands between it and its start."""
+    nodes = [Node(f"n{i}", "a100", g, topology={"rack": f"r{i % 2}"}) for i, g in enumerate(sizes)]
+    team_list = [Team(f"t{j}", {"a100": Quota(0)}) for j in range(teams)]
+    s = Scheduler(nodes, team_list, POLICIES[policy_name])
+    events = []  # (time, kind, id): submissions and exits
+    runs = {}
+    now = 0.0
+    for i, (offset, gpn, nn, limit, share) in enumerate(jobs):
+        now += offset
+        events.append((now, 0, f"j{i}"))
+        runs[f"j{i}"] = (Workload(f"j{i}", f"t{i % teams}", "a100", gpn, now, num_nodes=nn,
+                                  time_limit=limit, topology="preferred" if nn > 1 else "none"),
+                         limit * share)
+    promised: dict[str, float] = {}
+    while events:
+        events.sort()
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, kind, wid = events.pop(0)
+            if kind == 0:
+                s.submit(runs[wid][0], now)
+            else:
+                s.finished(wid, now)
+        result = s.step(now, explain=False)
+        for e in result.of_type(ev.ADMITTED):
+            start = promised.pop(e.workload_id, None)
+            assert start is None or now <= start + 1e-6, \
+                f"{e.workload_id} reserved to start at {start} started at {now}"
+            events.append((now + runs[e.workload_id][1], 1, e.workload_id))
+        if result.reservations:
+            first = result.reservations[0]
+            promised.setdefault(first.workload_id, first.start)
+        for wid, start in promised.items():
+            assert now <= start + 1e-6, f"{wid} reserved to start at {start}, waits at {now}"
+    assert not s.state.pending or all(w.gpus > sum(sizes) for w in s.state.pending.values())

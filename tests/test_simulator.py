@@ -1,13 +1,17 @@
 """The simulator, cluster file, metrics and the gpuhub CLI, end to end."""
+import csv
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuspawner.cli import main
 from gpuspawner.scheduler.policy import POLICIES, get_policy
 from gpuspawner.sim.cluster import ClusterError, parse_cluster
 from gpuspawner.sim.metrics import jain, percentile
-from gpuspawner.sim.simulate import SimulationError, simulate, to_workload
+from gpuspawner.sim.simulate import ShapeError, SimulationError, simulate, to_workload
 from gpuspawner.sim.trace import TraceJob, generate_philly_trace, write_trace
 
 SMALL_CLUSTER = {
@@ -63,6 +67,10 @@ def test_reclaim_preempts_and_requeued_job_finishes_later_with_restart_cost():
     # restarts then with 900 s left + 60 s restart cost.
     assert result.metrics["finished"] == 2
     assert result.metrics["makespan_s"] == pytest.approx(230 + 960)
+    # Lost to the preemption: 4 GPUs × (30 s grace + 60 s restart), over the GPU time used
+    # (borrower 130 s + 960 s on 4 GPUs, owner 100 s on 2).
+    assert result.metrics["lost_gpu_fraction"] == pytest.approx(4 * 90 / (4 * 1090 + 2 * 100))
+    assert result.metrics["max_preemptions_per_job"] == 1
 
 
 @pytest.mark.parametrize("data, words", [
@@ -96,6 +104,57 @@ def test_trace_jobs_become_gangs_of_whole_nodes(gpus, nodes, expected):
     w = to_workload(TraceJob("j", "t", "u", 0.0, gpus, 10.0, num_nodes=nodes),
                     parse_cluster(SMALL_CLUSTER))
     assert (w.gpus_per_node, w.num_nodes) == expected
+
+
+@pytest.mark.parametrize("gpus, nodes_in_pool, expected", [
+    (20, 8, (5, 4)),      # 20 on 8-GPU nodes: 4 × 5 (no longer an abort)
+    (12, 8, (6, 2)),
+    (24, 8, (8, 3)),
+    (13, 16, (1, 13)),    # a prime spreads one GPU per node
+    (13, 8, None),        # ... which needs 13 nodes: rejected, not a crash
+])
+def test_gpu_counts_that_do_not_fill_whole_nodes_are_split_evenly(gpus, nodes_in_pool, expected):
+    cluster = parse_cluster({"pools": [{"name": "a100", "nodes": nodes_in_pool,
+                                        "gpus_per_node": 8}]})
+    job = TraceJob("j", "t", "u", 0.0, gpus, 10.0)
+    if expected is None:
+        with pytest.raises(ShapeError, match="13 GPUs do not split"):
+            to_workload(job, cluster)
+    else:
+        w = to_workload(job, cluster)
+        assert (w.gpus_per_node, w.num_nodes) == expected
+
+
+def test_replay_places_a_20_gpu_job_and_rejects_an_impossible_split_without_aborting():
+    cluster = parse_cluster({"pools": [{"name": "a100", "nodes": 4, "gpus_per_node": 8}]})
+    trace = [
+        TraceJob("twenty", "t", "u", 0.0, 20, 100.0, time_limit_s=200.0),
+        TraceJob("fixed", "t", "u", 0.0, 20, 100.0, time_limit_s=200.0, num_nodes=3),
+        TraceJob("small", "t", "u", 10.0, 4, 100.0, time_limit_s=200.0),
+    ]
+    for name in sorted(POLICIES):
+        result = simulate(trace, cluster, get_policy(name), check=True)
+        assert result.problems == []
+        records = {r.job_id: r for r in result.records}
+        assert records["twenty"].finish == pytest.approx(100.0)
+        assert "num_nodes asks for" in records["fixed"].rejected
+        assert records["small"].finish is not None
+        assert (result.metrics["finished"], result.metrics["rejected"]) == (2, 1)
+
+
+def test_fifo_plain_reads_no_time_limit_and_fifo_does():
+    """The same trace with every time limit ten times longer: fifo-plain
+    decides exactly the same; fifo's drain-aware placement reads the limits."""
+    cluster = parse_cluster(SMALL_CLUSTER)
+    trace = small_trace(250, load=1.2, seed=3)
+    longer = [replace(j, time_limit_s=j.time_limit_s * 10) for j in trace]
+
+    def outcome(policy, jobs):
+        return [(r.job_id, r.first_start, r.finish)
+                for r in simulate(jobs, cluster, get_policy(policy)).records]
+
+    assert outcome("fifo-plain", trace) == outcome("fifo-plain", longer)
+    assert outcome("fifo", trace) != outcome("fifo", longer)
 
 
 def test_trace_job_with_unknown_pool_is_an_error():
@@ -149,3 +208,130 @@ def test_cli_bench_json(capsys):
     for r in rows:
         assert r["pending"] == 300 and r["gpus"] == 8000 and r["teams"] == 50
         assert r["cycle_p50_ms"] > 0 and r["fifo_cycle_p50_ms"] > 0 and r["admissions"] > 0
+
+
+def test_cli_records_one_row_per_job_that_recomputes_the_figures(tmp_path, capsys):
+    trace, cluster, records = tmp_path / "t.csv", tmp_path / "c.yaml", tmp_path / "jobs.csv"
+    write_trace(trace, small_trace(120))
+    cluster.write_text(yaml.safe_dump(SMALL_CLUSTER))
+    assert main(["simulate", str(trace), "--cluster", str(cluster), "--policy", "gpuhub",
+                 "--json", "--records", str(records)]) == 0
+    m = json.loads(capsys.readouterr().out)
+    with records.open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["job_id", "team", "gpus", "submit_s", "first_start_s", "finish_s",
+                             "run_s", "preemptions"]
+    assert len(rows) == 120
+    done = [r for r in rows if r["finish_s"]]
+    assert len(done) == m["finished"]
+    jct = [float(r["finish_s"]) - float(r["submit_s"]) for r in done]
+    assert sum(jct) / len(jct) == pytest.approx(m["avg_jct_s"], rel=1e-6)
+    assert sum(int(r["preemptions"]) for r in rows) == m["preemptions"]
+
+
+def test_cli_records_with_several_policies_writes_one_file_each(tmp_path):
+    trace, cluster = tmp_path / "t.csv", tmp_path / "c.yaml"
+    write_trace(trace, small_trace(40))
+    cluster.write_text(yaml.safe_dump(SMALL_CLUSTER))
+    assert main(["simulate", str(trace), "--cluster", str(cluster), "--policy", "fifo",
+                 "--policy", "fifo-plain", "--json", "--records", str(tmp_path / "r.csv")]) == 0
+    assert sorted(p.name for p in tmp_path.glob("r-*.csv")) == ["r-fifo-plain.csv", "r-fifo.csv"]
+
+
+REDUCED_SWEEP = {"jobs": 120, "nodes": 4, "loads": [0.8, 1.6], "teams": [3],
+                 "quotas": ["proportional", "skewed"],
+                 "limits": {"exact": {"factor": [1.0, 1.0]},
+                            "noisy": {"factor": [2.0, 10.0], "blanket_share": 0.3}},
+                 "policies": ["fifo-plain", "backfill", "gpuhub"]}
+
+
+@pytest.fixture(scope="module")
+def reduced_sweep_rows():
+    """The reduced sweep CI runs: 2 loads × 2 limits × 2 quota files on 32 GPUs."""
+    from gpuspawner.sim.sweep import parse_sweep, run_sweep
+    return run_sweep(parse_sweep(REDUCED_SWEEP), check=True)
+
+
+def test_reduced_sweep_replays_every_policy_on_every_case_without_invariant_violations(
+        reduced_sweep_rows):
+    cases = {r["case"] for r in reduced_sweep_rows}
+    assert len(cases) == 8
+    assert sorted(r["policy"] for r in reduced_sweep_rows) == \
+        sorted(["backfill", "fifo-plain", "gpuhub"] * 8)
+    for r in reduced_sweep_rows:
+        assert r["invariant_problems"] == 0, r["case"]
+        assert r["finished"] + r["rejected"] == 120
+        assert set(r["p99_queue_s_by_size"]) <= {"1", "2-4", "5-8", ">8"}
+        assert r["max_preemptions_per_job"] <= 2  # gpuhub's cap; the others never preempt
+
+
+@pytest.mark.parametrize("goals, met", [
+    ({}, None),                                                   # the real goals: whatever they say
+    ({"jct_ratio_queued": 100, "jct_ratio_light": 100, "p99_queue_ratio": 100,
+      "p99_slack_s": 1e9, "jain_slack": 1, "team_slowdown_ratio": 100,
+      "max_preemptions_per_job": 100, "lost_gpu_fraction": 1, "utilization_backlog": 0}, True),
+    ({"utilization_backlog": 1.0, "jct_ratio_light": 0.01, "jct_ratio_queued": 0.01}, False),
+])
+def test_sweep_exit_status_says_whether_the_goals_are_met(tmp_path, capsys, goals, met):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({**REDUCED_SWEEP, "loads": [1.6], "quotas": ["skewed"],
+                                     "limits": {"exact": {"factor": [1.0, 1.0]}},
+                                     "goals": goals}))
+    code = main(["simulate", "--sweep", str(sweep), "--json"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    verdict = lines[-1]
+    assert len(lines) == 4 and {r["policy"] for r in lines[:-1]} == {"fifo-plain", "backfill",
+                                                                     "gpuhub"}
+    assert code == (1 if verdict["goals_missed"] else 0)
+    if met is not None:
+        assert (verdict["goals_missed"] == []) == met
+    if met is False:
+        assert any("utilisation under backlog" in m for m in verdict["goals_missed"])
+
+
+def test_sweep_table_names_every_case_and_policy(tmp_path, capsys):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({**REDUCED_SWEEP, "loads": [1.0], "quotas": ["skewed"],
+                                     "limits": {"exact": {"factor": [1.0, 1.0]}}}))
+    code = main(["simulate", "--sweep", str(sweep)])
+    out = capsys.readouterr().out
+    assert code in (0, 1)
+    assert "load 1 · 3 teams · skewed · exact | gpuhub |" in out
+    assert out.count("load 1 · 3 teams") == 3
+    assert ("every goal met" in out) == (code == 0)
+
+
+@pytest.mark.parametrize("data, words", [
+    ({}, "loads is required"),
+    ({"loads": []}, "loads must be a non-empty list"),
+    ({"loads": [1.0], "jobs": 0}, "jobs must be an integer >= 1"),
+    ({"loads": [1.0], "policies": ["lottery"]}, "policies[0] is 'lottery'"),
+    ({"loads": [1.0], "quotas": ["random"]}, "quotas[0] is 'random'"),
+    ({"loads": [1.0], "limits": {"x": {"factor": [3, 2]}}}, "limits.x.factor"),
+    ({"loads": [1.0], "limits": {"x": {"blanket_share": 2}}}, "limits.x.blanket_share"),
+    ({"loads": [1.0], "goals": {"speed": 1}}, "goals.speed is unknown"),
+    ({"loads": [1.0], "colour": "red"}, "unknown field(s) colour"),
+])
+def test_sweep_file_errors_name_the_field(tmp_path, capsys, data, words):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump(data))
+    assert main(["simulate", "--sweep", str(sweep)]) == 2
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["simulate"], "needs TRACE.csv and --cluster"),
+    (["simulate", "--sweep", "examples/sweep.yaml", "t.csv"], "takes no TRACE"),
+])
+def test_cli_simulate_argument_errors(capsys, argv, words):
+    assert main(argv) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_shipped_sweep_file_is_the_issue_sweep():
+    from gpuspawner.sim.sweep import load_sweep
+    sweep = load_sweep(Path(__file__).resolve().parent.parent / "examples" / "sweep.yaml")
+    assert sweep.loads == [0.8, 1.0, 1.3, 1.6] and sweep.teams == [6, 15]
+    assert sweep.quotas == ["proportional", "skewed"]
+    assert sweep.limits["noisy"] == {"factor": (2.0, 10.0), "blanket_share": 0.3}
+    assert {"fifo", "fifo-plain", "backfill", "gpuhub"} <= set(sweep.policies)
