@@ -26,22 +26,14 @@ class Scheduler:
     def __init__(self, nodes: Iterable[Node] = (), teams: Iterable[Team] = (),
                  policy: Policy = Policy()):
         self.policy = policy
-        weight, cap = policy.limit_weight, policy.limit_cap
-
-        def virtual_submit(w: Workload) -> float:
-            if not weight:
-                return w.submit_time
-            limit = cap if w.time_limit is None else min(w.time_limit, cap)
-            return w.submit_time + weight * limit
-
         if policy.order_by_priority:
             value = policy.priority_value
 
             def queue_key(w: Workload):
-                return (-value(w.priority), virtual_submit(w), w.id)
+                return (-value(w.priority), w.submit_time, w.id)
         else:
             def queue_key(w: Workload):
-                return (virtual_submit(w), w.id)
+                return (w.submit_time, w.id)
         self.state = ClusterState(nodes, teams, queue_key=queue_key,
                                   priority_value=policy.priority_value,
                                   group_by_team=policy.quotas,

@@ -51,11 +51,11 @@ class Policy:
     min_runtime: float = 0.0
     # A workload preempted this many times is not preempted again (None: no cap).
     max_preemptions: Optional[int] = None
-    # A pending workload that has waited this long (seconds) is ordered as if
-    # it stayed within its team's nominal quota, and gets a reservation of its
-    # own beside the pool's regular ones (None: no aging). Keeps a gang larger
-    # than its team's quota from being ordered after every within-quota
-    # workload forever.
+    # A pending workload that has waited this long (seconds) is considered
+    # right after the reservation holders, oldest first, whatever its team's
+    # quota position, and may take one of the pool's aged reservations (None:
+    # no aging). Keeps a gang larger than its team's quota from being ordered
+    # after every within-quota workload forever.
     aging_after: Optional[float] = None
     # A workload its quota blocks only because the pool is full (its team's
     # ceiling allows it) may hold a backfill reservation like one blocked by
@@ -63,12 +63,6 @@ class Policy:
     reserve_for_borrowers: bool = True
     # Aged workloads that may hold a reservation at once, per pool.
     max_aged_reservations_per_pool: int = 2
-    # Inside a queue, a workload is ordered by submit time + this factor ×
-    # its time limit (capped at ``limit_cap``; no limit counts as the cap):
-    # short work goes first, and a long one is passed only by work submitted
-    # less than factor × (its limit - theirs) after it (0: plain age order).
-    limit_weight: float = 0.0
-    limit_cap: float = 7 * DAY
     priority_classes: Mapping[str, PriorityClass] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
     )

@@ -68,8 +68,8 @@ class ClusterState:
         # Lets a cycle skip a team once every shape it waits with cannot fit.
         self.pending_shapes: dict[str, dict[str, dict[tuple, list]]] = {}
         self.queue_keys: dict[str, tuple] = {}
-        # Pending work by submit time, oldest first (lazy: stale entries are
-        # dropped from the front), for aging.
+        # (submit time, id, attempt) of pending work, oldest first, for aging
+        # (lazy: stale entries are skipped, and dropped when they are half).
         self.by_submit: list[tuple[float, str, int]] = []
         self._by_submit_stale = 0
         # (team, pool) -> sorted [(priority, -start, -submit, id)] of RUNNING
