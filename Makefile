@@ -43,7 +43,7 @@ setup: $(STAMP) $(PROXY) $(LAB_STAMP)
 run: $(STAMP) $(PROXY) $(LAB_STAMP)
 	$(BIN)/gpuhub up $(ARGS)
 
-# Replays a 15,000-job Philly-like trace on 2,000 GPUs under the four
+# Replays a 15,000-job Philly-like trace on 2,000 GPUs under the five
 # policies and writes the usage chart to out/usage.png.
 demo: $(STAMP)
 	mkdir -p out
