@@ -328,8 +328,10 @@ class _Cycle:
                 # a reservation when its turn comes, so that a gang larger
                 # than its team's nominal quota is not passed forever.
                 reserved = None
-                if policy.reserve_for_borrowers and self.ledger.used.get(
-                        (w.team, w.pool), 0) + w.gpus <= self.ledger.quota(w.team, w.pool).ceiling:
+                after = policy.reserve_for_borrowers_after
+                if after is not None and self.now - w.submit_time >= after and \
+                        self.ledger.used.get((w.team, w.pool), 0) + w.gpus <= \
+                        self.ledger.quota(w.team, w.pool).ceiling:
                     reserved = self.try_reserve(w, holds_reservation)
                 self.wait(w, reserved or reason)
                 return

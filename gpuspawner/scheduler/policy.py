@@ -59,8 +59,10 @@ class Policy:
     aging_after: Optional[float] = None
     # A workload its quota blocks only because the pool is full (its team's
     # ceiling allows it) may hold a backfill reservation like one blocked by
-    # capacity; False: it waits until enough GPUs happen to be free at once.
-    reserve_for_borrowers: bool = True
+    # capacity once it has waited this long, seconds (None: never; it then
+    # waits until enough GPUs happen to be free at once). Not at once: a
+    # reservation drains nodes other teams' guaranteed work would use.
+    reserve_for_borrowers_after: Optional[float] = 3600.0
     # Aged workloads that may hold a reservation at once, per pool.
     max_aged_reservations_per_pool: int = 2
     priority_classes: Mapping[str, PriorityClass] = field(
