@@ -257,7 +257,13 @@ class _Cycle:
 
     def consider(self, w: Workload, holds_reservation: bool = False) -> None:
         if w.gpus == 0:
-            self.admit(w, ())
+            # It holds no GPU, but runs on a node: one that takes new work.
+            selector = self.selector(w)
+            if any(n.pool == w.pool and n.healthy and not n.drained and n.matches(selector)
+                   for n in self.state.nodes.values()):
+                self.admit(w, ())
+            else:
+                self.wait(w, f"no node of pool {w.pool} takes new work (drained or unhealthy)")
             return
         policy = self.policy
         shape, limits = self.shape_of(w)
