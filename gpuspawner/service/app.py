@@ -213,7 +213,8 @@ class GpuHubService(Application):
         """).tag(config=True)
 
     max_body_size = Integer(1024 * 1024, help="""
-        Largest request body accepted, in bytes; larger ones get 413.
+        Largest request body accepted, in bytes; larger ones get 413, whether
+        sent with a Content-Length or with Transfer-Encoding: chunked.
         """).tag(config=True)
 
     log_follow_timeout = Float(3600.0, help="""

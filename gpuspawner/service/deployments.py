@@ -75,7 +75,7 @@ def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
     if not isinstance(model_dir, str) or not model_dir:
         raise SpecError("model_dir", "is required: the directory with the model")
     runtime = body.get("runtime", "sklearn")
-    if runtime not in RUNTIMES:
+    if not isinstance(runtime, str) or runtime not in RUNTIMES:
         raise SpecError("runtime", f"unknown runtime {runtime!r}; known: "
                                    f"{', '.join(sorted(RUNTIMES))}")
     predictor = body.get("predictor", "predictor.py:Model" if runtime == "predictor" else "")

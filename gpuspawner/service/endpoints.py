@@ -179,7 +179,7 @@ class EndpointHandler(APIHandler):
             raise NotFound(f"no deployment {team}/{name}")
         load = self.ctl.load_of(dep.id)
         load.last_request = self.ctl.clock()
-        body = self.body() if self.request.method == "POST" else None
+        body = self.request.body if self.request.method == "POST" else None
         headers = {"Content-Type": self.request.headers.get("Content-Type", "application/json")}
         for attempt in range(3):
             replica = await self._replica(dep)

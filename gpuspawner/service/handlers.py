@@ -85,12 +85,7 @@ class NoRouteHandler(JSONErrors):
         raise web.HTTPError(404, f"no such API path: {self.request.path}")
 
 
-@web.stream_request_body
 class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
-    """The body is streamed in and counted, so that the size limit holds for
-    ``Transfer-Encoding: chunked`` as well as for a ``Content-Length``: past
-    the limit the rest is read and dropped, and reading the body answers 413."""
-
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
@@ -98,20 +93,14 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
     def get_login_url(self):
         raise web.HTTPError(401, "authentication required: send 'Authorization: token <TOKEN>'")
 
-    def data_received(self, chunk: bytes) -> None:
-        self._body_size = getattr(self, "_body_size", 0) + len(chunk)
-        if self._body_size <= self.gpuhub.max_body_size:
-            self.request.body += chunk
-
-    def body(self) -> bytes:
-        """The request body, or 413 if it was larger than allowed."""
-        size = getattr(self, "_body_size", 0)
+    async def prepare(self) -> None:
+        # The body as received: a Content-Length header, or none with
+        # Transfer-Encoding: chunked (the HTTP server's own limit is higher,
+        # so that this answers with a 413 that says so).
+        size = len(self.request.body)
         if size > self.gpuhub.max_body_size:
             raise web.HTTPError(413, f"request body of {size} bytes is larger than the "
                                      f"{self.gpuhub.max_body_size} allowed")
-        return self.request.body
-
-    async def prepare(self) -> None:
         for name, values in self.request.query_arguments.items():
             if "\x00" in name or any(b"\x00" in v for v in values):
                 raise SpecError(name, "must not contain NUL characters")
@@ -130,7 +119,7 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
 
     def json_body(self) -> Any:
-        return parse_json_body(self.body())
+        return parse_json_body(self.request.body)
 
     def int_arg(self, name: str, default: int, low: int, high: int) -> int:
         """A whole-number query argument in [low, high]."""

@@ -140,6 +140,8 @@ def _command(body: dict) -> tuple[Optional[tuple[str, ...]], bool]:
             raise SpecError("command", f"must be at most {MAX_TEXT} characters without NUL")
         return (value,), True
     if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        if not value[0].strip():
+            raise SpecError("command", "must start with the program to run, not an empty string")
         if sum(len(a) for a in value) > MAX_TEXT or any("\x00" in a for a in value):
             raise SpecError("command", f"must be at most {MAX_TEXT} characters without NUL")
         return tuple(value), False
