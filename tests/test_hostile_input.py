@@ -23,15 +23,23 @@ TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
 GROUPS = {"team-a": ["alice", "root-admin"], "team-b": ["bob"]}
 
 
+# On a loaded machine the service may take longer than JupyterHub's 30 s to
+# answer, and the hub then exits.
+SLOW_START = """
+for service in c.JupyterHub.services:
+    service["timeout"] = 150
+"""
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def hub(request, tmp_path_factory):
     """One hub per database for this module's tests."""
     with (fresh_pg_database() if request.param == "postgresql"
           else _sqlite()) as db_url:
         h = Hub(str(tmp_path_factory.mktemp(f"hostile-{request.param}")), groups=GROUPS,
-                teams=TEAMS, gpus=4, db_url=db_url)
+                teams=TEAMS, gpus=4, db_url=db_url, extra_hub_config=SLOW_START)
         try:
-            yield h.start()
+            yield h.start(timeout=180)
         finally:
             h.stop()
 
