@@ -223,11 +223,12 @@ def test_unknown_paths_and_methods_answer_json(hub, method, path, status):
         assert r.headers["Allow"], r.headers
 
 
-# Fixed per database: examples per operation and the seed, so that a CI run
-# is bounded (about 1,000 cases, under 3 minutes) and repeatable.
-SCHEMATHESIS_EXAMPLES = 10
+# Fixed per database: examples per operation and the seed, so that a run is
+# bounded and repeatable. One worker: hypothesis' lambda descriptions parse
+# source with ast, which Python 3.11 does not survive from two threads.
+SCHEMATHESIS_EXAMPLES = 8
 SCHEMATHESIS_SEED = 16
-SCHEMATHESIS_TIME_LIMIT = 300
+SCHEMATHESIS_TIME_LIMIT = 480
 
 
 def test_schemathesis_finds_no_failure(hub, deployment, tmp_path):
@@ -241,7 +242,7 @@ def test_schemathesis_finds_no_failure(hub, deployment, tmp_path):
          "run", f"{hub.api}/openapi.json", "--url", hub.api,
          "-H", f"Authorization: token {hub.token('root-admin')}",
          "--checks", "all", "--max-examples", str(SCHEMATHESIS_EXAMPLES),
-         "--seed", str(SCHEMATHESIS_SEED), "--workers", "2", "--request-timeout", "30",
+         "--seed", str(SCHEMATHESIS_SEED), "--workers", "1", "--request-timeout", "30",
          "--suppress-health-check", "all", "--report", "junit",
          "--report-junit-path", str(junit)],
         capture_output=True, text=True, timeout=SCHEMATHESIS_TIME_LIMIT)

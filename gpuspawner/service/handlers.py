@@ -271,8 +271,12 @@ class ReleaseHandler(APIHandler):
     """The spawner reports a notebook server stopped (or crashed, or culled)."""
 
     def post(self, wid: str):
-        body = self.json_body() or {}
-        why = body.get("reason", "") if isinstance(body, dict) else ""
+        body = self.json_body()
+        if body is None:
+            body = {}
+        if not isinstance(body, dict) or set(body) - {"reason"}:
+            raise SpecError("body", "must be a JSON object with at most a 'reason'")
+        why = body.get("reason", "")
         if not isinstance(why, str) or len(why) > 1000:
             raise SpecError("reason", "must be a string of at most 1000 characters")
         row = self.engine.release(self.identity, wid, why)
