@@ -587,9 +587,12 @@ class AuditHandler(AdminHandler):
         detail = body.get("detail") or {}
         if not isinstance(detail, dict):
             raise SpecError("detail", "must be an object")
+        target = body.get("target") or ""
+        if not isinstance(target, str) or len(target) > 255:
+            raise SpecError("target", "must be a string of at most 255 characters")
         with self.engine.store.transaction() as s:
             row = AuditEntry(time=self.engine.clock(), actor=self.identity.name,
-                             action=body["action"], target=str(body.get("target") or "")[:255],
+                             action=body["action"], target=target,
                              detail=detail)
             s.add(row)
         if row.action == "cull" and self.engine.metrics is not None:
