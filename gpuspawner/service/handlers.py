@@ -271,9 +271,7 @@ class ReleaseHandler(APIHandler):
     """The spawner reports a notebook server stopped (or crashed, or culled)."""
 
     def post(self, wid: str):
-        body = self.json_body()
-        if body is None:
-            body = {}
+        body = self.json_body() if self.request.body else {}
         if not isinstance(body, dict) or set(body) - {"reason"}:
             raise SpecError("body", "must be a JSON object with at most a 'reason'")
         why = body.get("reason", "")
