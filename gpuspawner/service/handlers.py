@@ -492,6 +492,13 @@ class GpusHandler(AdminHandler):
                          "gpus": self.gpuhub.gpus_view()})
 
 
+def optional(body: dict, key: str, default: Any) -> Any:
+    """A field that may be left out or null (then ``default``); any other
+    value is the caller's to check (``false`` is not an empty object)."""
+    value = body.get(key)
+    return default if value is None else value
+
+
 # A notice's text fields and their longest values (the database's columns).
 NOTICE_FIELDS = {"user": 255, "kind": 32, "message": 2000}
 
@@ -521,13 +528,13 @@ class NoticesHandler(APIHandler):
         for key, most in NOTICE_FIELDS.items():
             if not isinstance(body.get(key), str) or not body[key] or len(body[key]) > most:
                 raise SpecError(key, f"is required: a string of at most {most} characters")
-        server = body.get("server") or ""
+        server = optional(body, "server", "")
         if not isinstance(server, str) or len(server) > 255:
             raise SpecError("server", "must be a string of at most 255 characters")
         expires = body.get("expires_at")
         if expires is not None:
             check_time(expires, "expires_at")
-        data = body.get("data") or {}
+        data = optional(body, "data", {})
         if not isinstance(data, dict):
             raise SpecError("data", "must be an object")
         unknown = sorted(set(body) - {*NOTICE_FIELDS, "server", "expires_at", "data"})
@@ -582,10 +589,10 @@ class AuditHandler(AdminHandler):
         if not isinstance(body, dict) or not isinstance(body.get("action"), str) \
                 or not body["action"] or len(body["action"]) > 64:
             raise SpecError("action", "is required: a string of at most 64 characters")
-        detail = body.get("detail") or {}
+        detail = optional(body, "detail", {})
         if not isinstance(detail, dict):
             raise SpecError("detail", "must be an object")
-        target = body.get("target") or ""
+        target = optional(body, "target", "")
         if not isinstance(target, str) or len(target) > 255:
             raise SpecError("target", "must be a string of at most 255 characters")
         with self.engine.store.transaction() as s:
