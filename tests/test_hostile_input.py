@@ -150,6 +150,18 @@ def test_bad_input_names_the_field_and_stores_nothing(hub, deployment, who, meth
     assert counts(hub) == before
 
 
+def test_a_notice_at_the_column_limits_is_stored_and_audited(hub):
+    """On PostgreSQL the audit entry's target (user/server) is longer than
+    its column: it is cut, the notice is stored whole."""
+    before = counts(hub)
+    r = hub.client("root-admin").post("/notices", json={
+        "user": "u" * 255, "server": "s" * 255, "kind": "k" * 32, "message": "m" * 2000})
+    assert r.status_code == 201, r.text[:300]
+    assert (r.json()["user"], r.json()["server"]) == ("u" * 255, "s" * 255)
+    after = counts(hub)
+    assert (after["notices"], after["audit"]) == (before["notices"] + 1, before["audit"] + 1)
+
+
 def test_the_answer_does_not_tell_whether_a_file_outside_exists(hub):
     alice = hub.client("alice")
     folder = hub.workspace_folder("alice")

@@ -548,7 +548,7 @@ class NoticesHandler(APIHandler):
             s.add(row)
             s.flush()
             s.add(AuditEntry(time=now, actor=self.identity.name, action="notice",
-                             target=f"{row.user}/{row.server}",
+                             target=f"{row.user}/{row.server}"[:255],  # the column
                              detail={"kind": row.kind, "message": row.message, **row.data}))
         self.write_json(views.notice(row), status=201)
 
