@@ -1,6 +1,7 @@
 """Shared fixtures: databases for the store and service tests."""
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
@@ -14,9 +15,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 PG_ADMIN_URL = os.environ.get("GPUHUB_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-@pytest.fixture
-def pg_url():
-    """A fresh PostgreSQL database, dropped afterwards."""
+@contextlib.contextmanager
+def fresh_pg_database():
+    """A new PostgreSQL database's URL, the database dropped afterwards."""
     import psycopg
     name = "gpuhub_test_" + secrets.token_hex(4)
     try:
@@ -32,6 +33,13 @@ def pg_url():
             yield f"{base}/{name}"
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database, dropped afterwards."""
+    with fresh_pg_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

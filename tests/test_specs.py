@@ -51,6 +51,12 @@ def test_bad_durations_name_the_field(text):
     ({"command": "x", "project": 7}, "project"),
     ({"command": "x", "pool": "p" * 65}, "pool"),
     ({"command": "x\x00y"}, "command"),
+    ({"command": [""]}, "command"),
+    ({"notebook": ""}, "notebook"),
+    ({"notebook": "  "}, "notebook"),
+    ({"notebook": "t.ipynb", "parameters": {"p": "x" * 70000}}, "parameters"),
+    ({"command": "x", "name": "job\n"}, "name"),
+    ({"command": "x", "env": {"A\n": "x"}}, "env.A\n"),
 ])
 def test_bad_specs_name_the_field(body, field):
     with pytest.raises(SpecError) as e:

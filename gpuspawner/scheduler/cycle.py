@@ -294,7 +294,15 @@ class _Cycle:
 
     def consider(self, w: Workload, holds_reservation: bool = False) -> None:
         if w.gpus == 0:
-            self.admit(w, ())
+            # It holds no GPU, but runs on a node of its pool (if the pool
+            # has nodes here): one that takes new work.
+            selector = self.selector(w)
+            nodes = [n for n in self.state.nodes.values()
+                     if n.pool == w.pool and n.matches(selector)]
+            if nodes and not any(n.healthy and not n.drained for n in nodes):
+                self.wait(w, f"no node of pool {w.pool} takes new work (drained or unhealthy)")
+            else:
+                self.admit(w, ())
             return
         policy = self.policy
         shape, limits = self.shape_of(w)

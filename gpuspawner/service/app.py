@@ -64,7 +64,10 @@ API_ROUTES = [
     ("/deployments", endpoints.DeploymentsHandler),
     ("/deployments/{team}/{name}", endpoints.DeploymentHandler),
     ("/deployments/{team}/{name}/metrics", endpoints.DeploymentMetricsHandler),
-    ("/deployments/{team}/{name}/{action}", endpoints.DeploymentActionHandler),
+    ("/deployments/{team}/{name}/promote", endpoints.PromoteHandler),
+    ("/deployments/{team}/{name}/rollback", endpoints.RollbackHandler),
+    ("/deployments/{team}/{name}/traffic", endpoints.TrafficHandler),
+    ("/deployments/{team}/{name}/scale", endpoints.ScaleHandler),
     ("/teams", h.TeamsHandler),
     ("/teams/{name}", h.TeamHandler),
     ("/usage", h.UsageHandler),
@@ -79,8 +82,7 @@ API_ROUTES = [
 SERVICE_IDENTITY = Identity("gpuhub-service", admin=True, can_submit=True)
 PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})",
                "{nid}": r"([0-9]{1,12})", "{index}": r"([0-9]{1,4})",
-               "{team}": r"([A-Za-z0-9._-]{1,128})",
-               "{action}": r"(promote|rollback|traffic|scale)"}
+               "{team}": r"([A-Za-z0-9._-]{1,128})"}
 
 
 def route_regex(path: str) -> str:
@@ -211,7 +213,8 @@ class GpuHubService(Application):
         """).tag(config=True)
 
     max_body_size = Integer(1024 * 1024, help="""
-        Largest request body accepted, in bytes; larger ones get 413.
+        Largest request body accepted, in bytes; larger ones get 413, whether
+        sent with a Content-Length or with Transfer-Encoding: chunked.
         """).tag(config=True)
 
     log_follow_timeout = Float(3600.0, help="""
@@ -551,6 +554,7 @@ class GpuHubService(Application):
         prefix = self.service_prefix
         routes = [(prefix + "api/v1" + route_regex(path), handler)
                   for path, handler in API_ROUTES]
+        routes.append((prefix + "api/v1/.*", h.NoRouteHandler))
         routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))
         routes.append((prefix + "metrics", h.MetricsHandler))
         routes += [(prefix + "admin/" + path, handler) for path, handler in PANEL_ROUTES]

@@ -17,6 +17,8 @@ from .identity import Identity
 from .specs import SpecError
 
 NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+# file.py:Class, the file relative to the model directory (checked to stay in it).
+PREDICTOR = re.compile(r"[^:/][^:]*\.py:[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -73,12 +75,14 @@ def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
     if not isinstance(model_dir, str) or not model_dir:
         raise SpecError("model_dir", "is required: the directory with the model")
     runtime = body.get("runtime", "sklearn")
-    if runtime not in RUNTIMES:
+    if not isinstance(runtime, str) or runtime not in RUNTIMES:
         raise SpecError("runtime", f"unknown runtime {runtime!r}; known: "
                                    f"{', '.join(sorted(RUNTIMES))}")
     predictor = body.get("predictor", "predictor.py:Model" if runtime == "predictor" else "")
-    if runtime == "predictor" and (not isinstance(predictor, str) or ":" not in predictor):
-        raise SpecError("predictor", "must look like 'predictor.py:Model'")
+    if runtime == "predictor" and not (isinstance(predictor, str) and len(predictor) <= 255
+                                       and PREDICTOR.fullmatch(predictor)):
+        raise SpecError("predictor", "must look like 'predictor.py:Model': a .py file in "
+                                     "model_dir and a class name, at most 255 characters")
     min_r = _int(body, "min_replicas", 1, 0, 64)
     max_r = _int(body, "max_replicas", max(min_r, 1), 1, 64)
     if max_r < min_r:
@@ -103,8 +107,8 @@ def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
     if "min_requests" in rollback:
         rb["min_requests"] = _int(rollback, "min_requests", 20, 1, 100000)
     team = body.get("team", "")
-    if not isinstance(team, str):
-        raise SpecError("team", "must be a string")
+    if not isinstance(team, str) or len(team) > 128:
+        raise SpecError("team", "must be a team name (at most 128 characters)")
     pool = body.get("pool") or default_pool
     if not isinstance(pool, str):
         raise SpecError("pool", "must be a string")
@@ -150,6 +154,9 @@ class Deployments:
             raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
                                     f"{', '.join(sorted(eng.scheduler.state.capacity))}")
         model_dir = self._model_dir(who.name, spec.model_dir)
+        if spec.predictor:
+            in_workspace(model_dir, os.path.join(model_dir, spec.predictor.rsplit(":", 1)[0]),
+                         "predictor")
         now = eng.clock()
         with eng.store.transaction() as s:
             dep = s.scalars(select(DeploymentRow).where(DeploymentRow.team == team,
@@ -204,6 +211,9 @@ class Deployments:
             self._may_change(who, dep)
             numbers = {r.number for r in self.revisions(s, dep)}
             for rev, weight in traffic.items():
+                if not (isinstance(rev, str) and rev.isdigit() and rev.isascii()):
+                    raise SpecError("traffic", f"keys are revision numbers such as \"1\", "
+                                               f"got {rev!r}")
                 if int(rev) not in numbers:
                     raise SpecError("traffic", f"deployment {team}/{name} has no revision {rev}; "
                                                f"it has {', '.join(map(str, sorted(numbers)))}")
@@ -213,7 +223,9 @@ class Deployments:
                 raise SpecError("traffic", f"weights must add up to 100, got "
                                            f"{sum(traffic.values())}")
             before = dict(dep.traffic)
-            dep.traffic = {str(k): v for k, v in traffic.items() if v > 0}
+            if len({int(k) for k in traffic}) < len(traffic):
+                raise SpecError("traffic", "names a revision twice")
+            dep.traffic = {str(int(k)): v for k, v in traffic.items() if v > 0}
             if len(dep.traffic) == 1:
                 dep.stable_revision = int(next(iter(dep.traffic)))
             dep.message, dep.updated_at = message, now

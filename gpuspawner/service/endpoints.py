@@ -102,37 +102,51 @@ class DeploymentMetricsHandler(DeploymentAPI):
     how far back, at most 600)."""
 
     def get(self, team: str, name: str):
-        seconds = self.get_argument("seconds", "600")
-        if not seconds.isdigit() or not 5 <= int(seconds) <= 600:
-            raise SpecError("seconds", f"must be a whole number from 5 to 600, got {seconds!r}")
+        seconds = self.int_arg("seconds", 600, 5, 600)
         with self.engine.store.session() as s:
             dep = self.ctl.deployments.find(s, self.identity, team, name)
             numbers = [r.number for r in self.ctl.deployments.revisions(s, dep)]
-        history = self.ctl.history(dep.id, numbers, int(seconds))
+        history = self.ctl.history(dep.id, numbers, seconds)
         self.write_json({"interval": Series.interval, "revisions": {
             str(n): [{**p, "t": iso(p["t"])} for p in points] for n, points in history.items()}})
 
 
-class DeploymentActionHandler(DeploymentAPI):
-    """promote, rollback, traffic, scale."""
+class PromoteHandler(DeploymentAPI):
+    """The canary takes all traffic."""
 
-    def post(self, team: str, name: str, action: str):
-        d = self.ctl.deployments
-        if action == "promote":
-            d.promote(self.identity, team, name)
-        elif action == "rollback":
-            d.rollback(self.identity, team, name)
-        elif action == "traffic":
-            body = self.json_body()
-            if not isinstance(body, dict) or not isinstance(body.get("traffic"), dict):
-                raise SpecError("traffic", 'must be an object of revision: percent, e.g. '
-                                           '{"traffic": {"1": 80, "2": 20}}')
-            d.set_traffic(self.identity, team, name, body["traffic"], "set-traffic",
-                          f"traffic set to {body['traffic']} by {self.identity.name}")
-        elif action == "scale":
-            d.scale(self.identity, team, name, self.json_body())
-        else:
-            raise NotFound(f"no action {action}; actions: promote, rollback, traffic, scale")
+    def post(self, team: str, name: str):
+        self.ctl.deployments.promote(self.identity, team, name)
+        self.write_json(self.view(team, name))
+
+
+class RollbackHandler(DeploymentAPI):
+    """All traffic back to the stable (or the previous) revision."""
+
+    def post(self, team: str, name: str):
+        self.ctl.deployments.rollback(self.identity, team, name)
+        self.write_json(self.view(team, name))
+
+
+class TrafficHandler(DeploymentAPI):
+    """``{"traffic": {"1": 80, "2": 20}}``: the split between revisions."""
+
+    def post(self, team: str, name: str):
+        body = self.json_body()
+        if not isinstance(body, dict) or set(body) != {"traffic"} \
+                or not isinstance(body["traffic"], dict):
+            raise SpecError("traffic", 'must be an object of revision: percent, e.g. '
+                                       '{"traffic": {"1": 80, "2": 20}}')
+        self.ctl.deployments.set_traffic(
+            self.identity, team, name, body["traffic"], "set-traffic",
+            f"traffic set to {body['traffic']} by {self.identity.name}")
+        self.write_json(self.view(team, name))
+
+
+class ScaleHandler(DeploymentAPI):
+    """New replica bounds (and the idle time before scaling to zero)."""
+
+    def post(self, team: str, name: str):
+        self.ctl.deployments.scale(self.identity, team, name, self.json_body())
         self.write_json(self.view(team, name))
 
 

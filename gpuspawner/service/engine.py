@@ -110,18 +110,26 @@ class Engine:
     def start(self) -> None:
         """Rebuild the core from the database and find running work again."""
         now = self.clock()
+        specs, broken = [], []
         with self.store.transaction() as s:
             self.scheduler, unplaceable = rebuild(s, [n.node for n in self.nodes.values()],
                                                   self.policy)
             # Not notebook servers: the hub runs (and finds again) those.
-            specs = [self._launch_spec(s, row) for row in
-                     s.scalars(select(WorkloadRow).where(WorkloadRow.state.in_(HOLDING_STATES),
-                                                         WorkloadRow.kind.in_(BACKEND_KINDS)))
-                     if row.id not in unplaceable]
+            for row in s.scalars(select(WorkloadRow).where(
+                    WorkloadRow.state.in_(HOLDING_STATES), WorkloadRow.kind.in_(BACKEND_KINDS))):
+                if row.id in unplaceable:
+                    continue
+                try:
+                    specs.append(self._launch_spec(s, row))
+                except Exception as err:  # one bad workload must not keep the service down
+                    log.exception("cannot rebuild the launch of %s", row.id)
+                    broken.append((row.id, row.attempt, f"could not be recovered: {err}"))
         for wid in unplaceable:
             self._lost_without_core(wid, now, "its GPUs are no longer in the inventory")
-        for x in self.backend.recover(specs):
+        for x in self._recover(specs, broken):
             self.on_exit(x)
+        for wid, attempt, why in broken:
+            self._fail_launch(wid, attempt, why)
         with self.store.session() as s:
             stopping = s.scalars(select(WorkloadRow).where(WorkloadRow.state == STOPPING,
                                                            WorkloadRow.kind.in_(BACKEND_KINDS))).all()
@@ -129,9 +137,39 @@ class Engine:
             # The stop was persisted before the restart; say it again.
             grace = (max(0.0, row.kill_at - now) if row.kill_at is not None
                      else self._grace(row))
-            self.backend.stop(row.id, row.attempt, grace)
+            try:
+                self.backend.stop(row.id, row.attempt, grace)
+            except Exception as err:
+                log.exception("could not stop %s", row.id)
+                self._fail_launch(row.id, row.attempt, f"could not be stopped: {err}")
         log.info("rebuilt: %d queued, %d running; %d recovered attempts",
                  len(self.scheduler.state.pending), len(self.scheduler.state.running), len(specs))
+
+    def _recover(self, specs: list[LaunchSpec], broken: list) -> list[AttemptExit]:
+        """The backend's recovery of all attempts at once; if that fails, of
+        each alone, so that the one it cannot recover fails by itself
+        (``broken``) and the others are adopted."""
+        try:
+            return self.backend.recover(specs)
+        except Exception:
+            log.exception("recovering %d attempts failed; recovering them one by one", len(specs))
+        exits = []
+        for spec in specs:
+            try:
+                exits += self.backend.recover([spec])
+            except Exception as err:
+                log.exception("could not recover %s", spec.workload_id)
+                broken.append((spec.workload_id, spec.attempt, f"could not be recovered: {err}"))
+        return exits
+
+    def _fail_launch(self, wid: str, attempt: int, why: str) -> None:
+        """A workload whose attempt cannot be started or found again: it
+        fails by itself with the reason, and its GPUs go back."""
+        try:
+            self.backend.kill(wid, attempt)
+        except Exception:
+            log.exception("could not kill %s attempt %s", wid, attempt)
+        self.on_exit(AttemptExit(wid, attempt, EXITED, 127, self.clock()), detail=why)
 
     # ---- requests --------------------------------------------------------
     def submit(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
@@ -207,6 +245,8 @@ class Engine:
                                f"the deployment instead")
             if row.state in FINAL_STATES:
                 raise Conflict(f"workload {wid} has already {row.state}")
+            if row.state == STOPPING and row.cancel_requested:
+                return row  # asked before: nothing new to record
             self._audit(s, now, who.name, "cancel", wid, {"state": row.state})
             was = row.state
             if row.state in (QUEUED, HELD):
@@ -376,7 +416,10 @@ class Engine:
             with self.store.transaction() as s:
                 self._event(s, e.workload_id, e.type, now, e.message, attempt=e.attempt)
         for e in result.events:
-            self._act(e, now)
+            try:
+                self._act(e, now)
+            except Exception:  # one workload's stop or kill must not end the cycle
+                log.exception("could not act on %s of %s", e.type, e.workload_id)
 
     def _persist_decision(self, s: Session, e: ev.Event, now: float) -> None:
         row = s.get(WorkloadRow, e.workload_id)
@@ -424,14 +467,18 @@ class Engine:
         if w is None or getattr(w, "workload", w).kind not in BACKEND_KINDS:
             return  # a server: its spawner starts and stops it, seeing the decision in the API
         if e.type == ev.ADMITTED:
-            with self.store.session() as s:
-                spec = self._launch_spec(s, s.get(WorkloadRow, e.workload_id))
             try:
+                with self.store.session() as s:
+                    row = s.get(WorkloadRow, e.workload_id)
+                    spec = self._launch_spec(s, row)
+                    if row.spec.get("notebook"):  # again: a link may have changed since
+                        notebook_in_workspace(self.workspace(row.user), spec.cwd,
+                                              row.spec["notebook"])
                 self.backend.start(spec)
             except Exception as err:  # a job that cannot start fails; others go on
                 log.exception("could not start %s", e.workload_id)
-                self.on_exit(AttemptExit(e.workload_id, spec.attempt, EXITED, 127, self.clock()),
-                             detail=f"could not start: {err}")
+                self._fail_launch(e.workload_id, getattr(w, "workload", w).attempt,
+                                  f"could not start: {err}")
         elif e.type == ev.PREEMPTED:
             attempt = self.scheduler.state.running[e.workload_id].workload.attempt
             self.backend.stop(e.workload_id, attempt, max(0.0, (e.kill_at or now) - now))
@@ -605,8 +652,8 @@ class Engine:
         if not os.path.isdir(cwd):
             raise SpecError("working_dir", f"{spec.working_dir!r} is not a directory "
                                            f"(relative paths start at {home})")
-        if spec.notebook and not os.path.isfile(os.path.join(cwd, spec.notebook)):
-            raise SpecError("notebook", f"{spec.notebook!r} is not a file in {cwd}")
+        if spec.notebook is not None:
+            notebook_in_workspace(home, cwd, spec.notebook)
         return cwd
 
     def _attempt_dir(self, wid: str, attempt: int) -> str:
@@ -651,11 +698,28 @@ class Engine:
 def in_workspace(home: str, path: str, field: str) -> str:
     """``path`` normalised, if it lies in the user's workspace: jobs run as
     the service's user, so a path outside would reach other people's files."""
+    if "\x00" in path:
+        raise SpecError(field, "must not contain NUL characters")
     full = os.path.normpath(path)
     home_real = os.path.realpath(home)
     if os.path.commonpath([home_real, os.path.realpath(full)]) != home_real:
         raise SpecError(field, f"{path!r} is outside your workspace {home}")
     return full
+
+
+def notebook_in_workspace(home: str, cwd: str, notebook: str) -> str:
+    """The notebook's path, if it is a file in the workspace. A file that is
+    missing and one outside get the same answer, so that the answer does
+    not tell whether a file exists outside the workspace."""
+    path = os.path.join(cwd, notebook)
+    try:
+        in_workspace(home, path, "notebook")
+        if not os.path.isfile(path):
+            raise SpecError("notebook", "")
+    except SpecError:
+        raise SpecError("notebook", f"{notebook!r} is not a notebook file in your workspace "
+                                    f"{home} (relative paths start at the working_dir)")
+    return path
 
 
 def job_argv(spec: dict, attempt_dir: str) -> list[str]:
@@ -664,7 +728,9 @@ def job_argv(spec: dict, attempt_dir: str) -> list[str]:
         return [sys.executable, "-m", "papermill", "--log-output", "-k", "python3",
                 spec["notebook"], output_notebook(spec, attempt_dir),
                 "-y", json.dumps(spec.get("parameters") or {})]
-    command = spec["command"]
+    command = spec.get("command")
+    if not command:
+        raise ValueError("the workload has neither a command nor a notebook")
     if spec.get("shell"):
         return ["/bin/sh", "-c", command[0]]
     return list(command)

@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import re
 import time
 from typing import Any, Optional
 
@@ -38,7 +39,53 @@ class ServiceAccess:
         return self.settings["gpuhub"]
 
 
-class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
+class JSONErrors(web.RequestHandler):
+    """Errors as the API's JSON ``{"status", "error", "field"?}``; a 405
+    says in ``Allow`` which methods the route has."""
+
+    def write_error(self, status_code: int, **kwargs) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        body: dict[str, Any] = {"status": status_code}
+        if isinstance(exc, SpecError):
+            body["error"], body["field"] = str(exc), exc.field
+        elif type(exc) in DOMAIN_ERRORS:
+            body["error"] = str(exc)
+        elif isinstance(exc, web.HTTPError) and exc.log_message:
+            body["error"] = exc.log_message % exc.args if exc.args else exc.log_message
+        else:
+            body["error"] = self._reason
+        if status_code == 405:
+            allowed = allowed_methods(type(self))
+            self.set_header("Allow", ", ".join(allowed))
+            body["error"] = (f"method {self.request.method} is not allowed here; allowed: "
+                             f"{', '.join(allowed) or 'none'}")
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(body))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, SpecError):
+            self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
+        elif type(e) in DOMAIN_ERRORS:
+            self.send_error(DOMAIN_ERRORS[type(e)], exc_info=(type(e), e, e.__traceback__))
+        else:
+            super()._handle_request_exception(e)
+
+
+def allowed_methods(handler: type) -> list[str]:
+    """The HTTP methods a handler class implements."""
+    return [m.upper() for m in ("get", "post", "put", "patch", "delete")
+            if getattr(handler, m) is not getattr(web.RequestHandler, m)]
+
+
+class NoRouteHandler(JSONErrors):
+    """Any path under the API that no route matches (a path parameter
+    outside its pattern included): a JSON 404, not tornado's HTML page."""
+
+    def prepare(self) -> None:
+        raise web.HTTPError(404, f"no such API path: {self.request.path}")
+
+
+class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
@@ -47,10 +94,16 @@ class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         raise web.HTTPError(401, "authentication required: send 'Authorization: token <TOKEN>'")
 
     async def prepare(self) -> None:
-        length = int(self.request.headers.get("Content-Length") or 0)
-        if length > self.gpuhub.max_body_size:
-            raise web.HTTPError(413, f"request body of {length} bytes is larger than the "
+        # The body as received: a Content-Length header, or none with
+        # Transfer-Encoding: chunked (the HTTP server's own limit is higher,
+        # so that this answers with a 413 that says so).
+        size = len(self.request.body)
+        if size > self.gpuhub.max_body_size:
+            raise web.HTTPError(413, f"request body of {size} bytes is larger than the "
                                      f"{self.gpuhub.max_body_size} allowed")
+        for name, values in self.request.query_arguments.items():
+            if "\x00" in name or any(b"\x00" in v for v in values):
+                raise SpecError(name, "must not contain NUL characters")
         model = await self.hub_auth.get_user(self, sync=False)
         try:
             self._hub_auth_user_cache = self.check_hub_user(model) if model else None
@@ -66,39 +119,64 @@ class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
 
     def json_body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"null")
-        except (ValueError, UnicodeDecodeError) as e:
-            raise SpecError("body", f"is not valid JSON: {e}")
+        return parse_json_body(self.request.body)
+
+    def int_arg(self, name: str, default: int, low: int, high: int) -> int:
+        """A whole-number query argument in [low, high]."""
+        value = self.get_argument(name, None)
+        if value is None:
+            return default
+        if not re.fullmatch(r"[0-9]{1,12}", value) or not low <= int(value) <= high:
+            raise SpecError(name, f"must be a whole number from {low} to {high}, got {value!r}")
+        return int(value)
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(data))
 
-    def write_error(self, status_code: int, **kwargs) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        body: dict[str, Any] = {"status": status_code}
-        if isinstance(exc, SpecError):
-            body["error"], body["field"] = str(exc), exc.field
-        elif type(exc) in DOMAIN_ERRORS:
-            body["error"] = str(exc)
-        elif isinstance(exc, web.HTTPError) and exc.log_message:
-            body["error"] = exc.log_message % exc.args if exc.args else exc.log_message
-        else:
-            body["error"] = self._reason
-        self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.finish(json.dumps(body))
-
-    def _handle_request_exception(self, e: BaseException) -> None:
-        if isinstance(e, SpecError):
-            self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
-        elif type(e) in DOMAIN_ERRORS:
-            self.send_error(DOMAIN_ERRORS[type(e)], exc_info=(type(e), e, e.__traceback__))
-        else:
-            super()._handle_request_exception(e)
-
 
 DOMAIN_ERRORS = {NotFound: 404, Forbidden: 403, Conflict: 409}
+KINDS = ("job", "notebook", "deployment")
+# Deeper than any request of this API needs; far below Python's recursion limit.
+MAX_JSON_DEPTH = 64
+
+
+def _no_constant(name: str):
+    raise SpecError("body", f"{name} is not a JSON number")
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """A request body as JSON, refusing what JSON does not have (NaN,
+    Infinity, numbers too large for a float), NUL characters (PostgreSQL
+    stores no NUL) and nesting deeper than ``MAX_JSON_DEPTH``."""
+    try:
+        body = json.loads(raw or b"null", parse_constant=_no_constant)
+    except RecursionError:
+        raise SpecError("body", f"is nested more than {MAX_JSON_DEPTH} levels deep")
+    except (ValueError, UnicodeDecodeError) as e:
+        if isinstance(e, SpecError):
+            raise
+        raise SpecError("body", f"is not valid JSON: {e}")
+    stack = [(body, "body", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise SpecError("body", f"is nested more than {MAX_JSON_DEPTH} levels deep")
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise SpecError(where, "must not contain NUL characters")
+        elif isinstance(value, float):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise SpecError(where, "must be a finite number")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = key if where == "body" else f"{where}.{key}"
+                if "\x00" in key:
+                    raise SpecError(where, "must not have a key with NUL characters")
+                stack.append((item, name, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+    return body
 
 
 class MeHandler(APIHandler):
@@ -130,6 +208,9 @@ class WorkloadsHandler(APIHandler):
             values = self.get_arguments(name)
             if values:
                 q = q.where(column.in_(values))
+        kinds = sorted(set(self.get_arguments("kind")) - set(KINDS))
+        if kinds:
+            raise SpecError("kind", f"unknown kind {kinds[0]!r}; known: {', '.join(KINDS)}")
         states = self.get_arguments("state")
         bad = sorted(set(states) - set(STATES))
         if bad:
@@ -138,13 +219,11 @@ class WorkloadsHandler(APIHandler):
             q = q.where(WorkloadRow.state.in_(states))
         if not who.admin:
             q = q.where(WorkloadRow.team.in_(sorted(who.teams | who.leads)))
-        limit = self.get_argument("limit", "100")
-        if not limit.isdigit() or not 1 <= int(limit) <= 1000:
-            raise SpecError("limit", "must be an integer between 1 and 1000")
+        limit = self.int_arg("limit", 100, 1, 1000)
         detail = self.get_argument("detail", "0")
         if detail not in ("0", "1"):
             raise SpecError("detail", "must be 0 or 1")
-        q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id).limit(int(limit))
+        q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id).limit(limit)
         with self.engine.store.session() as s:
             rows = s.scalars(q).all()
             if detail == "0":
@@ -192,8 +271,10 @@ class ReleaseHandler(APIHandler):
     """The spawner reports a notebook server stopped (or crashed, or culled)."""
 
     def post(self, wid: str):
-        body = self.json_body() or {}
-        why = body.get("reason", "") if isinstance(body, dict) else ""
+        body = self.json_body() if self.request.body else {}
+        if not isinstance(body, dict) or set(body) - {"reason"}:
+            raise SpecError("body", "must be a JSON object with at most a 'reason'")
+        why = body.get("reason", "")
         if not isinstance(why, str) or len(why) > 1000:
             raise SpecError("reason", "must be a string of at most 1000 characters")
         row = self.engine.release(self.identity, wid, why)
@@ -215,16 +296,19 @@ class LogsHandler(APIHandler):
 
     async def get(self, wid: str):
         row = self.engine.get(self.identity, wid)
-        arg = self.get_argument("attempt", str(row.attempt))
-        if not arg.isdigit() or int(arg) > row.attempt:
-            raise SpecError("attempt", f"must be an attempt number between 0 and {row.attempt}")
-        path = os.path.join(self.engine._attempt_dir(wid, int(arg)), "output.log")
-        follow = self.get_argument("follow", "false").lower() in ("1", "true", "yes")
+        attempt = self.int_arg("attempt", row.attempt, 0, row.attempt)
+        follow = {"true": True, "false": False}.get(self.get_argument("follow", "false"))
+        if follow is None:
+            raise SpecError("follow", "must be true or false")
+        if row.kind == "notebook":
+            raise Conflict(f"workload {wid} is a notebook server, run by the hub's spawner: "
+                           f"its output is in the server's own log, not here")
+        path = os.path.join(self.engine._attempt_dir(wid, attempt), "output.log")
         if not follow and "text/event-stream" not in self.request.headers.get("Accept", ""):
             self.set_header("Content-Type", "text/plain; charset=UTF-8")
             self.finish(_read_from(path, 0))
             return
-        await self._stream(wid, int(arg), path)
+        await self._stream(wid, attempt, path)
 
     async def _stream(self, wid: str, attempt: int, path: str) -> None:
         self.set_header("Content-Type", "text/event-stream")
@@ -338,6 +422,9 @@ class UsageHandler(APIHandler):
         end = parse_time(self.get_argument("to", None), "to", now)
         if end < start:
             raise SpecError("to", "must not be before 'from'")
+        fmt = self.get_argument("format", "json")
+        if fmt not in ("json", "csv"):
+            raise SpecError("format", f"must be json or csv, got {fmt!r}")
         group_by = self.get_argument("group_by", "team")
         teams = None if self.identity.admin else sorted(self.identity.teams | self.identity.leads)
         with self.engine.store.session() as s:
@@ -346,7 +433,7 @@ class UsageHandler(APIHandler):
             if self.identity.admin:
                 report["culler"] = culls(s, start, end)
         report["currency"] = self.gpuhub.currency
-        if self.get_argument("format", "json") == "csv":
+        if fmt == "csv":
             self.set_header("Content-Type", "text/csv; charset=UTF-8")
             self.set_header("Content-Disposition", 'attachment; filename="gpuhub-usage.csv"')
             self.finish(to_csv(report["rows"], report["group_by"], self.gpuhub.currency))
@@ -354,23 +441,39 @@ class UsageHandler(APIHandler):
         self.write_json(report)
 
 
+# An ISO date, or date and time (UTC unless it says otherwise).
+ISO_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+                      r"(Z|[+-][0-9]{2}:[0-9]{2})?)?")
+# The times the API shows as ISO dates: from the epoch to the end of year 9999.
+LATEST_TIME = 253402300799.0
+
+
+def check_time(seconds: Any, name: str) -> float:
+    """A UNIX time in seconds that an ISO date can show."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not 0 <= seconds <= LATEST_TIME:
+        raise SpecError(name, f"must be a UNIX time in seconds from 0 to {LATEST_TIME:.0f} "
+                              f"(9999-12-31), got {seconds!r}")
+    return float(seconds)
+
+
 def parse_time(value: Optional[str], name: str, default: float) -> float:
     """A UNIX time in seconds, an ISO date (``2026-11-01``, midnight UTC) or
     an ISO date and time."""
     if value is None or value == "":
         return default
+    if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", value):
+        return check_time(float(value), name)
     try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
+        if not ISO_TIME.fullmatch(value):
+            raise ValueError(value)
         t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise SpecError(name, f"{value!r} is neither a UNIX time in seconds nor an ISO date "
                               f"such as 2026-11-01 or 2026-11-01T12:00:00Z")
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
-    return t.timestamp()
+    return check_time(t.timestamp(), name)
 
 
 class AdminHandler(APIHandler):
@@ -387,6 +490,17 @@ class GpusHandler(AdminHandler):
     def get(self):
         self.write_json({"sampled_at": views.iso(self.engine.clock()),
                          "gpus": self.gpuhub.gpus_view()})
+
+
+def optional(body: dict, key: str, default: Any) -> Any:
+    """A field that may be left out or null (then ``default``); any other
+    value is the caller's to check (``false`` is not an empty object)."""
+    value = body.get(key)
+    return default if value is None else value
+
+
+# A notice's text fields and their longest values (the database's columns).
+NOTICE_FIELDS = {"user": 255, "kind": 32, "message": 2000}
 
 
 class NoticesHandler(APIHandler):
@@ -411,23 +525,36 @@ class NoticesHandler(APIHandler):
         body = self.json_body()
         if not isinstance(body, dict):
             raise SpecError("body", "must be a JSON object")
-        for key in ("user", "kind", "message"):
-            if not isinstance(body.get(key), str) or not body[key] or len(body[key]) > 2000:
-                raise SpecError(key, "is required: a string of at most 2000 characters")
+        for key, most in NOTICE_FIELDS.items():
+            if not isinstance(body.get(key), str) or not body[key] or len(body[key]) > most:
+                raise SpecError(key, f"is required: a string of at most {most} characters")
+        server = optional(body, "server", "")
+        if not isinstance(server, str) or len(server) > 255:
+            raise SpecError("server", "must be a string of at most 255 characters")
         expires = body.get("expires_at")
-        if expires is not None and (isinstance(expires, bool) or not isinstance(expires, (int, float))):
-            raise SpecError("expires_at", "must be a UNIX time in seconds")
+        if expires is not None:
+            check_time(expires, "expires_at")
+        data = optional(body, "data", {})
+        if not isinstance(data, dict):
+            raise SpecError("data", "must be an object")
+        unknown = sorted(set(body) - {*NOTICE_FIELDS, "server", "expires_at", "data"})
+        if unknown:
+            raise SpecError(unknown[0], "is not a known field; known fields: user, server, kind, "
+                                        "message, expires_at, data")
         now = self.engine.clock()
         with self.engine.store.transaction() as s:
-            row = NoticeRow(user=body["user"], server=str(body.get("server") or ""),
-                            kind=body["kind"], message=body["message"], created_at=now,
-                            expires_at=expires, data=body.get("data") or {})
+            row = NoticeRow(user=body["user"], server=server, kind=body["kind"],
+                            message=body["message"], created_at=now, expires_at=expires, data=data)
             s.add(row)
             s.flush()
             s.add(AuditEntry(time=now, actor=self.identity.name, action="notice",
-                             target=f"{row.user}/{row.server}",
+                             target=f"{row.user}/{row.server}"[:255],  # the column
                              detail={"kind": row.kind, "message": row.message, **row.data}))
         self.write_json(views.notice(row), status=201)
+
+
+# The largest id an integer column holds (PostgreSQL's INTEGER).
+MAX_ID = 2 ** 31 - 1
 
 
 class NoticeHandler(APIHandler):
@@ -435,7 +562,7 @@ class NoticeHandler(APIHandler):
         if not self.identity.admin:
             raise Forbidden("clearing notices needs the scope custom:gpuhub:admin")
         with self.engine.store.transaction() as s:
-            row = s.get(NoticeRow, int(nid))
+            row = s.get(NoticeRow, int(nid)) if int(nid) <= MAX_ID else None
             if row is None:
                 raise NotFound(f"no notice {nid}")
             row.cleared_at = row.cleared_at or self.engine.clock()
@@ -447,10 +574,8 @@ class AuditHandler(AdminHandler):
     service recording what it did, such as a cull and its reasons)."""
 
     def get(self):
-        limit = self.get_argument("limit", "200")
-        if not limit.isdigit() or not 1 <= int(limit) <= 5000:
-            raise SpecError("limit", "must be an integer between 1 and 5000")
-        q = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(int(limit))
+        limit = self.int_arg("limit", 200, 1, 5000)
+        q = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
         for key, column in (("action", AuditEntry.action), ("actor", AuditEntry.actor),
                             ("target", AuditEntry.target)):
             if self.get_argument(key, None):
@@ -464,12 +589,15 @@ class AuditHandler(AdminHandler):
         if not isinstance(body, dict) or not isinstance(body.get("action"), str) \
                 or not body["action"] or len(body["action"]) > 64:
             raise SpecError("action", "is required: a string of at most 64 characters")
-        detail = body.get("detail") or {}
+        detail = optional(body, "detail", {})
         if not isinstance(detail, dict):
             raise SpecError("detail", "must be an object")
+        target = optional(body, "target", "")
+        if not isinstance(target, str) or len(target) > 255:
+            raise SpecError("target", "must be a string of at most 255 characters")
         with self.engine.store.transaction() as s:
             row = AuditEntry(time=self.engine.clock(), actor=self.identity.name,
-                             action=body["action"], target=str(body.get("target") or "")[:255],
+                             action=body["action"], target=target,
                              detail=detail)
             s.add(row)
         if row.action == "cull" and self.engine.metrics is not None:
@@ -489,7 +617,7 @@ class MetricsHandler(APIHandler):
         self.finish(generate_latest(metrics.registry))
 
 
-class OpenAPIHandler(web.RequestHandler):
+class OpenAPIHandler(JSONErrors):
     def get(self):
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.finish(json.dumps(self.settings["gpuhub"].openapi()))
@@ -512,7 +640,7 @@ token&gt;</code>; get one at <a href="/hub/token">/hub/token</a>).</p>
 <code>gpuhub ls</code>, <code>gpuhub logs -f ID</code>, <code>gpuhub pools</code>.</p>""")
 
 
-class HealthHandler(web.RequestHandler):
+class HealthHandler(JSONErrors):
     def get(self):
         with self.settings["engine"].store.session() as s:
             s.execute(select(func.count()).select_from(WorkloadRow)).scalar()

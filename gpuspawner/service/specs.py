@@ -6,12 +6,14 @@ is checked by the engine, which raises the same error type.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Matched with fullmatch: a pattern's "$" would let a trailing newline through.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
                          r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 # The service sets these; a job may not override them.
@@ -21,6 +23,9 @@ MAX_GPUS_PER_NODE = 64
 MAX_NODES = 1024
 MAX_ENV = 256
 MAX_TEXT = 64 * 1024
+# Notebook parameters are one argument of papermill's command line, and Linux
+# takes no single argument over 128 KiB (MAX_ARG_STRLEN).
+MAX_PARAMETERS = 64 * 1024
 
 FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
           "env", "pool", "gpus", "nodes", "time_limit", "priority", "checkpoint_dir", "project",
@@ -135,6 +140,8 @@ def _command(body: dict) -> tuple[Optional[tuple[str, ...]], bool]:
             raise SpecError("command", f"must be at most {MAX_TEXT} characters without NUL")
         return (value,), True
     if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        if not value[0].strip():
+            raise SpecError("command", "must start with the program to run, not an empty string")
         if sum(len(a) for a in value) > MAX_TEXT or any("\x00" in a for a in value):
             raise SpecError("command", f"must be at most {MAX_TEXT} characters without NUL")
         return tuple(value), False
@@ -148,7 +155,7 @@ def _env(body: dict) -> dict[str, str]:
     if len(value) > MAX_ENV:
         raise SpecError("env", f"has more than {MAX_ENV} variables")
     for name, val in value.items():
-        if not ENV_NAME_RE.match(name):
+        if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
             raise SpecError(f"env.{name}", "is not a valid environment variable name")
         if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
             raise SpecError(f"env.{name}", "is set by GPU Hub and cannot be overridden")
@@ -170,7 +177,7 @@ def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
         raise SpecError(unknown[0], f"is not a known field of a notebook server; known fields: "
                                     f"{', '.join(SERVER_FIELDS)}")
     name = _text(body, "name") or ""
-    if name and not NAME_RE.match(name):
+    if name and not NAME_RE.fullmatch(name):
         raise SpecError("name", "may use letters, digits, '.', '_' and '-' (at most 128)")
     return JobSpec(kind="notebook", pool=_text(body, "pool", 64) or limits.default_pool,
                    gpus=_int(body, "gpus", 1, 0, MAX_GPUS_PER_NODE), nodes=1, name=name,
@@ -190,17 +197,24 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
         raise SpecError("kind", f"only 'job' can be submitted by users; {kind!r} workloads are "
                                 f"started by the hub's spawner or the deployments API")
     name = _text(body, "name") or ""
-    if name and not NAME_RE.match(name):
+    if name and not NAME_RE.fullmatch(name):
         raise SpecError("name", "may use letters, digits, '.', '_' and '-' (at most 128)")
     command, shell = _command(body)
     notebook = _text(body, "notebook", 4096)
     if (command is None) == (notebook is None):
         raise SpecError("command", "give exactly one of 'command' or 'notebook'")
+    if notebook is not None and not notebook.strip():
+        raise SpecError("notebook", "must be the path of a notebook, not empty")
     parameters = body.get("parameters", {})
     if not isinstance(parameters, dict):
         raise SpecError("parameters", "must be an object of notebook parameters")
     if parameters and notebook is None:
         raise SpecError("parameters", "only apply to a notebook job")
+    size = len(json.dumps(parameters))
+    if size > MAX_PARAMETERS:
+        raise SpecError("parameters", f"are {size} bytes as JSON; at most {MAX_PARAMETERS} "
+                                      f"(they go on papermill's command line): pass larger "
+                                      f"inputs as a file in your workspace")
     output_notebook = _text(body, "output_notebook", 4096)
     if output_notebook and notebook is None:
         raise SpecError("output_notebook", "only applies to a notebook job")

@@ -14,6 +14,9 @@ from .accounting import GROUPS, Interval  # noqa: F401  (GROUPS: the API's choic
 from .specs import SpecError
 from .views import iso
 
+# The longest window of a usage series (weekly buckets: about 520 points).
+MAX_SERIES_SPAN = 3650 * 86400.0
+
 
 def usage_intervals(s: Session, start: float, end: float, now: float,
                     teams: Optional[Sequence[str]]) -> list[Interval]:
@@ -58,6 +61,9 @@ def usage_report(s: Session, start: float, end: float, now: float, group_by: str
     except ValueError as e:
         raise SpecError("series_by" if series_by and all(k in GROUPS for k in keys)
                         else "group_by", str(e))
+    if series_by and end - start > MAX_SERIES_SPAN:
+        raise SpecError("series_by", f"a series covers at most {MAX_SERIES_SPAN // 86400:.0f} "
+                                     f"days; narrow 'from' and 'to'")
     intervals = usage_intervals(s, start, end, now, teams)
     price = prices(s)
     table = accounting.totals(intervals, keys, start, end, price_history(s))
