@@ -38,7 +38,23 @@ class ServiceAccess:
         return self.settings["gpuhub"]
 
 
+async def hub_user(handler) -> Optional[dict]:
+    """Who the request's token or cookie is, asked of the hub (cached for
+    ``token_cache_seconds``). A hub that does not answer, or fails, is 503 with
+    Retry-After: the hub is restarting, nothing is wrong with the request."""
+    try:
+        return await handler.hub_auth.get_user(handler, sync=False)
+    except web.HTTPError as e:
+        if e.status_code not in (500, 502):
+            raise
+        raise web.HTTPError(503, "the hub is not answering, so the token cannot be checked; "
+                                 "try again in a few seconds")
+
+
 class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
+    # Whether a token with only custom:gpuhub:invoke may use the route.
+    invoke_route = False
+
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
@@ -51,7 +67,7 @@ class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         if length > self.gpuhub.max_body_size:
             raise web.HTTPError(413, f"request body of {length} bytes is larger than the "
                                      f"{self.gpuhub.max_body_size} allowed")
-        model = await self.hub_auth.get_user(self, sync=False)
+        model = await hub_user(self)
         try:
             self._hub_auth_user_cache = self.check_hub_user(model) if model else None
         except UserNotAllowed:
@@ -64,6 +80,10 @@ class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         else:
             groups = []
         self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
+        if self.identity.invoke_only and not self.invoke_route:
+            raise web.HTTPError(403, "this token may only call model endpoints "
+                                     "(custom:gpuhub:invoke); this route needs "
+                                     "custom:gpuhub:submit")
 
     def json_body(self) -> Any:
         try:
@@ -87,6 +107,8 @@ class APIHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         else:
             body["error"] = self._reason
         self.set_header("Content-Type", "application/json; charset=UTF-8")
+        if status_code == 503:
+            self.set_header("Retry-After", "5")
         self.finish(json.dumps(body))
 
     def _handle_request_exception(self, e: BaseException) -> None:
