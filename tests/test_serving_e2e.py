@@ -275,21 +275,31 @@ def test_the_router_forwards_only_inference_metadata_and_health(hub, method, pat
 def test_a_replica_whose_model_is_unloaded_is_not_ready(hub):
     alice = hub.client("alice")
     d = ready(hub, "iris")
-    [rev] = [r for r in d["revisions"] if r["ready_replicas"]][:1]
-    wid = rev["replicas"][0]
-    with open(os.path.join(alice.workload(wid)["working_dir"], "settings.json")) as f:
-        replica = f"http://127.0.0.1:{json.load(f)['http_port']}"
-    # What the router no longer lets a client do, done on the replica itself.
+    [rev] = [r for r in d["revisions"] if r["number"] == d["stable_revision"]]
+
+    def address(wid):
+        with open(os.path.join(alice.workload(wid)["working_dir"], "settings.json")) as f:
+            return f"http://127.0.0.1:{json.load(f)['http_port']}"
+
+    def serving(url):
+        try:
+            return requests.get(f"{url}/v2/models/iris/ready", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+    replica = next(url for url in map(address, rev["replicas"]) if serving(url))
+
+    def ready_replicas():
+        revs = alice.get("/deployments/a/iris").json()["revisions"]
+        return {r["number"]: r["ready_replicas"] for r in revs}[rev["number"]]
+    before = ready_replicas()
+    # What the router no longer lets a client do, done on the replica itself:
+    # the server stays up and says it is ready, its model is gone.
     assert requests.post(f"{replica}/v2/repository/models/iris/unload", timeout=30).ok
     assert requests.get(f"{replica}/v2/health/ready", timeout=10).status_code == 200
-
-    def replica_ready():
-        revs = alice.get("/deployments/a/iris").json()["revisions"]
-        return {r["number"]: r["ready_replicas"] for r in revs}.get(rev["number"])
-    wait_for(lambda: replica_ready() == rev["ready_replicas"] - 1,
+    wait_for(lambda: ready_replicas() == before - 1,
              "the replica without its model counted not ready", 30)
     assert requests.post(f"{replica}/v2/repository/models/iris/load", timeout=60).ok
-    wait_for(lambda: replica_ready() == rev["ready_replicas"], "the replica ready again", 30)
+    wait_for(lambda: ready_replicas() == before, "the replica ready again", 30)
 
 
 def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):

@@ -23,10 +23,11 @@ OAUTH_SCOPES = ["custom:gpuhub:submit", "custom:gpuhub:team-admin", "custom:gpuh
 # extension use it from the server side), besides what servers need anyway.
 SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_ACCESS,
                        "custom:gpuhub:submit"]
-# How often the hub looks whether its managed services (the scheduler service,
-# the culler) still run, to restart one that died: JupyterHub's default, its
-# spawners' 30 s poll, made a killed service's restart take 10-30 s.
-SERVICE_POLL_SECONDS = 1
+# How often (seconds) the hub looks whether its managed services (the scheduler
+# service, the culler) still run, to restart one that died: JupyterHub's
+# default, its spawners' 30 s poll, made a killed service's restart take 10-30 s.
+# GPUHUB_SERVICE_POLL_SECONDS changes it (scripts/bench_restart.py compares).
+SERVICE_POLL_SECONDS = int(os.environ.get("GPUHUB_SERVICE_POLL_SECONDS") or 1)
 DEFAULT_CULLER_ARGS = ["--timeout=8h", "--gpu-timeout=1h", "--warn-before=15m", "--cull-every=5m"]
 
 
