@@ -25,7 +25,9 @@ from gpuspawner.serving.ports import ports_below_ephemeral
 
 SEED = int(os.environ.get("GPUHUB_CHAOS_SEED", "16"))
 ROUNDS = int(os.environ.get("GPUHUB_CHAOS_ROUNDS", "6"))
-RESTART_SECONDS = 30.0
+# Kill -> /health OK through the proxy. A slower machine (a CI runner shared
+# with other jobs) may set GPUHUB_CHAOS_RESTART_SECONDS; the figures are printed.
+RESTART_SECONDS = float(os.environ.get("GPUHUB_CHAOS_RESTART_SECONDS", "30"))
 GROUPS = {"team-a": ["alice"], "team-b": ["bob"]}
 TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
          "b": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}}}
@@ -65,7 +67,7 @@ def processes_of(hub: Hub, module: str) -> list[int]:
 def healthy_after(hub: Hub, since: float) -> float:
     """Seconds from ``since`` until the service answers /health through the
     proxy (the hub's own start included when the hub was restarted)."""
-    deadline = since + RESTART_SECONDS + 30
+    deadline = since + RESTART_SECONDS + 90
     while time.monotonic() < deadline:
         try:
             if requests.get(f"{hub.api}/health", timeout=2).status_code == 200:
@@ -97,7 +99,7 @@ def kill_hub(hub: Hub, rng: random.Random) -> float:
     wait_for(lambda: not pid_alive(service) and not pid_alive(culler),
              "the dead hub's service and culler exit", 10)
     hub.log.close()
-    hub.start(timeout=RESTART_SECONDS + 30)
+    hub.start(timeout=RESTART_SECONDS + 90)
     took = healthy_after(hub, t0)
     assert processes_of(hub, "gpuspawner.service") == [hub.service_pid()]
     wait_for(lambda: len(processes_of(hub, "gpuspawner.culler")) == 1, "the new culler", 20)
