@@ -17,7 +17,6 @@ import sys
 import time
 
 import psycopg
-import pytest
 import requests
 
 from hub_harness import Hub, wait_for
