@@ -52,7 +52,7 @@ def test_service_killed_mid_run_loses_nothing(tmp_path):
         while pid_alive(old) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert requests.get(f"{hub.api}/health", timeout=5).status_code in (502, 503, 404)
-        # JupyterHub notices (it polls managed services every 30 s) and restarts it.
+        # JupyterHub notices (GPU Hub has it poll managed services every second) and restarts it.
         hub.wait_ready(timeout=60)
         assert hub.service_pid() != old
 

@@ -340,3 +340,45 @@ def test_grafana_dashboard_uses_only_exported_metrics(hub):
     names |= {f"{n}_{s}" for n, kind in exported if kind == "histogram"
               for s in ("bucket", "sum", "count")}
     assert used and used <= names, used - names
+
+
+# The service's token cache (GpuHubService.token_cache_seconds, 5 by default)
+# plus a request's round trip: how long a revoked token may still work.
+REVOCATION_SECONDS = 8
+
+
+@pytest.mark.parametrize("revoke", ["delete the user", "revoke the token"])
+def test_revocation_reaches_the_service_within_seconds(hub, revoke):
+    import time
+
+    from hub_harness import ADMIN_TOKEN, Client
+    admin = {"Authorization": f"token {ADMIN_TOKEN}"}
+    user = "leaver-" + ("user" if revoke == "delete the user" else "token")
+    assert requests.post(f"{hub.url}/hub/api/users/{user}", headers=admin,
+                         timeout=10).status_code == 201
+    requests.post(f"{hub.url}/hub/api/groups/team-a/users", headers=admin,
+                  json={"users": [user]}, timeout=10).raise_for_status()
+    r = requests.post(f"{hub.url}/hub/api/users/{user}/tokens", headers=admin,
+                      json={"note": "revoked by the test"}, timeout=10)
+    token = r.json()
+    client = Client(hub.api, token["token"])
+    assert client.get("/workloads").status_code == 200  # the token is now in the cache
+    if revoke == "delete the user":
+        r = requests.delete(f"{hub.url}/hub/api/users/{user}", headers=admin, timeout=10)
+    else:
+        r = requests.delete(f"{hub.url}/hub/api/users/{user}/tokens/{token['id']}",
+                            headers=admin, timeout=10)
+    assert r.status_code == 204, r.text
+    revoked_at = time.monotonic()
+    while True:
+        r = client.get("/workloads")
+        if r.status_code != 200:
+            break
+        assert time.monotonic() - revoked_at < REVOCATION_SECONDS, \
+            f"the token still works {REVOCATION_SECONDS}s after the hub forgot it"
+        time.sleep(0.2)
+    assert r.status_code == 401 and "authentication required" in r.json()["error"]
+    # Writes are refused just the same, and nothing is stored.
+    r = client.post("/workloads", json={"command": ["true"], "gpus": 0})
+    assert r.status_code == 401
+    print(f"{revoke}: the service refused the token {time.monotonic() - revoked_at:.1f}s later")

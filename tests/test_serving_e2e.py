@@ -226,6 +226,82 @@ def test_endpoints_need_a_team_member_and_take_an_invoke_only_token(hub):
     assert r.status_code == 403
 
 
+def invoke_only_token(hub: Hub, user: str = "alice") -> str:
+    admin = {"Authorization": "token test-admin-token-0123456789abcdef"}
+    r = requests.post(f"{hub.url}/hub/api/users/{user}/tokens", headers=admin, timeout=10,
+                      json={"note": "client", "scopes": ["access:services!service=gpuhub",
+                                                         "custom:gpuhub:invoke"]})
+    assert r.status_code == 201, r.text
+    return r.json()["token"]
+
+
+@pytest.mark.parametrize("method, path", [
+    ("GET", "/workloads"), ("GET", "/workloads/{wid}"), ("GET", "/workloads/{wid}/logs"),
+    ("GET", "/usage"), ("POST", "/workloads/{wid}/cancel"), ("GET", "/deployments"),
+    ("POST", "/deployments/a/iris/scale"), ("GET", "/me")])
+def test_an_invoke_only_token_can_do_nothing_but_invoke(hub, method, path):
+    """docs/serving.md: such a token "can only call endpoints"."""
+    alice = hub.client("alice")
+    wid = alice.get("/workloads", params={"team": "a", "state": "running"}).json()["workloads"][0]["id"]
+    token = invoke_only_token(hub)
+    r = requests.request(method, hub.api + path.format(wid=wid), json={}, timeout=10,
+                         headers={"Authorization": f"token {token}"})
+    assert r.status_code == 403 and "custom:gpuhub:invoke" in r.json()["error"], r.text
+    assert alice.workload(wid)["state"] == "running"  # the cancel did nothing
+    assert call(hub, endpoint(hub, "iris"), infer_body(), token=token).status_code == 200
+
+
+@pytest.mark.parametrize("method, path, status", [
+    ("POST", "v2/repository/models/iris/unload", 404),
+    ("POST", "v2/repository/index", 404),
+    ("GET", "v2/models/iris/infer", 404),
+    ("GET", "metrics", 404),
+    ("GET", "v2", 200),
+    ("GET", "v2/health/ready", 200),
+    ("GET", "v2/health/live", 200),
+    ("GET", "v2/models/iris", 200),
+    ("GET", "v2/models/iris/ready", 200),
+])
+def test_the_router_forwards_only_inference_metadata_and_health(hub, method, path, status):
+    url = f"{hub.url}/services/gpuhub/endpoints/a/iris/{path}"
+    for token in (invoke_only_token(hub), hub.token("alice")):
+        r = requests.request(method, url, json={}, timeout=60,
+                             headers={"Authorization": f"token {token}"})
+        assert r.status_code == status, r.text
+    # the model is still loaded and answers
+    assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
+
+
+def test_a_replica_whose_model_is_unloaded_is_not_ready(hub):
+    alice = hub.client("alice")
+    d = ready(hub, "iris")
+    [rev] = [r for r in d["revisions"] if r["number"] == d["stable_revision"]]
+
+    def address(wid):
+        with open(os.path.join(alice.workload(wid)["working_dir"], "settings.json")) as f:
+            return f"http://127.0.0.1:{json.load(f)['http_port']}"
+
+    def serving(url):
+        try:
+            return requests.get(f"{url}/v2/models/iris/ready", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+    replica = next(url for url in map(address, rev["replicas"]) if serving(url))
+
+    def ready_replicas():
+        revs = alice.get("/deployments/a/iris").json()["revisions"]
+        return {r["number"]: r["ready_replicas"] for r in revs}[rev["number"]]
+    before = ready_replicas()
+    # What the router no longer lets a client do, done on the replica itself:
+    # the server stays up and says it is ready, its model is gone.
+    assert requests.post(f"{replica}/v2/repository/models/iris/unload", timeout=30).ok
+    assert requests.get(f"{replica}/v2/health/ready", timeout=10).status_code == 200
+    wait_for(lambda: ready_replicas() == before - 1,
+             "the replica without its model counted not ready", 30)
+    assert requests.post(f"{replica}/v2/repository/models/iris/load", timeout=60).ok
+    wait_for(lambda: ready_replicas() == before, "the replica ready again", 30)
+
+
 def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):
     bob = hub.client("bob")
     train(hub, "models/iris", user="bob")

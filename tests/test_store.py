@@ -142,3 +142,52 @@ def test_prices_set_before_the_price_history_keep_applying_to_all_of_history(db_
     with store.session() as s:
         assert price_history(s) == {"a100": [(0.0, 2.5)]}
     store.close()
+
+
+@pytest.mark.parametrize("stores, writers, entries_each", [
+    (200, 1, 1),  # a fresh session factory each time, one writer
+    (30, 4, 3),   # writers at once, each with its own Store
+])
+def test_audit_chain_holds_across_fresh_stores_and_concurrent_writers(db_url, stores, writers,
+                                                                      entries_each):
+    """Every Store is a new session factory (as in each test, each CLI call
+    and each restart), and several writers, each with its own Store as two
+    processes would be, append at once: the chain must verify every time. A
+    listener skipped for a reused session class, or two writers hashing
+    against the same previous entry, is a false tamper alarm."""
+    import gc
+    import threading
+
+    from gpuspawner.store.audit import verify
+    Store(db_url).close()  # migrate once; the loop's stores skip the migrations
+    written = 0
+    for round_ in range(stores):
+        group = [Store(db_url, run_migrations=False) for _ in range(writers)]
+        start = threading.Barrier(writers)
+        failures = []
+
+        def write(store, w):
+            try:
+                start.wait(timeout=10)
+                for k in range(entries_each):
+                    with store.transaction() as s:
+                        s.add(AuditEntry(time=float(round_), actor=f"w{w}", action="submit",
+                                         target=f"r{round_}-{k}", detail={"k": k}))
+            except Exception as e:  # reported below, with the round it happened in
+                failures.append(repr(e))
+
+        threads = [threading.Thread(target=write, args=(st, w)) for w, st in enumerate(group)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert failures == [], f"round {round_}: {failures}"
+        written += writers * entries_each
+        entries = _entries(group[0])
+        assert len(entries) == written
+        problem = verify(entries)
+        assert problem is None, f"round {round_}: {problem}"
+        for st in group:
+            st.close()
+        del group, threads
+        gc.collect(1)  # the old session classes go, so new ones may take their ids

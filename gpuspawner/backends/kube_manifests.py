@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
 from ..scheduler.model import Team
-from ..spawner.kube import label_value
 from .base import LaunchSpec
+from .kube_labels import label_value
 
 MANAGED_BY = "gpuhub"
 LABEL_WORKLOAD = "gpuhub.jupyter.org/workload"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from ..spawner.kube import label_value
+from .kube_labels import label_value
 from .base import EXITED, LOST, STOPPED, AttemptExit, LaunchSpec
 from .kube_manifests import (LABEL_TEAM, MANAGED_BY, KubeSettings, job_manifest, job_name, labels,
                              namespace_for)

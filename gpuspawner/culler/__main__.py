@@ -10,6 +10,7 @@ import sys
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
+from ..hub.lifeline import exit_with_parent
 from .cli import parse_args
 from .service import Culler
 
@@ -42,8 +43,10 @@ async def run(argv) -> None:
                     dry_run=options.dry_run)
     log = logging.getLogger("gpuhub.culler")
     log.info("culling every %ss%s", options.cull_every, " (dry run)" if options.dry_run else "")
+    done = asyncio.Event()
+    watch = asyncio.ensure_future(exit_with_parent(done.set))
     restored = False
-    while True:
+    while not done.is_set():
         try:
             if not restored:  # warnings given before a restart still count
                 await culler.restore_warnings()
@@ -54,7 +57,11 @@ async def run(argv) -> None:
                     print(f"{d.action:5s} {label}: {d.reason}", flush=True)
         except Exception:
             log.exception("culler pass failed")
-        await asyncio.sleep(options.cull_every)
+        try:  # sleep until the next pass, or until the hub is gone
+            await asyncio.wait_for(done.wait(), options.cull_every)
+        except asyncio.TimeoutError:
+            pass
+    watch.cancel()
 
 
 def main(argv=None) -> None:

@@ -23,6 +23,11 @@ OAUTH_SCOPES = ["custom:gpuhub:submit", "custom:gpuhub:team-admin", "custom:gpuh
 # extension use it from the server side), besides what servers need anyway.
 SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_ACCESS,
                        "custom:gpuhub:submit"]
+# How often (seconds) the hub looks whether its managed services (the scheduler
+# service, the culler) still run, to restart one that died: JupyterHub's
+# default, its spawners' 30 s poll, made a killed service's restart take 10-30 s.
+# GPUHUB_SERVICE_POLL_SECONDS changes it (scripts/bench_restart.py compares).
+SERVICE_POLL_SECONDS = int(os.environ.get("GPUHUB_SERVICE_POLL_SECONDS") or 1)
 DEFAULT_CULLER_ARGS = ["--timeout=8h", "--gpu-timeout=1h", "--warn-before=15m", "--cull-every=5m"]
 
 
@@ -70,10 +75,29 @@ def roles() -> list[dict]:
     ]
 
 
+def poll_services_every(seconds: int) -> None:
+    """Make the hub notice a managed service's exit within ``seconds``.
+
+    JupyterHub builds each managed service's process spawner (its private
+    ``_ServiceSpawner``) without the hub's config, so ``c.Spawner.poll_interval``
+    cannot reach it (and would also poll every notebook server that often);
+    the services' spawner class is swapped for one with a shorter poll."""
+    from jupyterhub.services import service as hub_services
+    from traitlets import Integer
+
+    base = hub_services._ServiceSpawner
+    if getattr(base, "gpuhub_poll", None) == seconds:
+        return
+    hub_services._ServiceSpawner = type(base.__name__, (base,), {
+        "poll_interval": Integer(seconds, help="Seconds between checks that the service runs."),
+        "gpuhub_poll": seconds})
+
+
 def configure(c, *, service: dict, service_api: str, spawner_token: str) -> None:
     """Scopes, roles, the scheduler service (``service``: its entry without
     the OAuth scopes), the spawner's token, the culler and the banner.
     ``service_api``: the service's REST API as the hub reaches it."""
+    poll_services_every(SERVICE_POLL_SECONDS)
     c.JupyterHub.custom_scopes = CUSTOM_SCOPES
     # Team leads' roles come from configure_auth, which may run first.
     c.JupyterHub.load_roles = roles() + [r for r in (c.JupyterHub.get("load_roles") or [])

@@ -7,6 +7,7 @@ managed service (``python -m gpuspawner.service -f gpuhub_config.py``).
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -21,11 +22,13 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from sqlalchemy import select
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
 from traitlets import Bool, Dict, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from ..backends.local import LocalBackend
 from ..backends.slurm import SlurmBackend
+from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
@@ -275,6 +278,28 @@ class GpuHubService(Application):
         How long a user's JupyterHub groups (their teams) are cached.
         """).tag(config=True)
 
+    token_cache_seconds = Integer(5, help="""
+        How long the hub's answer about a token (whose it is, its scopes) is
+        cached. It bounds how long a revoked token, or the token of a deleted
+        user, keeps working here: JupyterHub's own default is 300 seconds.
+        Each token is checked with the hub at most once per period.
+        """).tag(config=True)
+
+    hub_watch_interval = Float(1.0, help="""
+        Seconds between checks that the hub that started this service is still
+        there. A hub killed without stopping its services (``kill -9``) leaves
+        this service behind; it then exits, the jobs run on, and the next hub's
+        service adopts them. 0 turns the check off (a service not started by
+        the hub does not check anyway).
+        """).tag(config=True)
+
+    bind_wait_seconds = Float(20.0, help="""
+        How long to wait for the service's port when another process holds it
+        (the service of a hub that was killed, exiting), before giving up.
+        The port is taken before the database is touched, so two services
+        never schedule at once.
+        """).tag(config=True)
+
     generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
 
     backend = Enum(["local", "kubernetes", "slurm"], "local", help="""
@@ -301,6 +326,7 @@ class GpuHubService(Application):
         if os.path.exists(self.config_file):
             self.load_config_file(self.config_file)
         os.makedirs(self.data_dir, exist_ok=True)
+        self.sockets = self._listen()
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
         if self.backend == "kubernetes":
@@ -336,6 +362,21 @@ class GpuHubService(Application):
         self.serving = ServingController(self.engine)
         self.engine.metrics.watch_serving(self.serving)
         self._groups: dict[str, tuple[float, list[str]]] = {}
+
+    def _listen(self) -> list[socket.socket]:
+        """Bind the service's port, waiting up to ``bind_wait_seconds`` for a
+        previous service that still holds it to exit."""
+        url = urlparse(self.service_url)
+        deadline = time.monotonic() + self.bind_wait_seconds
+        while True:
+            try:
+                return bind_sockets(url.port or 80, url.hostname)
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                self.log.warning("port %s is still held (a previous service exiting?); "
+                                 "waiting", url.port)
+                time.sleep(0.2)
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
         """This host's nodes, then what NVML (or the declared list) says of
@@ -415,7 +456,7 @@ class GpuHubService(Application):
         try:
             resp = await httpclient.AsyncHTTPClient().fetch(req)
             groups = json.loads(resp.body).get("groups") or []
-        except httpclient.HTTPClientError as e:
+        except (httpclient.HTTPClientError, OSError) as e:
             self.log.warning("could not read groups of %s from the hub: %s", name, e)
             groups = model.get("groups") or []
         self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
@@ -591,19 +632,31 @@ class GpuHubService(Application):
             # Let a burst of requests land before the next cycle.
             await asyncio.sleep(0.02)
 
+    def _configure_hub_auth(self) -> None:
+        """The handlers' HubOAuth (one per process) caches tokens for
+        ``token_cache_seconds`` instead of JupyterHub's five minutes."""
+        auth = HubOAuth.instance()
+        auth.cache_max_age = self.token_cache_seconds
+        auth.cache.max_age = auth.cache.purge_interval = self.token_cache_seconds
+
+    @property
+    def service_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
+
     def start(self) -> None:
-        url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
+        self._configure_hub_auth()
         server = HTTPServer(self.make_app(), max_body_size=max(self.max_body_size * 8, 1 << 24),
                             xheaders=True)
-        server.listen(url.port or 80, url.hostname)
+        server.add_sockets(self.sockets)
         with open(os.path.join(self.data_dir, "service.pid"), "w") as f:
             f.write(str(os.getpid()))
         self.log.info("GPU Hub service on %s (inventory: %s; policy: %s; db: %s)",
-                      url.geturl(), self.source, self.policy, self.store.engine.url.drivername)
+                      self.service_url, self.source, self.policy, self.store.engine.url.drivername)
         loop = ioloop.IOLoop.current()
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self.serving.run)
+        loop.add_callback(exit_with_parent, loop.stop, self.hub_watch_interval)
         if hasattr(self.engine.backend, "run"):
             loop.add_callback(self.engine.backend.run)
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -10,6 +10,7 @@ and access to the service).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 from sqlalchemy import select
@@ -21,11 +22,19 @@ from ..store import DeploymentRow, RevisionRow
 from .deployments import parse_deploy
 from .engine import Forbidden, NotFound
 from .handlers import APIHandler
+from .identity import INVOKE
 from .serving_controller import ServingController
 from .specs import SpecError
 from .views import iso
 
-INVOKE = "custom:gpuhub:invoke"
+# What the router forwards: the Open Inference Protocol's inference, model
+# metadata and health routes. MLServer's model repository API (which can
+# unload the model) and anything else are not reachable through it.
+_MODEL = r"v2/models/[^/]+(?:/versions/[^/]+)?"
+FORWARDED = [("POST", re.compile(_MODEL + "/infer")),
+             ("GET", re.compile(_MODEL + "(?:/ready)?")),
+             ("GET", re.compile(r"v2/health/(?:live|ready)")),
+             ("GET", re.compile(r"v2/?"))]
 COLD_START_SECONDS = 60.0
 # How long a request waits for a replica that is restarting or scaling up.
 WAIT_FOR_REPLICA_SECONDS = 30.0
@@ -153,7 +162,10 @@ class ScaleHandler(DeploymentAPI):
 class EndpointHandler(APIHandler):
     """The router: a revision by weight, its least busy ready replica, the
     request passed through; a replica that dropped the connection is marked
-    not ready and the request goes to another one."""
+    not ready and the request goes to another one. Only the routes in
+    FORWARDED pass; others answer 404."""
+
+    invoke_route = True
 
     @property
     def ctl(self) -> ServingController:
@@ -174,6 +186,9 @@ class EndpointHandler(APIHandler):
 
     async def route(self, team: str, name: str, path: str) -> None:
         self.check_access(team)
+        if not any(m == self.request.method and rx.fullmatch(path) for m, rx in FORWARDED):
+            raise NotFound(f"{self.request.method} {path!r} is not an inference, model metadata "
+                           f"or health route of the Open Inference Protocol (v2)")
         dep = self.ctl.by_name.get((team, name))
         if dep is None:
             raise NotFound(f"no deployment {team}/{name}")

@@ -60,6 +60,8 @@ class JSONErrors(web.RequestHandler):
             body["error"] = (f"method {self.request.method} is not allowed here; allowed: "
                              f"{', '.join(allowed) or 'none'}")
         self.set_header("Content-Type", "application/json; charset=UTF-8")
+        if status_code == 503:
+            self.set_header("Retry-After", "5")
         self.finish(json.dumps(body))
 
     def _handle_request_exception(self, e: BaseException) -> None:
@@ -85,7 +87,23 @@ class NoRouteHandler(JSONErrors):
         raise web.HTTPError(404, f"no such API path: {self.request.path}")
 
 
+async def hub_user(handler) -> Optional[dict]:
+    """Who the request's token or cookie is, asked of the hub (cached for
+    ``token_cache_seconds``). A hub that does not answer, or fails, is 503 with
+    Retry-After: the hub is restarting, nothing is wrong with the request."""
+    try:
+        return await handler.hub_auth.get_user(handler, sync=False)
+    except web.HTTPError as e:
+        if e.status_code not in (500, 502):
+            raise
+        raise web.HTTPError(503, "the hub is not answering, so the token cannot be checked; "
+                                 "try again in a few seconds")
+
+
 class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
+    # Whether a token with only custom:gpuhub:invoke may use the route.
+    invoke_route = False
+
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
@@ -104,7 +122,7 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         for name, values in self.request.query_arguments.items():
             if "\x00" in name or any(b"\x00" in v for v in values):
                 raise SpecError(name, "must not contain NUL characters")
-        model = await self.hub_auth.get_user(self, sync=False)
+        model = await hub_user(self)
         try:
             self._hub_auth_user_cache = self.check_hub_user(model) if model else None
         except UserNotAllowed:
@@ -117,6 +135,10 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         else:
             groups = []
         self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
+        if self.identity.invoke_only and not self.invoke_route:
+            raise web.HTTPError(403, "this token may only call model endpoints "
+                                     "(custom:gpuhub:invoke); this route needs "
+                                     "custom:gpuhub:submit")
 
     def json_body(self) -> Any:
         return parse_json_body(self.request.body)

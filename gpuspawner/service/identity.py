@@ -4,7 +4,10 @@ Scopes (defined as JupyterHub custom scopes by the hub config):
 - ``custom:gpuhub:submit``: submit work and act on one's own workloads;
 - ``custom:gpuhub:team-admin`` (``!group=team-x`` to limit it to one team):
   act on every workload of the team;
-- ``custom:gpuhub:admin``: everything, including quotas.
+- ``custom:gpuhub:admin``: everything, including quotas;
+- ``custom:gpuhub:invoke``: call the model endpoints of one's teams. A token
+  with only this one of them (made for an external client) can do nothing
+  else: no listing, logs, usage or cancelling.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 SUBMIT = "custom:gpuhub:submit"
 TEAM_ADMIN = "custom:gpuhub:team-admin"
 ADMIN = "custom:gpuhub:admin"
+INVOKE = "custom:gpuhub:invoke"
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,12 @@ class Identity:
     # Teams whose every workload this user may act on.
     leads: frozenset[str] = frozenset()
     scopes: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def invoke_only(self) -> bool:
+        """The token may call endpoints and nothing else."""
+        return INVOKE in self.scopes and not any(
+            s.partition("!")[0] in (SUBMIT, TEAM_ADMIN, ADMIN) for s in self.scopes)
 
     def sees_team(self, team: str) -> bool:
         return self.admin or team in self.teams or team in self.leads

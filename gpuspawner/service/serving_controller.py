@@ -47,6 +47,7 @@ class Replica:
     revision: int
     url: str
     attempt: int = 0
+    model: str = ""  # the name MLServer serves it under
     ready: bool = False
     in_flight: int = 0
 
@@ -191,7 +192,8 @@ class ServingController:
                 if address:
                     self.replicas[wid] = Replica(wid, row.spec["deployment"],
                                                  row.spec["revision"], f"http://{address}",
-                                                 attempt=row.attempt)
+                                                 attempt=row.attempt,
+                                                 model=row.spec["serving"]["name"])
 
     def _scale(self, dep: DeploymentRow, revisions: dict, by_rev: dict, now: float) -> None:
         load = self.load_of(dep.id)
@@ -283,13 +285,18 @@ class ServingController:
             self.windows.pop((dep.id, canary), None)
 
     async def _probe(self) -> None:
-        """Ask every replica not yet ready whether MLServer is, all at once
-        (one at a time, ten starting replicas would hold the loop 10 s)."""
+        """Ask every replica, all at once (one at a time, ten starting
+        replicas would hold the loop 10 s), whether its model is ready: the
+        model's own readiness, not the server's (a server whose model was
+        unloaded is up but cannot infer). A ready replica that is merely slow
+        to answer keeps its state; any other answer, or none, is not ready."""
         async def probe(r: Replica) -> None:
             try:
-                resp = await self.http.fetch(f"{r.url}/v2/health/ready", request_timeout=1.0,
-                                             raise_error=False)
+                resp = await self.http.fetch(f"{r.url}/v2/models/{r.model}/ready",
+                                             request_timeout=1.0, raise_error=False)
                 r.ready = resp.code == 200
+            except httpclient.HTTPClientError:  # 599: it timed out
+                pass  # slow, not gone: it stays as it was
             except Exception:  # refused, reset, closed while it shuts down: not ready
                 r.ready = False
-        await asyncio.gather(*(probe(r) for r in list(self.replicas.values()) if not r.ready))
+        await asyncio.gather(*(probe(r) for r in list(self.replicas.values())))

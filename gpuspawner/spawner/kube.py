@@ -18,8 +18,6 @@ every change is made on copies.
 from __future__ import annotations
 
 import copy
-import hashlib
-import re
 from contextlib import contextmanager
 from typing import Any, Optional
 
@@ -27,6 +25,7 @@ from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Bool, Dict, Integer, TraitError, Unicode, default, validate
 
+from ..backends.kube_labels import label_value
 from .admission import GPUSpawnerMixin
 from .options import GpuRequest
 
@@ -43,27 +42,6 @@ GPU_TRAITS = (
     "extra_labels",
     "extra_annotations",
 )
-
-_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?")
-_LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def label_value(value: Any) -> str:
-    """``value`` as a valid Kubernetes label value (at most 63 characters of
-    ``[A-Za-z0-9._-]``, alphanumeric at both ends, or empty).
-
-    A valid value is kept as it is. Any other is cleaned (runs of other
-    characters become ``-``, cut to length) and given an 8 hex digit hash of
-    the original, so that two different values never get the same label.
-    The annotations carry the original.
-    """
-    text = "" if value is None else str(value)
-    if _LABEL_VALUE.fullmatch(text):
-        return text
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
-    cleaned = _LABEL_BAD.sub("-", text).strip("._-")[:63 - 1 - len(digest)].rstrip("._-")
-    return f"{cleaned}-{digest}" if cleaned else digest
-
 
 def _template_literal(text: str) -> str:
     # KubeSpawner expands {username}-style fields in label and annotation

@@ -62,8 +62,8 @@ class Store:
         self.engine = make_engine(url)
         if run_migrations:
             migrate(self.engine)
-        self.sessions = sessionmaker(self.engine, expire_on_commit=False, future=True)
-        audit.install(self.sessions)
+        self.sessions = sessionmaker(self.engine, class_=audit.AuditedSession,
+                                     expire_on_commit=False, future=True)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

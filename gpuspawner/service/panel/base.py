@@ -20,7 +20,7 @@ from tornado import web
 
 from ...store import AuditEntry
 from ..engine import Conflict, Forbidden, NotFound
-from ..handlers import ServiceAccess
+from ..handlers import ServiceAccess, hub_user
 from ..identity import Identity
 from ..specs import SpecError
 
@@ -63,7 +63,7 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         return self.gpuhub.service_prefix + "admin/"
 
     async def prepare(self) -> None:
-        model = await self.hub_auth.get_user(self, sync=False)
+        model = await hub_user(self)
         try:
             model = self.check_hub_user(model) if model else None
         except UserNotAllowed:
