@@ -16,6 +16,7 @@ import os
 import pathlib
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -24,11 +25,13 @@ import time
 import uuid
 
 import pytest
+import requests
 
 from gpuspawner.backends.base import EXITED, LaunchSpec
 from gpuspawner.backends.local import CGROUP_FILE, LocalBackend
 from gpuspawner.isolation.cgroups import GpuEnforcement, own_cgroups
 from gpuspawner.isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS, LIMITS_CGROUP_V1
+from gpuspawner.serving.ports import ports_below_ephemeral
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -279,3 +282,80 @@ def test_device_groups_give_a_user_job_its_gpu_and_eacces_on_the_other(
         st = os.stat(fake_gpus / n)
         assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o666, 0, 0)
     assert not os.path.exists(state)
+
+
+# ---- the service: what it reports, and device groups given back on a clean stop -----------
+
+@pytest.fixture
+def service(tmp_path):
+    """Starts the real service (no hub) with extra config lines; stops it by PID."""
+    procs = []
+
+    def start(config: str):
+        port = ports_below_ephemeral(1)
+        cfg = tmp_path / "gpuhub_config.py"
+        cfg.write_text("c = get_config()\n"
+                       "c.GpuHubService.log_level = 'INFO'\n"
+                       "c.Inventory.source = 'declared'\n"
+                       "c.Inventory.declared = [{'model': 'Fake GPU', 'count': 2, "
+                       "'memory_mib': 16384, 'pool': 'default'}]\n" + config)
+        env = dict(os.environ, GPUHUB_DATA_DIR=str(tmp_path / "data"), GPUHUB_DB_URL="",
+                   JUPYTERHUB_SERVICE_URL=f"http://127.0.0.1:{port}")
+        log = open(tmp_path / "service.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "gpuspawner.service", "-f", str(cfg)],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}/services/gpuhub/api/v1/health"
+
+        def health():
+            assert proc.poll() is None, (tmp_path / "service.log").read_text()
+            try:
+                return requests.get(url, timeout=2).json()
+            except requests.RequestException:
+                return None
+        return proc, wait_for(health, 180)
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_service_sets_up_device_groups_and_gives_the_nodes_back_on_a_clean_stop(
+        fake_gpus, group_prefix, service, tmp_path):
+    proc, health = service(f"c.GpuEnforcement.mode = 'groups'\n"
+                           f"c.GpuEnforcement.dev_dir = {str(fake_gpus)!r}\n"
+                           f"c.GpuEnforcement.group_prefix = {group_prefix!r}\n")
+    assert (health["gpu_enforcement"], health["limits"]) == (DEVICE_GROUPS, "not enforced")
+    for n in ("nvidia0", "nvidia1"):
+        st = os.stat(fake_gpus / n)
+        assert stat.S_IMODE(st.st_mode) == 0o660
+        assert grp.getgrgid(st.st_gid).gr_name == f"{group_prefix}{n[-1]}"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    for n in ("nvidia0", "nvidia1", "nvidiactl"):
+        st = os.stat(fake_gpus / n)
+        assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o666, 0)
+    assert not (tmp_path / "data" / "device-groups.json").exists()
+    log = (tmp_path / "service.log").read_text()
+    assert "GPU enforcement: device groups; limits: not enforced" in log
+
+
+def test_a_service_told_not_to_enforce_says_advisory(service, tmp_path):
+    _, health = service("c.GpuEnforcement.mode = 'off'\n"
+                        "c.GpuEnforcement.default_limits = {'memory': '1G'}\n")
+    assert (health["gpu_enforcement"], health["limits"]) == ("advisory", "not enforced")
+    assert "memory/CPU limits are configured but cannot be enforced here" in health["notes"]
+
+
+def test_a_bad_limit_stops_the_start_naming_the_field(tmp_path):
+    cfg = tmp_path / "gpuhub_config.py"
+    cfg.write_text("c = get_config()\nc.Inventory.source = 'declared'\n"
+                   "c.GpuEnforcement.pool_limits = {'default': {'memory': 'lots'}}\n")
+    r = subprocess.run([sys.executable, "-m", "gpuspawner.service", "-f", str(cfg)],
+                       env=dict(os.environ, GPUHUB_DATA_DIR=str(tmp_path / "data"),
+                                GPUHUB_DB_URL=""),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "GpuEnforcement.pool_limits['default'].memory: 'lots' is not a memory size" in r.stderr
