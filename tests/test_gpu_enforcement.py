@@ -87,30 +87,27 @@ def fake_gpus():
 
 
 @pytest.fixture
-def enforcement(tmp_path):
-    """A factory of detected GpuEnforcement under a cgroup parent of this
-    test's own; the parents must be empty at the end, and are removed."""
+def cgroup_parent():
+    """A cgroup parent of this test's own; it must be empty at the end, and is removed."""
     parent = f"gpuhub-test-{uuid.uuid4().hex[:8]}"
-    made = []
-
-    def make(**traits):
-        e = GpuEnforcement(cgroup_parent=parent, **traits).detect()
-        made.append(e)
-        return e
-
-    yield make
+    yield parent
     mine = own_cgroups()
     leftovers = []
     for controller in ("devices", "memory", "cpu"):
         path = os.path.join(CGROUP_ROOT, controller, mine.get(controller, "/").lstrip("/"), parent)
         if os.path.isdir(path):
-            leftovers += [f"{controller}/{c}" for c in os.listdir(path)
-                          if os.path.isdir(os.path.join(path, c))]
-            for c in os.listdir(path):
-                if os.path.isdir(os.path.join(path, c)):
-                    os.rmdir(os.path.join(path, c))
+            children = [c for c in os.listdir(path) if os.path.isdir(os.path.join(path, c))]
+            leftovers += [f"{controller}/{c}" for c in children]
+            for c in children:
+                os.rmdir(os.path.join(path, c))
             os.rmdir(path)
     assert leftovers == [], "cgroups left behind"
+
+
+@pytest.fixture
+def enforcement(cgroup_parent):
+    """A factory of detected GpuEnforcement under the test's cgroup parent."""
+    return lambda **traits: GpuEnforcement(cgroup_parent=cgroup_parent, **traits).detect()
 
 
 def run_job(backend, tmp_path, argv, gpus, team="", pool="default", env=None, attempt=1):
@@ -287,7 +284,7 @@ def test_device_groups_give_a_user_job_its_gpu_and_eacces_on_the_other(
 # ---- the service: what it reports, and device groups given back on a clean stop -----------
 
 @pytest.fixture
-def service(tmp_path):
+def service(tmp_path, cgroup_parent):
     """Starts the real service (no hub) with extra config lines; stops it by PID."""
     procs = []
 
@@ -296,6 +293,7 @@ def service(tmp_path):
         cfg = tmp_path / "gpuhub_config.py"
         cfg.write_text("c = get_config()\n"
                        "c.GpuHubService.log_level = 'INFO'\n"
+                       f"c.GpuEnforcement.cgroup_parent = {cgroup_parent!r}\n"
                        "c.Inventory.source = 'declared'\n"
                        "c.Inventory.declared = [{'model': 'Fake GPU', 'count': 2, "
                        "'memory_mib': 16384, 'pool': 'default'}]\n" + config)

@@ -205,11 +205,14 @@ class GpuEnforcement(LoggingConfigurable):
             return None
         parent = os.path.join(base, mine.get(controller, "/").lstrip("/"), self.cgroup_parent)
         probe = os.path.join(parent, f"probe-{os.getpid()}")
+        existed = os.path.isdir(parent)
         try:
             os.makedirs(probe, exist_ok=True)
             if controller == "devices":
                 _write(probe, "devices.deny", f"c {rules.NVIDIA_MAJOR}:253 rwm")
             os.rmdir(probe)
+            if not existed:
+                os.rmdir(parent)  # made again by the first create(): none left if none is
         except OSError as e:
             self.notes.append(f"cgroup v1 {controller}: cannot make a child cgroup ({e})")
             return None
@@ -275,7 +278,7 @@ class GpuEnforcement(LoggingConfigurable):
 
     def _make(self, controller: str, name: str) -> str:
         path = os.path.join(self._parents[controller], name)
-        os.makedirs(path)
+        os.makedirs(path)  # and the parent, the first time
         return path
 
     def _group_gid(self, minor: int) -> int:
