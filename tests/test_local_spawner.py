@@ -22,6 +22,8 @@ from hub_harness import Hub, wait_for
 # Team a's servers and jobs: 1 GiB and 2 CPUs (read by the hub's spawner
 # and by the service).
 LIMITS = 'c.GpuEnforcement.team_limits = {"a": {"memory": "1G", "cpus": 2}}\n'
+# A server on a busy machine may take more than JupyterHub's 30 s to answer.
+SLOW = "c.Spawner.http_timeout = 120\n"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,7 @@ def hub(tmp_path_factory):
             extra_service_config='c.GpuHubService.notebook_gpu_limits = {"b": {"default": 1}}\n'
                                  "c.GpuHubService.reconcile_interval = 1\n"
                                  "c.GpuHubService.reconcile_grace = 3\n" + LIMITS,
-            extra_hub_config="c.Spawner.poll_interval = 2\n" + LIMITS)
+            extra_hub_config="c.Spawner.poll_interval = 2\n" + LIMITS + SLOW)
     try:
         yield h.start()
     finally:

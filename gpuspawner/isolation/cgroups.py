@@ -278,7 +278,12 @@ class GpuEnforcement(LoggingConfigurable):
 
     def _make(self, controller: str, name: str) -> str:
         path = os.path.join(self._parents[controller], name)
-        os.makedirs(path)  # and the parent, the first time
+        try:
+            os.makedirs(path)  # and the parent, the first time
+        except FileNotFoundError:
+            # The parent went between makedirs' steps: another process's
+            # detection removed it while it was empty. Once more.
+            os.makedirs(path)
         return path
 
     def _group_gid(self, minor: int) -> int:
