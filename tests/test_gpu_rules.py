@@ -103,3 +103,9 @@ def test_team_wins_over_pool_wins_over_default_key_by_key():
                                           (0.001, 1000)])
 def test_cpu_quota_per_100ms_period(cpus, quota):
     assert r.cpu_quota_us(cpus) == quota
+
+
+def test_default_limits_errors_name_the_option():
+    with pytest.raises(r.LimitError, match=r"GpuEnforcement.default_limits.cpus: 'four'"):
+        r.check_entry({"cpus": "four"}, "GpuEnforcement.default_limits")
+    assert r.check_entry({}, "d") == r.Limits() and not r.Limits()

@@ -159,8 +159,7 @@ class GpuEnforcement(LoggingConfigurable):
         self.notes, self.minors = [], {}
         self._by_team = rules.check_limits(self.team_limits, "GpuEnforcement.team_limits")
         self._by_pool = rules.check_limits(self.pool_limits, "GpuEnforcement.pool_limits")
-        self._default = rules.check_limits({"default": self.default_limits},
-                                           "GpuEnforcement").get("default", Limits())
+        self._default = rules.check_entry(self.default_limits, "GpuEnforcement.default_limits")
         self._parents: dict[str, str] = {}
 
     # ---- what this host allows -------------------------------------------
@@ -168,7 +167,8 @@ class GpuEnforcement(LoggingConfigurable):
         """Find the modes; raises LimitError when ``mode`` insists on one this host lacks."""
         root = os.geteuid() == 0
         mine = own_cgroups()
-        usable = {c: self._usable(c, mine) for c in CONTROLLERS} if root else {}
+        probe = root and self.mode != "off"
+        usable = {c: self._usable(c, mine) for c in CONTROLLERS} if probe else {}
         if not root:
             self.notes.append("not running as root: no cgroups, no device groups")
         elif os.path.exists(os.path.join(self.cgroup_root, "cgroup.controllers")):
@@ -189,7 +189,8 @@ class GpuEnforcement(LoggingConfigurable):
                             and {"memory", "cpu"} <= set(self._parents) else LIMITS_NONE)
         if self.limits_mode == LIMITS_NONE and (self._by_team or self._by_pool or self._default):
             self.notes.append("memory/CPU limits are configured but cannot be enforced here")
-        self.minors = _nvml_minors()
+        if self.gpu_mode != ADVISORY:
+            self.minors = _nvml_minors()
         return self
 
     def report(self) -> dict:

@@ -127,23 +127,23 @@ class Limits:
 _KEYS = ("memory", "cpus")
 
 
+def check_entry(entry, where: str) -> Limits:
+    """Validate one ``{"memory": ..., "cpus": ...}``; errors name ``where``."""
+    if not isinstance(entry, dict):
+        raise LimitError(f"{where} must be a dict with keys memory, cpus")
+    unknown = sorted(str(k) for k in entry if k not in _KEYS)
+    if unknown:
+        raise LimitError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: memory, cpus")
+    memory, cpus = entry.get("memory"), entry.get("cpus")
+    return Limits(None if memory is None else parse_memory(memory, f"{where}.memory"),
+                  None if cpus is None else parse_cpus(cpus, f"{where}.cpus"))
+
+
 def check_limits(table: dict, field: str) -> dict[str, Limits]:
     """Validate ``{name: {"memory": ..., "cpus": ...}}``; errors name the entry."""
     if not isinstance(table, dict):
         raise LimitError(f"{field} must be a dict of name -> {{memory, cpus}}")
-    out = {}
-    for name, entry in table.items():
-        where = f"{field}[{name!r}]"
-        if not isinstance(entry, dict):
-            raise LimitError(f"{where} must be a dict with keys memory, cpus")
-        unknown = sorted(str(k) for k in entry if k not in _KEYS)
-        if unknown:
-            raise LimitError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: memory, cpus")
-        out[name] = Limits(
-            parse_memory(entry["memory"], f"{where}.memory") if entry.get("memory") is not None
-            else None,
-            parse_cpus(entry["cpus"], f"{where}.cpus") if entry.get("cpus") is not None else None)
-    return out
+    return {name: check_entry(entry, f"{field}[{name!r}]") for name, entry in table.items()}
 
 
 def resolve_limits(team: str, pool: str, by_team: dict[str, Limits], by_pool: dict[str, Limits],
