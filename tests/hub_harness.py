@@ -26,6 +26,9 @@ from gpuspawner.serving.ports import ports_below_ephemeral
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+# On a machine busy with other work the hub and its service may need longer
+# to start than the defaults allow (seconds).
+SLOW_START = float(os.environ.get("GPUHUB_TEST_HUB_START_TIMEOUT", 0))
 
 
 def free_port_block(n: int = 4) -> int:
@@ -71,6 +74,9 @@ class Hub:
                 c.JupyterHub.load_roles.append({{"name": "test-admin", "services": ["test-admin"],
                     "scopes": ["admin:users", "tokens", "admin:groups", "list:users"]}})
                 c.JupyterHub.log_level = {os.environ.get("GPUHUB_TEST_HUB_LOG", "WARN")!r}
+                if {SLOW_START!r}:  # a busy machine: the service may take long to answer too
+                    for s in c.JupyterHub.services:
+                        s.setdefault("timeout", int({SLOW_START!r} or 0))
             """) + enforcement + textwrap.dedent(extra_hub_config))
         with open(svc_cfg, "w") as f:
             f.write(textwrap.dedent(f"""
@@ -90,8 +96,7 @@ class Hub:
 
     # ---- lifecycle ---------------------------------------------------------
     def start(self, timeout: float = 60) -> "Hub":
-        # A machine busy with other work may need longer: GPUHUB_TEST_HUB_START_TIMEOUT.
-        timeout = float(os.environ.get("GPUHUB_TEST_HUB_START_TIMEOUT", timeout))
+        timeout = SLOW_START or timeout
         self.log = open(os.path.join(self.workdir, "hub.log"), "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", self.hub_cfg],
                                      cwd=self.workdir, env=self.env, stdout=self.log,
