@@ -9,6 +9,12 @@ c = get_config()  # noqa: F821
 # "default" (see Inventory.declared).
 c.Inventory.source = "auto"
 
+# Each job and replica may open only its GPUs' device nodes (a device cgroup
+# where the host allows one; docs/service.md, "GPU enforcement and limits").
+# Memory/CPU limits per team or pool; the same lines in jupyterhub_config.py
+# hold notebook servers to them:
+# c.GpuEnforcement.team_limits = {"vision": {"memory": "64G", "cpus": 16}}
+
 # Teams and quotas created at first start (`gpuhub up --demo` writes some).
 data_dir = os.environ.get("GPUHUB_DATA_DIR", "gpuhub-data")
 initial = os.path.join(data_dir, "initial-users.json")

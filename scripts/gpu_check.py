@@ -1,11 +1,24 @@
 """Runs the NVML inventory and the local backend on a real GPU host.
 
-GPUs come from NVML; one job per GPU asks the CUDA driver (through ctypes,
-so it honours CUDA_VISIBLE_DEVICES like any CUDA program) which devices it
-sees; a 0-GPU job must see none. Prints what it saw and exits non-zero on
-a mismatch. Then one job keeps a GPU busy while the inventory samples
-utilisation (what the culler and the admin panel's heat map read), and the
-panel's heat map is rendered from the busiest sample to DATA_DIR/heatmap.html.
+GPUs come from NVML; jobs run under the GPU enforcement this host allows
+(gpuspawner/isolation/cgroups.py, printed first). One job per GPU asks the
+CUDA driver (through ctypes, so it honours CUDA_VISIBLE_DEVICES like any
+CUDA program) which devices it sees; a 0-GPU job must see none. With
+several GPUs this also shows that CUDA, which counts only the devices the
+cgroup lets it open, still finds GPU N under CUDA_VISIBLE_DEVICES=N.
+
+Then the enforcement check, with the device cgroup on the real
+/dev/nvidiaN: a 1-GPU job and a 0-GPU job drop CUDA_VISIBLE_DEVICES, ask
+CUDA for every device and open every /dev/nvidiaN. The 1-GPU job must see
+exactly its GPU and get EPERM on every other node; the 0-GPU job must see
+none and get EPERM on all (on a 1-GPU host it is the one that shows the
+cgroup working). Where the host allows no device cgroup the check says so
+and is not run.
+
+Then one job keeps a GPU busy while the inventory samples utilisation
+(what the culler and the admin panel's heat map read), and the panel's
+heat map is rendered from the busiest sample to DATA_DIR/heatmap.html.
+Prints what it saw and exits non-zero on a mismatch.
 Usage: python scripts/gpu_check.py [DATA_DIR]
 """
 from __future__ import annotations
@@ -15,9 +28,12 @@ import os
 import sys
 import tempfile
 import time
+from typing import Optional
 
 from gpuspawner.backends.local import LocalBackend
 from gpuspawner.inventory import Inventory
+from gpuspawner.isolation.cgroups import GpuEnforcement
+from gpuspawner.isolation.gpu_rules import CGROUP_V1
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.engine import Engine, EngineConfig, local_nodes
 from gpuspawner.service.identity import Identity
@@ -48,6 +64,36 @@ print(json.dumps({"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuInit": r
 '''
 
 
+# Asks CUDA for every device (no CUDA_VISIBLE_DEVICES, as a job that ignores
+# the scheduler would) and tries to open every per-GPU node.
+ENFORCE_PROBE = r'''
+import ctypes, errno, json, os, re
+given = os.environ.pop("CUDA_VISIBLE_DEVICES")
+cuda = ctypes.CDLL("libcuda.so.1")
+rc = cuda.cuInit(0)  # non-zero (100, CUDA_ERROR_NO_DEVICE) when it may open no GPU
+n = ctypes.c_int(0)
+if rc == 0:
+    cuda.cuDeviceGetCount(ctypes.byref(n))
+uuids = []
+for i in range(n.value):
+    dev = ctypes.c_int()
+    cuda.cuDeviceGet(ctypes.byref(dev), i)
+    raw = (ctypes.c_ubyte * 16)()
+    cuda.cuDeviceGetUuid(raw, dev)
+    b = bytes(raw).hex()
+    uuids.append("GPU-%s-%s-%s-%s-%s" % (b[:8], b[8:12], b[12:16], b[16:20], b[20:]))
+nodes = {}
+for name in sorted(os.listdir("/dev")):
+    if re.fullmatch(r"nvidia\d+", name):
+        try:
+            os.close(os.open("/dev/" + name, os.O_RDWR))
+            nodes[name] = "opened"
+        except OSError as e:
+            nodes[name] = errno.errorcode[e.errno]
+print(json.dumps({"given": given, "cuInit": rc, "uuids": uuids, "nodes": nodes}))
+'''
+
+
 # Keeps the GPU busy for a few seconds (memset kernels over 1 GiB), so the
 # utilization the culler reads can be seen to move.
 CUDA_BUSY = r'''
@@ -64,6 +110,51 @@ while time.time() < end:
     cuda.cuCtxSynchronize()
 print("busy done")
 '''
+
+
+def run_jobs(engine, who, pool, command, gpu_counts, data) -> list[tuple]:
+    """Submit one job per GPU count; (row, last output line) of each once all ended."""
+    ids = [engine.submit(who, parse_job({"command": command, "gpus": n, "pool": pool})).id
+           for n in gpu_counts]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        engine.tick()
+        with engine.store.session() as s:
+            rows = [s.get(WorkloadRow, i) for i in ids]
+        if all(r.state in ("succeeded", "failed") for r in rows):
+            break
+        time.sleep(0.2)
+    out = []
+    for r in rows:
+        log = open(os.path.join(data, "workloads", r.id, "attempt-0", "output.log")).read()
+        print(f"job {r.id} gpus={r.gpus_per_node} {r.state}: {log.strip()}")
+        out.append((r, log.strip().splitlines()[-1] if log.strip() else ""))
+    return out
+
+
+def enforcement_holds(engine, who, pool, gpus, enforcement, data) -> Optional[bool]:
+    """With the device cgroup on: a job sees and opens only its GPUs,
+    whatever it does with CUDA_VISIBLE_DEVICES. None: not checkable here."""
+    if enforcement.gpu_mode != CGROUP_V1:
+        print(f"enforcement check: NOT RUN, GPU enforcement here is {enforcement.gpu_mode} "
+              f"({'; '.join(enforcement.notes) or 'no notes'})")
+        return None
+    by_index = {g.index: g.uuid for g in gpus}
+    minor = {g.index: enforcement.minors.get(g.index, g.index) for g in gpus}
+    ok = True
+    for r, line in run_jobs(engine, who, pool, [sys.executable, "-c", ENFORCE_PROBE], [1, 0], data):
+        if r.state != "succeeded":
+            ok = False
+            continue
+        out = json.loads(line)
+        mine = [int(i) for i in out["given"].split(",") if i]
+        want_uuids = [by_index[i] for i in mine]
+        want_nodes = {f"nvidia{minor[i]}": "opened" if i in mine else "EPERM" for i in by_index}
+        if out["uuids"] != want_uuids or out["nodes"] != want_nodes:
+            print(f"  ENFORCEMENT MISMATCH: expected {want_uuids} and {want_nodes}")
+            ok = False
+    print("enforcement check:", "ok" if ok else "FAILED")
+    return ok
 
 
 def busy_gpu_is_seen(engine, who, pool, gpus, data) -> bool:
@@ -124,32 +215,24 @@ def main() -> int:
         print(f"  {g.index} {g.uuid} {g.model} {g.memory_mib} MiB pool={g.pool} "
               f"healthy={g.healthy} util={g.utilization_pct}% used={g.memory_used_mib} MiB")
     nodes = local_nodes(gpus, "gpu-host")
-    engine = Engine(Store(f"sqlite:///{data}/gpuhub.sqlite"), LocalBackend(), nodes,
+    enforcement = GpuEnforcement().detect()
+    print(f"GPU enforcement: {enforcement.gpu_mode}; limits: {enforcement.limits_mode}; "
+          f"notes: {enforcement.notes}; minors: {enforcement.minors}")
+    engine = Engine(Store(f"sqlite:///{data}/gpuhub.sqlite"),
+                    LocalBackend(enforcement=enforcement), nodes,
                     get_policy("gpuhub"), EngineConfig(data_dir=data))
     engine.start()
     who = Identity("checker", teams=frozenset({"ops"}), can_submit=True)
     pool = nodes[0].node.pool
-    ids = [engine.submit(who, parse_job({"command": [sys.executable, "-c", CUDA_PROBE],
-                                         "gpus": n, "pool": pool})).id
-           for n in [1] * len(gpus) + [0]]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        engine.tick()
-        with engine.store.session() as s:
-            rows = [s.get(WorkloadRow, i) for i in ids]
-        if all(r.state in ("succeeded", "failed") for r in rows):
-            break
-        time.sleep(0.2)
     ok = True
     by_index = {g.index: g.uuid for g in gpus}
     seen = set()
-    for r in rows:
-        log = open(os.path.join(data, "workloads", r.id, "attempt-0", "output.log")).read()
-        print(f"job {r.id} gpus={r.gpus_per_node} {r.state}: {log.strip()}")
+    for r, line in run_jobs(engine, who, pool, [sys.executable, "-c", CUDA_PROBE],
+                            [1] * len(gpus) + [0], data):
         if r.state != "succeeded":
             ok = False
             continue
-        out = json.loads(log.strip().splitlines()[-1])
+        out = json.loads(line)
         want = [by_index[int(i)] for i in out["visible"].split(",") if i]
         if out["uuids"] != want or len(want) != r.gpus_per_node:
             print(f"  MISMATCH: expected {want}")
@@ -158,8 +241,11 @@ def main() -> int:
     if seen != set(by_index.values()):
         print("  not every GPU was used exactly once:", seen)
         ok = False
+    enforced = enforcement_holds(engine, who, pool, gpus, enforcement, data)
+    ok = enforced is not False and ok
     ok = busy_gpu_is_seen(engine, who, pool, gpus, data) and ok
-    print("RESULT:", "ok" if ok else "FAILED")
+    print("RESULT:", ("ok" if enforced else f"ok, but GPU enforcement is {enforcement.gpu_mode}")
+          if ok else "FAILED")
     return 0 if ok else 1
 
 

@@ -21,10 +21,14 @@ from typing import Optional
 
 import requests
 
+from gpuspawner.isolation.cgroups import Placement, own_cgroups, remove
 from gpuspawner.serving.ports import ports_below_ephemeral
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+# On a machine busy with other work the hub and its service may need longer
+# to start than the defaults allow (seconds).
+SLOW_START = float(os.environ.get("GPUHUB_TEST_HUB_START_TIMEOUT", 0))
 
 
 def free_port_block(n: int = 4) -> int:
@@ -52,6 +56,9 @@ class Hub:
         self.db_url = db_url
         self.proc: Optional[subprocess.Popen] = None
         self.tokens: dict[str, str] = {}
+        # This hub's servers and jobs get their cgroups here (removed by stop()).
+        self.cgroup_parent = f"gpuhub-test-{self.port}"
+        enforcement = f"c.GpuEnforcement.cgroup_parent = {self.cgroup_parent!r}\n"
         hub_cfg = os.path.join(workdir, "jupyterhub_config.py")
         svc_cfg = os.path.join(workdir, "gpuhub_config.py")
         with open(hub_cfg, "w") as f:
@@ -67,7 +74,10 @@ class Hub:
                 c.JupyterHub.load_roles.append({{"name": "test-admin", "services": ["test-admin"],
                     "scopes": ["admin:users", "tokens", "admin:groups", "list:users"]}})
                 c.JupyterHub.log_level = {os.environ.get("GPUHUB_TEST_HUB_LOG", "WARN")!r}
-            """) + textwrap.dedent(extra_hub_config))
+                if {SLOW_START!r}:  # a busy machine: the service may take long to answer too
+                    for s in c.JupyterHub.services:
+                        s.setdefault("timeout", int({SLOW_START!r} or 0))
+            """) + enforcement + textwrap.dedent(extra_hub_config))
         with open(svc_cfg, "w") as f:
             f.write(textwrap.dedent(f"""
                 c = get_config()
@@ -79,13 +89,14 @@ class Hub:
                 c.GpuHubService.default_grace_period = 3
                 c.GpuHubService.group_cache_seconds = 0
                 c.GpuHubService.preemption_delay = 0.5
-            """) + extra_service_config)
+            """) + enforcement + extra_service_config)
         self.env = dict(os.environ, GPUHUB_DATA_DIR=self.data_dir, GPUHUB_PORT=str(self.port),
                         GPUHUB_CONFIG=svc_cfg, GPUHUB_DB_URL=db_url)
         self.hub_cfg = hub_cfg
 
     # ---- lifecycle ---------------------------------------------------------
     def start(self, timeout: float = 60) -> "Hub":
+        timeout = SLOW_START or timeout
         self.log = open(os.path.join(self.workdir, "hub.log"), "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", self.hub_cfg],
                                      cwd=self.workdir, env=self.env, stdout=self.log,
@@ -131,6 +142,7 @@ class Hub:
                 pass
         self.kill_jobs()
         self.kill_servers()
+        self.remove_cgroups()
         if getattr(self, "log", None):
             self.log.close()
 
@@ -162,6 +174,27 @@ class Hub:
                         os.kill(int(path.split("/")[2]), signal.SIGKILL)
             except (OSError, ValueError):
                 pass
+
+    def cgroup_parents(self) -> list[str]:
+        """Where this hub's servers and jobs get their cgroups (the hub and
+        the service are in this process's cgroups)."""
+        mine = own_cgroups()
+        paths = [os.path.join("/sys/fs/cgroup", c, mine.get(c, "/").lstrip("/"),
+                              self.cgroup_parent) for c in ("devices", "memory", "cpu")]
+        return [p for p in paths if os.path.isdir(p)]
+
+    def cgroups(self) -> list[str]:
+        """The cgroup directories of this hub's servers and jobs."""
+        return sorted(os.path.join(parent, c) for parent in self.cgroup_parents()
+                      for c in os.listdir(parent) if os.path.isdir(os.path.join(parent, c)))
+
+    def remove_cgroups(self) -> None:
+        """What the service and spawner did not remove (a test failed first),
+        then the parents."""
+        for path in self.cgroups():
+            remove(Placement([path]))
+        for parent in self.cgroup_parents():
+            os.rmdir(parent)
 
     # ---- clients -------------------------------------------------------------
     def token(self, user: str) -> str:

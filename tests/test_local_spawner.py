@@ -3,14 +3,27 @@ scheduler service and four fake GPUs."""
 from __future__ import annotations
 
 import glob
+import json
 import os
+import shutil
 import signal
+import stat
+import subprocess
+import sys
+import tempfile
 import time
 
 import pytest
 import requests
 
 from hub_harness import Hub, wait_for
+
+
+# Team a's servers and jobs: 1 GiB and 2 CPUs (read by the hub's spawner
+# and by the service).
+LIMITS = 'c.GpuEnforcement.team_limits = {"a": {"memory": "1G", "cpus": 2}}\n'
+# A server on a busy machine may take more than JupyterHub's 30 s to answer.
+SLOW = "c.Spawner.http_timeout = 120\n"
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +34,8 @@ def hub(tmp_path_factory):
                    "b": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}},
             extra_service_config='c.GpuHubService.notebook_gpu_limits = {"b": {"default": 1}}\n'
                                  "c.GpuHubService.reconcile_interval = 1\n"
-                                 "c.GpuHubService.reconcile_grace = 3\n",
-            extra_hub_config="c.Spawner.poll_interval = 2\n")
+                                 "c.GpuHubService.reconcile_grace = 3\n" + LIMITS,
+            extra_hub_config="c.Spawner.poll_interval = 2\n" + LIMITS + SLOW)
     try:
         yield h.start()
     finally:
@@ -67,6 +80,10 @@ class Servers:
 
     def server_env(self) -> dict:
         """The environment of the user's single-user server process."""
+        return self.server_process()[1]
+
+    def server_process(self) -> tuple[int, dict]:
+        """The pid and environment of the user's single-user server process."""
         for path in glob.glob("/proc/[0-9]*/environ"):
             try:
                 with open(path, "rb") as f:
@@ -75,7 +92,8 @@ class Servers:
                 continue
             if (env.get(b"JUPYTERHUB_USER") == self.user.encode()
                     and env.get(b"JUPYTERHUB_API_URL", b"").startswith(self.hub.hub_api.encode())):
-                return {k.decode(): v.decode() for k, v in env.items()}
+                return (int(path.split("/")[2]),
+                        {k.decode(): v.decode() for k, v in env.items()})
         raise AssertionError(f"no server process of {self.user}")
 
 
@@ -230,3 +248,109 @@ def test_hub_restart_releases_the_gpus_exactly_once(hub):
     assert amy.start(pool="default", gpus=2).status_code in (201, 202)
     amy.wait_ready()
     amy.stop()
+
+
+# ---- GPU enforcement and limits (cgroup v1; CI runs as root) ----------------------------------
+
+needs_cgroups = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access("/sys/fs/cgroup/devices/devices.deny", os.W_OK),
+    reason="needs root and a writable cgroup v1 devices controller (CI has both)")
+
+
+@pytest.fixture
+def fake_gpus():
+    """nvidia0..3 (major 195 like the real ones) in a temporary /dev-like directory."""
+    d = tempfile.mkdtemp(prefix="gpuhub-fake-dev-")
+    for i in range(4):
+        os.mknod(os.path.join(d, f"nvidia{i}"), 0o666 | stat.S_IFCHR, os.makedev(195, i))
+    yield d
+    shutil.rmtree(d)
+
+
+# What opening each node gives: ENXIO (no driver behind the fake node, but
+# allowed), EPERM (refused by the device cgroup).
+ATTEMPT = ("import errno, json, os, sys\n"
+           "def attempt(p):\n"
+           "    try:\n"
+           "        os.close(os.open(p, os.O_RDWR)); return 'opened'\n"
+           "    except OSError as e:\n"
+           "        return errno.errorcode[e.errno]\n")
+
+
+def opens_from(cgroups: list[str], nodes: list[str]) -> dict[str, str]:
+    """What a process in exactly these cgroups gets opening each node."""
+    def enter():
+        for path in cgroups:
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+    code = ATTEMPT + "print(json.dumps({os.path.basename(p): attempt(p) for p in sys.argv[1:]}))"
+    return json.loads(subprocess.check_output([sys.executable, "-c", code, *nodes],
+                                              preexec_fn=enter))
+
+
+def cgroups_of(pid: int) -> dict[str, str]:
+    """controller -> cgroup directory of a process."""
+    out = {}
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, names, path = line.strip().split(":", 2)
+            for c in ("devices", "memory", "cpu"):
+                if c in names.split(","):
+                    out[c] = f"/sys/fs/cgroup/{c}{path}"
+    return out
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+@needs_cgroups
+def test_a_notebook_server_can_open_only_its_gpu_and_has_its_teams_limits(hub, fake_gpus):
+    alice = Servers(hub, "alice")
+    assert alice.start(pool="default", gpus=1).status_code in (201, 202)
+    alice.wait_ready()
+    pid, env = alice.server_process()
+    mine = int(env["CUDA_VISIBLE_DEVICES"])
+    cgroups = cgroups_of(pid)
+    assert all(path in hub.cgroups() for path in cgroups.values()), (cgroups, hub.cgroups())
+    assert read(cgroups["memory"] + "/memory.limit_in_bytes") == str(1 << 30)
+    assert read(cgroups["cpu"] + "/cpu.cfs_quota_us") == "200000"
+    # A process in the server's cgroups, as root, even with CUDA_VISIBLE_DEVICES reset.
+    nodes = [os.path.join(fake_gpus, f"nvidia{i}") for i in range(4)]
+    opens = opens_from(list(cgroups.values()), nodes)
+    assert opens == {f"nvidia{i}": "ENXIO" if i == mine else "EPERM" for i in range(4)}
+    alice.stop()
+    assert not any(os.path.exists(p) for p in cgroups.values())
+
+
+@needs_cgroups
+def test_a_job_through_the_hub_can_open_only_its_gpu(hub, fake_gpus):
+    alice = hub.client("alice")
+    folder = hub.workspace_folder("alice")
+    nodes = [os.path.join(fake_gpus, f"nvidia{i}") for i in range(4)]
+    code = (ATTEMPT + "gpu = os.environ['CUDA_VISIBLE_DEVICES']  # as the backend set it\n"
+            "os.environ['CUDA_VISIBLE_DEVICES'] = '0,1,2,3'  # ignoring the scheduler\n"
+            f"print(json.dumps({{'gpu': gpu, "
+            f"'opens': {{os.path.basename(p): attempt(p) for p in {nodes!r}}}}}))")
+    job = alice.submit(command=[sys.executable, "-c", code], gpus=1, pool="default", team="a",
+                       working_dir=folder)
+    done = alice.wait(job["id"], ("succeeded", "failed"), timeout=60)
+    log = alice.get(f"/workloads/{job['id']}/logs").text
+    assert done["state"] == "succeeded", log
+    out = json.loads(log.strip().splitlines()[-1])
+    mine = int(out["gpu"])
+    assert out["opens"] == {f"nvidia{i}": "ENXIO" if i == mine else "EPERM" for i in range(4)}
+    assert hub.cgroups() == []  # the job's cgroups went with it
+
+
+def test_health_and_the_heat_map_say_how_gpus_and_limits_are_enforced(hub):
+    root = os.geteuid() == 0 and os.access("/sys/fs/cgroup/devices/devices.deny", os.W_OK)
+    gpu, limits = (("cgroup-v1 devices", "cgroup-v1 memory, cpu") if root
+                   else ("advisory", "not enforced"))
+    health = requests.get(f"{hub.api}/health", timeout=10).json()
+    assert (health["status"], health["gpu_enforcement"], health["limits"]) == ("ok", gpu, limits)
+    r = requests.get(f"{hub.url}/services/gpuhub/admin/cluster", params={"fragment": 1},
+                     headers={"Authorization": f"token {hub.token('root-admin')}"}, timeout=10)
+    assert r.status_code == 200, r.text
+    assert f"GPU enforcement: {gpu}" in r.text and f"Limits: {limits}" in r.text

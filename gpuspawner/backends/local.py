@@ -11,12 +11,21 @@ An attempt is reported once its runner is gone, not as soon as exit.json
 appears: by then the runner has also killed whatever the command left in
 its group, so the GPUs really are free.
 
+With a ``GpuEnforcement`` (gpuspawner/isolation/cgroups.py) each attempt
+gets its placement before the runner starts: a cgroup that allows exactly
+its GPUs' device nodes, with its team's or pool's memory and CPU limits (or
+its GPUs' device groups). Its paths are kept in ``cgroup.json`` in the
+attempt directory, so the cgroups are removed when the attempt is reported
+ended, also by a service that restarted in between.
+
 A stop in progress (its SIGKILL deadline) lives in memory only: after a
 restart the service re-issues ``stop`` for attempts it was stopping.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -25,10 +34,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ..isolation import cgroups
 from .base import LOST, STOPPED, AttemptExit, LaunchSpec, local_replica_address
 from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat, write_json
 
 LAUNCH_FILE = "launch.json"
+CGROUP_FILE = "cgroup.json"
+log = logging.getLogger(__name__)
 
 
 class BackendError(RuntimeError):
@@ -54,8 +66,10 @@ def _read_json(path: str) -> Optional[dict]:
 
 
 class LocalBackend:
-    def __init__(self, clock: Callable[[], float] = time.time):
+    def __init__(self, clock: Callable[[], float] = time.time,
+                 enforcement: Optional[cgroups.GpuEnforcement] = None):
         self._clock = clock
+        self.enforcement = enforcement
         self._attempts: dict[tuple[str, int], _Attempt] = {}
 
     @staticmethod
@@ -103,6 +117,7 @@ class LocalBackend:
             argv += ["--time-limit", str(spec.time_limit)]
         try:
             os.makedirs(attempt_dir, exist_ok=True)
+            argv += self._place(spec, attempt_dir).runner_args()
             if spec.checkpoint_dir:
                 env["GPUHUB_CHECKPOINT_DIR"] = os.path.abspath(spec.checkpoint_dir)
                 os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
@@ -111,7 +126,8 @@ class LocalBackend:
                 proc = subprocess.Popen(argv + ["--", *spec.argv], cwd=spec.cwd, env=env,
                                         stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as e:
+        except (OSError, subprocess.SubprocessError) as e:
+            self._unplace(attempt_dir)
             raise BackendError(f"cannot start attempt {key}: {e}") from e
         self._attempts[key] = _Attempt(spec, proc.pid, proc)
         # Written before start() returns, so a service that restarts before
@@ -121,6 +137,29 @@ class LocalBackend:
             write_json(os.path.join(attempt_dir, LAUNCH_FILE),
                        {"pid": proc.pid, "pgid": proc.pid, "start_ticks": stat[1]})
         return proc.pid
+
+    def _place(self, spec: LaunchSpec, attempt_dir: str) -> cgroups.Placement:
+        """The attempt's cgroups (or device groups), recorded before the runner starts."""
+        if self.enforcement is None:
+            return cgroups.Placement()
+        digest = hashlib.sha1(attempt_dir.encode()).hexdigest()[:8]
+        placement = self.enforcement.create(
+            cgroups.safe_name("job", spec.workload_id, str(spec.attempt), digest),
+            spec.gpus, spec.team, spec.pool)
+        write_json(os.path.join(attempt_dir, CGROUP_FILE), placement.to_json())
+        return placement
+
+    @staticmethod
+    def _unplace(attempt_dir: str) -> None:
+        path = os.path.join(attempt_dir, CGROUP_FILE)
+        data = _read_json(path)
+        if data is None:
+            return
+        left = cgroups.remove(cgroups.Placement.from_json(data))
+        if left:
+            log.warning("could not remove the cgroups of %s: %s", attempt_dir, "; ".join(left))
+        else:
+            os.unlink(path)
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
         """SIGTERM the attempt's group now, SIGKILL it at the first poll after grace."""
@@ -193,6 +232,8 @@ class LocalBackend:
                 pass  # it ended between the check and the signal
 
     def _exit(self, spec: LaunchSpec, stopped: bool) -> AttemptExit:
+        # The runner is gone and killed its group: the cgroups are empty or about to be.
+        self._unplace(os.path.abspath(spec.attempt_dir))
         record = _read_json(os.path.join(spec.attempt_dir, EXIT_FILE))
         if record is None:
             return AttemptExit(spec.workload_id, spec.attempt, STOPPED if stopped else LOST,

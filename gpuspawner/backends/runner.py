@@ -1,7 +1,8 @@
 """The supervisor that runs one attempt and records how it ended.
 
     python -m gpuspawner.backends.runner --dir ATTEMPT_DIR
-        [--time-limit SECONDS] [--grace SECONDS] -- ARGV...
+        [--time-limit SECONDS] [--grace SECONDS]
+        [--cgroup PATH]... [--groups GID,...] -- ARGV...
 
 The local backend starts it as the leader of a new session, so it outlives
 the service, and its process group holds everything the attempt runs. It
@@ -14,6 +15,12 @@ leaves its traces in ATTEMPT_DIR, which is all a restarted service needs:
 - ``exit.json`` once the command has ended: returncode (negative: killed by
   that signal, as in ``subprocess``), reason (exited, time-limit, stopped)
   and finished_at. A runner killed with SIGKILL leaves none.
+
+The runner stays in the caller's cgroups; the command joins each ``--cgroup``
+(its GPUs' device cgroup, its memory and cpu limits) and takes the
+supplementary ``--groups`` (device groups) first thing in its preexec step,
+so everything it starts is held to them (gpuspawner/isolation/cgroups.py).
+A placement that cannot be entered is a command that cannot be started.
 
 A command that cannot be executed at all ends as reason "exited" with the
 shell's codes, 127 (not found) or 126 (not executable), and a line in
@@ -30,6 +37,7 @@ import sys
 import time
 from typing import Optional
 
+from ..isolation.cgroups import Placement, enter
 from .base import EXITED, STOPPED, TIME_LIMIT
 
 RUNNER_FILE = "runner.json"
@@ -65,6 +73,10 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--grace", type=float, default=30.0,
                         help="seconds between SIGTERM and SIGKILL at the time limit")
+    parser.add_argument("--cgroup", action="append", default=[],
+                        help="a cgroup directory the command joins (repeatable)")
+    parser.add_argument("--groups", default="",
+                        help="comma-separated supplementary group ids of the command")
     if "--" not in argv:
         parser.error("the command must follow --")
     split = argv.index("--")
@@ -104,16 +116,30 @@ def main(argv: Optional[list[str]] = None) -> None:
         "pid": os.getpid(), "pgid": os.getpgrp(),
         "start_ticks": proc_stat(os.getpid())[1], "started_at": time.time()})
 
+    placement = Placement(args.cgroup, [int(g) for g in args.groups.split(",") if g])
     with open(os.path.join(args.dir, LOG_FILE), "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     preexec_fn=preexec(placement))
+        except subprocess.SubprocessError as e:  # the preexec step failed
+            log.write(f"gpuspawner: cannot enter the attempt's cgroups: {e}\n".encode())
+            _finish(args.dir, 126, EXITED)
+            return
         except OSError as e:
             log.write(f"gpuspawner: cannot start {command[0]!r}: {e}\n".encode())
             _finish(args.dir, 127 if isinstance(e, FileNotFoundError) else 126, EXITED)
             return
     returncode = _wait(child, args.time_limit, args.grace, cause)
     _finish(args.dir, returncode, cause.reason or EXITED)
+
+
+def preexec(placement: Placement):
+    """The command's preexec step: the placement first (a privilege drop
+    composes after it, in the same function)."""
+    if not placement.cgroups and not placement.gids:
+        return None
+    return lambda: enter(placement)
 
 
 def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,

@@ -30,6 +30,8 @@ from ..backends.local import LocalBackend
 from ..backends.slurm import SlurmBackend
 from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
+from ..isolation.cgroups import GpuEnforcement
+from ..isolation.gpu_rules import DEVICE_GROUPS
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
@@ -98,7 +100,7 @@ def route_regex(path: str) -> str:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory, KubernetesJobs, SlurmBackend]
+    classes = [Inventory, KubernetesJobs, SlurmBackend, GpuEnforcement]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
@@ -340,7 +342,10 @@ class GpuHubService(Application):
             nodes = [LocalNode(n, [g.index for g in node_gpus]) for n, node_gpus in found]
             self._record_inventory(nodes, gpus)
         else:
-            backend = LocalBackend()
+            self.enforcement = GpuEnforcement(parent=self).detect()
+            if self.enforcement.gpu_mode == DEVICE_GROUPS:
+                self.enforcement.setup_device_groups(self._device_groups_file)
+            backend = LocalBackend(enforcement=self.enforcement)
             self.source, gpus = self.inventory.discover()
             nodes = local_nodes(gpus, self.node_name)
             self._record_inventory(nodes, gpus)
@@ -377,6 +382,23 @@ class GpuHubService(Application):
                 self.log.warning("port %s is still held (a previous service exiting?); "
                                  "waiting", url.port)
                 time.sleep(0.2)
+
+    # Not a local host's to enforce: said as where it is enforced.
+    enforcement: Optional[GpuEnforcement] = None
+    _ELSEWHERE = {"kubernetes": {"gpu_enforcement": "kubernetes device plugin",
+                                 "limits": "kubernetes resources"},
+                  "slurm": {"gpu_enforcement": "slurm (ConstrainDevices in cgroup.conf)",
+                            "limits": "slurm (cgroup.conf)"}}
+
+    def enforcement_report(self) -> dict:
+        """How GPUs and memory/CPU limits are held (/health, the heat map, the log)."""
+        if self.enforcement is None:
+            return {**self._ELSEWHERE[self.backend], "notes": []}
+        return self.enforcement.report()
+
+    @property
+    def _device_groups_file(self) -> str:
+        return os.path.join(self.data_dir, "device-groups.json")
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
         """This host's nodes, then what NVML (or the declared list) says of
@@ -652,6 +674,9 @@ class GpuHubService(Application):
             f.write(str(os.getpid()))
         self.log.info("GPU Hub service on %s (inventory: %s; policy: %s; db: %s)",
                       self.service_url, self.source, self.policy, self.store.engine.url.drivername)
+        report = self.enforcement_report()
+        self.log.info("GPU enforcement: %s; limits: %s%s", report["gpu_enforcement"],
+                      report["limits"], "".join(f"; {n}" for n in report["notes"]))
         loop = ioloop.IOLoop.current()
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
@@ -663,6 +688,9 @@ class GpuHubService(Application):
             # Jobs run on by design; state is in the database. Just stop.
             asyncio.get_event_loop().add_signal_handler(sig, loop.stop)
         loop.start()
+        if self.enforcement is not None and self.enforcement.gpu_mode == DEVICE_GROUPS:
+            # A clean stop gives the device nodes back as they were.
+            GpuEnforcement.restore_device_groups(self._device_groups_file)
         self.store.close()
 
 

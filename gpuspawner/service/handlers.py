@@ -667,4 +667,4 @@ class HealthHandler(JSONErrors):
         with self.settings["engine"].store.session() as s:
             s.execute(select(func.count()).select_from(WorkloadRow)).scalar()
         self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.finish(json.dumps({"status": "ok"}))
+        self.finish(json.dumps({"status": "ok", **self.settings["gpuhub"].enforcement_report()}))

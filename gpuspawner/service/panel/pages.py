@@ -52,7 +52,8 @@ class ClusterPage(PanelHandler):
     async def show(self, status: int = 200, **extra):
         model = cluster_model(self.gpuhub.pools_view(self.identity), self.gpuhub.gpus_view())
         template = "_heatmap.html" if self.get_argument("fragment", "") else "cluster.html"
-        self.render_page(template, status, pools=model, **extra)
+        self.render_page(template, status, pools=model,
+                         enforcement=self.gpuhub.enforcement_report(), **extra)
 
     async def post(self):
         action, node = self.form("action", ""), self.form("node", "")

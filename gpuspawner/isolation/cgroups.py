@@ -1,0 +1,398 @@
+"""GPU enforcement and memory/CPU limits on this machine, the kernel side.
+
+``GpuEnforcement.detect()`` finds what this host allows (see ``gpu_rules``
+for the modes) and says so; the service reports it at start, in
+``GET /health`` and on the admin panel's heat map. Then, per server, job or
+replica:
+
+- ``cgroup-v1 devices``: ``create()`` makes a cgroup in the devices (and,
+  with limits, memory and cpu) hierarchy that denies every per-GPU node but
+  the placement's; the process joins it with ``enter()`` in its preexec,
+  before anything else, so it binds root too; ``remove()`` when it ended.
+  The cgroups live under the creating process's own cgroup of each
+  controller, in ``GpuEnforcement.cgroup_parent``.
+- ``device groups`` (no devices controller, but root and the nodes):
+  ``setup_device_groups()`` gives each /dev/nvidiaN its own group and mode
+  0660 (the originals are kept in a file, put back by
+  ``restore_device_groups()`` on a clean stop); ``enter()`` gives the
+  process only its GPUs' groups. Binds processes that do not run as root.
+- ``advisory``: CUDA_VISIBLE_DEVICES only.
+"""
+from __future__ import annotations
+
+import grp
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from traitlets import Dict, Enum, Unicode
+from traitlets.config import LoggingConfigurable
+
+from . import gpu_rules as rules
+from .gpu_rules import ADVISORY, CGROUP_V1, DEVICE_GROUPS, LIMITS_CGROUP_V1, LIMITS_NONE, Limits
+
+CONTROLLERS = ("devices", "memory", "cpu")
+
+
+@dataclass
+class Placement:
+    """What one process tree is put into: cgroup directories and groups."""
+
+    cgroups: list[str] = field(default_factory=list)
+    gids: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"cgroups": self.cgroups, "gids": self.gids}
+
+    @classmethod
+    def from_json(cls, data: Optional[dict]) -> "Placement":
+        data = data or {}
+        return cls(list(data.get("cgroups", [])), list(data.get("gids", [])))
+
+    def runner_args(self) -> list[str]:
+        """The runner's options that make its command enter this placement."""
+        args = []
+        for path in self.cgroups:
+            args += ["--cgroup", path]
+        if self.gids:
+            args += ["--groups", ",".join(map(str, self.gids))]
+        return args
+
+
+def enter(placement: Placement) -> None:
+    """Join the placement's cgroups, then take its GPUs' groups (device
+    groups only). Called in a child's preexec before any privilege drop: a
+    privilege drop that sets groups itself must add ``placement.gids``."""
+    pid = str(os.getpid())
+    for path in placement.cgroups:
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(pid)
+    if placement.gids:
+        os.setgroups(placement.gids)
+
+
+def safe_name(*parts: str) -> str:
+    """A cgroup directory name from parts (user names, workload ids)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))[:200]
+
+
+def own_cgroups(proc_cgroup: str = "/proc/self/cgroup") -> dict[str, str]:
+    """controller -> this process's cgroup path in it (cgroup v1 lines)."""
+    out = {}
+    try:
+        with open(proc_cgroup) as f:
+            for line in f:
+                _, names, path = line.rstrip("\n").split(":", 2)
+                for name in names.split(","):
+                    if name:
+                        out[name] = path
+    except OSError:
+        pass
+    return out
+
+
+class GpuEnforcement(LoggingConfigurable):
+    """How servers, jobs and replicas on this machine are held to their GPUs,
+    memory and CPUs (docs/service.md, "GPU enforcement and limits")."""
+
+    mode = Enum(["auto", "cgroup", "groups", "off"], "auto", help="""
+        ``auto``: a cgroup v1 devices controller where there is a writable one
+        (binds root too), else per-GPU device groups where this runs as root
+        and the GPU nodes exist (binds non-root processes), else advisory
+        (CUDA_VISIBLE_DEVICES only, reported as such). ``cgroup`` or
+        ``groups`` insist on that mode (the start fails without it);
+        ``off`` is advisory.
+        """).tag(config=True)
+
+    cgroup_root = Unicode("/sys/fs/cgroup", help="""
+        Where the cgroup v1 controllers (devices, memory, cpu) are mounted.
+        """).tag(config=True)
+
+    cgroup_parent = Unicode("gpuhub", help="""
+        The cgroup (under this process's own cgroup of each controller) in
+        which each server, job and replica gets its own.
+        """).tag(config=True)
+
+    dev_dir = Unicode("/dev", help="""
+        Where the GPU device nodes (nvidiaN, nvidiactl, ...) are: for the
+        device-group fallback, which changes their group and mode.
+        """).tag(config=True)
+
+    group_prefix = Unicode("gpuhub-gpu", help="""
+        The device-group fallback's group of /dev/nvidiaN is this prefix and N.
+        """).tag(config=True)
+
+    team_limits = Dict(help="""
+        Memory and CPU limits per team for each server, job and replica:
+        ``{team: {"memory": "16G", "cpus": 4}}``. A team's value wins over its
+        pool's, a pool's over ``default_limits``. Enforced through the cgroup
+        v1 memory and cpu controllers; elsewhere reported as not enforced.
+
+        Example::
+
+            c.GpuEnforcement.team_limits = {"vision": {"memory": "64G", "cpus": 16}}
+        """).tag(config=True)
+
+    pool_limits = Dict(help="""
+        Memory and CPU limits per pool, as ``team_limits``:
+        ``{"h100": {"memory": "128G", "cpus": 24}}``.
+        """).tag(config=True)
+
+    default_limits = Dict(help="""
+        Memory and CPU limits where neither the team nor the pool sets one:
+        ``{"memory": "32G", "cpus": 8}``. Empty: no limit.
+        """).tag(config=True)
+
+    gpu_mode: str = ADVISORY
+    limits_mode: str = LIMITS_NONE
+    notes: list[str]
+    minors: dict[int, int]
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.notes, self.minors = [], {}
+        self._by_team = rules.check_limits(self.team_limits, "GpuEnforcement.team_limits")
+        self._by_pool = rules.check_limits(self.pool_limits, "GpuEnforcement.pool_limits")
+        self._default = rules.check_entry(self.default_limits, "GpuEnforcement.default_limits")
+        self._parents: dict[str, str] = {}
+
+    # ---- what this host allows -------------------------------------------
+    def detect(self) -> "GpuEnforcement":
+        """Find the modes; raises LimitError when ``mode`` insists on one this host lacks."""
+        root = os.geteuid() == 0
+        mine = own_cgroups()
+        probe = root and self.mode != "off"
+        usable = {c: self._usable(c, mine) for c in CONTROLLERS} if probe else {}
+        if not root:
+            self.notes.append("not running as root: no cgroups, no device groups")
+        elif os.path.exists(os.path.join(self.cgroup_root, "cgroup.controllers")):
+            self.notes.append("cgroup v2: the eBPF device program is not implemented")
+        nodes = self.gpu_nodes()
+        groups_possible = root and bool(nodes)
+        self.gpu_mode = rules.choose_gpu_mode(self.mode, bool(usable.get("devices")),
+                                              groups_possible)
+        if self.gpu_mode == DEVICE_GROUPS and self._driver_resets_modes():
+            self.notes.append("the NVIDIA driver resets device file modes "
+                              "(NVreg_ModifyDeviceFiles=1): set it to 0 for device groups")
+        if self.gpu_mode == CGROUP_V1:
+            self._parents["devices"] = usable["devices"]
+            for c in ("memory", "cpu"):
+                if usable.get(c):
+                    self._parents[c] = usable[c]
+        self.limits_mode = (LIMITS_CGROUP_V1 if self.gpu_mode == CGROUP_V1
+                            and {"memory", "cpu"} <= set(self._parents) else LIMITS_NONE)
+        if self.limits_mode == LIMITS_NONE and (self._by_team or self._by_pool or self._default):
+            self.notes.append("memory/CPU limits are configured but cannot be enforced here")
+        if self.gpu_mode != ADVISORY:
+            self.minors = _nvml_minors()
+        return self
+
+    def report(self) -> dict:
+        return {"gpu_enforcement": self.gpu_mode, "limits": self.limits_mode,
+                "notes": list(self.notes)}
+
+    def _usable(self, controller: str, mine: dict[str, str]) -> Optional[str]:
+        """Our parent cgroup in ``controller`` if a child can be made there."""
+        base = os.path.join(self.cgroup_root, controller)
+        marker = {"devices": "devices.deny", "memory": "memory.limit_in_bytes",
+                  "cpu": "cpu.cfs_quota_us"}[controller]
+        if not os.path.exists(os.path.join(base, marker)):
+            return None
+        parent = os.path.join(base, mine.get(controller, "/").lstrip("/"), self.cgroup_parent)
+        probe = os.path.join(parent, f"probe-{os.getpid()}")
+        existed = os.path.isdir(parent)
+        try:
+            os.makedirs(probe, exist_ok=True)
+            if controller == "devices":
+                _write(probe, "devices.deny", f"c {rules.NVIDIA_MAJOR}:253 rwm")
+            os.rmdir(probe)
+            if not existed:
+                os.rmdir(parent)  # made again by the first create(): none left if none is
+        except OSError as e:
+            self.notes.append(f"cgroup v1 {controller}: cannot make a child cgroup ({e})")
+            return None
+        return parent
+
+    def gpu_nodes(self) -> dict[int, str]:
+        """minor -> path of every per-GPU node in dev_dir."""
+        out = {}
+        try:
+            names = os.listdir(self.dev_dir)
+        except OSError:
+            return out
+        for name in names:
+            kind = rules.classify_node(name)
+            if kind and kind[0] == "gpu":
+                out[kind[1]] = os.path.join(self.dev_dir, name)
+        return out
+
+    @staticmethod
+    def _driver_resets_modes() -> bool:
+        try:
+            with open("/proc/driver/nvidia/params") as f:
+                return "ModifyDeviceFiles: 1" in f.read()
+        except OSError:
+            return False
+
+    # ---- one server, job or replica --------------------------------------
+    def limits_for(self, team: str, pool: str) -> Limits:
+        return rules.resolve_limits(team, pool, self._by_team, self._by_pool, self._default)
+
+    def create(self, name: str, gpus: Iterable[int], team: str = "", pool: str = "") -> Placement:
+        """The placement for GPUs ``gpus`` (inventory indices) of ``team`` in
+        ``pool``. Raises OSError when the kernel refuses; nothing is left
+        behind then."""
+        minors = [self.minors.get(i, i) for i in gpus]
+        placement = Placement()
+        if self.gpu_mode == DEVICE_GROUPS:
+            placement.gids = [self._group_gid(m) for m in minors]
+            return placement
+        if self.gpu_mode != CGROUP_V1:
+            return placement
+        limits = self.limits_for(team, pool)
+        try:
+            path = self._make("devices", name)
+            placement.cgroups.append(path)
+            for rule in rules.device_deny_rules(minors):
+                _write(path, "devices.deny", rule)
+            if limits.memory_bytes is not None and "memory" in self._parents:
+                path = self._make("memory", name)
+                placement.cgroups.append(path)
+                _write(path, "memory.limit_in_bytes", str(limits.memory_bytes))
+                if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):
+                    _write(path, "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
+            if limits.cpus is not None and "cpu" in self._parents:
+                path = self._make("cpu", name)
+                placement.cgroups.append(path)
+                _write(path, "cpu.cfs_period_us", str(rules.CPU_PERIOD_US))
+                _write(path, "cpu.cfs_quota_us", str(rules.cpu_quota_us(limits.cpus)))
+        except BaseException:
+            remove(placement)
+            raise
+        return placement
+
+    def _make(self, controller: str, name: str) -> str:
+        path = os.path.join(self._parents[controller], name)
+        try:
+            os.makedirs(path)  # and the parent, the first time
+        except FileNotFoundError:
+            # The parent went between makedirs' steps: another process's
+            # detection removed it while it was empty. Once more.
+            os.makedirs(path)
+        return path
+
+    def _group_gid(self, minor: int) -> int:
+        name = rules.gpu_group(minor, self.group_prefix)
+        try:
+            return grp.getgrnam(name).gr_gid
+        except KeyError:
+            subprocess.run(["groupadd", "--system", name], check=True, capture_output=True)
+            return grp.getgrnam(name).gr_gid
+
+    # ---- the device-group fallback's nodes -------------------------------
+    def setup_device_groups(self, state_file: str) -> None:
+        """Each GPU node: its own group, mode 0660. The first setup records
+        the originals (a restart after a crash keeps the first record)."""
+        nodes = self.gpu_nodes()
+        saved = _read_json(state_file) or {}
+        for minor, path in sorted(nodes.items()):
+            st = os.stat(path)
+            saved.setdefault(path, {"uid": st.st_uid, "gid": st.st_gid,
+                                    "mode": stat.S_IMODE(st.st_mode)})
+        _write_json(state_file, saved)
+        for minor, path in sorted(nodes.items()):
+            os.chown(path, 0, self._group_gid(minor))
+            os.chmod(path, 0o660)
+
+    @staticmethod
+    def restore_device_groups(state_file: str) -> None:
+        """Put the nodes' owners and modes back as they were before setup."""
+        saved = _read_json(state_file)
+        if saved is None:
+            return
+        for path, orig in saved.items():
+            try:
+                os.chown(path, orig["uid"], orig["gid"])
+                os.chmod(path, orig["mode"])
+            except FileNotFoundError:
+                pass
+        os.unlink(state_file)
+
+
+def remove(placement: Placement, wait: float = 5.0) -> list[str]:
+    """Remove the placement's cgroups, killing what is still in them.
+    Returns the ones that could not be removed (with a reason)."""
+    left = []
+    for path in placement.cgroups:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError as e:
+                _kill_all(path)
+                if time.monotonic() > deadline:
+                    left.append(f"{path}: {e}")
+                    break
+                time.sleep(0.05)
+    return left
+
+
+def _kill_all(path: str) -> None:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = [int(p) for p in f.read().split()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _write(path: str, name: str, value: str) -> None:
+    with open(os.path.join(path, name), "w") as f:
+        f.write(value)
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _nvml_minors() -> dict[int, int]:
+    """NVML index -> /dev/nvidia<minor>; empty without NVML (then minor = index)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    try:
+        return {i: pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(i))
+                for i in range(pynvml.nvmlDeviceGetCount())}
+    except Exception:
+        return {}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
