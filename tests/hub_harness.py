@@ -11,6 +11,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pwd
+import secrets
 import signal
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from typing import Optional
 
 import requests
 
+from gpuspawner.isolation.accounts import isolating, unreachable
 from gpuspawner.serving.ports import ports_below_ephemeral
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,6 +45,11 @@ class Hub:
         self.workdir = workdir
         self.data_dir = os.path.join(workdir, "data")
         os.makedirs(self.data_dir, exist_ok=True)
+        # Run as root (as in CI), users get system accounts: this hub's own
+        # prefix, so parallel runs never share one, and stop() deletes them.
+        self.account_prefix = f"t{secrets.token_hex(3)}-"
+        if isolating():
+            traversable(self.data_dir)
         self.port = free_port_block()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}/services/gpuhub/api/v1"
@@ -81,7 +89,8 @@ class Hub:
                 c.GpuHubService.preemption_delay = 0.5
             """) + extra_service_config)
         self.env = dict(os.environ, GPUHUB_DATA_DIR=self.data_dir, GPUHUB_PORT=str(self.port),
-                        GPUHUB_CONFIG=svc_cfg, GPUHUB_DB_URL=db_url)
+                        GPUHUB_CONFIG=svc_cfg, GPUHUB_DB_URL=db_url,
+                        GPUHUB_ACCOUNT_PREFIX=self.account_prefix)
         self.hub_cfg = hub_cfg
 
     # ---- lifecycle ---------------------------------------------------------
@@ -131,15 +140,45 @@ class Hub:
                 pass
         self.kill_jobs()
         self.kill_servers()
+        self.delete_accounts()
         if getattr(self, "log", None):
             self.log.close()
 
+    def account(self, user: str) -> pwd.struct_passwd:
+        """The system account a hub user's processes run as."""
+        from gpuspawner.isolation.accounts import account_name
+        return pwd.getpwnam(account_name(user, self.account_prefix))
+
+    def delete_accounts(self) -> None:
+        for entry in pwd.getpwall():
+            if entry.pw_name.startswith(self.account_prefix):
+                # -f: a process of it may still be exiting after its SIGKILL.
+                subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
+
     def workspace_folder(self, user: str) -> str:
         """A new folder in the user's workspace, where a spawned server's
-        files are (the service runs jobs only inside a user's workspace)."""
+        files are (the service runs jobs only inside a user's workspace);
+        the user's, as if they had made it."""
         workspace = os.path.join(self.data_dir, "workspaces", user)
         os.makedirs(workspace, exist_ok=True)
-        return tempfile.mkdtemp(prefix="files-", dir=workspace)
+        folder = tempfile.mkdtemp(prefix="files-", dir=workspace)
+        if isolating():
+            os.chmod(folder, 0o755)
+            self.give(user, folder)
+        return folder
+
+    def give(self, user: str, path: str) -> None:
+        """Make a file the test wrote in a workspace the user's (their
+        account's, once it exists: the hand-over at the first spawn or
+        submission takes what is there already)."""
+        try:
+            account = self.account(user)
+        except KeyError:
+            return
+        for top, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.lchown(os.path.join(top, name), account.pw_uid, account.pw_gid)
+        os.lchown(path, account.pw_uid, account.pw_gid)
 
     def kill_jobs(self) -> None:
         """Jobs outlive the service on purpose; the test ends them."""
@@ -177,6 +216,13 @@ class Hub:
 
     def client(self, user: str) -> "Client":
         return Client(self.api, self.token(user))
+
+
+def traversable(path: str) -> None:
+    """Let other accounts pass through (not list) the directories above
+    ``path``: pytest's temporary directories are 0700."""
+    while (blocked := unreachable(path)) is not None:
+        os.chmod(blocked, os.stat(blocked).st_mode | 0o001)
 
 
 def wait_for(predicate, what: str = "condition", timeout: float = 60):

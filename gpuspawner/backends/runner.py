@@ -1,7 +1,8 @@
 """The supervisor that runs one attempt and records how it ended.
 
     python -m gpuspawner.backends.runner --dir ATTEMPT_DIR
-        [--time-limit SECONDS] [--grace SECONDS] -- ARGV...
+        [--time-limit SECONDS] [--grace SECONDS] [--user ACCOUNT [--make-dir DIR]]
+        -- ARGV...
 
 The local backend starts it as the leader of a new session, so it outlives
 the service, and its process group holds everything the attempt runs. It
@@ -14,6 +15,13 @@ leaves its traces in ATTEMPT_DIR, which is all a restarted service needs:
 - ``exit.json`` once the command has ended: returncode (negative: killed by
   that signal, as in ``subprocess``), reason (exited, time-limit, stopped)
   and finished_at. A runner killed with SIGKILL leaves none.
+
+With ``--user`` the runner stays root (its records can be trusted, and the
+user cannot signal it) and starts the command as that system account: a
+preexec step in the forked child drops its groups, gid and uid before it
+executes the command (``preexec``: where the device cgroup join goes too,
+before the drop). ``--make-dir`` directories are made after the drop, as
+the account (a checkpoint directory inside the user's workspace).
 
 A command that cannot be executed at all ends as reason "exited" with the
 shell's codes, 127 (not found) or 126 (not executable), and a line in
@@ -30,6 +38,7 @@ import sys
 import time
 from typing import Optional
 
+from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
 from .base import EXITED, STOPPED, TIME_LIMIT
 
 RUNNER_FILE = "runner.json"
@@ -50,9 +59,18 @@ def proc_stat(pid: int) -> Optional[tuple[str, int]]:
 
 
 def write_json(path: str, data: dict) -> None:
-    """Write all of it or nothing: a reader never sees half a record."""
+    """Write all of it or nothing: a reader never sees half a record.
+
+    The attempt directory may be writable by the job's account (the sticky
+    bit keeps our files ours): the temporary file is made afresh, never
+    through a link the job left in its place."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
         json.dump(data, f)
         f.flush()
         os.fsync(f.fileno())
@@ -65,6 +83,10 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--grace", type=float, default=30.0,
                         help="seconds between SIGTERM and SIGKILL at the time limit")
+    parser.add_argument("--user", default=None,
+                        help="the system account the command runs as (the runner stays root)")
+    parser.add_argument("--make-dir", action="append", default=[],
+                        help="a directory to create as --user before the command starts")
     if "--" not in argv:
         parser.error("the command must follow --")
     split = argv.index("--")
@@ -74,7 +96,22 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if os.getpgrp() != os.getpid():
         # Signals go to the whole group; in someone else's group they would hit them too.
         parser.error("must lead its own process group (start it with setsid)")
+    if args.make_dir and not args.user:
+        parser.error("--make-dir goes with --user")
     return args, command
+
+
+def preexec(args: argparse.Namespace):
+    """What the forked child does before it executes the command, in this
+    order: (join the attempt's cgroup,) become the account, make its dirs."""
+    if not args.user:
+        return None
+    dirs = list(args.make_dir)
+
+    def make_dirs() -> None:
+        for d in dirs:
+            os.makedirs(d, exist_ok=True)
+    return compose(drop_privileges(from_passwd(args.user)), make_dirs)
 
 
 class _Cause:
@@ -107,7 +144,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     with open(os.path.join(args.dir, LOG_FILE), "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     preexec_fn=preexec(args))
+        except (subprocess.SubprocessError, AccountError) as e:  # no such account, or
+            # the preexec step failed: the command never ran
+            log.write(f"gpuspawner: cannot start the command as {args.user!r}: {e}\n".encode())
+            _finish(args.dir, 126, EXITED)
+            return
         except OSError as e:
             log.write(f"gpuspawner: cannot start {command[0]!r}: {e}\n".encode())
             _finish(args.dir, 127 if isinstance(e, FileNotFoundError) else 126, EXITED)

@@ -23,6 +23,8 @@ OAUTH_SCOPES = ["custom:gpuhub:submit", "custom:gpuhub:team-admin", "custom:gpuh
 # extension use it from the server side), besides what servers need anyway.
 SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_ACCESS,
                        "custom:gpuhub:submit"]
+# A job's own token (service/job_tokens.py): its user, on the service only.
+JOB_TOKEN_SCOPES = [SERVICE_ACCESS, "custom:gpuhub:submit"]
 DEFAULT_CULLER_ARGS = ["--timeout=8h", "--gpu-timeout=1h", "--warn-before=15m", "--cull-every=5m"]
 
 
@@ -64,9 +66,11 @@ def roles() -> list[dict]:
         # own admin role cannot be extended).
         {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
          "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", SERVICE_ACCESS]},
-        # Teams are groups; servers are read to find notebook GPUs to release.
+        # Teams are groups; servers are read to find notebook GPUs to release;
+        # tokens: each job gets its own user's token (JOB_TOKEN_SCOPES).
         {"name": "gpuhub-service", "services": ["gpuhub"],
-         "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers"]},
+         "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers",
+                    "tokens"]},
     ]
 
 

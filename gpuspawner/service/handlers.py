@@ -517,4 +517,8 @@ class HealthHandler(web.RequestHandler):
         with self.settings["engine"].store.session() as s:
             s.execute(select(func.count()).select_from(WorkloadRow)).scalar()
         self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.finish(json.dumps({"status": "ok"}))
+        # Whether users' processes are kept apart (system accounts): a
+        # monitor, and the admin panel, can tell an isolated hub from one
+        # that only says so.
+        self.finish(json.dumps({"status": "ok",
+                                "users_isolated": self.settings["gpuhub"].users_isolated}))
