@@ -17,7 +17,3 @@ if os.path.exists(initial):
         c.GpuHubService.teams = json.load(f).get("teams", {})
 
 c.GpuHubService.default_grace_period = 30
-
-# Jobs and replicas run as each user's system account when the service runs
-# as root (GpuHubService.user_accounts); the hub passes the accounts' prefix.
-c.GpuHubService.account_prefix = os.environ.get("GPUHUB_ACCOUNT_PREFIX", "gpuhub-")

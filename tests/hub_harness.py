@@ -8,11 +8,13 @@ outlive the service by design) are killed through their runner records.
 """
 from __future__ import annotations
 
+import atexit
 import glob
 import json
 import os
 import pwd
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,13 +45,10 @@ class Hub:
                  gpus: int = 4, db_url: str = "", admins: tuple[str, ...] = ("root-admin",),
                  extra_service_config: str = "", extra_hub_config: str = ""):
         self.workdir = workdir
-        self.data_dir = os.path.join(workdir, "data")
-        os.makedirs(self.data_dir, exist_ok=True)
         # Run as root (as in CI), users get system accounts: this hub's own
         # prefix, so parallel runs never share one, and stop() deletes them.
         self.account_prefix = f"t{secrets.token_hex(3)}-"
-        if isolating():
-            traversable(self.data_dir)
+        self.data_dir = data_dir_in(workdir)
         self.port = free_port_block()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}/services/gpuhub/api/v1"
@@ -75,6 +74,12 @@ class Hub:
                 c.JupyterHub.load_roles.append({{"name": "test-admin", "services": ["test-admin"],
                     "scopes": ["admin:users", "tokens", "admin:groups", "list:users"]}})
                 c.JupyterHub.log_level = {os.environ.get("GPUHUB_TEST_HUB_LOG", "WARN")!r}
+                # A loaded CI machine may need more than JupyterHub's 30 s to
+                # import and start the service.
+                for service in c.JupyterHub.services:
+                    if service.get("command"):
+                        service["timeout"] = 150
+                c.Spawner.http_timeout = 120  # the same for a notebook server
             """) + textwrap.dedent(extra_hub_config))
         with open(svc_cfg, "w") as f:
             f.write(textwrap.dedent(f"""
@@ -94,7 +99,7 @@ class Hub:
         self.hub_cfg = hub_cfg
 
     # ---- lifecycle ---------------------------------------------------------
-    def start(self, timeout: float = 60) -> "Hub":
+    def start(self, timeout: float = 180) -> "Hub":
         self.log = open(os.path.join(self.workdir, "hub.log"), "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", self.hub_cfg],
                                      cwd=self.workdir, env=self.env, stdout=self.log,
@@ -102,7 +107,7 @@ class Hub:
         self.wait_ready(timeout)
         return self
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -216,6 +221,23 @@ class Hub:
 
     def client(self, user: str) -> "Client":
         return Client(self.api, self.token(user))
+
+
+def data_dir_in(workdir: str) -> str:
+    """``workdir/data``, the same one for a hub started again there. Run as
+    root, it is a link to a directory outside pytest's 0700 temporary
+    directories (which every new pytest run makes 0700 again), so users'
+    accounts can reach their workspaces in it; removed when the tests end."""
+    link = os.path.join(workdir, "data")
+    if not isolating():
+        os.makedirs(link, exist_ok=True)
+        return link
+    if not os.path.exists(link):
+        target = tempfile.mkdtemp(prefix="gpuhub-test-data-")
+        os.chmod(target, 0o711)
+        atexit.register(shutil.rmtree, target, ignore_errors=True)
+        os.symlink(target, link)
+    return os.path.realpath(link)
 
 
 def traversable(path: str) -> None:

@@ -162,7 +162,10 @@ async def terminal_run(hub: Hub, user: str, command: str, until: str, timeout=60
     seen = ""
     deadline = time.monotonic() + timeout
     while until not in seen:
-        msg = await asyncio.wait_for(ws.read_message(), max(0.1, deadline - time.monotonic()))
+        try:
+            msg = await asyncio.wait_for(ws.read_message(), max(0.1, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise AssertionError(f"no {until!r} from the terminal; it said: {seen!r}") from None
         assert msg is not None, f"terminal closed; so far: {seen!r}"
         kind, *data = json.loads(msg)
         if kind == "stdout":
@@ -210,10 +213,12 @@ def test_servers_jobs_and_replicas_run_as_their_accounts_out_of_each_others_reac
     assert result(log) == expected(hub, "alice")
 
     # In a terminal of alice's JupyterLab server, as she would type it.
-    out = asyncio.run(terminal_run(hub, "alice", f"cd {folder} && python probe.py targets.json",
-                                   until="END"))
+    out = asyncio.run(terminal_run(
+        hub, "alice", f"cd {folder} && {sys.executable} probe.py targets.json", until="END"))
     assert result(out) == expected(hub, "alice"), out
-    out = asyncio.run(terminal_run(hub, "alice", f"ls {bob_workspace}; echo DONE", until="DONE\r"))
+    # (the shell's arithmetic: the echoed command line does not say "ls-done-2")
+    out = asyncio.run(terminal_run(hub, "alice", f"ls {bob_workspace}; echo ls-done-$((1+1))",
+                                   until="ls-done-2"))
     assert "Permission denied" in out, out
 
     assert bob.workload(bob_job["id"])["state"] == "running"  # the kill did nothing
@@ -285,6 +290,7 @@ def test_a_workspace_from_before_accounts_is_handed_over_on_first_use(hub):
     with open(os.path.join(workspace, "old-project", "results.txt"), "w") as f:
         f.write("from before\n")
     os.chmod(workspace, 0o755)
+    hub.token("carol")  # creates her on the hub
     requests.post(f"{hub.url}/hub/api/groups/team-a/users", json={"users": ["carol"]},
                   headers={"Authorization": "token test-admin-token-0123456789abcdef"},
                   timeout=10).raise_for_status()

@@ -255,12 +255,18 @@ class GpuHubService(Application):
     def _user_accounts_default(self):
         return isolating()
 
-    account_prefix = Unicode(DEFAULT_PREFIX, help="""
+    account_prefix = Unicode(help="""
         What a hub user's system account name starts with: ``alice`` runs as
         ``gpuhub-alice``. A hub name that is not a valid account name is
         sanitised and gets a short hash (see docs/service.md). The hub's
-        ``LocalGPUSpawner.account_prefix`` must be the same.
+        ``LocalGPUSpawner.account_prefix`` must be the same. Default:
+        ``$GPUHUB_ACCOUNT_PREFIX`` (the embedded hub passes its own), else
+        "gpuhub-".
         """).tag(config=True)
+
+    @default("account_prefix")
+    def _account_prefix_default(self):
+        return os.environ.get("GPUHUB_ACCOUNT_PREFIX", DEFAULT_PREFIX)
 
     notebook_gpu_limits = Dict(help="""
         The most GPUs one notebook server may hold, per team and pool, apart
