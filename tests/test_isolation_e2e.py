@@ -178,6 +178,7 @@ async def terminal_run(hub: Hub, user: str, command: str, until: str, timeout=60
 
 def test_servers_jobs_and_replicas_run_as_their_accounts_out_of_each_others_reach(hub):
     alice, bob = hub.client("alice"), hub.client("bob")
+    assert requests.get(f"{hub.api}/health", timeout=10).json()["users_isolated"] is True
     bob_job = bob.submit(command=[sys.executable, "-c", "import time; time.sleep(300)"],
                          gpus=1, name="bobs")
     folder = hub.workspace_folder("alice")
@@ -306,3 +307,46 @@ def test_a_workspace_from_before_accounts_is_handed_over_on_first_use(hub):
         assert f.read() == "from before\nappended\n"
     st = os.stat(workspace)
     assert (st.st_uid, st.st_mode & 0o777) == (account.pw_uid, 0o700)
+
+
+def test_a_service_started_without_root_says_users_are_not_isolated(tmp_path):
+    """A personal workstation: the service runs as an ordinary account. It
+    says so at start and in /health rather than pretending."""
+    import secrets
+    import signal
+    import subprocess
+    import tempfile
+    from gpuspawner.isolation.accounts import ensure_account
+    from gpuspawner.serving.ports import ports_below_ephemeral
+    prefix = f"t{secrets.token_hex(3)}-"
+    home = tempfile.mkdtemp(prefix="gpuhub-test-owner-")
+    os.chmod(home, 0o755)
+    owner = ensure_account("owner", home, prefix)
+    port = ports_below_ephemeral(1)
+    log = open(tmp_path / "service.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuspawner.service", "-f", os.devnull],
+        env={"PATH": os.environ["PATH"], "GPUHUB_DATA_DIR": os.path.join(home, "data"),
+             "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}"},
+        cwd=home, user=owner.uid, group=owner.gid, extra_groups=[], stdout=log,
+        stderr=subprocess.STDOUT)
+    try:
+        health = wait_for(lambda: _get(f"http://127.0.0.1:{port}/services/gpuhub/api/v1/health"),
+                          "the service's /health", 150)
+        assert health == {"status": "ok", "users_isolated": False}
+        said = (tmp_path / "service.log").read_text()
+        assert f"users are not isolated: this process runs as uid {owner.uid}, not root" in said
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        log.close()
+        subprocess.run(["userdel", "-f", owner.name], capture_output=True)
+        subprocess.run(["rm", "-rf", home])
+
+
+def _get(url: str):
+    try:
+        r = requests.get(url, timeout=5)
+    except requests.RequestException:
+        return None
+    return r.json() if r.status_code == 200 else None
