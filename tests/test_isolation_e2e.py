@@ -260,7 +260,10 @@ def test_every_token_in_a_users_process_acts_as_that_user_only(hub):
     # What a job's token is for: the CLI, as alice.
     assert tried[("job", "GPUHUB_TOKEN")] == "alice"
     assert tried[("server", "JUPYTERHUB_API_TOKEN")] == "alice"
+    job_token = environ(kinds["job"][0])["GPUHUB_TOKEN"]
     alice.post(f"/workloads/{job['id']}/cancel")
+    alice.wait(job["id"], ("cancelled",), 60)
+    assert acts_as(hub, job_token) is None, "a job's token ends with its attempt"
     alice.request("DELETE", "/deployments/a/iris")
     servers.stop()
 
