@@ -7,13 +7,12 @@ and deletes them afterwards.
 """
 from __future__ import annotations
 
-import errno
+import hashlib
 import json
 import os
 import pwd
 import re
 import secrets
-import signal
 import stat
 import subprocess
 import sys
@@ -48,7 +47,6 @@ VALID = re.compile(r"[a-z_][a-z0-9_-]*\Z")
     ("x" * 26, "gpuhub-", "gpuhub-" + "x" * 17 + "-{h}"),  # 33: cut, so hashed
 ])
 def test_account_names(hub_name, prefix, expected):
-    import hashlib
     h = hashlib.sha256(hub_name.encode()).hexdigest()[:7]
     name = account_name(hub_name, prefix)
     assert name == expected.format(h=h)

@@ -39,6 +39,8 @@ from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, loca
 from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat, write_json
 
 LAUNCH_FILE = "launch.json"
+
+
 class BackendError(RuntimeError):
     """An attempt that could not be started (its runner could not be launched)."""
 

@@ -22,7 +22,6 @@ Isolation needs root: ``isolating()`` says whether this process can do it.
 """
 from __future__ import annotations
 
-import grp
 import hashlib
 import os
 import pwd
@@ -184,13 +183,6 @@ def from_passwd(name: str) -> Account:
     if entry is None:
         raise AccountError(f"no account {name!r}")
     return Account(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
-
-
-def group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
 
 
 class Accounts:
