@@ -13,8 +13,13 @@ ARGS ?=
 
 .PHONY: setup run demo test bench bench-api clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# A venv made by another interpreter (pyenv's, before) is made afresh.
+PY_STAMP := $(VENV)/.made-by$(subst /,-,$(PYTHON))
+$(PY_STAMP):
+	$(PYTHON) -m venv --clear $(VENV)
+	touch $@
+
+$(STAMP): $(PY_STAMP) pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
