@@ -34,13 +34,15 @@ account_prefix = os.environ.get("GPUHUB_ACCOUNT_PREFIX", accounts.DEFAULT_PREFIX
 if isolate:
     accounts.secure_data_dir(data_dir)
     accounts.private_file(os.path.join(data_dir, "jupyterhub.sqlite"))
-    for path in (sys.executable, root):
+    for path, fix in ((sys.executable, "make the environment from a Python outside it, e.g. "
+                                        "`make setup` (its venv comes from /usr/bin/python3)"),
+                      (root, "put the project where every account can read it"),
+                      (data_dir, "put the data directory (--data-dir) where every account can "
+                                 "pass through to its workspace")):
         blocked = accounts.unreachable(path)
         if blocked:
             sys.exit(f"GPU Hub: users' accounts cannot reach {path} ({blocked} is not "
-                     f"searchable by others): make the environment from a Python outside it, "
-                     f"e.g. `make setup` (its venv comes from /usr/bin/python3), or put the "
-                     f"project where every account can read it")
+                     f"searchable by others): {fix}")
 else:
     print("GPU Hub: " + accounts.NOT_ISOLATED.format(uid=os.getuid()), file=sys.stderr)
 c.JupyterHub.db_url = f"sqlite:///{data_dir}/jupyterhub.sqlite"
@@ -64,6 +66,8 @@ gpuhub.configure(c, service={
     "url": f"http://127.0.0.1:{service_port}",
     "command": [sys.executable, "-m", "gpuspawner.service",
                 "-f", os.environ.get("GPUHUB_CONFIG", os.path.join(here, "gpuhub_config.py"))],
+    # Importing and starting it can take more than JupyterHub's 30 s on a busy machine.
+    "timeout": 120,
     "environment": {"GPUHUB_DATA_DIR": data_dir,
                     "GPUHUB_DB_URL": os.environ.get("GPUHUB_DB_URL", ""),
                     "GPUHUB_ACCOUNT_PREFIX": account_prefix},

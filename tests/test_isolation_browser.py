@@ -10,7 +10,6 @@ import os
 import sys
 
 import pytest
-import requests
 from playwright import sync_api
 
 from gpuspawner.isolation.accounts import isolating
@@ -42,10 +41,10 @@ def test_alices_terminal_cannot_list_bobs_workspace(tmp_path):
         bobs = os.path.join(hub.data_dir, "workspaces", "bob")
         assert os.path.exists(os.path.join(bobs, "results.txt"))
         with lab_page(hub, "alice", pids) as page:
-            r = requests.post(f"{hub.url}/user/alice/api/terminals", timeout=30,
-                              headers={"Authorization": f"token {hub.token('alice')}"})
-            assert r.status_code == 200, r.text
-            page.goto(f"{hub.url}/user/alice/lab/terminals/{r.json()['name']}")
+            page.goto(f"{hub.url}/user/alice/lab")
+            # The launcher's Terminal card, as she would.
+            page.locator(".jp-LauncherCard").filter(has_text="Terminal").first.click(
+                timeout=SLOW_MS)
             terminal = page.locator(".jp-Terminal").first
             sync_api.expect(terminal).to_be_visible(timeout=SLOW_MS)
             terminal.click()
