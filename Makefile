@@ -1,6 +1,10 @@
 # GPU Hub: the two commands are `make run` (set up and start the embedded hub)
 # and `make test` (set up and run the tests).
-PYTHON ?= python3
+# The venv is also the users' environment: notebook servers, jobs and model
+# replicas run as each user's own account (docs/service.md), so it is made
+# from an interpreter every account can run. Debian's /usr/bin/python3 where
+# there is one (a pyenv Python under a 0700 /root could not start as them).
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -9,8 +13,13 @@ ARGS ?=
 
 .PHONY: setup run demo test bench bench-api clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# A venv made by another interpreter (pyenv's, before) is made afresh.
+PY_STAMP := $(VENV)/.made-by$(subst /,-,$(PYTHON))
+$(PY_STAMP):
+	$(PYTHON) -m venv --clear $(VENV)
+	touch $@
+
+$(STAMP): $(PY_STAMP) pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)

@@ -7,6 +7,7 @@ import shutil
 import sys
 
 from gpuspawner.hub import config as gpuhub
+from gpuspawner.isolation import accounts
 
 c = get_config()  # noqa: F821
 
@@ -25,6 +26,25 @@ c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(os.environ.get('GPUHUB
 proxy = os.path.join(root, "node_modules", ".bin", "configurable-http-proxy")
 c.ConfigurableHTTPProxy.command = [proxy if os.path.exists(proxy)
                                    else shutil.which("configurable-http-proxy") or proxy]
+# Run as root, every user gets a system account (docs/service.md, "Trust
+# model"): servers and jobs run as it, and the data directory is out of
+# users' reach. The prefix: GPUHUB_ACCOUNT_PREFIX, else "gpuhub-".
+isolate = accounts.isolating()
+account_prefix = os.environ.get("GPUHUB_ACCOUNT_PREFIX", accounts.DEFAULT_PREFIX)
+if isolate:
+    accounts.secure_data_dir(data_dir)
+    accounts.private_file(os.path.join(data_dir, "jupyterhub.sqlite"))
+    for path, fix in ((sys.executable, "make the environment from a Python outside it, e.g. "
+                                        "`make setup` (its venv comes from /usr/bin/python3)"),
+                      (root, "put the project where every account can read it"),
+                      (data_dir, "put the data directory (--data-dir) where every account can "
+                                 "pass through to its workspace")):
+        blocked = accounts.unreachable(path)
+        if blocked:
+            sys.exit(f"GPU Hub: users' accounts cannot reach {path} ({blocked} is not "
+                     f"searchable by others): {fix}")
+else:
+    print("GPU Hub: " + accounts.NOT_ISOLATED.format(uid=os.getuid()), file=sys.stderr)
 c.JupyterHub.db_url = f"sqlite:///{data_dir}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = os.path.join(data_dir, "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = os.path.join(data_dir, "jupyterhub.pid")
@@ -46,20 +66,23 @@ gpuhub.configure(c, service={
     "url": f"http://127.0.0.1:{service_port}",
     "command": [sys.executable, "-m", "gpuspawner.service",
                 "-f", os.environ.get("GPUHUB_CONFIG", os.path.join(here, "gpuhub_config.py"))],
+    # Importing and starting it can take more than JupyterHub's 30 s on a busy machine.
+    "timeout": 120,
     "environment": {"GPUHUB_DATA_DIR": data_dir,
-                    "GPUHUB_DB_URL": os.environ.get("GPUHUB_DB_URL", "")},
+                    "GPUHUB_DB_URL": os.environ.get("GPUHUB_DB_URL", ""),
+                    "GPUHUB_ACCOUNT_PREFIX": account_prefix},
 }, service_api=f"http://127.0.0.1:{service_port}/services/gpuhub/api/v1",
     spawner_token=spawner_token)
 
-# Notebook servers: local processes (as the hub's user, in per-user
-# workspaces) that see exactly the GPUs the scheduler admitted them with.
+# Notebook servers: local processes (as each user's account when the hub is
+# root, else as the hub's user; in per-user workspaces) that see exactly the
+# GPUs the scheduler admitted them with.
 c.JupyterHub.spawner_class = "gpuspawner.spawner.local.LocalGPUSpawner"
 c.GPUSpawnerMixin.gpuhub_public_url = f"http://{ip}:{port}/services/gpuhub"
 c.Spawner.default_url = "/lab"
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]  # this environment's
-if os.getuid() == 0:
-    # Servers run as the hub's user; Jupyter refuses root unless told.
-    c.Spawner.args = ["--allow-root"]
+c.LocalGPUSpawner.user_accounts = isolate
+c.LocalGPUSpawner.account_prefix = account_prefix
 c.LocalProcessSpawner.home_dir_template = os.path.join(data_dir, "workspaces", "{username}")
 c.Spawner.notebook_dir = os.path.join(data_dir, "workspaces", "{username}")
 

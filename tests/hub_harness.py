@@ -8,9 +8,13 @@ outlive the service by design) are killed through their runner records.
 """
 from __future__ import annotations
 
+import atexit
 import glob
 import json
 import os
+import pwd
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +26,7 @@ from typing import Optional
 import requests
 
 from gpuspawner.isolation.cgroups import Placement, own_cgroups, remove
+from gpuspawner.isolation.accounts import isolating, unreachable
 from gpuspawner.serving.ports import ports_below_ephemeral
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,8 +49,10 @@ class Hub:
                  gpus: int = 4, db_url: str = "", admins: tuple[str, ...] = ("root-admin",),
                  extra_service_config: str = "", extra_hub_config: str = ""):
         self.workdir = workdir
-        self.data_dir = os.path.join(workdir, "data")
-        os.makedirs(self.data_dir, exist_ok=True)
+        # Run as root (as in CI), users get system accounts: this hub's own
+        # prefix, so parallel runs never share one, and stop() deletes them.
+        self.account_prefix = f"t{secrets.token_hex(3)}-"
+        self.data_dir = data_dir_in(workdir)
         self.port = free_port_block()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}/services/gpuhub/api/v1"
@@ -74,9 +81,12 @@ class Hub:
                 c.JupyterHub.load_roles.append({{"name": "test-admin", "services": ["test-admin"],
                     "scopes": ["admin:users", "tokens", "admin:groups", "list:users"]}})
                 c.JupyterHub.log_level = {os.environ.get("GPUHUB_TEST_HUB_LOG", "WARN")!r}
-                if {SLOW_START!r}:  # a busy machine: the service may take long to answer too
-                    for s in c.JupyterHub.services:
-                        s.setdefault("timeout", int({SLOW_START!r} or 0))
+                # A loaded CI machine may need more than JupyterHub's 30 s to
+                # import and start the service.
+                for service in c.JupyterHub.services:
+                    if service.get("command"):
+                        service["timeout"] = max(150, int({SLOW_START!r} or 0))
+                c.Spawner.http_timeout = 120  # the same for a notebook server
             """) + enforcement + textwrap.dedent(extra_hub_config))
         with open(svc_cfg, "w") as f:
             f.write(textwrap.dedent(f"""
@@ -91,11 +101,12 @@ class Hub:
                 c.GpuHubService.preemption_delay = 0.5
             """) + enforcement + extra_service_config)
         self.env = dict(os.environ, GPUHUB_DATA_DIR=self.data_dir, GPUHUB_PORT=str(self.port),
-                        GPUHUB_CONFIG=svc_cfg, GPUHUB_DB_URL=db_url)
+                        GPUHUB_CONFIG=svc_cfg, GPUHUB_DB_URL=db_url,
+                        GPUHUB_ACCOUNT_PREFIX=self.account_prefix)
         self.hub_cfg = hub_cfg
 
     # ---- lifecycle ---------------------------------------------------------
-    def start(self, timeout: float = 60) -> "Hub":
+    def start(self, timeout: float = 180) -> "Hub":
         timeout = SLOW_START or timeout
         self.log = open(os.path.join(self.workdir, "hub.log"), "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", self.hub_cfg],
@@ -104,7 +115,7 @@ class Hub:
         self.wait_ready(timeout)
         return self
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -143,15 +154,45 @@ class Hub:
         self.kill_jobs()
         self.kill_servers()
         self.remove_cgroups()
+        self.delete_accounts()
         if getattr(self, "log", None):
             self.log.close()
 
+    def account(self, user: str) -> pwd.struct_passwd:
+        """The system account a hub user's processes run as."""
+        from gpuspawner.isolation.accounts import account_name
+        return pwd.getpwnam(account_name(user, self.account_prefix))
+
+    def delete_accounts(self) -> None:
+        for entry in pwd.getpwall():
+            if entry.pw_name.startswith(self.account_prefix):
+                # -f: a process of it may still be exiting after its SIGKILL.
+                subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
+
     def workspace_folder(self, user: str) -> str:
         """A new folder in the user's workspace, where a spawned server's
-        files are (the service runs jobs only inside a user's workspace)."""
+        files are (the service runs jobs only inside a user's workspace);
+        the user's, as if they had made it."""
         workspace = os.path.join(self.data_dir, "workspaces", user)
         os.makedirs(workspace, exist_ok=True)
-        return tempfile.mkdtemp(prefix="files-", dir=workspace)
+        folder = tempfile.mkdtemp(prefix="files-", dir=workspace)
+        if isolating():
+            os.chmod(folder, 0o755)
+            self.give(user, folder)
+        return folder
+
+    def give(self, user: str, path: str) -> None:
+        """Make a file the test wrote in a workspace the user's (their
+        account's, once it exists: the hand-over at the first spawn or
+        submission takes what is there already)."""
+        try:
+            account = self.account(user)
+        except KeyError:
+            return
+        for top, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.lchown(os.path.join(top, name), account.pw_uid, account.pw_gid)
+        os.lchown(path, account.pw_uid, account.pw_gid)
 
     def kill_jobs(self) -> None:
         """Jobs outlive the service on purpose; the test ends them."""
@@ -210,6 +251,30 @@ class Hub:
 
     def client(self, user: str) -> "Client":
         return Client(self.api, self.token(user))
+
+
+def data_dir_in(workdir: str) -> str:
+    """``workdir/data``, the same one for a hub started again there. Run as
+    root, it is a link to a directory outside pytest's 0700 temporary
+    directories (which every new pytest run makes 0700 again), so users'
+    accounts can reach their workspaces in it; removed when the tests end."""
+    link = os.path.join(workdir, "data")
+    if not isolating():
+        os.makedirs(link, exist_ok=True)
+        return link
+    if not os.path.exists(link):
+        target = tempfile.mkdtemp(prefix="gpuhub-test-data-")
+        os.chmod(target, 0o711)
+        atexit.register(shutil.rmtree, target, ignore_errors=True)
+        os.symlink(target, link)
+    return os.path.realpath(link)
+
+
+def traversable(path: str) -> None:
+    """Let other accounts pass through (not list) the directories above
+    ``path``: pytest's temporary directories are 0700."""
+    while (blocked := unreachable(path)) is not None:
+        os.chmod(blocked, os.stat(blocked).st_mode | 0o001)
 
 
 def wait_for(predicate, what: str = "condition", timeout: float = 60):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import time
 
 import requests
 
-from hub_harness import free_port_block
+from gpuspawner.isolation.accounts import isolating
+from hub_harness import data_dir_in, free_port_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,8 +33,11 @@ def test_gpuhub_up_demo_secure_default(tmp_path):
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ)
     env.pop("GPUHUB_CONFIG", None)
+    # Run as root, users' accounts must reach their workspaces in it.
+    data_dir = data_dir_in(str(tmp_path))
+    env["GPUHUB_ACCOUNT_PREFIX"] = f"t{secrets.token_hex(3)}-"
     proc = subprocess.Popen([sys.executable, "-m", "gpuspawner.cli", "up", "--demo",
-                             "--data-dir", str(tmp_path / "data"), "--port", str(port)],
+                             "--data-dir", data_dir, "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True, text=True)
     lines = []
@@ -46,8 +51,8 @@ def test_gpuhub_up_demo_secure_default(tmp_path):
         assert f"{url}/hub/" in banner
         passwords = dict(re.findall(r"^  (\w+)\s+(\S+)\s", banner, re.M))
         assert set(passwords) == {"admin", "alice", "bob", "carol", "dave"}
-        assert oct(os.stat(tmp_path / "data" / "initial-users.json").st_mode & 0o777) == "0o600"
-        deadline = time.monotonic() + 60
+        assert oct(os.stat(os.path.join(data_dir, "initial-users.json")).st_mode & 0o777) == "0o600"
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
                 if requests.get(f"{url}/services/gpuhub/api/v1/health", timeout=2).ok:
@@ -89,6 +94,14 @@ def test_gpuhub_up_demo_secure_default(tmp_path):
         assert admin.login_status == 302
         page = admin.get(f"{url}/hub/authorize", timeout=10).text
         assert "eve" in page
+        if isolating():
+            # Out of users' reach: they pass through to their workspaces, list nothing.
+            modes = {name: oct(os.stat(os.path.join(data_dir, name)).st_mode & 0o777)
+                     for name in ("", "workspaces", "initial-users.json", "jupyterhub.sqlite",
+                                  "gpuhub.sqlite", "spawner-token", "jupyterhub_cookie_secret")}
+            assert modes == {"": "0o711", "workspaces": "0o711", "initial-users.json": "0o600",
+                             "jupyterhub.sqlite": "0o600", "gpuhub.sqlite": "0o600",
+                             "spawner-token": "0o600", "jupyterhub_cookie_secret": "0o600"}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import io
 import json
+from dataclasses import replace
 from urllib.parse import parse_qs
 
 import kubernetes_validate
@@ -87,6 +88,23 @@ def test_single_node_job():
     assert job["metadata"]["labels"]["gpuhub.jupyter.org/user"].startswith("alice-example.org-")
     assert job["metadata"]["annotations"]["gpuhub.jupyter.org/user"] == "alice@example.org"
     assert rendezvous_service(spec(), SETTINGS) is None
+
+
+@pytest.mark.parametrize("service_account, mounted", [
+    ("", False),                 # the namespace's default account: its token stays out
+    ("trainer", None),           # one an admin chose: Kubernetes' default, as configured
+])
+def test_a_job_gets_no_cluster_credential_it_was_not_given(service_account, mounted):
+    """Only the job's own variables and its user's token (from the spec):
+    none of the service's environment, and no service-account token."""
+    job = valid(job_manifest(spec(env={"GPUHUB_TEAM": "vision", "GPUHUB_TOKEN": "alices"}),
+                             replace(SETTINGS, service_account=service_account)))
+    pod = job["spec"]["template"]["spec"]
+    assert pod.get("automountServiceAccountToken") is mounted
+    assert pod.get("serviceAccountName") == (service_account or None)
+    names = {e["name"] for e in pod["containers"][0]["env"]}
+    assert names == {"GPUHUB_TEAM", "GPUHUB_TOKEN", "GPUHUB_WORKLOAD_ID", "GPUHUB_ATTEMPT",
+                     "GPUHUB_CHECKPOINT_DIR"}
 
 
 def test_gang_is_an_indexed_job_with_rendezvous():

@@ -74,6 +74,20 @@ def test_output_goes_to_the_attempt_dir_and_comment_says_whose():
     assert got["--comment"] == "gpuhub=wabc123 team=vision user=alice pool=a100 priority=batch"
 
 
+def test_sbatch_exports_only_the_kept_names_never_the_services_secrets():
+    """sbatch hands a job its own whole environment unless told: the
+    service's hub token and database URL must not reach a job."""
+    service_env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+                   "HOME": "/root", "JUPYTERHUB_API_TOKEN": "service-token",
+                   "JPY_API_TOKEN": "service-token", "GPUHUB_DB_URL": "postgresql://x:pw@db/g",
+                   "JUPYTERHUB_CLIENT_ID": "service-gpuhub", "AWS_SECRET_ACCESS_KEY": "k"}
+    got = opts(sbatch_args(spec(), {}, environ=service_env))
+    assert got["--export"] == "HOME,LANG,LC_ALL,PATH"
+    script = batch_script(spec(env={"GPUHUB_TOKEN": "alices", "GPUHUB_USER": "alice"}))
+    assert "export GPUHUB_TOKEN=alices" in script
+    assert "service-token" not in script and "JUPYTERHUB" not in script
+
+
 @pytest.mark.parametrize("time_limit, grace, warn, time, signal", [
     (3600.0, 45.0, False, "60", None),       # Slurm's own TERM at the limit, KillWait later KILL
     (3600.0, 45.0, True, "61", "B:TERM@45"),  # the job's own grace before an extended limit

@@ -48,6 +48,20 @@ class LaunchSpec:
         return tuple(node for node, _ in self.placement)
 
 
+# What a job's environment takes from the service's: nothing else (the
+# service's environment holds its hub token and database URL).
+ENV_KEEP = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME",
+            "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+ENV_KEEP_PREFIXES = ("LC_", "NVIDIA_")
+# ... and, when jobs run as the service's own user, its login variables.
+LOGIN_VARS = ("HOME", "USER", "LOGNAME", "SHELL")
+
+def kept_environment(environ, login: bool) -> dict:
+    """What of the service's environment ``environ`` a job's starts from."""
+    keep = ENV_KEEP + (LOGIN_VARS if login else ())
+    return {k: v for k, v in environ.items() if k in keep or k.startswith(ENV_KEEP_PREFIXES)}
+
+
 def local_replica_address(port: int) -> str:
     """Where a replica that runs on this host listens (the local and Slurm
     backends: MLServer binds to the loopback address at the port the

@@ -155,6 +155,9 @@ def job_manifest(spec: LaunchSpec, s: KubeSettings) -> dict:
         pod["affinity"] = affinity
     if s.service_account:
         pod["serviceAccountName"] = s.service_account
+    else:
+        # The namespace's default account's API token is no business of a job.
+        pod["automountServiceAccountToken"] = False
     for volume, claim, mount in (("checkpoints", s.checkpoint_claim, s.checkpoint_mount),
                                  ("workspaces", s.workspace_claim, s.workspace_mount)):
         if claim:

@@ -20,6 +20,15 @@ ended, also by a service that restarted in between.
 
 A stop in progress (its SIGKILL deadline) lives in memory only: after a
 restart the service re-issues ``stop`` for attempts it was stopping.
+
+With ``accounts`` (the service runs as root) the command runs as the
+submitting user's system account, created on first use; the runner stays
+root. The attempt directory is root's, group the account's, mode 1770: the
+job writes its outputs there (a notebook's default output), but cannot
+replace or remove the runner's records. A checkpoint directory outside the
+user's workspace is handed to the account; one inside it is made by the
+account itself. Either way a job's environment is built from
+base.ENV_KEEP only: none of the service's credentials reach it.
 """
 from __future__ import annotations
 
@@ -35,7 +44,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..isolation import cgroups
-from .base import LOST, STOPPED, AttemptExit, LaunchSpec, local_replica_address
+from ..isolation.accounts import Account, AccountError, Accounts, account_env, hand_over
+from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, local_replica_address
 from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat, write_json
 
 LAUNCH_FILE = "launch.json"
@@ -67,10 +77,12 @@ def _read_json(path: str) -> Optional[dict]:
 
 class LocalBackend:
     def __init__(self, clock: Callable[[], float] = time.time,
-                 enforcement: Optional[cgroups.GpuEnforcement] = None):
+                 enforcement: Optional[cgroups.GpuEnforcement] = None,
+                 accounts: Optional[Accounts] = None):
         self._clock = clock
         self.enforcement = enforcement
         self._attempts: dict[tuple[str, int], _Attempt] = {}
+        self.accounts = accounts
 
     @staticmethod
     def log_path(attempt_dir: str) -> str:
@@ -98,7 +110,14 @@ class LocalBackend:
         if any(os.path.exists(os.path.join(attempt_dir, f)) for f in (RUNNER_FILE, LAUNCH_FILE)):
             # Its old exit.json would be taken for this run's.
             raise BackendError(f"attempt directory {attempt_dir} was already used")
-        env = {**os.environ,
+        account = None
+        if self.accounts is not None:
+            try:
+                account = self.accounts.ensure(spec.user)
+            except (AccountError, OSError, ValueError) as e:
+                raise BackendError(f"attempt {key}: no account for user {spec.user!r}: {e}") from e
+        env = {**kept_environment(os.environ, login=account is None),
+               **(account_env(account) if account else {}),
                # "python" in a job is this environment's, as in the notebooks
                # (a service started as .venv/bin/gpuhub without activating
                # the venv would otherwise hand jobs the system's Python).
@@ -120,6 +139,9 @@ class LocalBackend:
             argv += self._place(spec, attempt_dir).runner_args()
             if spec.checkpoint_dir:
                 env["GPUHUB_CHECKPOINT_DIR"] = os.path.abspath(spec.checkpoint_dir)
+            if account is not None:
+                argv += self._as_account(account, attempt_dir, env.get("GPUHUB_CHECKPOINT_DIR"))
+            elif spec.checkpoint_dir:
                 os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
             # The runner's own complaints (bad arguments, import errors) land in the log too.
             with open(self.log_path(attempt_dir), "ab") as log:
@@ -160,6 +182,22 @@ class LocalBackend:
             log.warning("could not remove the cgroups of %s: %s", attempt_dir, "; ".join(left))
         else:
             os.unlink(path)
+
+    @staticmethod
+    def _as_account(account: Account, attempt_dir: str, checkpoint: Optional[str]) -> list[str]:
+        """The attempt directory and checkpoint set up for the account; the
+        runner's options that run the command as it."""
+        os.chown(attempt_dir, 0, account.gid)
+        os.chmod(attempt_dir, 0o1770)
+        options = ["--user", account.name]
+        if checkpoint:
+            home = os.path.realpath(account.home)
+            if os.path.commonpath([home, os.path.realpath(checkpoint)]) == home:
+                # Made by the account, so root never follows a link the user left.
+                options += ["--make-dir", checkpoint]
+            else:  # the data directory's (the default, a replica's settings)
+                hand_over(checkpoint, account)
+        return options
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
         """SIGTERM the attempt's group now, SIGKILL it at the first poll after grace."""

@@ -1,8 +1,8 @@
 """The supervisor that runs one attempt and records how it ended.
 
     python -m gpuspawner.backends.runner --dir ATTEMPT_DIR
-        [--time-limit SECONDS] [--grace SECONDS]
-        [--cgroup PATH]... [--groups GID,...] -- ARGV...
+        [--time-limit SECONDS] [--grace SECONDS] [--cgroup PATH]... [--groups GID,...]
+        [--user ACCOUNT [--make-dir DIR]...] -- ARGV...
 
 The local backend starts it as the leader of a new session, so it outlives
 the service, and its process group holds everything the attempt runs. It
@@ -22,6 +22,13 @@ supplementary ``--groups`` (device groups) first thing in its preexec step,
 so everything it starts is held to them (gpuspawner/isolation/cgroups.py).
 A placement that cannot be entered is a command that cannot be started.
 
+With ``--user`` the runner stays root (its records can be trusted, and the
+user cannot signal it) and starts the command as that system account: a
+preexec step in the forked child drops its groups, gid and uid before it
+executes the command (``preexec``: where the device cgroup join goes too,
+before the drop). ``--make-dir`` directories are made after the drop, as
+the account (a checkpoint directory inside the user's workspace).
+
 A command that cannot be executed at all ends as reason "exited" with the
 shell's codes, 127 (not found) or 126 (not executable), and a line in
 output.log saying why: to the user it is a command that failed.
@@ -37,6 +44,7 @@ import sys
 import time
 from typing import Optional
 
+from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
 from ..isolation.cgroups import Placement, enter
 from .base import EXITED, STOPPED, TIME_LIMIT
 
@@ -58,9 +66,18 @@ def proc_stat(pid: int) -> Optional[tuple[str, int]]:
 
 
 def write_json(path: str, data: dict) -> None:
-    """Write all of it or nothing: a reader never sees half a record."""
+    """Write all of it or nothing: a reader never sees half a record.
+
+    The attempt directory may be writable by the job's account (the sticky
+    bit keeps our files ours): the temporary file is made afresh, never
+    through a link the job left in its place."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
         json.dump(data, f)
         f.flush()
         os.fsync(f.fileno())
@@ -77,6 +94,10 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="a cgroup directory the command joins (repeatable)")
     parser.add_argument("--groups", default="",
                         help="comma-separated supplementary group ids of the command")
+    parser.add_argument("--user", default=None,
+                        help="the system account the command runs as (the runner stays root)")
+    parser.add_argument("--make-dir", action="append", default=[],
+                        help="a directory to create as --user before the command starts")
     if "--" not in argv:
         parser.error("the command must follow --")
     split = argv.index("--")
@@ -86,6 +107,8 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if os.getpgrp() != os.getpid():
         # Signals go to the whole group; in someone else's group they would hit them too.
         parser.error("must lead its own process group (start it with setsid)")
+    if args.make_dir and not args.user:
+        parser.error("--make-dir goes with --user")
     return args, command
 
 
@@ -121,9 +144,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         try:
             child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                                     preexec_fn=preexec(placement))
-        except subprocess.SubprocessError as e:  # the preexec step failed
-            log.write(f"gpuspawner: cannot enter the attempt's cgroups: {e}\n".encode())
+                                     preexec_fn=preexec(args, placement))
+        except (subprocess.SubprocessError, AccountError) as e:  # no such account, or
+            # the preexec step failed (cgroup join, privilege drop): the command never ran
+            log.write(f"gpuspawner: cannot start the command: {e}\n".encode())
             _finish(args.dir, 126, EXITED)
             return
         except OSError as e:
@@ -134,12 +158,22 @@ def main(argv: Optional[list[str]] = None) -> None:
     _finish(args.dir, returncode, cause.reason or EXITED)
 
 
-def preexec(placement: Placement):
-    """The command's preexec step: the placement first (a privilege drop
-    composes after it, in the same function)."""
-    if not placement.cgroups and not placement.gids:
-        return None
-    return lambda: enter(placement)
+def preexec(args: argparse.Namespace, placement: Placement):
+    """What the forked child does before it executes the command, in this
+    order: join the attempt's cgroups, become the account (keeping the
+    placement's device groups), make its directories as the account."""
+    enter_placement = ((lambda: enter(placement))
+                       if placement.cgroups or placement.gids else None)
+    if not args.user:
+        return enter_placement
+    dirs = list(args.make_dir)
+
+    def make_dirs() -> None:
+        for d in dirs:
+            os.makedirs(d, exist_ok=True)
+    return compose(enter_placement,
+                   drop_privileges(from_passwd(args.user), extra_gids=placement.gids),
+                   make_dirs)
 
 
 def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,

@@ -37,7 +37,7 @@ from traitlets.config import LoggingConfigurable
 from ..inventory import slurm as slurm_inventory
 from ..inventory.slurm import parse_oneliner
 from .base import (EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, LaunchSpec,
-                   local_replica_address)
+                   kept_environment, local_replica_address)
 from .local import BackendError
 
 JOB_FILE = "slurm-job.json"
@@ -96,7 +96,7 @@ def time_limit_minutes(seconds: float) -> int:
 
 
 def sbatch_args(spec: LaunchSpec, partitions: dict, extra: Sequence[str] = (),
-                warn_before_limit: bool = False) -> list[str]:
+                warn_before_limit: bool = False, environ=None) -> list[str]:
     """The sbatch options for one attempt (the script is a separate file).
 
     At the time limit Slurm itself sends SIGTERM, then SIGKILL ``KillWait``
@@ -122,7 +122,12 @@ def sbatch_args(spec: LaunchSpec, partitions: dict, extra: Sequence[str] = (),
             # The scheduler requeues (as a new attempt); Slurm must not rerun it.
             "--no-requeue",
             "--kill-on-invalid-dep=yes",
-            f"--comment={job_comment(spec)}"]
+            f"--comment={job_comment(spec)}",
+            # sbatch passes its whole environment by default, the service's
+            # hub token and database URL with it: only these names go; the
+            # script sets the job's own (batch_script).
+            "--export=" + ",".join(sorted(kept_environment(
+                os.environ if environ is None else environ, login=True)))]
     if per_node:
         args.append(f"--gres=gpu:{per_node}")
     partition = partitions.get(spec.pool, spec.pool)
@@ -147,7 +152,8 @@ def job_comment(spec: LaunchSpec) -> str:
 
 
 def job_env(spec: LaunchSpec) -> dict:
-    """What the job sees on top of the submitting service's environment."""
+    """What the job sees on top of what ``--export`` lets through of the
+    submitting service's environment."""
     env = {**spec.env, "GPUHUB_WORKLOAD_ID": spec.workload_id,
            "GPUHUB_ATTEMPT": str(spec.attempt),
            "GPUHUB_ATTEMPT_DIR": os.path.abspath(spec.attempt_dir)}

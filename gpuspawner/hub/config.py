@@ -28,6 +28,8 @@ SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_A
 # default, its spawners' 30 s poll, made a killed service's restart take 10-30 s.
 # GPUHUB_SERVICE_POLL_SECONDS changes it (scripts/bench_restart.py compares).
 SERVICE_POLL_SECONDS = int(os.environ.get("GPUHUB_SERVICE_POLL_SECONDS") or 1)
+# A job's own token (service/job_tokens.py): its user, on the service only.
+JOB_TOKEN_SCOPES = [SERVICE_ACCESS, "custom:gpuhub:submit"]
 DEFAULT_CULLER_ARGS = ["--timeout=8h", "--gpu-timeout=1h", "--warn-before=15m", "--cull-every=5m"]
 
 
@@ -69,9 +71,11 @@ def roles() -> list[dict]:
         # own admin role cannot be extended).
         {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
          "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", SERVICE_ACCESS]},
-        # Teams are groups; servers are read to find notebook GPUs to release.
+        # Teams are groups; servers are read to find notebook GPUs to release;
+        # tokens: each job gets its own user's token (JOB_TOKEN_SCOPES).
         {"name": "gpuhub-service", "services": ["gpuhub"],
-         "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers"]},
+         "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers",
+                    "tokens"]},
     ]
 
 

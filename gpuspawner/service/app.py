@@ -32,6 +32,8 @@ from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
 from ..isolation.cgroups import GpuEnforcement
 from ..isolation.gpu_rules import DEVICE_GROUPS
+from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolating,
+                                  private_file, secure_data_dir)
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
@@ -41,6 +43,7 @@ from ..backends.kube_config import KubernetesJobs
 from .cluster import kubernetes_backend, record_nodes
 from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import Identity, identity_from_model
+from .job_tokens import JobTokens
 from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
 from .panel.pages import PANEL_ROUTES
@@ -246,6 +249,33 @@ class GpuHubService(Application):
             c.GpuHubService.workspace_root = "/home/{username}"
         """).tag(config=True)
 
+    user_accounts = Bool(help="""
+        Run every job and model replica of the local backend as its user's
+        own system account (``account_prefix`` + the hub name), created with
+        useradd at the first submission, with the workspace handed to it
+        (mode 0700); the data directory is kept out of users' reach. Needs
+        root; the default is on exactly when the service runs as root.
+        Started as another user, the service says at start, in ``/health``
+        and on the admin panel that users are not isolated.
+        """).tag(config=True)
+
+    @default("user_accounts")
+    def _user_accounts_default(self):
+        return isolating()
+
+    account_prefix = Unicode(help="""
+        What a hub user's system account name starts with: ``alice`` runs as
+        ``gpuhub-alice``. A hub name that is not a valid account name is
+        sanitised and gets a short hash (see docs/service.md). The hub's
+        ``LocalGPUSpawner.account_prefix`` must be the same. Default:
+        ``$GPUHUB_ACCOUNT_PREFIX`` (the embedded hub passes its own), else
+        "gpuhub-".
+        """).tag(config=True)
+
+    @default("account_prefix")
+    def _account_prefix_default(self):
+        return os.environ.get("GPUHUB_ACCOUNT_PREFIX", DEFAULT_PREFIX)
+
     notebook_gpu_limits = Dict(help="""
         The most GPUs one notebook server may hold, per team and pool, apart
         from the team's quota (which bounds all its work together). Keys are
@@ -328,6 +358,7 @@ class GpuHubService(Application):
         if os.path.exists(self.config_file):
             self.load_config_file(self.config_file)
         os.makedirs(self.data_dir, exist_ok=True)
+        accounts = self._accounts()
         self.sockets = self._listen()
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
@@ -345,7 +376,7 @@ class GpuHubService(Application):
             self.enforcement = GpuEnforcement(parent=self).detect()
             if self.enforcement.gpu_mode == DEVICE_GROUPS:
                 self.enforcement.setup_device_groups(self._device_groups_file)
-            backend = LocalBackend(enforcement=self.enforcement)
+            backend = LocalBackend(enforcement=self.enforcement, accounts=accounts)
             self.source, gpus = self.inventory.discover()
             nodes = local_nodes(gpus, self.node_name)
             self._record_inventory(nodes, gpus)
@@ -361,7 +392,9 @@ class GpuHubService(Application):
                                           workspace_root=self.workspace_root,
                                           default_grace_period=self.default_grace_period,
                                           notebook_gpu_limits=self.notebook_gpu_limits,
-                                          max_lost_attempts=self.max_lost_attempts))
+                                          max_lost_attempts=self.max_lost_attempts,
+                                          prepare_workspace=accounts and accounts.ensure,
+                                          job_tokens=self._job_tokens()))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine)
@@ -399,6 +432,38 @@ class GpuHubService(Application):
     @property
     def _device_groups_file(self) -> str:
         return os.path.join(self.data_dir, "device-groups.json")
+
+    def _accounts(self) -> Optional[Accounts]:
+        """The users' accounts when jobs run as them (local backend, root),
+        with the data directory made private; else None, said loudly."""
+        if self.backend != "local":
+            self.users_isolated = None  # up to Slurm's and Kubernetes' own means
+            return None
+        self.users_isolated = self.user_accounts
+        if not self.user_accounts:
+            self.log.warning("GPU Hub: %s", NOT_ISOLATED.format(uid=os.geteuid()))
+            return None
+        if not isolating():
+            raise SystemExit(f"GpuHubService.user_accounts needs root (this is uid "
+                             f"{os.geteuid()}); set it False to run without isolation")
+        secure_data_dir(self.data_dir)
+        if self.db_url == f"sqlite:///{self.data_dir}/gpuhub.sqlite":
+            private_file(os.path.join(self.data_dir, "gpuhub.sqlite"))
+        self.log.info("users are isolated: jobs run as system accounts %s<name>",
+                      self.account_prefix)
+        return Accounts(self.account_prefix, self.workspace_path)
+
+    def _job_tokens(self) -> Optional[JobTokens]:
+        """Each job's own user token, when the hub runs this service (it
+        gives the service its API URL and token)."""
+        hub_api, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
+        if not (hub_api and token):
+            return None
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101").rstrip("/")
+        return JobTokens(hub_api, token, url + self.service_prefix)
+
+    def workspace_path(self, user: str) -> str:
+        return self.workspace_root.format(data_dir=self.data_dir, username=user)
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
         """This host's nodes, then what NVML (or the declared list) says of
@@ -446,6 +511,19 @@ class GpuHubService(Application):
                     s.add(QuotaRow(team=name, pool=pool, nominal=q.get("nominal", 0),
                                    borrowing_limit=q.get("borrowing_limit"),
                                    lending_limit=q.get("lending_limit")))
+
+    users_isolated: Optional[bool] = None  # set at start (_accounts)
+
+    def isolation_notices(self) -> list[str]:
+        """What the admin panel warns of on every page: isolation this
+        deployment does not have."""
+        notices = []
+        if self.users_isolated is False:
+            notices.append("Users are not isolated: every job and model replica runs as "
+                           f"the service's own account (uid {os.geteuid()}) and can read the "
+                           "others' files and the data directory. Run the hub as root to give "
+                           "each user a system account.")
+        return notices
 
     # ---- used by handlers ------------------------------------------------
     @property
@@ -670,7 +748,8 @@ class GpuHubService(Application):
         server = HTTPServer(self.make_app(), max_body_size=max(self.max_body_size * 8, 1 << 24),
                             xheaders=True)
         server.add_sockets(self.sockets)
-        with open(os.path.join(self.data_dir, "service.pid"), "w") as f:
+        pid_file = os.path.join(self.data_dir, "service.pid")
+        with open(os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(str(os.getpid()))
         self.log.info("GPU Hub service on %s (inventory: %s; policy: %s; db: %s)",
                       self.service_url, self.source, self.policy, self.store.engine.url.drivername)

@@ -15,7 +15,7 @@ import os
 import secrets
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 from sqlalchemy import delete, func, select
@@ -88,6 +88,11 @@ class EngineConfig:
     max_lost_attempts: int = 3
     # A serving replica that ended this many times is not restarted again.
     max_replica_restarts: int = 5
+    # Makes a user's workspace theirs (their system account's, created on
+    # first use) instead of a plain directory; None: a plain directory.
+    prepare_workspace: Optional[Callable[[str], object]] = None
+    # Issues and revokes each attempt's own token (JobTokens); None: jobs get none.
+    job_tokens: Optional[object] = None
 
 
 class Engine:
@@ -474,6 +479,9 @@ class Engine:
                     if row.spec.get("notebook"):  # again: a link may have changed since
                         notebook_in_workspace(self.workspace(row.user), spec.cwd,
                                               row.spec["notebook"])
+                if self.config.job_tokens is not None:
+                    spec = replace(spec, env={**spec.env,
+                                              **self.config.job_tokens.env_for(spec)})
                 self.backend.start(spec)
             except Exception as err:  # a job that cannot start fails; others go on
                 log.exception("could not start %s", e.workload_id)
@@ -490,6 +498,8 @@ class Engine:
     # ---- exits -----------------------------------------------------------
     def on_exit(self, x: AttemptExit, detail: str = "") -> None:
         """An attempt ended: record it, then tell the core."""
+        if self.config.job_tokens is not None:
+            self.config.job_tokens.revoke(x.workload_id, x.attempt)
         with self.store.transaction() as s:
             row = s.get(WorkloadRow, x.workload_id)
             attempt = s.get(Attempt, (x.workload_id, x.attempt))
@@ -643,7 +653,10 @@ class Engine:
 
     def workspace(self, user: str) -> str:
         home = self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)
-        os.makedirs(home, exist_ok=True)
+        if self.config.prepare_workspace is not None:
+            self.config.prepare_workspace(user)
+        else:
+            os.makedirs(home, exist_ok=True)
         return home
 
     def _working_dir(self, user: str, spec: JobSpec) -> str:

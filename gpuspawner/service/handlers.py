@@ -667,4 +667,9 @@ class HealthHandler(JSONErrors):
         with self.settings["engine"].store.session() as s:
             s.execute(select(func.count()).select_from(WorkloadRow)).scalar()
         self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.finish(json.dumps({"status": "ok", **self.settings["gpuhub"].enforcement_report()}))
+        # How GPUs and limits are held, and whether users' processes are kept
+        # apart (system accounts): a monitor, and the admin panel, can tell an
+        # isolated hub from one that only says so.
+        gpuhub = self.settings["gpuhub"]
+        self.finish(json.dumps({"status": "ok", **gpuhub.enforcement_report(),
+                                "users_isolated": gpuhub.users_isolated}))

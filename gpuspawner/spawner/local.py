@@ -3,28 +3,53 @@ processes held to exactly the GPUs the scheduler gave them."""
 from __future__ import annotations
 
 import hashlib
+import os
 from functools import partial
 from typing import Optional
 
 from jupyterhub.spawner import SimpleLocalProcessSpawner
-from traitlets import default
+from traitlets import Bool, Unicode, default
 
 from ..isolation import cgroups
+from ..isolation.accounts import (DEFAULT_PREFIX, Accounts, account_env, compose,
+                                  drop_privileges, isolating)
 from .admission import GPUSpawnerMixin
 
 
 class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     """A local process spawner whose servers ask the scheduler for GPUs first.
 
-    Servers run as the hub's user in per-user home directories
-    (``home_dir_template``), like JupyterHub's SimpleLocalProcessSpawner.
-    Each server joins a cgroup that allows exactly its GPUs' device nodes,
-    with its team's or pool's memory and CPU limits (``c.GpuEnforcement``),
-    first thing in its preexec step; the cgroup is removed when it stops.
+    Servers run in per-user workspaces (``home_dir_template``). With
+    ``user_accounts`` (the hub runs as root) each runs as its user's own
+    system account, created on first spawn, through JupyterHub's
+    LocalProcessSpawner setuid path; otherwise as the hub's user, like
+    JupyterHub's SimpleLocalProcessSpawner. Each server joins a cgroup that
+    allows exactly its GPUs' device nodes, with its team's or pool's memory
+    and CPU limits (``c.GpuEnforcement``), first thing in its preexec step,
+    before the privilege drop; the cgroup is removed when it stops.
     """
 
     _enforcement: Optional[cgroups.GpuEnforcement] = None  # one per hub process
     placement: Optional[cgroups.Placement] = None
+
+    user_accounts = Bool(help="""
+        Run each server as its user's system account (``account_prefix`` +
+        the hub name; created with useradd at the first spawn, the workspace
+        handed to it, mode 0700). Needs root; on by default exactly when the
+        hub runs as root. The service's ``GpuHubService.user_accounts`` runs
+        jobs the same way.
+        """).tag(config=True)
+
+    @default("user_accounts")
+    def _user_accounts_default(self):
+        return isolating()
+
+    account_prefix = Unicode(DEFAULT_PREFIX, help="""
+        What a hub user's account name starts with (``gpuhub-alice``); must be
+        the service's ``GpuHubService.account_prefix``.
+        """).tag(config=True)
+
+    account = None  # the user's Account while isolating, set at start
 
     @default("start_timeout")
     def _start_timeout_default(self):
@@ -43,6 +68,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     async def start(self):
         await self.admit()
         try:
+            if self.user_accounts:
+                self.account = Accounts(self.account_prefix,
+                                        lambda _: self.home_dir).ensure(self.user.name)
             self._place()
             return await super().start()
         except BaseException:
@@ -65,19 +93,6 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
                 self.log.warning("could not remove %s's cgroups: %s", self._log_name, left)
             self.placement = None
 
-    def make_preexec_fn(self, name):
-        """The placement first, then the base class's step (a privilege drop)."""
-        base = super().make_preexec_fn(name)
-        placement = self.placement
-
-        def preexec():
-            if placement is not None:
-                cgroups.enter(placement)
-            if base is not None:
-                base()
-
-        return preexec
-
     def load_state(self, state):
         super().load_state(state)
         if "gpuhub_placement" in state:
@@ -88,6 +103,29 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         if self.placement is not None:
             state["gpuhub_placement"] = self.placement.to_json()
         return state
+
+    def make_preexec_fn(self, name):
+        """What the forked server process does before it executes, in order:
+        join its cgroup (the placement), become the account keeping the
+        placement's device groups (or the base class's step), go to the
+        workspace."""
+        placement = self.placement
+        enter = ((lambda: cgroups.enter(placement))
+                 if placement is not None and (placement.cgroups or placement.gids) else None)
+        if not self.user_accounts:
+            return compose(enter, super().make_preexec_fn(name))
+        home = self.home_dir
+
+        def go_home() -> None:
+            os.chdir(home)
+        return compose(enter, drop_privileges(self.account, extra_gids=placement.gids
+                                              if placement is not None else ()), go_home)
+
+    def user_env(self, env):
+        if not self.user_accounts:
+            return super().user_env(env)
+        env.update(account_env(self.account))
+        return env
 
     def get_env(self):
         env = super().get_env()

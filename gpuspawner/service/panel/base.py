@@ -115,6 +115,7 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
             tabs=[(p, title) for p, title, who in PAGES if self.allowed(who)],
             who=self.identity, is_admin=self.identity.admin,
             done=self.get_argument("done", ""), currency=self.gpuhub.currency,
+            isolation_notices=self.gpuhub.isolation_notices(),
         )
         ctx.update(context)
         self.set_status(status)

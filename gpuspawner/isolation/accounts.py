@@ -1,0 +1,257 @@
+"""Per-user system accounts: every notebook server, job and model replica
+of a hub user runs as that user's own account.
+
+- ``account_name``: the naming rule (pure). A hub name that is already a
+  valid account name (lower case letters, digits, ``_`` and ``-``, starting
+  with a letter or ``_``) keeps it after the prefix: ``alice`` ->
+  ``gpuhub-alice``. Any other name is sanitised (lower-cased, other
+  characters turned into ``-``, cut to fit 32 characters) and gets ``-`` and
+  the first 7 hex digits of the SHA-256 of the exact hub name, so ``Alice``,
+  ``alice`` and ``a.lice`` get three different accounts.
+- ``ensure_account``: creates the account with ``useradd`` on first use (its
+  GECOS field records which hub name it belongs to; an existing account
+  that belongs to someone else is refused, not adopted) and hands it its
+  home, the user's workspace: owned by the account, mode 0700. A workspace
+  made before accounts existed (an upgraded data directory) is handed over
+  as a whole, once.
+- ``drop_privileges``: the preexec step that turns a forked child into the
+  account (initgroups, setgid, setuid), composable with other steps
+  (``compose``: the cgroup join comes first, then this).
+
+Isolation needs root: ``isolating()`` says whether this process can do it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import re
+import stat
+import subprocess
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+DEFAULT_PREFIX = "gpuhub-"
+MAX_NAME = 32      # useradd's limit on Debian and most systems
+HASH_DIGITS = 7
+_VALID = re.compile(r"[a-z_][a-z0-9_-]*\Z")
+_PREFIX = re.compile(r"([a-z_][a-z0-9_-]*)?\Z")
+MARK = "gpuhub"    # GECOS: "gpuhub <sha256 of the hub name, 16 hex>"
+
+NOT_ISOLATED = ("users are not isolated: this process runs as uid {uid}, not root, so every "
+                "notebook server, job and model replica runs as this same account and can "
+                "read the others' files and this data directory")
+
+
+class AccountError(RuntimeError):
+    """An account that cannot be created or is not the hub user's."""
+
+
+def _digest(hub_name: str) -> str:
+    return hashlib.sha256(hub_name.encode()).hexdigest()
+
+
+def account_name(hub_name: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The system account of hub user ``hub_name`` (see the module's docstring)."""
+    if not _PREFIX.match(prefix):
+        raise ValueError(f"account prefix {prefix!r}: lower case letters, digits, '_' and '-' "
+                         f"only, starting with a letter or '_'")
+    if not hub_name:
+        raise ValueError("empty hub user name")
+    room = MAX_NAME - len(prefix)
+    if room < HASH_DIGITS + 2:
+        raise ValueError(f"account prefix {prefix!r} leaves no room for a name "
+                         f"({MAX_NAME} characters at most)")
+    plain = prefix + hub_name
+    if _VALID.match(plain) and len(plain) <= MAX_NAME:
+        return plain
+    clean = re.sub(r"[^a-z0-9_-]", "-", hub_name.lower())
+    if not prefix and not re.match(r"[a-z_]", clean):
+        clean = "u" + clean  # an account name starts with a letter or "_"
+    clean = clean[:room - HASH_DIGITS - 1].rstrip("-") or "u"
+    return f"{prefix}{clean}-{_digest(hub_name)[:HASH_DIGITS]}"
+
+
+def marker(hub_name: str) -> str:
+    """What the account's GECOS field holds: whose it is."""
+    return f"{MARK} {_digest(hub_name)[:16]}"
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+def isolating() -> bool:
+    """Whether this process can run other users' processes as their accounts."""
+    return os.geteuid() == 0
+
+
+def lookup(name: str) -> Optional[pwd.struct_passwd]:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def ensure_account(hub_name: str, home: str, prefix: str = DEFAULT_PREFIX,
+                   shell: str = "/bin/bash") -> Account:
+    """The hub user's account, created with useradd if missing, and its home
+    (``home``: the workspace) handed to it, mode 0700."""
+    name = account_name(hub_name, prefix)
+    entry = lookup(name)
+    if entry is None:
+        done = subprocess.run(
+            ["useradd", "--user-group", "--no-create-home", "--home-dir", home,
+             "--shell", shell, "--comment", marker(hub_name), name],
+            capture_output=True, text=True)
+        entry = lookup(name)  # a concurrent spawn may have made it first (exit 9)
+        if entry is None:
+            raise AccountError(f"cannot create account {name!r} for hub user {hub_name!r}: "
+                               f"useradd exited {done.returncode}: {done.stderr.strip()}")
+    if entry.pw_gecos != marker(hub_name):
+        raise AccountError(f"account {name!r} exists but is not hub user {hub_name!r}'s "
+                           f"(its GECOS is {entry.pw_gecos!r}); refusing to run as it")
+    account = Account(name, entry.pw_uid, entry.pw_gid, home)
+    hand_over(home, account)
+    return account
+
+
+def hand_over(path: str, account: Account, mode: int = 0o700) -> bool:
+    """Make ``path`` the account's, mode ``mode``: created if missing; if it
+    belongs to someone else (a workspace from before accounts), all of it
+    is chowned, symlinks themselves and never what they point to. True if
+    anything was handed over."""
+    os.makedirs(path, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise AccountError(f"{path} is not a directory")
+    changed = False
+    if st.st_uid != account.uid:
+        for top, dirs, files in os.walk(path, followlinks=False):
+            for name in dirs + files:
+                os.lchown(os.path.join(top, name), account.uid, account.gid)
+        changed = True
+    os.lchown(path, account.uid, account.gid)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(path, mode)
+    return changed
+
+
+def drop_privileges(account: Account, extra_gids: Sequence[int] = ()) -> Callable[[], None]:
+    """A preexec step (runs in the forked child) that makes the child the
+    account: its groups (plus ``extra_gids``: the device groups of its GPUs),
+    then its gid, then its uid; there is no way back. The group list is read
+    here, before the fork."""
+    groups = sorted(set(os.getgrouplist(account.name, account.gid)) | set(extra_gids))
+    uid, gid = account.uid, account.gid
+
+    def drop() -> None:
+        os.setgroups(groups)
+        os.setgid(gid)
+        os.setuid(uid)
+        if os.getuid() != uid or os.geteuid() != uid:
+            raise OSError(f"still uid {os.geteuid()} after setuid({uid})")
+    return drop
+
+
+def compose(*steps: Optional[Callable[[], None]]) -> Optional[Callable[[], None]]:
+    """One preexec_fn running ``steps`` in order (None entries skipped):
+    e.g. compose(join_cgroup, drop_privileges(account))."""
+    live = [s for s in steps if s is not None]
+    if not live:
+        return None
+
+    def preexec() -> None:
+        for step in live:
+            step()
+    return preexec
+
+
+def account_env(account: Account) -> dict[str, str]:
+    """The login variables of a process run as ``account``."""
+    entry = lookup(account.name)
+    return {"HOME": account.home, "USER": account.name, "LOGNAME": account.name,
+            "SHELL": entry.pw_shell if entry else "/bin/sh"}
+
+
+def from_passwd(name: str) -> Account:
+    """The account ``name`` as /etc/passwd has it (the runner's ``--user``)."""
+    entry = lookup(name)
+    if entry is None:
+        raise AccountError(f"no account {name!r}")
+    return Account(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+
+
+class Accounts:
+    """The accounts of one hub: the prefix and where each user's home is.
+    ``ensure`` is cheap after the first call for a user (cached here; the
+    truth is in /etc/passwd)."""
+
+    def __init__(self, prefix: str, home_for: Callable[[str], str]):
+        account_name("x", prefix)  # a bad prefix fails at start, not at first spawn
+        self.prefix = prefix
+        self.home_for = home_for
+        self._known: dict[str, Account] = {}
+
+    def ensure(self, hub_name: str) -> Account:
+        account = self._known.get(hub_name)
+        if account is None or lookup(account.name) is None:
+            account = ensure_account(hub_name, self.home_for(hub_name), self.prefix)
+            self._known[hub_name] = account
+        return account
+
+
+# ---- the data directory ---------------------------------------------------
+# Directories under the data directory whose entries belong to users: others
+# may pass through them (to reach their own) but not list them.
+PASSAGES = ("workspaces", "workloads", "deployments")
+
+
+def secure_data_dir(data_dir: str) -> None:
+    """Put the data directory out of users' reach: the directory itself and
+    PASSAGES mode 0711 (no listing), every other file in it 0600 and every
+    other directory 0700 (databases, initial-users.json, spawner-token,
+    cookie secrets, pid files). Also for a data directory from before."""
+    os.makedirs(data_dir, exist_ok=True)
+    os.chmod(data_dir, 0o711)
+    for name in PASSAGES:
+        os.makedirs(os.path.join(data_dir, name), exist_ok=True)
+    for entry in os.scandir(data_dir):
+        if entry.is_symlink():
+            continue
+        if entry.name in PASSAGES:
+            os.chmod(entry.path, 0o711)
+        elif entry.is_dir():
+            os.chmod(entry.path, 0o700)
+        else:
+            os.chmod(entry.path, 0o600)
+
+
+def private_file(path: str) -> None:
+    """Create ``path`` empty and mode 0600 if missing (a SQLite database made
+    in it keeps that mode, and so do its journals)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        os.chmod(path, 0o600)
+
+
+def unreachable(path: str) -> Optional[str]:
+    """The first directory on the way to ``path`` that other accounts cannot
+    pass through (no o+x), or None: a user environment (Python, the venv)
+    must be reachable by every account."""
+    path = os.path.realpath(path)
+    parts = path.split(os.sep)
+    for i in range(2, len(parts) + 1):
+        d = os.sep.join(parts[:i]) or os.sep
+        try:
+            st = os.stat(d)
+        except OSError:
+            return d
+        if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IXOTH:
+            return d
+    return None

@@ -1,0 +1,250 @@
+"""Per-user system accounts (gpuspawner/isolation/accounts.py) and the local
+backend running jobs as them.
+
+The naming rules are pure and table-tested. The rest creates real accounts
+with useradd (root only, as in CI), under a prefix of this test run's own,
+and deletes them afterwards.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import re
+import secrets
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpuspawner.backends.base import LaunchSpec
+from gpuspawner.backends.local import LocalBackend
+from gpuspawner.backends.runner import EXIT_FILE, LOG_FILE
+from gpuspawner.isolation.accounts import (MAX_NAME, AccountError, Accounts, account_name,
+                                           compose, drop_privileges, ensure_account, isolating,
+                                           secure_data_dir)
+from hub_harness import traversable
+
+VALID = re.compile(r"[a-z_][a-z0-9_-]*\Z")
+
+
+# ---- naming (pure) ---------------------------------------------------------
+
+@pytest.mark.parametrize("hub_name, prefix, expected", [
+    ("alice", "gpuhub-", "gpuhub-alice"),
+    ("bob_2", "gpuhub-", "gpuhub-bob_2"),
+    ("alice", "jupyter-", "jupyter-alice"),       # TLJH's convention
+    ("alice", "", "alice"),
+    ("Alice", "gpuhub-", "gpuhub-alice-{h}"),      # upper case: sanitised, so hashed
+    ("a.lice", "gpuhub-", "gpuhub-a-lice-{h}"),
+    ("alice@example.org", "gpuhub-", "gpuhub-alice-example-org-{h}"),
+    ("zoë", "gpuhub-", "gpuhub-zo-{h}"),
+    ("7up", "", "u7up-{h}"),                       # must not start with a digit
+    ("x" * 25, "gpuhub-", "gpuhub-" + "x" * 25),   # exactly 32: fits as it is
+    ("x" * 26, "gpuhub-", "gpuhub-" + "x" * 17 + "-{h}"),  # 33: cut, so hashed
+])
+def test_account_names(hub_name, prefix, expected):
+    h = hashlib.sha256(hub_name.encode()).hexdigest()[:7]
+    name = account_name(hub_name, prefix)
+    assert name == expected.format(h=h)
+    assert VALID.match(name) and len(name) <= MAX_NAME
+
+
+def test_names_that_sanitise_alike_get_different_accounts():
+    names = ["alice", "Alice", "ALICE", "a.lice", "a-lice", "a_lice", "a lice", "alice" + "x" * 40,
+             "alice" + "y" * 40, "alice" + "x" * 40 + "z"]
+    accounts = [account_name(n) for n in names]
+    assert len(set(accounts)) == len(names), dict(zip(names, accounts))
+    assert all(VALID.match(a) and len(a) <= MAX_NAME for a in accounts)
+
+
+@pytest.mark.parametrize("hub_name, prefix, problem", [
+    ("alice", "GPU-", "account prefix 'GPU-'"),
+    ("alice", "a:b", "account prefix 'a:b'"),
+    ("alice", "x" * 25, "leaves no room"),
+    ("", "gpuhub-", "empty hub user name"),
+])
+def test_bad_names_are_refused_by_name(hub_name, prefix, problem):
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        account_name(hub_name, prefix)
+
+
+# ---- real accounts (root) --------------------------------------------------
+
+needs_root = pytest.mark.skipif(not isolating(), reason="creating accounts needs root "
+                                                        "(CI runs the tests as root)")
+
+
+@pytest.fixture
+def prefix():
+    """An account prefix of this test's own; its accounts are deleted after."""
+    p = f"t{secrets.token_hex(3)}-"
+    yield p
+    for entry in pwd.getpwall():
+        if entry.pw_name.startswith(p):
+            subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
+
+
+@pytest.fixture
+def root_dir(tmp_path):
+    traversable(str(tmp_path))
+    return tmp_path
+
+
+def as_account(account, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], preexec_fn=compose(drop_privileges(account)),
+                          capture_output=True, text=True, timeout=30, cwd="/")
+
+
+@needs_root
+def test_first_use_creates_the_account_and_hands_it_the_workspace(prefix, root_dir):
+    home = str(root_dir / "workspaces" / "Alice")
+    a = ensure_account("Alice", home, prefix)
+    entry = pwd.getpwnam(a.name)
+    assert (entry.pw_uid, entry.pw_dir) == (a.uid, home) and a.uid != 0
+    st = os.stat(home)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (a.uid, a.gid, 0o700)
+    assert ensure_account("Alice", home, prefix) == a  # the second time: the same one
+    done = as_account(a, "import os; print(os.getuid(), os.getgid(), os.getgroups())")
+    assert done.stdout.split()[:2] == [str(a.uid), str(a.gid)], done.stderr
+    assert "0" not in done.stdout.split()[2:], "root's groups must not stay"
+
+
+@needs_root
+def test_an_account_of_someone_else_is_refused_not_adopted(prefix, root_dir):
+    name = account_name("carol", prefix)
+    subprocess.run(["useradd", "--no-create-home", "--comment", "somebody", name], check=True)
+    with pytest.raises(AccountError, match=f"account '{name}' exists but is not hub user"):
+        ensure_account("carol", str(root_dir / "carol"), prefix)
+
+
+@needs_root
+def test_a_workspace_from_before_accounts_is_handed_over_links_untouched(prefix, root_dir):
+    """An upgraded data directory: root made alice's files. At first use
+    they become hers; a symlink is chowned itself, never its target."""
+    home = root_dir / "workspaces" / "alice"
+    (home / "project" / "data").mkdir(parents=True)
+    (home / "project" / "train.py").write_text("print('hi')\n")
+    (home / "project" / "data" / "x.csv").write_text("1,2\n")
+    target = root_dir / "roots-file"
+    target.write_text("root's")
+    os.symlink(target, home / "project" / "link")
+    a = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user)).ensure("alice")
+    for path in [home, home / "project", home / "project" / "train.py",
+                 home / "project" / "data" / "x.csv"]:
+        assert os.stat(path).st_uid == a.uid, path
+    assert os.lstat(home / "project" / "link").st_uid == a.uid
+    assert os.stat(target).st_uid == 0
+    done = as_account(a, f"open({str(home / 'project' / 'train.py')!r}, 'a').write('# mine')")
+    assert done.returncode == 0, done.stderr
+
+
+@needs_root
+def test_the_data_directory_is_out_of_reach_and_workspaces_of_others_too(prefix, root_dir):
+    data = root_dir / "data"
+    data.mkdir()
+    for name in ("gpuhub.sqlite", "jupyterhub.sqlite", "initial-users.json", "spawner-token",
+                 "jupyterhub_cookie_secret", "cookie_secret"):
+        (data / name).write_text("secret")
+        os.chmod(data / name, 0o644)  # as a data directory from before might have them
+    accounts = Accounts(prefix, lambda user: str(data / "workspaces" / user))
+    secure_data_dir(str(data))
+    alice, bob = accounts.ensure("alice"), accounts.ensure("bob")
+    (data / "workspaces" / "bob" / "notes.txt").write_text("bob's")
+    probe = f"""
+import errno, json, os
+out = {{}}
+def try_(what, f):
+    try:
+        f(); out[what] = "ok"
+    except OSError as e:
+        out[what] = errno.errorcode[e.errno]
+try_("list data", lambda: os.listdir({str(data)!r}))
+for name in ("gpuhub.sqlite", "jupyterhub.sqlite", "initial-users.json", "spawner-token",
+             "jupyterhub_cookie_secret", "cookie_secret"):
+    try_(name, lambda: open(os.path.join({str(data)!r}, name)).read())
+try_("list bob", lambda: os.listdir({str(data / 'workspaces' / 'bob')!r}))
+try_("read bob", lambda: open({str(data / 'workspaces' / 'bob' / 'notes.txt')!r}).read())
+try_("list workspaces", lambda: os.listdir({str(data / 'workspaces')!r}))
+try_("own", lambda: open({str(data / 'workspaces' / 'alice' / 'mine')!r}, "w").write("x"))
+print(json.dumps(out))
+"""
+    done = as_account(alice, probe)
+    got = json.loads(done.stdout)
+    assert got.pop("own") == "ok"
+    assert set(got.values()) == {"EACCES"}, got
+    assert bob.uid != alice.uid
+
+
+# ---- the local backend runs jobs as the account -----------------------------
+
+def wait_exit(backend, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        exits = backend.poll()
+        if exits:
+            return exits[0]
+        time.sleep(0.02)
+    raise AssertionError("the attempt did not end")
+
+
+@needs_root
+def test_a_job_runs_as_its_account_with_its_own_checkpoint_and_no_service_secrets(
+        prefix, root_dir, monkeypatch):
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "the-service-token")
+    monkeypatch.setenv("GPUHUB_DB_URL", "postgresql://gpuhub:secret@db/gpuhub")
+    accounts = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user))
+    home = root_dir / "workspaces" / "alice"
+    code = ("import json, os, sys; "
+            "open(os.path.join(os.environ['GPUHUB_CHECKPOINT_DIR'], 'ckpt'), 'w').write('1'); "
+            "open(os.path.join(os.environ['GPUHUB_ATTEMPT_DIR'], 'out.ipynb'), 'w').write('{}'); "
+            "print(json.dumps({'uid': os.getuid(), 'env': dict(os.environ)}))")
+    backend = LocalBackend(accounts=accounts)
+    for attempt, checkpoint in [(1, str(home / "ckpts" / "run1")),          # in the workspace
+                                (2, str(root_dir / "workloads" / "w1" / "checkpoints"))]:
+        attempt_dir = str(root_dir / "workloads" / "w1" / f"attempt-{attempt}")
+        backend.start(LaunchSpec("w1", attempt, (sys.executable, "-c", code), attempt_dir,
+                                 str(root_dir), user="alice", checkpoint_dir=checkpoint))
+        assert wait_exit(backend).returncode == 0, open(os.path.join(attempt_dir, LOG_FILE)).read()
+        out = json.loads(open(os.path.join(attempt_dir, LOG_FILE)).read())
+        a = accounts.ensure("alice")
+        assert out["uid"] == a.uid
+        assert os.stat(os.path.join(checkpoint, "ckpt")).st_uid == a.uid
+        assert os.stat(os.path.join(attempt_dir, "out.ipynb")).st_uid == a.uid
+        assert os.stat(os.path.join(attempt_dir, EXIT_FILE)).st_uid == 0
+        env = out["env"]
+        assert "JUPYTERHUB_API_TOKEN" not in env and "GPUHUB_DB_URL" not in env
+        assert (env["HOME"], env["USER"]) == (str(home), a.name)
+
+
+@needs_root
+def test_a_job_cannot_forge_or_remove_its_runners_records(prefix, root_dir):
+    """The attempt directory is writable by the job (sticky): it can leave
+    files, but not replace the runner's, nor plant a link the runner would
+    write through."""
+    accounts = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user))
+    victim = root_dir / "victim"
+    victim.write_text("untouched")
+    code = f"""
+import errno, os
+d = os.environ['GPUHUB_ATTEMPT_DIR']
+os.symlink({str(victim)!r}, os.path.join(d, 'exit.json.tmp'))
+for what in ('runner.json', 'output.log'):
+    try:
+        os.unlink(os.path.join(d, what)); print(what, 'removed')
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+"""
+    attempt_dir = str(root_dir / "w2" / "attempt-1")
+    backend = LocalBackend(accounts=accounts)
+    backend.start(LaunchSpec("w2", 1, (sys.executable, "-c", code), attempt_dir, str(root_dir),
+                             user="bob"))
+    e = wait_exit(backend)
+    log = open(os.path.join(attempt_dir, LOG_FILE)).read()
+    assert e.returncode == 0, log
+    assert "runner.json EPERM" in log and "output.log EPERM" in log
+    assert victim.read_text() == "untouched"
+    assert json.load(open(os.path.join(attempt_dir, EXIT_FILE)))["returncode"] == 0
