@@ -56,6 +56,9 @@ gpuhub.configure(c, service={
 c.JupyterHub.spawner_class = "gpuspawner.spawner.local.LocalGPUSpawner"
 c.GPUSpawnerMixin.gpuhub_public_url = f"http://{ip}:{port}/services/gpuhub"
 c.Spawner.default_url = "/lab"
+# Stop servers with SIGTERM at once: SIGINT makes a Jupyter server started
+# from a terminal ask "Shutdown this Jupyter server?" and wait 5 s.
+c.LocalProcessSpawner.interrupt_timeout = 0
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]  # this environment's
 if os.getuid() == 0:
     # Servers run as the hub's user; Jupyter refuses root unless told.

@@ -64,9 +64,10 @@ def roles() -> list[dict]:
         # own admin role cannot be extended).
         {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
          "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", SERVICE_ACCESS]},
-        # Teams are groups; servers are read to find notebook GPUs to release.
+        # Teams are groups (the admin panel creates them and changes their
+        # members); servers are read to find notebook GPUs to release.
         {"name": "gpuhub-service", "services": ["gpuhub"],
-         "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers"]},
+         "scopes": ["read:users", "admin:groups", "list:users", "list:groups", "read:servers"]},
     ]
 
 

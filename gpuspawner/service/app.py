@@ -163,6 +163,20 @@ class GpuHubService(Application):
             }
         """).tag(config=True)
 
+    default_team = Unicode("", help="""
+        A team for everyone in no other team, so that a first start gives the
+        first admin (and every user an admin adds) GPUs before any team is
+        made. Created at the first start when the database has no team and
+        ``teams`` names none; its nominal quota in each pool is what the other
+        teams do not own (the whole pool at first, less as admins give teams
+        quotas on the admin panel's Teams & quotas page). Empty: no such team;
+        a user in no team gets no GPU. The embedded hub sets "default".
+
+        Example::
+
+            c.GpuHubService.default_team = "default"
+        """).tag(config=True)
+
     gpu_hour_prices = Dict(help="""
         The price of one GPU-hour per pool, for the admin panel's usage and
         cost page and its CSV export. Applied at start to pools that have no
@@ -327,7 +341,8 @@ class GpuHubService(Application):
                                           workspace_root=self.workspace_root,
                                           default_grace_period=self.default_grace_period,
                                           notebook_gpu_limits=self.notebook_gpu_limits,
-                                          max_lost_attempts=self.max_lost_attempts))
+                                          max_lost_attempts=self.max_lost_attempts,
+                                          default_team=self.default_team))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine)
@@ -370,6 +385,9 @@ class GpuHubService(Application):
     def _seed_teams(self) -> None:
         now = time.time()
         with self.store.transaction() as s:
+            if self.default_team and not self.teams and s.scalars(select(TeamRow)).first() is None:
+                # The first start: the default team (its quota: Engine._refresh_default_team).
+                s.add(TeamRow(name=self.default_team, group="", weight=1.0, created_at=now))
             for name, spec in self.teams.items():
                 if s.get(TeamRow, name) is not None:
                     continue
@@ -397,7 +415,31 @@ class GpuHubService(Application):
                       default_pool=self.default_pool)
 
     def identity(self, model: dict, groups: list[str]):
-        return identity_from_model(model, groups, self.team_group_prefix)
+        who = identity_from_model(model, groups, self.team_group_prefix)
+        if not who.teams and self.has_default_team():
+            who = replace(who, teams=frozenset({self.default_team}))
+        return who
+
+    def has_default_team(self) -> bool:
+        if not self.default_team:
+            return False
+        with self.store.session() as s:
+            return s.get(TeamRow, self.default_team) is not None
+
+    async def hub_api(self, method: str, path: str, body=None) -> dict:
+        """Call the hub's REST API with the service's own token (teams are
+        hub groups); raises HTTPClientError with the hub's answer."""
+        auth = HubOAuth.instance()
+        req = httpclient.HTTPRequest(f"{auth.api_url}{path}", method=method,
+                                     headers={"Authorization": f"token {auth.api_token}"},
+                                     body=None if body is None else json.dumps(body),
+                                     allow_nonstandard_methods=True)
+        resp = await httpclient.AsyncHTTPClient().fetch(req)
+        return json.loads(resp.body) if resp.body else {}
+
+    def forget_groups(self, user: str) -> None:
+        """After a membership change: ask the hub again next time."""
+        self._groups.pop(user, None)
 
     async def groups_of(self, model: dict) -> list[str]:
         """The user's groups, asked of the hub with the service's own token
@@ -522,6 +564,7 @@ class GpuHubService(Application):
             limits = {pool: self.engine.notebook_gpu_limit(t.name, pool)
                       for pool in self.engine.scheduler.state.capacity}
             out.append({"name": t.name, "group": t.group, "weight": t.weight,
+                        "default": t.name == self.default_team,
                         "notebook_gpu_limits": {p: n for p, n in limits.items() if n is not None},
                         "quotas": {q.pool: {"nominal": q.nominal,
                                             "borrowing_limit": q.borrowing_limit,

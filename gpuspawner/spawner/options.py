@@ -141,12 +141,41 @@ def parse_options(options: dict, teams: dict[str, list[PoolOffer]]) -> GpuReques
     return GpuRequest(team, pool, gpus)
 
 
-def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = None) -> str:
+def why_no_gpu(teams: dict[str, list[PoolOffer]]) -> str:
+    """Why these teams can have no GPU at all ("" when one of them can)."""
+    if not teams:
+        return "You are in no team, so this server can have no GPU."
+    if any(o.most > 0 for offers_ in teams.values() for o in offers_):
+        return ""
+    reasons = []
+    for team in sorted(teams):
+        for o in teams[team]:
+            if o.largest_node == 0:
+                reasons.append(f"pool {o.pool} has no GPU in service")
+            elif o.ceiling == 0:
+                reasons.append(f"team {team} has no quota in pool {o.pool} (nominal 0, "
+                               f"borrowing limit 0)")
+            elif o.notebook_limit == 0:
+                reasons.append(f"a notebook server of team {team} may hold no {o.pool} GPU")
+        if not teams[team]:
+            reasons.append("there is no GPU pool")
+    return "No GPU for this server: " + "; ".join(dict.fromkeys(reasons)) + "."
+
+
+def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = None,
+                admin_fix_url: str = "") -> str:
     """The spawn page's options: which team pays, then one choice per pool and
-    GPU count, each saying what it costs the team's quota."""
+    GPU count, each saying what it costs the team's quota. When no choice
+    has a GPU, why (and, for an admin, ``admin_fix_url``: where to fix it)."""
     esc = html.escape
     parts = []
     names = sorted(teams)
+    why = why_no_gpu(teams)
+    if why:
+        fix = (f' <a href="{esc(admin_fix_url)}" id="gpuhub-fix">Fix it on the admin panel '
+               f'(Teams &amp; quotas)</a>.' if admin_fix_url
+               else " Ask an admin to add you to a team with a GPU quota.")
+        parts.append(f'<div class="alert alert-info" id="gpuhub-no-gpu">{esc(why)}{fix}</div>')
     if len(names) > 1:
         opts = "".join(f'<option value="{esc(t)}"{" selected" if t == chosen_team else ""}>'
                        f'{esc(t)}</option>' for t in names)

@@ -8,6 +8,7 @@ to their teams, without the admin actions. Anyone else gets 403.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from typing import Any, Optional, Sequence
@@ -150,10 +151,13 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         self.redirect(f"{self.panel_url}{self.page}?{query}", status=303)
 
     async def form_action(self, action, rerender, extra: Sequence[tuple[str, str]] = ()) -> None:
-        """Run ``action()``; on a domain error show the page again with the
-        error and its status code (the form keeps what was typed)."""
+        """Run ``action()`` (awaited if it is a coroutine); on a domain error
+        show the page again with the error and its status code (the form
+        keeps what was typed)."""
         try:
             message = action()
+            if inspect.isawaitable(message):
+                message = await message
         except tuple(FORM_ERRORS) as e:
             status = getattr(e, "status", None) or next(
                 code for kind, code in FORM_ERRORS.items() if isinstance(e, kind))
