@@ -76,3 +76,23 @@ def test_form_for_several_teams_asks_who_pays_and_escapes():
     html = render_form(offers([pool()], [team("<b>x</b>"), team("nlp")]))
     assert '<select id="gpuhub-team" name="team"' in html
     assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+
+
+@pytest.mark.parametrize("pools, teams, says", [
+    ([pool()], [], "You are in no team"),
+    ([pool()], [team(nominal=0, borrowing=0)], "team vision has no quota in pool a100"),
+    ([pool()], [team(limit=0)], "a notebook server of team vision may hold no a100 GPU"),
+    ([pool(nodes=())], [team()], "pool a100 has no GPU in service"),
+    ([pool()], [team(nominal=0, borrowing=0), team("nlp")], None),   # nlp has GPUs
+    ([pool()], [team()], None),
+])
+@pytest.mark.parametrize("admin", [True, False])
+def test_form_says_why_there_is_no_gpu_and_links_admins_to_the_fix(pools, teams, says, admin):
+    url = "/services/gpuhub/admin/teams"
+    html = render_form(offers(pools, teams), admin_fix_url=url if admin else "")
+    if says is None:
+        assert 'id="gpuhub-no-gpu"' not in html
+        return
+    assert 'id="gpuhub-no-gpu"' in html and says in html
+    assert (f'href="{url}"' in html) == admin
+    assert ("Ask an admin" in html) == (not admin)

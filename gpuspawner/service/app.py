@@ -38,7 +38,7 @@ from .engine import Engine, EngineConfig, LocalNode, local_nodes
 from .identity import Identity, identity_from_model
 from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
-from .panel.pages import PANEL_ROUTES
+from .panel.pages import PANEL_ROUTES, OverviewPage
 from .serving_controller import ServingController
 from .specs import Limits
 
@@ -348,6 +348,7 @@ class GpuHubService(Application):
         self.serving = ServingController(self.engine)
         self.engine.metrics.watch_serving(self.serving)
         self._groups: dict[str, tuple[float, list[str]]] = {}
+        self._hub_admins: dict[str, bool] = {}
 
     def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
         """This host's nodes, then what NVML (or the declared list) says of
@@ -453,12 +454,19 @@ class GpuHubService(Application):
                                      headers={"Authorization": f"token {auth.api_token}"})
         try:
             resp = await httpclient.AsyncHTTPClient().fetch(req)
-            groups = json.loads(resp.body).get("groups") or []
+            user = json.loads(resp.body)
+            groups = user.get("groups") or []
+            self._hub_admins[name] = bool(user.get("admin"))
         except httpclient.HTTPClientError as e:
             self.log.warning("could not read groups of %s from the hub: %s", name, e)
             groups = model.get("groups") or []
         self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
         return groups
+
+    def hub_admin(self, name: str) -> bool:
+        """Whether the hub said (when asked for the user's groups) that this
+        user is one of its admins."""
+        return self._hub_admins.get(name, False)
 
     async def group_members(self, group: str) -> list[str]:
         """Who is in a hub group (a team's members), [] if the hub does not say."""
@@ -599,7 +607,7 @@ class GpuHubService(Application):
         routes += [(prefix + "admin/" + path, handler) for path, handler in PANEL_ROUTES]
         routes.append((prefix + r"endpoints/([A-Za-z0-9._-]{1,128})/([a-z0-9-]{1,63})/(.*)",
                        endpoints.EndpointHandler))
-        routes.append((prefix, h.IndexHandler))
+        routes.append((prefix, OverviewPage))
         return web.Application(routes, engine=self.engine, gpuhub=self, serving=self.serving,
                                panel_templates=panel_environment(),
                                cookie_secret=self.cookie_secret, xsrf_cookies=False)

@@ -27,6 +27,8 @@ from ..rebuild import HELD, QUEUED, RUNNING, STOPPING
 from ..specs import SpecError
 from ..usage import culls, usage_report
 from . import charts
+from jupyterhub.services.auth import HubOAuth
+
 from .base import PanelHandler
 from .cluster import cluster_model
 
@@ -421,6 +423,27 @@ class AuditExport(PanelHandler):
         for e in entries:
             self.write(json.dumps({**views.audit(e), "hash": e.hash}, sort_keys=True) + "\n")
         self.finish()
+
+
+class OverviewPage(PanelHandler):
+    """/services/gpuhub/ ("Services → gpuhub" in the hub's menu), for
+    everyone: your teams' quotas, your GPUs and work at a glance, and where
+    the admin panel, the API and the CLI are."""
+
+    audience = "user"
+
+    def get(self):
+        who = self.identity
+        teams = [t for t in self.gpuhub.teams_view(who) if t["name"] in who.teams]
+        with self.engine.store.session() as s:
+            rows = s.scalars(select(WorkloadRow).where(
+                WorkloadRow.user == who.name,
+                WorkloadRow.state.in_((QUEUED, HELD, RUNNING, STOPPING)))
+                .order_by(WorkloadRow.submitted_at)).all()
+        mine = [views.workload(r) for r in rows]
+        self.render_page("overview.html", title="Overview", teams=teams, workloads=mine,
+                         gpus=sum(w["gpus"] for w in mine if w["state"] == RUNNING),
+                         hub_prefix=HubOAuth.instance().hub_prefix)
 
 
 class PanelIndex(PanelHandler):
