@@ -273,7 +273,7 @@ class GpuHubService(Application):
     reconcile_interval = Float(60.0, help="""
         Seconds between checks that every notebook server holding GPUs still
         exists in the hub. A server that stopped while the service was down
-        (a hub restart stops the service first) could not report it; this
+        (a crash, or a JupyterHub that stops its services first) could not report it; this
         check releases its GPUs. 0 turns it off.
         """).tag(config=True)
 
