@@ -11,6 +11,7 @@ import time
 from typing import Optional
 from urllib.parse import quote, urlencode
 
+from jupyterhub.services.auth import HubOAuth
 from markupsafe import Markup
 from sqlalchemy import func, select
 from tornado.httpclient import HTTPClientError
@@ -20,15 +21,13 @@ from ...store import Attempt, AuditEntry, EventRow, QuotaRow, WorkloadRow
 from ...store.audit import verify
 from .. import operations as ops
 from .. import views
-from ..engine import Conflict, Forbidden
 from ..accounting import GROUPS
+from ..engine import Conflict, Forbidden
 from ..handlers import parse_time
 from ..rebuild import HELD, QUEUED, RUNNING, STOPPING
 from ..specs import SpecError
 from ..usage import culls, usage_report
 from . import charts
-from jupyterhub.services.auth import HubOAuth
-
 from .base import PanelHandler
 from .cluster import cluster_model
 
@@ -166,8 +165,8 @@ class TeamsPage(PanelHandler):
         elif action in ("create", "add-member", "remove-member"):
             await self.form_action(lambda: self.change_team(action, team), again)
         else:
-            await self.form_action(lambda: _raise(SpecError("action", f"unknown action "
-                                                                      f"{action!r}")), again)
+            await again(status=400, error=f"action: unknown action {action!r}",
+                        error_field="action")
 
     async def change_team(self, action: str, team: str) -> str:
         """Create a team (its hub group and its quota row) or change its
@@ -214,10 +213,6 @@ class TeamsPage(PanelHandler):
     def _audit(self, action: str, target: str, detail: dict) -> None:
         with self.engine.store.transaction() as s:
             self.engine._audit(s, self.engine.clock(), self.identity.name, action, target, detail)
-
-
-def _raise(e: Exception):
-    raise e
 
 
 def _hub_error(e: HTTPClientError) -> str:
