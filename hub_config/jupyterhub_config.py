@@ -56,6 +56,8 @@ gpuhub.configure(c, service={
 c.JupyterHub.spawner_class = "gpuspawner.spawner.local.LocalGPUSpawner"
 c.GPUSpawnerMixin.gpuhub_public_url = f"http://{ip}:{port}/services/gpuhub"
 c.Spawner.default_url = "/lab"
+# Named servers (/hub/home lists them): each one asks for its own GPUs.
+c.JupyterHub.allow_named_servers = True
 # Stop servers with SIGTERM at once: SIGINT makes a Jupyter server started
 # from a terminal ask "Shutdown this Jupyter server?" and wait 5 s.
 c.LocalProcessSpawner.interrupt_timeout = 0

@@ -44,6 +44,7 @@ class EmbeddedHub(Hub):
                                      cwd=self.workdir, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30
+        self.banner = ""
         while BANNER_END not in self.banner:
             assert time.monotonic() < deadline and self.proc.poll() is None, self.tail()
             time.sleep(0.2)
@@ -52,7 +53,9 @@ class EmbeddedHub(Hub):
                 text = f.read()
             self.banner = text[:text.index(BANNER_END) + len(BANNER_END)] \
                 if BANNER_END in text else ""
-        self.passwords.update(re.findall(r"^  (\w+)\s+(\S+)\s", self.banner, re.M))
+        # The users this start created, with their passwords.
+        self.created = dict(re.findall(r"^  (\w+)\s+(\S+)\s", self.banner, re.M))
+        self.passwords.update(self.created)
         self.wait_ready(timeout)
         return self
 

@@ -105,7 +105,7 @@ def test_first_start_gpu_notebook_then_quick_clean_stop_then_demo(tmp_path):
     hub = EmbeddedHub(str(tmp_path))
     try:
         hub.start()
-        assert set(hub.passwords) == {"admin"}
+        assert set(hub.created) == {"admin"}
         assert "team 'default'" in hub.banner
         admin = hub.login("admin")
         api = requests.Session()
@@ -133,7 +133,11 @@ def test_first_start_gpu_notebook_then_quick_clean_stop_then_demo(tmp_path):
         took = hub.stop()
         log = open(os.path.join(hub.workdir, "hub.log"), errors="replace").read()
         print(f"hub stop with a running 1-GPU notebook server: {took:.1f} s")
-        assert took < 5, f"stopping took {took:.1f}s"
+        # The servers stop while the service still answers, then the services.
+        assert log.index("releasing admin's workload") < log.index("Cleaning up 2 services")
+        # No fixed waits (JupyterHub's 10 s per SIGINT that nobody answers, which made a
+        # stop take 32-37 s): seconds, even on a loaded machine (the figure is printed).
+        assert took < 20, f"stopping took {took:.1f}s"
         assert "AttributeError" not in log
         assert "could not release" not in log
         # Nothing stays booked: the server's GPU was released as it stopped.
@@ -141,7 +145,7 @@ def test_first_start_gpu_notebook_then_quick_clean_stop_then_demo(tmp_path):
 
         # `make run ARGS=--demo` on the same data directory adds the demo.
         hub.start("--demo")
-        assert DEMO_USERS <= set(hub.passwords) and "admin" not in hub.passwords
+        assert set(hub.created) == DEMO_USERS
         assert "from an earlier start (admin)" in hub.banner
         alice = requests.Session()
         alice.headers["Authorization"] = f"token {hub.token('alice')}"
@@ -154,7 +158,7 @@ def test_first_start_gpu_notebook_then_quick_clean_stop_then_demo(tmp_path):
                        timeout=10).json()["workloads"] == []
         took = hub.stop()
         print(f"hub stop without running work: {took:.1f} s")
-        assert took < 5
+        assert took < 20
     except BaseException:
         print(f"---- hub log (tail) ----\n{hub.tail(80)}")
         raise

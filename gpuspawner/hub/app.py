@@ -39,10 +39,14 @@ class GpuHubApp(JupyterHub):
             for result in await asyncio.gather(*stops, return_exceptions=True):
                 if isinstance(result, Exception):
                     self.log.error("Failed to stop a server: %s", result)
-        for service in self._service_map.values():
-            if service.managed and service.spawner is not None:
-                # SIGTERM at once: every managed service exits on it.
-                service.spawner.interrupt_timeout = 0
+        managed = [s for s in self._service_map.values() if s.managed and s.spawner is not None]
+        for service in managed:
+            # SIGTERM at once: every managed service exits on it.
+            service.spawner.interrupt_timeout = 0
+        # All at once (JupyterHub stops them one after the other, then finds them stopped).
+        for result in await asyncio.gather(*(s.stop() for s in managed), return_exceptions=True):
+            if isinstance(result, Exception):
+                self.log.error("Failed to stop a service: %s", result)
         await super().cleanup()
 
     async def check_services_health(self):

@@ -423,7 +423,8 @@ class AuditExport(PanelHandler):
 class OverviewPage(PanelHandler):
     """/services/gpuhub/ ("Services → gpuhub" in the hub's menu), for
     everyone: your teams' quotas, your GPUs and work at a glance, and where
-    the admin panel, the API and the CLI are."""
+    the admin panel, the API and the CLI are. ``?embed=1``: the glance
+    alone, which the hub's home page shows."""
 
     audience = "user"
 
@@ -436,7 +437,8 @@ class OverviewPage(PanelHandler):
                 WorkloadRow.state.in_((QUEUED, HELD, RUNNING, STOPPING)))
                 .order_by(WorkloadRow.submitted_at)).all()
         mine = [views.workload(r) for r in rows]
-        self.render_page("overview.html", title="Overview", teams=teams, workloads=mine,
+        template = "embed.html" if self.get_argument("embed", "") else "overview.html"
+        self.render_page(template, title="Overview", teams=teams, workloads=mine,
                          gpus=sum(w["gpus"] for w in mine if w["state"] == RUNNING),
                          hub_prefix=HubOAuth.instance().hub_prefix)
 
