@@ -62,7 +62,7 @@ def test_first_run_to_a_gpu_notebook_and_a_first_job(tmp_path):
                 editor.click()
                 page.keyboard.type(CODE)
                 page.keyboard.press("Control+s")
-                rename = page.locator(".jp-Dialog input")
+                rename = page.locator('.jp-Dialog input[type="text"]')
                 try:
                     rename.wait_for(state="visible", timeout=5_000)
                     rename.fill("first.ipynb")
@@ -73,10 +73,9 @@ def test_first_run_to_a_gpu_notebook_and_a_first_job(tmp_path):
                 expect(page.locator(".lm-TabBar-tab.jp-mod-current")).to_contain_text(
                     name.removesuffix(".ipynb"))
 
-                # 4. Submit as Job, from the command palette; 1 GPU of the default team.
-                page.keyboard.press("Control+Shift+C")
-                page.keyboard.type("Submit as Job")
-                page.keyboard.press("Enter")
+                # 4. Submit as Job, from the notebook's toolbar; 1 GPU of the default team.
+                page.locator(".jp-NotebookPanel:visible .gpuhub-SubmitButton").first.click(
+                    timeout=SLOW_MS)
                 form = page.locator(".gpuhub-SubmitForm")
                 expect(form).to_be_visible()
                 assert form.locator('input[name="path"]').input_value() == name
