@@ -85,7 +85,7 @@ class Hub:
         self.hub_cfg = hub_cfg
 
     # ---- lifecycle ---------------------------------------------------------
-    def start(self, timeout: float = 60) -> "Hub":
+    def start(self, timeout: float = 120) -> "Hub":
         self.log = open(os.path.join(self.workdir, "hub.log"), "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", self.hub_cfg],
                                      cwd=self.workdir, env=self.env, stdout=self.log,
