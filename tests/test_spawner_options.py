@@ -61,8 +61,8 @@ def test_refused_with_the_field_and_why(pools, teams, options, field, words):
 ])
 def test_choice_says_whether_it_borrows_or_waits(used, gpus, borrowing, says):
     offer = offers([pool(teams={"vision": used})], [team(borrowing=borrowing)])["vision"][0]
-    tail = offer.describe(gpus).partition(" — ")[2]
-    assert (says in tail) if says else tail == ""
+    note = offer.note(gpus)
+    assert (says in note) if says else note == ""
 
 
 def test_form_lists_what_the_team_can_get():
@@ -70,6 +70,15 @@ def test_form_lists_what_the_team_can_get():
     assert 'value=":0" checked' in html
     assert [f'value="a100:{n}"' in html for n in (1, 2, 3, 4)] == [True, True, True, False]
     assert "NVIDIA A100 (80 GiB)" in html and 'name="team" value="vision"' in html
+
+
+def test_form_is_a_card_per_choice_with_the_quota_said_once():
+    html = render_form(offers([pool(teams={"vision": 1})], [team()]))
+    assert html.count('class="card gpuhub-profile') == 2          # CPU only, pool a100
+    assert html.count("free in its quota") == 1
+    assert "1 of its 2 a100 GPUs free in its quota (may borrow 2), 6 idle in the pool" in html
+    assert '<select class="form-select form-select-sm w-auto gpuhub-gpus"' in html
+    assert '<option value="a100:2">2 GPUs — borrows idle GPUs' in html
 
 
 def test_form_for_several_teams_asks_who_pays_and_escapes():

@@ -56,16 +56,21 @@ class PoolOffer:
     def within_nominal(self, gpus: int) -> bool:
         return self.used + gpus <= self.nominal
 
-    def describe(self, gpus: int) -> str:
-        free_quota = max(0, self.nominal - self.used)
-        text = (f"{gpus} × {self.model} ({self.memory_mib // 1024} GiB) in pool {self.pool}: "
-                f"{free_quota} of the team's {self.nominal} free in its quota, "
-                f"{self.free_in_pool} idle in the pool")
+    def summary(self) -> str:
+        """The team's quota in this pool, said once on the spawn page."""
+        limit = "no borrowing limit" if self.ceiling is None \
+            else f"may borrow {self.ceiling - self.nominal}"
+        return (f"{max(0, self.nominal - self.used)} of its {self.nominal} {self.pool} GPUs "
+                f"free in its quota ({limit}), {self.free_in_pool} idle in the pool")
+
+    def note(self, gpus: int) -> str:
+        """What asking for ``gpus`` here means, if anything."""
         if self.ceiling is not None and self.used + gpus > self.ceiling:
-            text += " — the team's quota is in use: waits in the queue until it frees up"
-        elif not self.within_nominal(gpus):
-            text += " — borrows idle GPUs of other teams, so it may be preempted"
-        return text
+            return "the team's quota is in use: waits in the queue until it frees up"
+        if not self.within_nominal(gpus):
+            return "borrows idle GPUs of other teams, so it may be preempted"
+        return ""
+
 
 
 def offers(pools: list[dict], teams: list[dict]) -> dict[str, list[PoolOffer]]:
@@ -164,9 +169,10 @@ def why_no_gpu(teams: dict[str, list[PoolOffer]]) -> str:
 
 def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = None,
                 admin_fix_url: str = "") -> str:
-    """The spawn page's options: which team pays, then one choice per pool and
-    GPU count, each saying what it costs the team's quota. When no choice
-    has a GPU, why (and, for an admin, ``admin_fix_url``: where to fix it)."""
+    """The spawn page's options: which team pays, the team's quota once, then
+    a card per choice (CPU only, each pool) whose select picks the GPU
+    count and says what it costs the team's quota. When no choice has a
+    GPU, why (and, for an admin, ``admin_fix_url``: where to fix it)."""
     esc = html.escape
     parts = []
     names = sorted(teams)
@@ -184,17 +190,40 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
     elif names:
         parts.append(f'<input type="hidden" name="team" value="{esc(names[0])}">'
                      f'<p>Team: <b>{esc(names[0])}</b></p>')
-    parts.append('<fieldset class="gpuhub-choices"><legend>GPUs</legend>')
-    parts.append('<div class="radio"><label><input type="radio" name="gpu_choice" value=":0" '
-                 'checked> CPU only (no GPU)</label></div>')
+    # The team's quota once, then a card per choice (KubeSpawner's profile list look).
+    for team in names:
+        summary = "; ".join(o.summary() for o in teams[team])
+        parts.append(f'<p class="gpuhub-quota small text-secondary mb-2" data-team="{esc(team)}">'
+                     f'Team <b>{esc(team)}</b>: {esc(summary)}.</p>')
+    parts.append('<div class="gpuhub-profiles" role="radiogroup" aria-label="GPUs">')
+    parts.append('<label class="card gpuhub-profile mb-2"><div class="card-body py-2">'
+                 '<input type="radio" name="gpu_choice" value=":0" checked> <b>CPU only</b> '
+                 '<span class="small text-secondary">no GPU; starts at once</span>'
+                 '</div></label>')
     for team in names:
         for offer in teams[team]:
-            for gpus in range(1, offer.most + 1):
-                label = offer.describe(gpus)
-                if len(names) > 1:
-                    label = f"[{team}] " + label
-                parts.append(f'<div class="radio" data-team="{esc(team)}"><label>'
-                             f'<input type="radio" name="gpu_choice" '
-                             f'value="{esc(offer.pool)}:{gpus}"> {esc(label)}</label></div>')
-    parts.append("</fieldset>")
+            if offer.most < 1:
+                continue
+            who = f' <span class="badge text-bg-secondary">{esc(team)}</span>' \
+                if len(names) > 1 else ""
+            options = "".join(
+                f'<option value="{esc(offer.pool)}:{n}">{n} GPU{"s" if n > 1 else ""}'
+                f'{" — " + esc(offer.note(n)) if offer.note(n) else ""}</option>'
+                for n in range(1, offer.most + 1))
+            parts.append(
+                f'<label class="card gpuhub-profile mb-2" data-team="{esc(team)}" '
+                f'data-pool="{esc(offer.pool)}"><div class="card-body py-2 d-flex gap-3 '
+                f'align-items-center flex-wrap">'
+                f'<input type="radio" name="gpu_choice" value="{esc(offer.pool)}:1">'
+                f'<span><b>{esc(offer.model)} ({offer.memory_mib // 1024} GiB)</b> '
+                f'<span class="small text-secondary">pool {esc(offer.pool)}</span>{who}</span>'
+                f'<select class="form-select form-select-sm w-auto gpuhub-gpus" '
+                f'aria-label="GPUs in pool {esc(offer.pool)}">{options}</select>'
+                f'</div></label>')
+    parts.append("</div>")
+    # A card's select sets (and picks) the card's choice.
+    parts.append("<script>document.querySelectorAll('.gpuhub-profile select').forEach(s => "
+                 "s.addEventListener('change', () => { const r = s.closest('.gpuhub-profile')"
+                 ".querySelector('input[type=radio]'); r.value = s.value; r.checked = true; }));"
+                 "</script>")
     return "\n".join(parts)
