@@ -188,8 +188,7 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
         parts.append(f'<label for="gpuhub-team">Team that pays</label>'
                      f'<select id="gpuhub-team" name="team" class="form-control">{opts}</select>')
     elif names:
-        parts.append(f'<input type="hidden" name="team" value="{esc(names[0])}">'
-                     f'<p>Team: <b>{esc(names[0])}</b></p>')
+        parts.append(f'<input type="hidden" name="team" value="{esc(names[0])}">')
     # The team's quota once, then a card per choice (KubeSpawner's profile list look).
     for team in names:
         summary = "; ".join(o.summary() for o in teams[team])
