@@ -266,6 +266,19 @@ def _stream(client: GpuHubClient, wid: str, attempt: Optional[int] = None) -> No
         sys.stdout.flush()
 
 
+def submitted_note(w: dict, following: bool) -> str:
+    """What ``gpuhub submit`` tells a person: the job's state, and how to
+    see how it goes."""
+    state = w.get("state", "")
+    if w.get("queue_position"):
+        state += f", position {w['queue_position']} in the team's queue"
+    reason = w.get("reason") or ""
+    text = f"{w['id']} {state}" + (f": {reason}" if reason and reason != w.get("state") else "")
+    if following:
+        return text + "; following its log (Ctrl-C stops following, not the job)"
+    return text + f"; follow it with `gpuhub logs -f {w['id']}` (or submit with -f)"
+
+
 def cmd_submit(args) -> int:
     spec = build_job_spec(args)
     client = _client(args)
@@ -273,7 +286,9 @@ def cmd_submit(args) -> int:
     if args.json:
         _print_json(w)
     else:
+        # The id alone on stdout (ID=$(gpuhub submit ...)); the rest for people.
         print(w["id"], flush=True)
+        _note(submitted_note(w, args.follow))
     if not args.follow:
         return 0
     _stream(client, w["id"])

@@ -15,6 +15,11 @@ c.Inventory.source = "auto"
 # hold notebook servers to them:
 # c.GpuEnforcement.team_limits = {"vision": {"memory": "64G", "cpus": 16}}
 
+# Everyone in no other team is in the team "default", which guarantees the
+# GPUs no other team owns (all of them until teams are made on the admin
+# panel's Teams & quotas page), so a first start gives GPUs at once.
+c.GpuHubService.default_team = "default"
+
 # Teams and quotas created at first start (`gpuhub up --demo` writes some).
 data_dir = os.environ.get("GPUHUB_DATA_DIR", "gpuhub-data")
 initial = os.path.join(data_dir, "initial-users.json")

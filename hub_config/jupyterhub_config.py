@@ -80,6 +80,14 @@ gpuhub.configure(c, service={
 c.JupyterHub.spawner_class = "gpuspawner.spawner.local.LocalGPUSpawner"
 c.GPUSpawnerMixin.gpuhub_public_url = f"http://{ip}:{port}/services/gpuhub"
 c.Spawner.default_url = "/lab"
+# A first JupyterLab start on a busy machine imports (and compiles) a lot:
+# give it 2 minutes to answer, not JupyterHub's 30 s.
+c.Spawner.http_timeout = 120
+# Named servers (/hub/home lists them): each one asks for its own GPUs.
+c.JupyterHub.allow_named_servers = True
+# Stop servers with SIGTERM at once: SIGINT makes a Jupyter server started
+# from a terminal ask "Shutdown this Jupyter server?" and wait 5 s.
+c.LocalProcessSpawner.interrupt_timeout = 0
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]  # this environment's
 c.LocalGPUSpawner.user_accounts = isolate
 c.LocalGPUSpawner.account_prefix = account_prefix

@@ -21,9 +21,10 @@ import os
 import sys
 
 import pytest
+import requests
 from playwright import sync_api
 
-from hub_harness import Hub, wait_for
+from hub_harness import ADMIN_TOKEN, Hub, wait_for
 from test_spawn_browser import CHROMIUM, CHROMIUM_ARGS, login, shot
 
 GROUPS = {"team-vision": ["alice", "bob"], "team-nlp": ["carol"]}
@@ -297,3 +298,88 @@ def test_team_lead_sees_only_her_team(hub, browser, tmp_path):
     assert alice.request("PUT", "/teams/vision", json={"weight": 3}).status_code == 403
     for c, wid in ((hub.client("bob"), mine), (hub.client("carol"), theirs)):
         c.post(f"/workloads/{wid}/cancel")
+
+
+def hub_group(hub: Hub, group: str):
+    """The members of a hub group, None if there is no such group."""
+    r = requests.get(f"{hub.url}/hub/api/groups/{group}", timeout=10,
+                     headers={"Authorization": f"token {ADMIN_TOKEN}"})
+    return sorted(r.json()["users"]) if r.status_code == 200 else None
+
+
+def test_admin_creates_a_team_and_changes_its_members(hub, browser, tmp_path):
+    hub.token("dave")  # a user the hub knows (he logged in once)
+    page = page_as(browser, hub, "root-admin")
+    open_panel(page, hub, "teams")
+    # A bad name is refused with the field, and nothing is created.
+    page.fill("#new-team", "Speech Team")
+    page.evaluate("() => document.querySelector('#new-team').removeAttribute('pattern')")
+    with page.expect_navigation():
+        page.click("#create-team-button")
+    assert "team: a team name is" in page.locator("#error").inner_text()
+    assert hub_group(hub, "team-Speech Team") is None
+    page.fill("#new-team", "speech")
+    with page.expect_navigation():
+        page.click("#create-team-button")
+    assert "team speech created" in page.locator("#done").inner_text()
+    assert hub_group(hub, "team-speech") == []
+    assert hub.client("root-admin").get("/teams/speech").json()["quotas"]["default"]["nominal"] == 0
+    # Members through the hub's groups: dave joins, then leaves.
+    adds = page.locator('.members-forms[data-team="speech"] form.add-member')
+    adds.locator('input[name="user"]').fill("dave")
+    with page.expect_navigation():
+        adds.locator("button").click()
+    assert "dave added to team speech" in page.locator("#done").inner_text()
+    assert hub_group(hub, "team-speech") == ["dave"]
+    assert page.locator("#team-speech .members").inner_text() == "dave"
+    assert hub.client("dave").get("/me").json()["teams"] == ["speech"]
+    shot(page, tmp_path, "admin-teams-members.png")
+    # Someone the hub does not know: refused, naming the field.
+    adds = page.locator('.members-forms[data-team="speech"] form.add-member')
+    adds.locator('input[name="user"]').fill("nobody-here")
+    with page.expect_navigation():
+        adds.locator("button").click()
+    assert "user: the hub has no user 'nobody-here'" in page.locator("#error").inner_text()
+    removes = page.locator('.members-forms[data-team="speech"] form.remove-member')
+    removes.locator("select").select_option("dave")
+    with page.expect_navigation():
+        removes.locator("button").click()
+    assert "dave removed from team speech" in page.locator("#done").inner_text()
+    assert hub_group(hub, "team-speech") == []
+    entries = hub.client("root-admin").get("/audit", params={"target": "speech"}).json()["entries"]
+    actions = [e["action"] for e in entries]
+    assert {"create-team", "add-member", "remove-member"} <= set(actions), actions
+
+
+def test_non_admin_pages_are_styled_and_say_why(hub, browser, tmp_path):
+    # A plain user's "Services → gpuhub": her overview, in the hub's page.
+    page = page_as(browser, hub, "carol")
+    page.goto(f"{hub.url}/hub/home")
+    page.locator("#thenavbar .dropdown-toggle", has_text="Services").click()
+    with page.expect_navigation():
+        page.locator("#thenavbar .dropdown-item", has_text="gpuhub").click()
+    assert page.url.endswith("/services/gpuhub/")
+    assert page.locator("#thenavbar").is_visible()
+    assert page.locator("#my-teams").inner_text().count("nlp") == 1
+    assert page.locator("#panel-link").count() == 0 and page.locator("#gpuhub-admin-link").count() == 0
+    shot(page, tmp_path, "service-overview.png")
+    # The 403 page: styled, with the navbar and a way back.
+    assert open_panel(page, hub, "queue").status == 403
+    assert page.locator("#thenavbar").is_visible()
+    assert "for admins (scope custom:gpuhub:admin) and team leads" in \
+        page.locator("#error-message").inner_text()
+    with page.expect_navigation():
+        page.click("#back")
+    assert page.url.endswith("/hub/home")
+    # A lead is told what she may see, not that she lacks her own scope.
+    page = page_as(browser, hub, "alice")
+    assert open_panel(page, hub, "audit").status == 403
+    message = page.locator("#error-message").inner_text()
+    assert "As a lead of vision you see Teams & quotas, Queue, Usage & cost" in message
+    assert "team-admin" not in message
+    # The admin pages keep the hub's own Admin and Services entries.
+    page = page_as(browser, hub, "root-admin")
+    open_panel(page, hub, "queue")
+    assert page.locator("#thenavbar a.nav-link", has_text="Admin").first.get_attribute(
+        "href").endswith("/hub/admin")
+    assert page.locator("#thenavbar .dropdown-toggle", has_text="Services").count() == 1

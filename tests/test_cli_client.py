@@ -24,7 +24,7 @@ from gpuspawner.cli import build_parser, main
 from gpuspawner.cli_client import (build_job_spec, command_payload, fmt_age, format_cancelled,
                                    format_pools, format_quotas, format_table, format_workloads,
                                    parse_env_pair, parse_limit, parse_param_value, quota_change,
-                                   truncate, workload_row)
+                                   submitted_note, truncate, workload_row)
 from gpuspawner.client import (DEFAULT_URL, ApiError, GpuHubClient, TokenMissing, hub_url_of,
                                iter_lines, iter_sse, normalize_url, resolve_token, resolve_url)
 
@@ -631,3 +631,17 @@ def test_bench_api_smoke(hub, capsys):
         "GET /hub/api/user", "POST /workloads", "GET /workloads?limit=50"]
     assert all(r["rps"] > 0 and r["requests"] == 20 and r["errors"] == 0 for r in rows)
     assert rows[0]["rps_vs_baseline"] == 1.0 and rows[1]["rps_vs_baseline"] > 0
+
+
+@pytest.mark.parametrize("w, following, says", [
+    ({"id": "j1", "state": "queued", "reason": "queued", "queue_position": None}, False,
+     "j1 queued; follow it with `gpuhub logs -f j1` (or submit with -f)"),
+    ({"id": "j2", "state": "queued", "reason": "team a holds 2 of its 2 GPUs",
+      "queue_position": 3}, False,
+     "j2 queued, position 3 in the team's queue: team a holds 2 of its 2 GPUs; follow it with "
+     "`gpuhub logs -f j2` (or submit with -f)"),
+    ({"id": "j3", "state": "queued", "reason": ""}, True,
+     "j3 queued; following its log (Ctrl-C stops following, not the job)"),
+])
+def test_submit_tells_the_state_and_how_to_follow(w, following, says):
+    assert submitted_note(w, following) == says

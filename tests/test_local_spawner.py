@@ -144,6 +144,35 @@ def test_second_server_queues_until_the_first_stops(hub):
     assert pool["used"] == 0
 
 
+def test_named_servers_are_each_admitted_and_counted(hub):
+    """JupyterHub's named servers (the embedded hub allows them): each one is
+    a workload of its own, against the same team quota."""
+    amy = Servers(hub, "amy")
+    named = f"{hub.url}/hub/api/users/amy/servers"
+    assert amy.start(pool="default", gpus=1).status_code in (201, 202)
+    r = amy.s.post(f"{named}/train", json={"pool": "default", "gpus": 1}, timeout=60)
+    assert r.status_code in (201, 202), r.text
+    amy.wait_ready()
+    wait_for(lambda: (amy.s.get(amy.base, timeout=10).json()["servers"].get("train") or {})
+             .get("ready"), "amy's server 'train' ready", 120)
+    running = sorted((w["name"], w["gpus"]) for w in amy.workloads() if w["state"] == "running")
+    assert running == [("", 1), ("train", 1)]
+    # The team's quota (2) is full: a third server waits for one of them.
+    assert amy.s.post(f"{named}/more", json={"pool": "default", "gpus": 1},
+                      timeout=60).status_code == 202
+    waiting = wait_for(lambda: [w for w in amy.workloads() if w["name"] == "more"
+                                and w["state"] == "queued"
+                                and "team a holds 2 default GPUs" in w["reason"]],
+                       "the third server queued behind the team's quota", 30)
+    r = amy.s.delete(f"{named}/train", timeout=60)
+    assert r.status_code in (202, 204), r.text
+    workload_in_state(hub, waiting[0]["id"], "running", 120)
+    amy.s.delete(f"{named}/more", timeout=60)
+    amy.stop()
+    wait_for(lambda: not [w for w in amy.workloads() if w["state"] in ("running", "queued")],
+             "amy's servers stopped", 120)
+
+
 @pytest.mark.parametrize("user, options, words", [
     ("alice", {"pool": "default", "gpus": 3}, "team a may hold at most 2 default GPUs"),
     ("bob", {"pool": "default", "gpus": 2}, "notebook server of team b may hold at most 1"),

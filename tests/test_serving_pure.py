@@ -201,3 +201,17 @@ def test_bench_finds_processes_by_command_line_and_reads_their_cpu_time():
         burner.kill()
         burner.wait()
     assert cpu_seconds([burner.pid]) == 0  # gone: counts nothing
+
+
+@pytest.mark.parametrize("given, body, sent", [
+    (None, b'{"inputs": []}', "application/json"),                               # no header
+    ("application/x-www-form-urlencoded", b'{"inputs": []}', "application/json"),  # curl -d
+    ("text/plain; charset=utf-8", b'{"inputs": []}', "application/json"),
+    ("application/json", b'{"inputs": []}', "application/json"),
+    ("application/x-www-form-urlencoded", b"a=1&b=2", "application/x-www-form-urlencoded"),
+    ("application/octet-stream", b'{"inputs": []}', "application/octet-stream"),
+    (None, None, "application/json"),                                            # a GET
+])
+def test_endpoint_passes_a_json_body_as_json(given, body, sent):
+    from gpuspawner.service.endpoints import request_content_type
+    assert request_content_type(given, body) == sent

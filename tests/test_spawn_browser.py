@@ -157,24 +157,28 @@ def test_spawn_form_queue_and_lab(tmp_path):
                 # 2. alice logs in through the form and opens the spawn page.
                 login(page, hub, "alice")
                 page.goto(f"{hub.url}/hub/spawn")
+                # A card per choice; the GPU count is the card's select.
                 radios = page.locator('input[name="gpu_choice"]')
-                sync_api.expect(radios).to_have_count(3)
-                values = [radios.nth(i).get_attribute("value") for i in range(3)]
-                assert values == [":0", "default:1", "default:2"]
+                sync_api.expect(radios).to_have_count(2)
+                assert [radios.nth(i).get_attribute("value") for i in range(2)] == \
+                    [":0", "default:1"]
+                gpus = page.locator('.gpuhub-profile[data-pool="default"] select')
+                assert gpus.locator("option").evaluate_all("os => os.map(o => o.value)") == \
+                    ["default:1", "default:2"]
                 assert page.locator('input[type="hidden"][name="team"]').get_attribute(
                     "value") == "a"
                 form = page.locator("#spawn_form")
                 labels = form.inner_text()
-                assert "CPU only" in labels
-                assert "1 × Fake GPU" in labels and "2 × Fake GPU" in labels
-                # amy holds the quota: the form says none of it is left.
-                assert "0 of the team's 2 free in its quota" in labels
+                assert "CPU only" in labels and "Fake GPU (16 GiB)" in labels
+                # amy holds the quota: the form says so, once.
+                assert labels.count("0 of its 2 default GPUs free in its quota") == 1
+                assert "waits in the queue" in " ".join(gpus.locator("option").all_inner_texts())
                 shot(page, tmp_path, "spawn-form.png")
 
                 # 4. More than the team can get (the form offers no such
                 # choice: post a manipulated value) comes back on the form.
                 page.evaluate("""() => {
-                    const r = document.querySelector('input[name="gpu_choice"][value="default:2"]');
+                    const r = document.querySelector('input[name="gpu_choice"][value="default:1"]');
                     r.value = "default:3";
                     r.checked = true;
                 }""")
@@ -184,13 +188,14 @@ def test_spawn_form_queue_and_lab(tmp_path):
                 sync_api.expect(error).to_contain_text("more than you can get")
                 sync_api.expect(error).to_contain_text("3 GPUs")
                 # The form is shown again, so alice can choose anew.
-                sync_api.expect(page.locator('input[name="gpu_choice"]')).to_have_count(3)
+                sync_api.expect(page.locator('input[name="gpu_choice"]')).to_have_count(2)
                 shot(page, tmp_path, "spawn-error.png", keep=False)
                 assert server_state(hub, "alice") is None, "a refused form started a server"
 
                 # 2 (cont.). Choose 2 GPUs and start: alice queues behind amy.
                 page.goto(f"{hub.url}/hub/spawn")
-                page.check('input[name="gpu_choice"][value="default:2"]')
+                page.select_option('.gpuhub-profile[data-pool="default"] select', "default:2")
+                assert page.locator('input[name="gpu_choice"][value="default:2"]').is_checked()
                 page.click('#spawn_form button[type="submit"]')
                 page.wait_for_url(re.compile(r"/hub/spawn-pending/alice"), timeout=SLOW_MS)
                 log = page.locator("#progress-log")

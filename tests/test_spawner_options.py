@@ -61,8 +61,8 @@ def test_refused_with_the_field_and_why(pools, teams, options, field, words):
 ])
 def test_choice_says_whether_it_borrows_or_waits(used, gpus, borrowing, says):
     offer = offers([pool(teams={"vision": used})], [team(borrowing=borrowing)])["vision"][0]
-    tail = offer.describe(gpus).partition(" — ")[2]
-    assert (says in tail) if says else tail == ""
+    note = offer.note(gpus)
+    assert (says in note) if says else note == ""
 
 
 def test_form_lists_what_the_team_can_get():
@@ -72,7 +72,36 @@ def test_form_lists_what_the_team_can_get():
     assert "NVIDIA A100 (80 GiB)" in html and 'name="team" value="vision"' in html
 
 
+def test_form_is_a_card_per_choice_with_the_quota_said_once():
+    html = render_form(offers([pool(teams={"vision": 1})], [team()]))
+    assert html.count('class="card gpuhub-profile') == 2          # CPU only, pool a100
+    assert html.count("free in its quota") == 1
+    assert "1 of its 2 a100 GPUs free in its quota (may borrow 2), 6 idle in the pool" in html
+    assert '<select class="form-select form-select-sm w-auto gpuhub-gpus"' in html
+    assert '<option value="a100:2">2 GPUs — borrows idle GPUs' in html
+
+
 def test_form_for_several_teams_asks_who_pays_and_escapes():
     html = render_form(offers([pool()], [team("<b>x</b>"), team("nlp")]))
     assert '<select id="gpuhub-team" name="team"' in html
     assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+
+
+@pytest.mark.parametrize("pools, teams, says", [
+    ([pool()], [], "You are in no team"),
+    ([pool()], [team(nominal=0, borrowing=0)], "team vision has no quota in pool a100"),
+    ([pool()], [team(limit=0)], "a notebook server of team vision may hold no a100 GPU"),
+    ([pool(nodes=())], [team()], "pool a100 has no GPU in service"),
+    ([pool()], [team(nominal=0, borrowing=0), team("nlp")], None),   # nlp has GPUs
+    ([pool()], [team()], None),
+])
+@pytest.mark.parametrize("admin", [True, False])
+def test_form_says_why_there_is_no_gpu_and_links_admins_to_the_fix(pools, teams, says, admin):
+    url = "/services/gpuhub/admin/teams"
+    html = render_form(offers(pools, teams), admin_fix_url=url if admin else "")
+    if says is None:
+        assert 'id="gpuhub-no-gpu"' not in html
+        return
+    assert 'id="gpuhub-no-gpu"' in html and says in html
+    assert (f'href="{url}"' in html) == admin
+    assert ("Ask an admin" in html) == (not admin)

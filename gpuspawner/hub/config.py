@@ -71,10 +71,11 @@ def roles() -> list[dict]:
         # own admin role cannot be extended).
         {"name": "gpuhub-admin", "groups": ["gpuhub-admins"],
          "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", SERVICE_ACCESS]},
-        # Teams are groups; servers are read to find notebook GPUs to release;
+        # Teams are groups (the admin panel creates them and changes their
+        # members); servers are read to find notebook GPUs to release;
         # tokens: each job gets its own user's token (JOB_TOKEN_SCOPES).
         {"name": "gpuhub-service", "services": ["gpuhub"],
-         "scopes": ["read:users", "read:groups", "list:users", "list:groups", "read:servers",
+         "scopes": ["read:users", "admin:groups", "list:users", "list:groups", "read:servers",
                     "tokens"]},
     ]
 
@@ -108,8 +109,10 @@ def configure(c, *, service: dict, service_api: str, spawner_token: str) -> None
                                          if r["name"].startswith("gpuhub-lead-")]
     # The hub's pages link to the admin panel (templates/page.html).
     c.JupyterHub.template_paths = [os.path.join(os.path.dirname(__file__), "templates")]
-    # The panel is part of the platform: no "authorize access" page.
-    c.JupyterHub.services = [{"name": "gpuhub", "display": True, **service,
+    # The panel is part of the platform: no "authorize access" page. A first
+    # start on a busy machine may take long to import (and compile) the
+    # service's packages: up to 2 minutes before the hub gives up on it.
+    c.JupyterHub.services = [{"name": "gpuhub", "display": True, "timeout": 120, **service,
                               "oauth_client_allowed_scopes": OAUTH_SCOPES,
                               "oauth_no_confirm": True}]
     # The spawner asks the service for GPUs on users' behalf with its own token.

@@ -28,25 +28,83 @@ def _password() -> str:
     return secrets.token_urlsafe(12)
 
 
-def initial_users(data_dir: str, admin: str, demo: bool, pool: str) -> tuple[dict, bool]:
-    """The first users, teams and passwords; created once, then reused."""
+def _add_demo(spec: dict, admin: str, pool: str) -> dict[str, str]:
+    """Add the demo teams, their users and leads to ``spec`` (what is there
+    already stays as it is); returns the users it created, with passwords."""
+    created = {}
+    for team, t in DEMO_TEAMS.items():
+        members = spec["groups"].setdefault(f"team-{team}", [])
+        for user in t["users"]:
+            if user not in spec["users"]:
+                spec["users"][user] = created[user] = _password()
+            if user not in members:
+                members.append(user)
+        spec["teams"].setdefault(team, {"quotas": {pool: t["quotas"]}})
+        leads = spec.setdefault("leads", {}).setdefault(team, [])
+        if t["lead"] not in leads:
+            leads.append(t["lead"])
+    if admin not in spec["groups"]["team-vision"]:
+        spec["groups"]["team-vision"].append(admin)
+    return created
+
+
+def _write(path: str, spec: dict) -> None:
+    """The file, readable by its owner only, replaced in one step."""
+    tmp = path + ".new"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(spec, f, indent=2)
+    os.replace(tmp, path)
+
+
+def initial_users(data_dir: str, admin: str, demo: bool, pool: str) -> tuple[dict, dict]:
+    """The first users, teams and passwords: created at the first start and
+    reused after it. ``demo`` adds the demo teams, at the first start or to
+    an existing data directory (idempotent: what is there stays).
+    Returns the spec and the users created now, with their passwords."""
     path = os.path.join(data_dir, "initial-users.json")
     if os.path.exists(path):
         with open(path) as f:
-            return json.load(f), False
-    spec = {"admins": [admin], "users": {admin: _password()}, "groups": {}, "teams": {}}
+            spec = json.load(f)
+        before = json.dumps(spec, sort_keys=True)
+        spec.setdefault("groups", {})
+        spec.setdefault("teams", {})
+        created = _add_demo(spec, admin, pool) if demo else {}
+        if json.dumps(spec, sort_keys=True) != before:
+            _write(path, spec)
+        return spec, created
+    password = _password()
+    spec = {"admins": [admin], "users": {admin: password}, "groups": {}, "teams": {}}
+    created = {admin: password}
     if demo:
-        for team, t in DEMO_TEAMS.items():
-            spec["groups"][f"team-{team}"] = t["users"]
-            spec["teams"][team] = {"quotas": {pool: t["quotas"]}}
-            spec.setdefault("leads", {})[team] = [t["lead"]]
-            for user in t["users"]:
-                spec["users"][user] = _password()
-        spec["groups"]["team-vision"].append(admin)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(spec, f, indent=2)
-    return spec, True
+        created.update(_add_demo(spec, admin, pool))
+    _write(path, spec)
+    return spec, created
+
+
+def banner(spec: dict, created: dict, url: str, path: str) -> str:
+    """What ``gpuhub up`` prints: where the hub is and who can log in."""
+    lines = [f"GPU Hub: {url}/hub/"]
+    if created:
+        lines.append(f"Created these users (passwords shown once; also in {path}, readable "
+                     f"by you only):")
+    others = [name for name in spec["users"] if name not in created]
+    if others:
+        lines.append(f"Users from an earlier start ({', '.join(others)}) are in {path}.")
+    for name, password in created.items():
+        if name in spec["admins"]:
+            role = "admin"
+        else:
+            role = ", ".join([g for g, members in spec["groups"].items() if name in members]
+                             + [f"lead of {t}" for t, leads in spec.get("leads", {}).items()
+                                if name in leads])
+        lines.append(f"  {name:10s} {password:20s} {role}")
+    if not spec["teams"]:
+        lines.append("Users in no other team are in the team 'default', which guarantees the GPUs "
+                     "no other team owns: all of them until an admin makes teams (GPU admin → "
+                     "Teams & quotas).")
+    lines.append("New users sign up at /hub/signup; an admin approves them at /hub/authorize.")
+    return "\n".join(lines)
 
 
 def up(args) -> int:
@@ -59,25 +117,15 @@ def up(args) -> int:
               file=sys.stderr)
         return 2
     spec, created = initial_users(data_dir, args.admin, args.demo, args.demo_pool)
-    url = f"http://{args.ip}:{args.port}"
-    print(f"GPU Hub: {url}/hub/")
-    if created:
-        print("Created these users (passwords shown once; also in "
-              f"{os.path.join(data_dir, 'initial-users.json')}, readable by you only):")
-    else:
-        print(f"Users from the first start are in {os.path.join(data_dir, 'initial-users.json')}.")
-    for name, password in spec["users"].items():
-        role = "admin" if name in spec["admins"] else ", ".join(
-            [g for g, members in spec["groups"].items() if name in members]
-            + [f"lead of {t}" for t, leads in spec.get("leads", {}).items() if name in leads])
-        print(f"  {name:10s} {password if created else '(see file)':20s} {role}")
-    print("New users sign up at /hub/signup; an admin approves them at /hub/authorize.")
+    print(banner(spec, created, f"http://{args.ip}:{args.port}",
+                 os.path.join(data_dir, "initial-users.json")))
     sys.stdout.flush()
     env = dict(os.environ, GPUHUB_DATA_DIR=data_dir, GPUHUB_PORT=str(args.port),
                GPUHUB_IP=args.ip)
     if args.db_url:
         env["GPUHUB_DB_URL"] = args.db_url
-    argv = [sys.executable, "-m", "jupyterhub", "-f", HUB_CONFIG]
+    # JupyterHub, with a shutdown that releases the notebooks' GPUs (app.py).
+    argv = [sys.executable, "-m", "gpuspawner.hub.app", "-f", HUB_CONFIG]
     os.chdir(data_dir)
     os.execve(sys.executable, argv, env)
     return 0  # not reached
@@ -93,7 +141,8 @@ def add_parser(sub) -> None:
                    help="public port; the hub, service and proxy API use the next three")
     p.add_argument("--admin", default="admin", help="name of the first admin")
     p.add_argument("--demo", action="store_true",
-                   help="at first start also create teams vision and nlp with two users each")
+                   help="also create teams vision and nlp with two users each (at the first "
+                        "start, or added to an existing data directory)")
     p.add_argument("--demo-pool", default="default", help="pool of the demo teams' quotas")
     p.add_argument("--db-url", default="", help="scheduler database (default SQLite in data dir)")
     p.set_defaults(func=up)

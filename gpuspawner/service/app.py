@@ -46,7 +46,7 @@ from .identity import Identity, identity_from_model
 from .job_tokens import JobTokens
 from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
-from .panel.pages import PANEL_ROUTES
+from .panel.pages import PANEL_ROUTES, OverviewPage
 from .serving_controller import ServingController
 from .specs import Limits
 
@@ -173,6 +173,20 @@ class GpuHubService(Application):
             }
         """).tag(config=True)
 
+    default_team = Unicode("", help="""
+        A team for everyone in no other team, so that a first start gives the
+        first admin (and every user an admin adds) GPUs before any team is
+        made. Created at the first start when the database has no team and
+        ``teams`` names none; its nominal quota in each pool is what the other
+        teams do not own (the whole pool at first, less as admins give teams
+        quotas on the admin panel's Teams & quotas page). Empty: no such team;
+        a user in no team gets no GPU. The embedded hub sets "default".
+
+        Example::
+
+            c.GpuHubService.default_team = "default"
+        """).tag(config=True)
+
     gpu_hour_prices = Dict(help="""
         The price of one GPU-hour per pool, for the admin panel's usage and
         cost page and its CSV export. Applied at start to pools that have no
@@ -297,7 +311,7 @@ class GpuHubService(Application):
     reconcile_interval = Float(60.0, help="""
         Seconds between checks that every notebook server holding GPUs still
         exists in the hub. A server that stopped while the service was down
-        (a hub restart stops the service first) could not report it; this
+        (a crash, or a JupyterHub that stops its services first) could not report it; this
         check releases its GPUs. 0 turns it off.
         """).tag(config=True)
 
@@ -394,12 +408,14 @@ class GpuHubService(Application):
                                           notebook_gpu_limits=self.notebook_gpu_limits,
                                           max_lost_attempts=self.max_lost_attempts,
                                           prepare_workspace=accounts and accounts.ensure,
-                                          job_tokens=self._job_tokens()))
+                                          job_tokens=self._job_tokens(),
+                                          default_team=self.default_team))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine)
         self.engine.metrics.watch_serving(self.serving)
         self._groups: dict[str, tuple[float, list[str]]] = {}
+        self._hub_admins: dict[str, bool] = {}
 
     def _listen(self) -> list[socket.socket]:
         """Bind the service's port, waiting up to ``bind_wait_seconds`` for a
@@ -501,6 +517,9 @@ class GpuHubService(Application):
     def _seed_teams(self) -> None:
         now = time.time()
         with self.store.transaction() as s:
+            if self.default_team and not self.teams and s.scalars(select(TeamRow)).first() is None:
+                # The first start: the default team (its quota: Engine._refresh_default_team).
+                s.add(TeamRow(name=self.default_team, group="", weight=1.0, created_at=now))
             for name, spec in self.teams.items():
                 if s.get(TeamRow, name) is not None:
                     continue
@@ -541,7 +560,31 @@ class GpuHubService(Application):
                       default_pool=self.default_pool)
 
     def identity(self, model: dict, groups: list[str]):
-        return identity_from_model(model, groups, self.team_group_prefix)
+        who = identity_from_model(model, groups, self.team_group_prefix)
+        if not who.teams and self.has_default_team():
+            who = replace(who, teams=frozenset({self.default_team}))
+        return who
+
+    def has_default_team(self) -> bool:
+        if not self.default_team:
+            return False
+        with self.store.session() as s:
+            return s.get(TeamRow, self.default_team) is not None
+
+    async def hub_api(self, method: str, path: str, body=None) -> dict:
+        """Call the hub's REST API with the service's own token (teams are
+        hub groups); raises HTTPClientError with the hub's answer."""
+        auth = HubOAuth.instance()
+        req = httpclient.HTTPRequest(f"{auth.api_url}{path}", method=method,
+                                     headers={"Authorization": f"token {auth.api_token}"},
+                                     body=None if body is None else json.dumps(body),
+                                     allow_nonstandard_methods=True)
+        resp = await httpclient.AsyncHTTPClient().fetch(req)
+        return json.loads(resp.body) if resp.body else {}
+
+    def forget_groups(self, user: str) -> None:
+        """After a membership change: ask the hub again next time."""
+        self._groups.pop(user, None)
 
     async def groups_of(self, model: dict) -> list[str]:
         """The user's groups, asked of the hub with the service's own token
@@ -555,12 +598,19 @@ class GpuHubService(Application):
                                      headers={"Authorization": f"token {auth.api_token}"})
         try:
             resp = await httpclient.AsyncHTTPClient().fetch(req)
-            groups = json.loads(resp.body).get("groups") or []
+            user = json.loads(resp.body)
+            groups = user.get("groups") or []
+            self._hub_admins[name] = bool(user.get("admin"))
         except (httpclient.HTTPClientError, OSError) as e:
             self.log.warning("could not read groups of %s from the hub: %s", name, e)
             groups = model.get("groups") or []
         self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
         return groups
+
+    def hub_admin(self, name: str) -> bool:
+        """Whether the hub said (when asked for the user's groups) that this
+        user is one of its admins."""
+        return self._hub_admins.get(name, False)
 
     async def group_members(self, group: str) -> list[str]:
         """Who is in a hub group (a team's members), [] if the hub does not say."""
@@ -666,6 +716,7 @@ class GpuHubService(Application):
             limits = {pool: self.engine.notebook_gpu_limit(t.name, pool)
                       for pool in self.engine.scheduler.state.capacity}
             out.append({"name": t.name, "group": t.group, "weight": t.weight,
+                        "default": t.name == self.default_team,
                         "notebook_gpu_limits": {p: n for p, n in limits.items() if n is not None},
                         "quotas": {q.pool: {"nominal": q.nominal,
                                             "borrowing_limit": q.borrowing_limit,
@@ -701,7 +752,7 @@ class GpuHubService(Application):
         routes += [(prefix + "admin/" + path, handler) for path, handler in PANEL_ROUTES]
         routes.append((prefix + r"endpoints/([A-Za-z0-9._-]{1,128})/([a-z0-9-]{1,63})/(.*)",
                        endpoints.EndpointHandler))
-        routes.append((prefix, h.IndexHandler))
+        routes.append((prefix, OverviewPage))
         return web.Application(routes, engine=self.engine, gpuhub=self, serving=self.serving,
                                panel_templates=panel_environment(),
                                cookie_secret=self.cookie_secret, xsrf_cookies=False)

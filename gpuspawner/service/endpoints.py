@@ -10,8 +10,10 @@ and access to the service).
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
+from typing import Optional
 
 from sqlalchemy import select
 import aiohttp
@@ -159,6 +161,21 @@ class ScaleHandler(DeploymentAPI):
         self.write_json(self.view(team, name))
 
 
+def request_content_type(given: Optional[str], body: Optional[bytes]) -> str:
+    """The Content-Type a replica gets. The inference protocol speaks JSON:
+    a body sent without a type, or with the form type ``curl -d`` puts on
+    every body, that parses as JSON goes on as JSON (MLServer answers 422
+    to anything else)."""
+    kind = (given or "").split(";")[0].strip().lower()
+    if kind in ("", "application/x-www-form-urlencoded", "text/plain") and body:
+        try:
+            json.loads(body)
+        except ValueError:
+            return given or "application/json"
+        return "application/json"
+    return given or "application/json"
+
+
 class EndpointHandler(APIHandler):
     """The router: a revision by weight, its least busy ready replica, the
     request passed through; a replica that dropped the connection is marked
@@ -195,7 +212,8 @@ class EndpointHandler(APIHandler):
         load = self.ctl.load_of(dep.id)
         load.last_request = self.ctl.clock()
         body = self.request.body if self.request.method == "POST" else None
-        headers = {"Content-Type": self.request.headers.get("Content-Type", "application/json")}
+        headers = {"Content-Type": request_content_type(self.request.headers.get("Content-Type"),
+                                                        body)}
         for attempt in range(3):
             replica = await self._replica(dep)
             started = time.monotonic()

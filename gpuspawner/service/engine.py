@@ -93,6 +93,9 @@ class EngineConfig:
     prepare_workspace: Optional[Callable[[str], object]] = None
     # Issues and revokes each attempt's own token (JobTokens); None: jobs get none.
     job_tokens: Optional[object] = None
+    # The team of users in no other team, whose nominal quota is what the
+    # other teams do not own ("": none).
+    default_team: str = ""
 
 
 class Engine:
@@ -129,6 +132,8 @@ class Engine:
                 except Exception as err:  # one bad workload must not keep the service down
                     log.exception("cannot rebuild the launch of %s", row.id)
                     broken.append((row.id, row.attempt, f"could not be recovered: {err}"))
+        with self.store.transaction() as s:
+            self._refresh_default_team(s)
         for wid in unplaceable:
             self._lost_without_core(wid, now, "its GPUs are no longer in the inventory")
         for x in self._recover(specs, broken):
@@ -337,6 +342,10 @@ class Engine:
             raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
         now = self.clock()
         capacity = self.scheduler.state.capacity
+        if quotas and name == self.config.default_team:
+            raise SpecError("quotas", f"team {name} is the default team: its nominal quota is "
+                                      f"what the other teams do not own; change theirs instead",
+                            status=409)
         for pool, q in (quotas or {}).items():
             if pool not in capacity:
                 raise SpecError(f"quotas.{pool}", f"unknown pool {pool!r}; known pools: "
@@ -368,6 +377,7 @@ class Engine:
                 "before": before, "after": {"weight": team.weight, "quotas": {
                     q.pool: [q.nominal, q.borrowing_limit, q.lending_limit] for q in after_rows}}})
             self.scheduler.set_team(to_team(team, after_rows))
+            self._refresh_default_team(s)
             nominal: dict[str, int] = {}
             for q in s.scalars(select(QuotaRow)):
                 nominal[q.pool] = nominal.get(q.pool, 0) + q.nominal
@@ -636,6 +646,27 @@ class Engine:
             s.flush()
             self.scheduler.set_team(to_team(team, rows))
         return team
+
+    def _refresh_default_team(self, s: Session) -> None:
+        """The default team guarantees, in each pool, the GPUs no other team
+        does: all of them on a first start, less as teams get quotas."""
+        name = self.config.default_team
+        team = s.get(TeamRow, name) if name else None
+        if team is None:
+            return
+        owned: dict[str, int] = {}
+        for q in s.scalars(select(QuotaRow).where(QuotaRow.team != name)):
+            owned[q.pool] = owned.get(q.pool, 0) + q.nominal
+        sizes: dict[str, int] = {}
+        for n in self.scheduler.state.nodes.values():
+            sizes[n.pool] = sizes.get(n.pool, 0) + n.gpus
+        for pool, size in sizes.items():
+            row = s.get(QuotaRow, (name, pool)) or QuotaRow(team=name, pool=pool)
+            row.nominal = max(0, size - owned.get(pool, 0))
+            row.borrowing_limit = row.lending_limit = None
+            s.add(row)
+        s.flush()
+        self.scheduler.set_team(to_team(team, self._quota_rows(s, name)))
 
     @staticmethod
     def _quota_rows(s: Session, team: str) -> list[QuotaRow]:

@@ -645,23 +645,6 @@ class OpenAPIHandler(JSONErrors):
         self.finish(json.dumps(self.settings["gpuhub"].openapi()))
 
 
-class IndexHandler(web.RequestHandler):
-    """What a person who clicks the service in the hub's menu sees: the admin
-    panel (for admins and team leads) and where the API is."""
-
-    def get(self):
-        api = self.settings["gpuhub"].api_prefix
-        panel = api.rsplit("api/v1/", 1)[0] + "admin/"
-        self.finish(f"""<!doctype html><title>GPU Hub</title>
-<h1>GPU Hub scheduler service</h1>
-<p>Admin panel (admins and team leads): <a href="{panel}">{panel}</a>.</p>
-<p>REST API: <code>{api}</code> (send <code>Authorization: token &lt;your JupyterHub
-token&gt;</code>; get one at <a href="/hub/token">/hub/token</a>).</p>
-<p>API reference: <a href="{api}openapi.json">{api}openapi.json</a> (OpenAPI 3).</p>
-<p>From a terminal: <code>gpuhub submit --gpus 1 -- python train.py</code>,
-<code>gpuhub ls</code>, <code>gpuhub logs -f ID</code>, <code>gpuhub pools</code>.</p>""")
-
-
 class HealthHandler(JSONErrors):
     def get(self):
         with self.settings["engine"].store.session() as s:

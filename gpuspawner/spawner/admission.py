@@ -129,8 +129,10 @@ class GPUSpawnerMixin(Configurable):
 
     async def _offers(self):
         pools = (await self._service("GET", "/pools"))["pools"]
-        mine = set(self._teams())
-        teams = [t for t in (await self._service("GET", "/teams"))["teams"] if t["name"] in mine]
+        every = (await self._service("GET", "/teams"))["teams"]
+        # In no team: the service's default team (c.GpuHubService.default_team), if any.
+        mine = set(self._teams()) or {t["name"] for t in every if t.get("default")}
+        teams = [t for t in every if t["name"] in mine]
         # A team with no row yet still has the default quota: show it with none.
         known = {t["name"] for t in teams}
         teams += [{"name": t, "quotas": {}} for t in sorted(mine - known)]
@@ -139,7 +141,10 @@ class GPUSpawnerMixin(Configurable):
     # ---- the spawn form -------------------------------------------------
     async def _gpu_options_form(self, spawner=None) -> str:
         self._offers_seen = await self._offers()
-        return render_form(self._offers_seen)
+        # The admin panel's Teams & quotas page, under the hub's base URL.
+        base = self.hub.base_url[:-len("hub/")] if self.hub.base_url.endswith("hub/") else "/"
+        return render_form(self._offers_seen, admin_fix_url=(
+            f"{base}services/gpuhub/admin/teams" if self.user.admin else ""))
 
     @default("options_form")
     def _options_form_default(self):

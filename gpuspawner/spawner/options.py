@@ -56,16 +56,21 @@ class PoolOffer:
     def within_nominal(self, gpus: int) -> bool:
         return self.used + gpus <= self.nominal
 
-    def describe(self, gpus: int) -> str:
-        free_quota = max(0, self.nominal - self.used)
-        text = (f"{gpus} × {self.model} ({self.memory_mib // 1024} GiB) in pool {self.pool}: "
-                f"{free_quota} of the team's {self.nominal} free in its quota, "
-                f"{self.free_in_pool} idle in the pool")
+    def summary(self) -> str:
+        """The team's quota in this pool, said once on the spawn page."""
+        limit = "no borrowing limit" if self.ceiling is None \
+            else f"may borrow {self.ceiling - self.nominal}"
+        return (f"{max(0, self.nominal - self.used)} of its {self.nominal} {self.pool} GPUs "
+                f"free in its quota ({limit}), {self.free_in_pool} idle in the pool")
+
+    def note(self, gpus: int) -> str:
+        """What asking for ``gpus`` here means, if anything."""
         if self.ceiling is not None and self.used + gpus > self.ceiling:
-            text += " — the team's quota is in use: waits in the queue until it frees up"
-        elif not self.within_nominal(gpus):
-            text += " — borrows idle GPUs of other teams, so it may be preempted"
-        return text
+            return "the team's quota is in use: waits in the queue until it frees up"
+        if not self.within_nominal(gpus):
+            return "borrows idle GPUs of other teams, so it may be preempted"
+        return ""
+
 
 
 def offers(pools: list[dict], teams: list[dict]) -> dict[str, list[PoolOffer]]:
@@ -141,31 +146,83 @@ def parse_options(options: dict, teams: dict[str, list[PoolOffer]]) -> GpuReques
     return GpuRequest(team, pool, gpus)
 
 
-def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = None) -> str:
-    """The spawn page's options: which team pays, then one choice per pool and
-    GPU count, each saying what it costs the team's quota."""
+def why_no_gpu(teams: dict[str, list[PoolOffer]]) -> str:
+    """Why these teams can have no GPU at all ("" when one of them can)."""
+    if not teams:
+        return "You are in no team, so this server can have no GPU."
+    if any(o.most > 0 for offers_ in teams.values() for o in offers_):
+        return ""
+    reasons = []
+    for team in sorted(teams):
+        for o in teams[team]:
+            if o.largest_node == 0:
+                reasons.append(f"pool {o.pool} has no GPU in service")
+            elif o.ceiling == 0:
+                reasons.append(f"team {team} has no quota in pool {o.pool} (nominal 0, "
+                               f"borrowing limit 0)")
+            elif o.notebook_limit == 0:
+                reasons.append(f"a notebook server of team {team} may hold no {o.pool} GPU")
+        if not teams[team]:
+            reasons.append("there is no GPU pool")
+    return "No GPU for this server: " + "; ".join(dict.fromkeys(reasons)) + "."
+
+
+def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = None,
+                admin_fix_url: str = "") -> str:
+    """The spawn page's options: which team pays, the team's quota once, then
+    a card per choice (CPU only, each pool) whose select picks the GPU
+    count and says what it costs the team's quota. When no choice has a
+    GPU, why (and, for an admin, ``admin_fix_url``: where to fix it)."""
     esc = html.escape
     parts = []
     names = sorted(teams)
+    why = why_no_gpu(teams)
+    if why:
+        fix = (f' <a href="{esc(admin_fix_url)}" id="gpuhub-fix">Fix it on the admin panel '
+               f'(Teams &amp; quotas)</a>.' if admin_fix_url
+               else " Ask an admin to add you to a team with a GPU quota.")
+        parts.append(f'<div class="alert alert-info" id="gpuhub-no-gpu">{esc(why)}{fix}</div>')
     if len(names) > 1:
         opts = "".join(f'<option value="{esc(t)}"{" selected" if t == chosen_team else ""}>'
                        f'{esc(t)}</option>' for t in names)
         parts.append(f'<label for="gpuhub-team">Team that pays</label>'
                      f'<select id="gpuhub-team" name="team" class="form-control">{opts}</select>')
     elif names:
-        parts.append(f'<input type="hidden" name="team" value="{esc(names[0])}">'
-                     f'<p>Team: <b>{esc(names[0])}</b></p>')
-    parts.append('<fieldset class="gpuhub-choices"><legend>GPUs</legend>')
-    parts.append('<div class="radio"><label><input type="radio" name="gpu_choice" value=":0" '
-                 'checked> CPU only (no GPU)</label></div>')
+        parts.append(f'<input type="hidden" name="team" value="{esc(names[0])}">')
+    # The team's quota once, then a card per choice (KubeSpawner's profile list look).
+    for team in names:
+        summary = "; ".join(o.summary() for o in teams[team])
+        parts.append(f'<p class="gpuhub-quota small text-secondary mb-2" data-team="{esc(team)}">'
+                     f'Team <b>{esc(team)}</b>: {esc(summary)}.</p>')
+    parts.append('<div class="gpuhub-profiles" role="radiogroup" aria-label="GPUs">')
+    parts.append('<label class="card gpuhub-profile mb-2"><div class="card-body py-2">'
+                 '<input type="radio" name="gpu_choice" value=":0" checked> <b>CPU only</b> '
+                 '<span class="small text-secondary">no GPU; starts at once</span>'
+                 '</div></label>')
     for team in names:
         for offer in teams[team]:
-            for gpus in range(1, offer.most + 1):
-                label = offer.describe(gpus)
-                if len(names) > 1:
-                    label = f"[{team}] " + label
-                parts.append(f'<div class="radio" data-team="{esc(team)}"><label>'
-                             f'<input type="radio" name="gpu_choice" '
-                             f'value="{esc(offer.pool)}:{gpus}"> {esc(label)}</label></div>')
-    parts.append("</fieldset>")
+            if offer.most < 1:
+                continue
+            who = f' <span class="badge text-bg-secondary">{esc(team)}</span>' \
+                if len(names) > 1 else ""
+            options = "".join(
+                f'<option value="{esc(offer.pool)}:{n}">{n} GPU{"s" if n > 1 else ""}'
+                f'{" — " + esc(offer.note(n)) if offer.note(n) else ""}</option>'
+                for n in range(1, offer.most + 1))
+            parts.append(
+                f'<label class="card gpuhub-profile mb-2" data-team="{esc(team)}" '
+                f'data-pool="{esc(offer.pool)}"><div class="card-body py-2 d-flex gap-3 '
+                f'align-items-center flex-wrap">'
+                f'<input type="radio" name="gpu_choice" value="{esc(offer.pool)}:1">'
+                f'<span><b>{esc(offer.model)} ({offer.memory_mib // 1024} GiB)</b> '
+                f'<span class="small text-secondary">pool {esc(offer.pool)}</span>{who}</span>'
+                f'<select class="form-select form-select-sm w-auto gpuhub-gpus" '
+                f'aria-label="GPUs in pool {esc(offer.pool)}">{options}</select>'
+                f'</div></label>')
+    parts.append("</div>")
+    # A card's select sets (and picks) the card's choice.
+    parts.append("<script>document.querySelectorAll('.gpuhub-profile select').forEach(s => "
+                 "s.addEventListener('change', () => { const r = s.closest('.gpuhub-profile')"
+                 ".querySelector('input[type=radio]'); r.value = s.value; r.checked = true; }));"
+                 "</script>")
     return "\n".join(parts)

@@ -5,9 +5,10 @@ submitted from JupyterLab gets (then *Deploy outputs…* in the Jobs panel).
 
 Run it as a GPU Hub job, then deploy the directory:
 
-    gpuhub submit --gpus 0 -- python examples/serving/iris/train.py models/iris-v1
-    curl -X POST -H "Authorization: token $TOKEN" $HUB/services/gpuhub/api/v1/deployments \\
-         -d '{"name": "iris", "model_dir": "models/iris-v1"}'
+    gpuhub submit --gpus 0 -f -- python "$PWD/examples/serving/iris/train.py" models/iris-v1
+    gpuhub deploy iris models/iris-v1
+
+(the job runs in your workspace: the script by its full path; docs/serving.md)
 """
 import argparse
 import json

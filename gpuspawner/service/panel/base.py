@@ -8,6 +8,7 @@ to their teams, without the admin actions. Anyone else gets 403.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from typing import Any, Optional, Sequence
@@ -77,10 +78,10 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(401, "log in again")
         groups = await self.gpuhub.groups_of(model) if model.get("kind") == "user" else []
         self.identity: Identity = self.gpuhub.identity(model, groups)
-        if not self.allowed(self.audience):
-            raise web.HTTPError(403)
         self.scopes = model.get("scopes") or []
-        if not self.get_secure_cookie(SESSION_COOKIE):
+        if not self.allowed(self.audience):
+            raise web.HTTPError(403, self.refusal())
+        if self.audience != "user" and not self.get_secure_cookie(SESSION_COOKIE):
             with self.engine.store.transaction() as s:
                 s.add(AuditEntry(time=self.engine.clock(), actor=self.identity.name,
                                  action="panel-login", target=self.request.path,
@@ -92,7 +93,18 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
 
     def allowed(self, audience: str) -> bool:
         who = self.identity
-        return who.admin or (audience == "lead" and bool(who.leads))
+        return who.admin or audience == "user" or (audience == "lead" and bool(who.leads))
+
+    def refusal(self) -> str:
+        """Why this person may not see this page, in their terms."""
+        title = next((t for p, t, _ in PAGES if p == self.page), "This page")
+        leads = ", ".join(sorted(self.identity.leads))
+        if leads:
+            mine = ", ".join(t for p, t, who in PAGES if self.allowed(who))
+            return (f"{title} is for GPU Hub admins (scope custom:gpuhub:admin). As a lead of "
+                    f"{leads} you see {mine}.")
+        return (f"{title} is part of the GPU Hub admin panel, for admins (scope "
+                f"custom:gpuhub:admin) and team leads (custom:gpuhub:team-admin).")
 
     @property
     def teams(self) -> Optional[list[str]]:
@@ -103,15 +115,20 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         auth = HubOAuth.instance()
         hub = auth.hub_prefix
         scopes = {s.partition("!")[0]: True for s in self.scopes}
+        if self.gpuhub.hub_admin(self.identity.name):
+            scopes["admin-ui"] = True  # the hub's own Admin entry in the navbar
+        service = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpuhub")
         ctx = dict(
             base_url=hub, prefix=hub.rsplit("hub/", 1)[0] or "/",
             static_url=lambda path, include_version=True: f"{hub}static/{path}",
-            user=HubUser(self.identity.name), parsed_scopes=scopes, services=[],
+            user=HubUser(self.identity.name), parsed_scopes=scopes,
+            services=[{"name": service, "href": self.gpuhub.service_prefix}],
             logout_url=f"{hub}logout", login_url=f"{hub}login", no_spawner_check=True,
             xsrf_token=self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes)
             else self.xsrf_token,
             admin_access=False, version_hash="", announcement="",
             panel=self.panel_url, api=self.gpuhub.api_prefix, page=self.page,
+            home=self.gpuhub.service_prefix,
             tabs=[(p, title) for p, title, who in PAGES if self.allowed(who)],
             who=self.identity, is_admin=self.identity.admin,
             done=self.get_argument("done", ""), currency=self.gpuhub.currency,
@@ -131,18 +148,27 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         super()._handle_request_exception(e)
 
     def write_error(self, status_code: int, **kwargs) -> None:
+        """The error in the hub's page, with the navbar and a way back."""
         exc = kwargs.get("exc_info", (None, None, None))[1]
         message = {403: "This page needs the GPU Hub admin scope (custom:gpuhub:admin), or the "
                         "team-admin scope for a team lead's view.",
                    401: "Your login expired: reload the page to log in again."}.get(
             status_code, self._reason)
-        if isinstance(exc, web.HTTPError) and exc.log_message and status_code not in (403, 401):
+        if isinstance(exc, web.HTTPError) and exc.log_message and status_code != 401:
             message = exc.log_message
         elif isinstance(exc, tuple(FORM_ERRORS)):
             message = str(exc)
-        self.set_header("Content-Type", "text/html; charset=UTF-8")
-        self.finish(f"<!doctype html><title>{status_code} {self._reason}</title>"
-                    f"<h1>{status_code} {self._reason}</h1><p>{web.escape.xhtml_escape(message)}</p>")
+        if getattr(self, "identity", None) is None:
+            self.set_header("Content-Type", "text/html; charset=UTF-8")
+            self.finish(f"<!doctype html><title>{status_code} {self._reason}</title>"
+                        f"<h1>{status_code} {self._reason}</h1>"
+                        f"<p>{web.escape.xhtml_escape(message)}</p>"
+                        f'<p><a href="{HubOAuth.instance().hub_prefix}home">Back to the hub</a></p>')
+            return
+        self.clear_header("Content-Type")
+        self.render_page("error.html", status_code, message=message, status_code=status_code,
+                         status_reason=self._reason, title=f"{status_code} {self._reason}",
+                         page="")
 
     def done(self, message: str, extra: Sequence[tuple[str, str]] = ()) -> None:
         """After a successful form: back to the page (303, so a reload does
@@ -151,10 +177,13 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         self.redirect(f"{self.panel_url}{self.page}?{query}", status=303)
 
     async def form_action(self, action, rerender, extra: Sequence[tuple[str, str]] = ()) -> None:
-        """Run ``action()``; on a domain error show the page again with the
-        error and its status code (the form keeps what was typed)."""
+        """Run ``action()`` (awaited if it is a coroutine); on a domain error
+        show the page again with the error and its status code (the form
+        keeps what was typed)."""
         try:
             message = action()
+            if inspect.isawaitable(message):
+                message = await message
         except tuple(FORM_ERRORS) as e:
             status = getattr(e, "status", None) or next(
                 code for kind, code in FORM_ERRORS.items() if isinstance(e, kind))

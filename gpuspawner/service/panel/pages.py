@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 from typing import Optional
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
+from jupyterhub.services.auth import HubOAuth
 from markupsafe import Markup
 from sqlalchemy import func, select
+from tornado.httpclient import HTTPClientError
 
 from ...scheduler.model import Quota
 from ...store import Attempt, AuditEntry, EventRow, QuotaRow, WorkloadRow
@@ -19,6 +22,7 @@ from ...store.audit import verify
 from .. import operations as ops
 from .. import views
 from ..accounting import GROUPS
+from ..engine import Conflict, Forbidden
 from ..handlers import parse_time
 from ..rebuild import HELD, QUEUED, RUNNING, STOPPING
 from ..specs import SpecError
@@ -81,9 +85,11 @@ class ClusterPage(PanelHandler):
 QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
 
 
-def parse_quota_form(pools: list[str], values: dict[str, str]) -> tuple[float, dict[str, Quota]]:
+def parse_quota_form(pools: list[str], values: dict[str, str], weight_only: bool = False
+                     ) -> tuple[float, Optional[dict[str, Quota]]]:
     """The team form (``weight``, ``<pool>.<field>``) as a weight and quotas;
-    empty borrowing/lending limits mean "no limit"."""
+    empty borrowing/lending limits mean "no limit". ``weight_only``: the
+    default team's form, whose quota follows the other teams'."""
     raw = values.get("weight", "").strip()
     try:
         weight = float(raw)
@@ -91,6 +97,8 @@ def parse_quota_form(pools: list[str], values: dict[str, str]) -> tuple[float, d
         raise SpecError("weight", f"must be a number, got {raw!r}")
     if not 0 < weight <= 1000:
         raise SpecError("weight", f"must be in (0, 1000], got {raw}")
+    if weight_only:
+        return weight, None
     quotas = {}
     for pool in pools:
         numbers: dict[str, Optional[int]] = {}
@@ -108,7 +116,15 @@ def parse_quota_form(pools: list[str], values: dict[str, str]) -> tuple[float, d
     return weight, quotas
 
 
+TEAM_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+USER_NAME = re.compile(r"[^/\s]{1,255}")
+
+
 class TeamsPage(PanelHandler):
+    """Teams (hub groups ``team-<name>``) and their quotas: admins create a
+    team, add and remove its members (through the hub's API) and set its
+    quotas; leads see their teams."""
+
     page, audience = "teams", "lead"
 
     async def get(self):
@@ -117,31 +133,94 @@ class TeamsPage(PanelHandler):
     async def show(self, status: int = 200, **extra):
         teams = self.gpuhub.teams_view(self.identity)
         for t in teams:
-            t["members"] = await self.gpuhub.group_members(t["group"])
+            t["members"] = [] if t["default"] else await self.gpuhub.group_members(t["group"])
         capacity = dict(self.engine.scheduler.state.capacity)
         with self.engine.store.session() as s:
             nominal = dict(s.execute(select(QuotaRow.pool, func.sum(QuotaRow.nominal))
                                      .group_by(QuotaRow.pool)).all())
         self.render_page("teams.html", status, teams=teams, pools=sorted(capacity),
                          capacity=capacity, nominal=nominal, fields=QUOTA_FIELDS,
-                         warnings=self.get_arguments("warning"), **extra)
+                         warnings=self.get_arguments("warning"),
+                         typed=extra.pop("typed", {}), **extra)
 
     async def post(self):
-        team = self.form("team", "")
+        action = self.form("action", "save")
+        team = self.form("team", "").strip()
         typed = {k: self.get_body_argument(k) for k in self.request.body_arguments}
-        pools = sorted(self.engine.scheduler.state.capacity)
-        warnings: list[tuple[str, str]] = []
-
-        def act():
-            weight, quotas = parse_quota_form(pools, typed)
-            warnings.extend(("warning", w) for w in
-                            self.engine.set_team(self.identity, team, weight, quotas))
-            return f"team {team} saved; the next scheduling cycle uses it"
 
         async def again(**kw):
             await self.show(error_team=team, typed=typed, **kw)
 
-        await self.form_action(act, again, warnings)
+        if action == "save":
+            pools = sorted(self.engine.scheduler.state.capacity)
+            warnings: list[tuple[str, str]] = []
+            is_default = team == self.gpuhub.default_team
+
+            def act():
+                weight, quotas = parse_quota_form(pools, typed, weight_only=is_default)
+                warnings.extend(("warning", w) for w in
+                                self.engine.set_team(self.identity, team, weight, quotas))
+                return f"team {team} saved; the next scheduling cycle uses it"
+
+            await self.form_action(act, again, warnings)
+        elif action in ("create", "add-member", "remove-member"):
+            await self.form_action(lambda: self.change_team(action, team), again)
+        else:
+            await again(status=400, error=f"action: unknown action {action!r}",
+                        error_field="action")
+
+    async def change_team(self, action: str, team: str) -> str:
+        """Create a team (its hub group and its quota row) or change its
+        members; audited like every admin action."""
+        if not self.identity.admin:
+            raise Forbidden("changing teams needs the scope custom:gpuhub:admin")
+        prefix = self.gpuhub.team_group_prefix
+        group = prefix + team
+        if action == "create":
+            if not TEAM_NAME.fullmatch(team):
+                raise SpecError("team", "a team name is 1 to 63 lowercase letters, digits, '.', "
+                                        "'_' or '-', starting with a letter or digit")
+            if any(t["name"] == team for t in self.gpuhub.teams_view(self.identity)):
+                raise Conflict(f"team {team} exists already")
+            try:
+                await self.gpuhub.hub_api("POST", f"/groups/{quote(group)}")
+            except HTTPClientError as e:
+                if e.code != 409:  # the group may exist without a team
+                    raise Conflict(f"the hub did not create group {group}: {_hub_error(e)}")
+            self.engine.set_team(self.identity, team, None, None)
+            self._audit("create-team", team, {"group": group})
+            return (f"team {team} created (hub group {group}); add its members and give it a "
+                    f"nominal quota below")
+        user = self.form("user", "").strip()
+        if not USER_NAME.fullmatch(user):
+            raise SpecError("user", "name the user to add or remove")
+        if team == self.gpuhub.default_team or not any(
+                t["name"] == team for t in self.gpuhub.teams_view(self.identity)):
+            raise SpecError("team", f"{team!r} is not a team whose members can change")
+        method = "POST" if action == "add-member" else "DELETE"
+        try:
+            await self.gpuhub.hub_api(method, f"/groups/{quote(group)}/users", {"users": [user]})
+        except HTTPClientError as e:
+            if e.code in (400, 404):
+                raise SpecError("user", f"the hub has no user {user!r} (a user exists once "
+                                        f"an admin approved them and they logged in, or an "
+                                        f"admin added them at /hub/admin)")
+            raise Conflict(f"the hub did not change group {group}: {_hub_error(e)}")
+        self.gpuhub.forget_groups(user)
+        self._audit(action, team, {"user": user})
+        return (f"{user} added to team {team}" if action == "add-member"
+                else f"{user} removed from team {team}")
+
+    def _audit(self, action: str, target: str, detail: dict) -> None:
+        with self.engine.store.transaction() as s:
+            self.engine._audit(s, self.engine.clock(), self.identity.name, action, target, detail)
+
+
+def _hub_error(e: HTTPClientError) -> str:
+    try:
+        return json.loads(e.response.body).get("message") or str(e)
+    except (AttributeError, ValueError, TypeError):
+        return str(e)
 
 
 # ---- queue ---------------------------------------------------------------------------------
@@ -340,6 +419,29 @@ class AuditExport(PanelHandler):
         for e in entries:
             self.write(json.dumps({**views.audit(e), "hash": e.hash}, sort_keys=True) + "\n")
         self.finish()
+
+
+class OverviewPage(PanelHandler):
+    """/services/gpuhub/ ("Services → gpuhub" in the hub's menu), for
+    everyone: your teams' quotas, your GPUs and work at a glance, and where
+    the admin panel, the API and the CLI are. ``?embed=1``: the glance
+    alone, which the hub's home page shows."""
+
+    audience = "user"
+
+    def get(self):
+        who = self.identity
+        teams = [t for t in self.gpuhub.teams_view(who) if t["name"] in who.teams]
+        with self.engine.store.session() as s:
+            rows = s.scalars(select(WorkloadRow).where(
+                WorkloadRow.user == who.name,
+                WorkloadRow.state.in_((QUEUED, HELD, RUNNING, STOPPING)))
+                .order_by(WorkloadRow.submitted_at)).all()
+        mine = [views.workload(r) for r in rows]
+        template = "embed.html" if self.get_argument("embed", "") else "overview.html"
+        self.render_page(template, title="Overview", teams=teams, workloads=mine,
+                         gpus=sum(w["gpus"] for w in mine if w["state"] == RUNNING),
+                         hub_prefix=HubOAuth.instance().hub_prefix)
 
 
 class PanelIndex(PanelHandler):

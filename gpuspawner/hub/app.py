@@ -1,0 +1,68 @@
+"""The embedded hub's JupyterHub: JupyterHub with a shutdown that leaves
+nothing booked.
+
+JupyterHub's own shutdown stops the managed services first and the notebook
+servers after them, so a server's GPUs could not be released (the
+scheduler service was already gone) and stayed booked until the service's
+reconciliation found them after the next start; its service health check
+also kept running during the shutdown and raised on a service it had just
+stopped. Here the servers stop first, while the scheduler service still
+answers, the periodic checks stop before anything else, and every process
+is asked to stop with SIGTERM at once (no SIGINT that a Jupyter server on a
+terminal answers with a 5 s "Shutdown this Jupyter server?" prompt).
+
+``gpuhub up`` runs ``python -m gpuspawner.hub.app -f jupyterhub_config.py``.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from jupyterhub.app import JupyterHub
+from jupyterhub.objects import Server
+from jupyterhub.utils import AnyTimeoutError
+
+
+class GpuHubApp(JupyterHub):
+    """JupyterHub whose shutdown stops servers before services."""
+
+    async def shutdown_cancel_tasks(self, sig=None):
+        for pc in self._periodic_callbacks.values():
+            pc.stop()
+        await super().shutdown_cancel_tasks(sig)
+
+    async def cleanup(self):
+        if self.cleanup_servers:
+            self.log.info("Stopping single-user servers before the services (their GPUs are "
+                          "released while the scheduler service runs)...")
+            stops = [self.users[uid].stop(name) for uid, user in list(self.users.items())
+                     for name, spawner in list(user.spawners.items()) if spawner.active]
+            for result in await asyncio.gather(*stops, return_exceptions=True):
+                if isinstance(result, Exception):
+                    self.log.error("Failed to stop a server: %s", result)
+        managed = [s for s in self._service_map.values() if s.managed and s.spawner is not None]
+        for service in managed:
+            # SIGTERM at once: every managed service exits on it.
+            service.spawner.interrupt_timeout = 0
+        # All at once (JupyterHub stops them one after the other, then finds them stopped).
+        for result in await asyncio.gather(*(s.stop() for s in managed), return_exceptions=True):
+            if isinstance(result, Exception):
+                self.log.error("Failed to stop a service: %s", result)
+        await super().cleanup()
+
+    async def check_services_health(self):
+        for name, service in self._service_map.items():
+            # A service being stopped has no server any more: nothing to check.
+            if not service.url or service.orm.server is None:
+                continue
+            try:
+                await Server.from_orm(service.orm.server).wait_up(timeout=service.timeout,
+                                                                  http=True)
+            except AnyTimeoutError:
+                self.log.warning("Cannot connect to %s service %s at %s", service.kind, name,
+                                 service.url)
+
+
+main = GpuHubApp.launch_instance
+
+if __name__ == "__main__":
+    main()
