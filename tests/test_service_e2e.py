@@ -263,6 +263,18 @@ def test_notebook_job_runs_with_parameters(hub):
                       for o in c.get("outputs", []))
     assert "trained 3 epochs on GPUs" in printed
     assert json.dumps(done["parameters"]) == '{"epochs": 3}'
+    # the log has the cells' output and none of the kernel's TCP warnings
+    assert "trained 3 epochs on GPUs" in log and "Executing Cell 2" in log
+    assert "without encryption" not in log and "IPKernelApp" not in log, log
+
+    # a cell that raises: the job fails, its log says where and why
+    nb.cells.append(nbformat.v4.new_code_cell("raise ValueError('bad batch size')"))
+    nbformat.write(nb, os.path.join(workspace, "broken.ipynb"))
+    job = alice.submit(notebook="broken.ipynb", working_dir="nbs", gpus=0)
+    done = alice.wait(job["id"], ("succeeded", "failed"), 120)
+    log = alice.get(f"/workloads/{job['id']}/logs").text
+    assert done["state"] == "failed" and done["exit_code"] == 1, done
+    assert "ValueError: bad batch size" in log and "without encryption" not in log, log
 
 
 def test_notices_audit_and_gpus(hub, tmp_path):

@@ -659,11 +659,11 @@ def in_workspace(home: str, path: str, field: str) -> str:
 
 
 def job_argv(spec: dict, attempt_dir: str) -> list[str]:
-    """The command line of a job: its command, or papermill for a notebook."""
+    """The command line of a job: its command, or papermill for a notebook
+    (gpuspawner/notebook_job.py: its kernel on Unix sockets, not TCP)."""
     if spec.get("notebook"):
-        return [sys.executable, "-m", "papermill", "--log-output", "-k", "python3",
-                spec["notebook"], output_notebook(spec, attempt_dir),
-                "-y", json.dumps(spec.get("parameters") or {})]
+        return [sys.executable, "-m", "gpuspawner.notebook_job", spec["notebook"],
+                output_notebook(spec, attempt_dir), json.dumps(spec.get("parameters") or {})]
     command = spec["command"]
     if spec.get("shell"):
         return ["/bin/sh", "-c", command[0]]
