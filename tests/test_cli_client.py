@@ -24,7 +24,7 @@ from gpuspawner.cli import build_parser, main
 from gpuspawner.cli_client import (build_job_spec, command_payload, fmt_age, format_cancelled,
                                    format_pools, format_quotas, format_table, format_workloads,
                                    parse_env_pair, parse_limit, parse_param_value, quota_change,
-                                   truncate, workload_row)
+                                   readable_reason, workload_row)
 from gpuspawner.client import (DEFAULT_URL, ApiError, GpuHubClient, TokenMissing, hub_url_of,
                                iter_lines, iter_sse, normalize_url, resolve_token, resolve_url)
 
@@ -219,31 +219,56 @@ def test_fmt_age(seconds, text):
     assert fmt_age(seconds) == text
 
 
-@pytest.mark.parametrize("text, width, out", [
-    (None, 10, ""), ("short", 10, "short"), ("exactly10!", 10, "exactly10!"),
-    ("a much longer reason", 10, "a much ..."), ("multi\nline  text", 20, "multi line text"),
-])
-def test_truncate(text, width, out):
-    assert truncate(text, width) == out
-
-
 def test_format_table_aligns_columns():
     text = format_table(("A", "LONGER"), [("xx", 1), ("y", "")])
     assert text.splitlines() == ["A   LONGER", "xx  1", "y"]
 
 
-WORKLOAD = {"id": "w1", "name": "train", "team": "a", "user": "alice", "state": "running",
-            "gpus": 2, "gpus_per_node": 2, "nodes": 1, "pool": "default", "reason": "",
-            "submitted_at": iso(NOW - 600), "started_at": iso(NOW - 90)}
+@pytest.mark.parametrize("width, lines", [
+    (None, ["ID  REASON", "w1  waiting for four GPUs to free up", "w2  ok"]),
+    (25, ["ID  REASON", "w1  waiting for four GPUs", "    to free up", "w2  ok"]),
+    (5, ["ID  REASON", "w1  waiting for four", "    GPUs to free up", "w2  ok"]),  # >= 20 wide
+])
+def test_format_table_wraps_the_last_column_to_a_width(width, lines):
+    rows = [("w1", "waiting for four GPUs to free up"), ("w2", "ok")]
+    assert format_table(("ID", "REASON"), rows, width).splitlines() == lines
+
+
+@pytest.mark.parametrize("reason, text", [
+    ("team a is at 3/2 default GPUs and nothing can be borrowed",
+     "team a has 3 default GPUs in use, quota 2 (borrowing 1) and nothing can be borrowed"),
+    ("team b is at 1/4 a100 GPUs and only 1 can be borrowed; this workload needs 2 more",
+     "team b has 1 a100 GPU in use, quota 4 and only 1 can be borrowed; this workload needs 2 "
+     "more"),
+    ("waiting\nfor  GPUs", "waiting for GPUs"), (None, ""),
+])
+def test_readable_reason(reason, text):
+    assert readable_reason(reason) == text
+
+
+WORKLOAD = {"id": "w1", "kind": "job", "name": "train", "team": "a", "user": "alice",
+            "state": "running", "gpus": 2, "gpus_per_node": 2, "nodes": 1, "pool": "default",
+            "reason": "", "submitted_at": iso(NOW - 600), "started_at": iso(NOW - 90)}
+LONG = "waiting for quota: " + "x" * 60
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ({}, ["w1", "train", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
-    ({"state": "queued", "started_at": None, "name": "", "reason": "waiting for quota: " + "x" * 60},
-     ["w1", "-", "a", "alice", "queued", "2", "default", "10m", "-",
-      ("waiting for quota: " + "x" * 60)[:45] + "..."]),
-    ({"gpus": 16, "gpus_per_node": 8, "nodes": 2}, ["w1", "train", "a", "alice", "running",
-                                                    "2x8", "default", "10m", "1m ago", ""]),
+    ({}, ["w1", "job", "train", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+    ({"state": "queued", "started_at": None, "name": "", "reason": LONG},
+     ["w1", "job", "-", "a", "alice", "queued", "2", "default", "10m", "-", LONG]),
+    ({"gpus": 16, "gpus_per_node": 8, "nodes": 2},
+     ["w1", "job", "train", "a", "alice", "running", "2x8", "default", "10m", "1m ago", ""]),
+    # a notebook server: its kind, and JupyterHub's default server named
+    ({"kind": "notebook", "name": ""},
+     ["w1", "notebook", "(default)", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+    ({"kind": "notebook", "name": "big"},
+     ["w1", "notebook", "big", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+    # preempted and requeued: queued again, so no start time (the first attempt's is past)
+    ({"state": "queued", "attempts": [{"started_at": iso(NOW - 90)}], "reason": "preempted"},
+     ["w1", "job", "train", "a", "alice", "queued", "2", "default", "10m", "-", "preempted"]),
+    # running again: the current attempt's start, not the first one's
+    ({"attempts": [{"started_at": iso(NOW - 500)}, {"started_at": iso(NOW - 30)}]},
+     ["w1", "job", "train", "a", "alice", "running", "2", "default", "10m", "30s ago", ""]),
 ])
 def test_workload_row(overrides, expected):
     assert workload_row(dict(WORKLOAD, **overrides), NOW) == expected
@@ -251,82 +276,25 @@ def test_workload_row(overrides, expected):
 
 def test_format_workloads():
     lines = format_workloads([WORKLOAD, dict(WORKLOAD, id="w22", state="queued")], NOW).splitlines()
-    assert lines[0].split() == ["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE",
-                                "STARTED", "REASON"]
-    assert lines[1].split()[:5] == ["w1", "train", "a", "alice", "running"]
+    assert lines[0].split() == ["ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL",
+                                "AGE", "STARTED", "REASON"]
+    assert lines[1].split()[:6] == ["w1", "job", "train", "a", "alice", "running"]
     assert lines[2].split()[0] == "w22"
     assert format_workloads([], NOW) == "No workloads."
 
 
-@pytest.mark.parametrize("pool, row", [
-    ({"name": "default", "capacity": 4, "total": 4, "used": 3, "free": 1, "queued_workloads": 2,
-      "queued_gpus": 5, "teams": {"b": 1, "a": 2}},
-     ["default", "4", "3", "1", "2", "(5", "GPUs)", "a=2,", "b=1"]),
-    ({"name": "a100", "capacity": 7, "total": 8, "used": 0, "free": 7, "queued_workloads": 0,
-      "queued_gpus": 0, "teams": {}},
-     ["a100", "7", "of", "8", "0", "7", "0", "-"]),
-])
-def test_format_pools(pool, row):
-    lines = format_pools([pool]).splitlines()
-    assert lines[0].split() == ["POOL", "CAPACITY", "USED", "FREE", "QUEUED", "TEAMS"]
-    assert lines[1].split() == row
+def test_format_workloads_keeps_the_whole_reason():
+    reason = ("team a has 2 default GPUs in use, quota 2 and only 1 can be borrowed; this "
+              "workload needs 2 more")
+    queued = dict(WORKLOAD, state="queued", reason=reason)
+    one_line = format_workloads([queued], NOW).splitlines()
+    assert len(one_line) == 2 and one_line[1].endswith(reason)
+    wrapped = format_workloads([queued], NOW, width=100).splitlines()
+    assert len(wrapped) > 2 and all(len(line) <= 100 for line in wrapped)
+    column = wrapped[0].index("REASON")
+    assert " ".join(line[column:] for line in wrapped[1:]) == queued["reason"]
 
 
-@pytest.mark.parametrize("team, rows", [
-    ({"name": "a", "weight": 1.0, "quotas": {"default": {"nominal": 2, "borrowing_limit": 2,
-                                                          "lending_limit": None, "used": 1}}},
-     [["a", "default", "1", "2", "2", "none", "1"]]),
-    ({"name": "b", "weight": 2.5, "quotas": {"y": {"nominal": 0, "borrowing_limit": None,
-                                                    "lending_limit": 0, "used": 0},
-                                              "x": {"nominal": 8, "borrowing_limit": None,
-                                                    "lending_limit": None, "used": 8}}},
-     [["b", "x", "2.5", "8", "none", "none", "8"], ["b", "y", "2.5", "0", "none", "0", "0"]]),
-    ({"name": "c", "weight": 1.0, "quotas": {}}, [["c", "-", "1", "-", "-", "-", "-"]]),
-])
-def test_format_quotas(team, rows):
-    lines = format_quotas([team]).splitlines()
-    assert lines[0].split() == ["TEAM", "POOL", "WEIGHT", "NOMINAL", "BORROWING", "LENDING", "USED"]
-    assert [line.split() for line in lines[1:]] == rows
-
-
-@pytest.mark.parametrize("w, text", [
-    ({"id": "w1", "state": "cancelled", "reason": "cancelled"}, "w1 cancelled"),
-    ({"id": "w2", "state": "stopping", "reason": "cancel requested; stopping"},
-     "w2 stopping: cancel requested; stopping"),
-])
-def test_format_cancelled(w, text):
-    assert format_cancelled(w) == text
-
-
-@pytest.mark.parametrize("values, p, expected", [
-    ([], 50, 0.0), ([5.0], 99, 5.0), ([1, 2, 3, 4], 50, 2.5), ([3, 1, 2], 50, 2.0),
-    (list(range(101)), 99, 99.0), ([1, 2], 100, 2.0),
-])
-def test_percentile(values, p, expected):
-    assert bench_api.percentile(values, p) == pytest.approx(expected)
-
-
-def test_bench_rows_and_ratios():
-    rows = bench_api.add_ratios([
-        bench_api.summarize("GET /hub/api/user (baseline)", [0.002] * 10, 0.01, 0, 2),
-        bench_api.summarize("POST /workloads (submit)", [0.004] * 10, 0.02, 1, 2)])
-    assert rows[0]["rps"] == 1000 and rows[1]["rps"] == 500
-    assert rows[1]["rps_vs_baseline"] == 0.5 and rows[1]["p50_vs_baseline"] == 2.0
-    lines = bench_api.format_rows(rows).splitlines()
-    assert len(lines) == 3 and "0.50x" in lines[2] and "2.00x" in lines[2]
-
-
-@pytest.mark.parametrize("url, local", [
-    ("http://127.0.0.1:8000", True), ("http://localhost:8000", True), ("http://[::1]:8000", True),
-    ("http://10.1.2.3:8000", False), ("http://192.0.2.1", False),
-])
-def test_is_loopback(url, local):
-    assert bench_api.is_loopback(url) is local
-
-
-# ---- the log follower against a scripted server ---------------------------------------------
-
-LOG = "/services/gpuhub/api/v1/workloads/w1/logs"
 ONE = "/services/gpuhub/api/v1/workloads/w1"
 
 
@@ -486,12 +454,13 @@ def test_submit_ls_logs_follow(hub, svc, capsys):
     wid = out.strip()
     assert re.fullmatch(r"[A-Za-z0-9_-]+", wid)
 
-    rc, out, err = run(capsys, "ls", *alice)
+    rc, out, err = run(capsys, "ls", *alice, "--kind", "job", "--wide")
     assert rc == 0, err
     lines = [line.split() for line in out.splitlines()]
-    assert lines[0][:5] == ["ID", "NAME", "TEAM", "USER", "STATE"]
+    assert lines[0][:6] == ["ID", "KIND", "NAME", "TEAM", "USER", "STATE"]
     mine = [row for row in lines if row[0] == wid]
-    assert mine and mine[0][1:4] == ["hello", "a", "alice"] and mine[0][4] in ("queued", "running")
+    assert mine and mine[0][1:5] == ["job", "hello", "a", "alice"]
+    assert mine[0][5] in ("queued", "running")
 
     t0 = time.monotonic()
     rc, out, err = run(capsys, "logs", "-f", *alice, wid)
