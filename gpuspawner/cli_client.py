@@ -328,8 +328,24 @@ def cmd_ls(args) -> int:
     return 0
 
 
+def earlier_attempts_note(w: dict) -> Optional[str]:
+    """What ``gpuhub logs`` says (on stderr) of a workload that ran more than
+    once: which attempt it shows, and how to see the others."""
+    n = int(w.get("attempt") or 0)
+    if n == 0:
+        return None
+    earlier = "--attempt 0" if n == 1 else f"--attempt N (0 to {n - 1})"
+    why = f": {w['reason']}" if w.get("state") == "queued" and w.get("reason") else ""
+    return (f"{w['id']} is on attempt {n} ({w.get('state')}{why}); its earlier attempts' "
+            f"output: gpuhub logs {w['id']} {earlier}")
+
+
 def cmd_logs(args) -> int:
     client = _client(args)
+    if args.attempt is None and not args.json:
+        note = earlier_attempts_note(client.workload(args.id))
+        if note:
+            _note(note)
     if args.follow:
         _stream(client, args.id, args.attempt)
         return 0
@@ -501,7 +517,9 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("logs", parents=[common], help="print a workload's output")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
-    p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    p.add_argument("--attempt", type=int,
+                   help="attempt number, from 0 (default: the latest; a preempted job is "
+                        "requeued as its next attempt)")
     p.add_argument("id")
     p.set_defaults(func=_guard("logs", cmd_logs))
 

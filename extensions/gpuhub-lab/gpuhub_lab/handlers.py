@@ -13,7 +13,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.iostream import StreamClosedError
 
-from . import jobspec, outputs
+from . import deployspec, jobspec, outputs
 from .service import ServiceClient, ServiceError, seg
 
 SCOPES = ("mine", "team")
@@ -74,6 +74,13 @@ class GpuHubHandler(APIHandler):
         except ValueError as e:
             raise jobspec.FormError("body", f"is not valid JSON: {e}")
 
+    def describe(self, workload: dict) -> dict:
+        """The workload with its paths in this server's files, and ``model_path``:
+        where a succeeded job wrote a model that can be deployed (else None)."""
+        out = jobspec.describe(workload, self.service_root)
+        out["model_path"] = deployspec.model_path_of(out, self.root_dir)
+        return out
+
     async def me(self) -> dict:
         cache = self.settings.setdefault("gpuhub_me", {})
         if "me" not in cache:
@@ -103,7 +110,7 @@ class WorkloadsHandler(GpuHubHandler):
         if scope == "mine":
             params.append(("user", (await self.me())["name"]))
         listed = (await self.service.call("GET", "/workloads", params))["workloads"]
-        self.write_json({"workloads": [jobspec.describe(w, self.service_root) for w in listed]})
+        self.write_json({"workloads": [self.describe(w) for w in listed]})
 
     @tornado.web.authenticated
     async def post(self):
@@ -113,19 +120,19 @@ class WorkloadsHandler(GpuHubHandler):
             os.makedirs(os.path.join(self.root_dir, folder), exist_ok=True)
         created = await self.service.call("POST", "/workloads", body=spec)
         self.log.info("gpuhub_lab: submitted %s (%s)", created.get("id"), form.get("path"))
-        self.write_json(jobspec.describe(created, self.service_root), status=201)
+        self.write_json(self.describe(created), status=201)
 
 
 class WorkloadHandler(GpuHubHandler):
     @tornado.web.authenticated
     async def get(self, wid: str):
         w = await self.service.call("GET", f"/workloads/{seg(wid)}")
-        self.write_json(jobspec.describe(w, self.service_root))
+        self.write_json(self.describe(w))
 
     @tornado.web.authenticated
     async def delete(self, wid: str):
         w = await self.service.call("DELETE", f"/workloads/{seg(wid)}")
-        self.write_json(jobspec.describe(w, self.service_root), status=202)
+        self.write_json(self.describe(w), status=202)
 
 
 class LogsHandler(GpuHubHandler):
