@@ -136,6 +136,8 @@ async def test_a_script_job_gets_its_parameters_as_arguments_and_its_outputs_zip
     assert job["output_dir_path"] == "runs/lr"
     done = await wait_state(jp_fetch, job["id"], ("succeeded", "failed"))
     assert done["state"] == "succeeded", done["reason"]
+    # model.bin is no model a runtime loads: nothing to deploy
+    assert done["model_path"] is None
 
     text = (await call(jp_fetch, "workloads", job["id"], "logs")).body.decode()
     assert "lr=0.1 tag=first gpus=" in text
@@ -196,8 +198,8 @@ async def test_closing_a_followed_log_is_quiet(jp_fetch, files, jp_base_url, jp_
     await call(jp_fetch, "workloads", job["id"], method="DELETE")
     logged = "\n".join(f"{r.levelname} {r.getMessage()}" for r in caplog.records)
     assert "Uncaught exception" not in logged and "ClientGone" not in logged, logged
-    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")
-                and " 50" in r.getMessage()], logged
+    assert " 502 " not in logged and not [r for r in caplog.records
+                                          if r.levelname in ("ERROR", "CRITICAL")], logged
 
 
 async def test_cancel_a_queued_job_and_see_it_in_the_teams_list(jp_fetch, files, hub):

@@ -11,6 +11,7 @@ from typing import Any
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
+from tornado.httputil import HTTPInputError
 from tornado.iostream import StreamClosedError
 
 from . import deployspec, jobspec, outputs
@@ -19,8 +20,13 @@ from .service import ServiceClient, ServiceError, seg
 SCOPES = ("mine", "team")
 
 
-class ClientGone(Exception):
-    """The browser closed a log stream."""
+class ClientGone(HTTPInputError):
+    """The browser closed a log stream. Raised from the streaming callback of
+    the request to the service, it closes that connection; tornado logs any
+    other exception there as "Uncaught exception", this kind at INFO."""
+
+    def __init__(self) -> None:
+        super().__init__("the browser closed the log stream; stopped reading the service's")
 
 
 class GpuHubHandler(APIHandler):
@@ -137,7 +143,11 @@ class WorkloadHandler(GpuHubHandler):
 
 class LogsHandler(GpuHubHandler):
     """The log of an attempt: plain text, or (``follow=true``) the service's
-    server-sent event stream, passed on as it arrives."""
+    server-sent event stream, passed on as it arrives. A browser that goes
+    away (a closed tab) ends the request to the service at once, quietly."""
+
+    _upstream: "asyncio.Future | None" = None
+    _client_gone = False
 
     @tornado.web.authenticated
     async def get(self, wid: str):
@@ -150,31 +160,42 @@ class LogsHandler(GpuHubHandler):
             text = await self.service.call("GET", path, params)
             self.finish(text, set_content_type="text/plain; charset=UTF-8")
             return
-        self._client_gone = False
         started = False
 
         def forward(chunk: bytes) -> None:
             nonlocal started
             if self._client_gone:
-                raise ClientGone()  # ends the request to the service
+                raise ClientGone()  # closes the connection to the service
             if not started:
                 self.set_header("Content-Type", "text/event-stream")
                 self.set_header("Cache-Control", "no-cache")
                 self.set_header("X-Accel-Buffering", "no")
                 started = True
             self.write(chunk)
-            self.flush()
+            self.flush().add_done_callback(_retrieved)  # a write to a closed tab: nothing to say
 
+        self._upstream = asyncio.ensure_future(
+            self.service.stream(path, params, forward, self.request.headers.get("Last-Event-ID")))
         try:
-            await self.service.stream(path, params, forward,
-                                      self.request.headers.get("Last-Event-ID"))
-        except (ClientGone, StreamClosedError):
+            await self._upstream
+        except (ClientGone, StreamClosedError, asyncio.CancelledError):
             return
+        except ServiceError:
+            if self._client_gone:  # the stream broke because the tab closed
+                return
+            raise
         if not self._client_gone:
             self.finish(set_content_type="text/event-stream")
 
     def on_connection_close(self) -> None:
         self._client_gone = True
+        if self._upstream is not None:
+            self._upstream.cancel()  # get() returns now, not at the next chunk
+
+
+def _retrieved(future: "asyncio.Future") -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class OutputsHandler(GpuHubHandler):

@@ -12,7 +12,8 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { GpuHubApi } from './api';
 import { IDeploymentActions } from './components/DeploymentCard';
 import { DeploymentsPanel } from './components/DeploymentsPanel';
-import { DeploymentView, deploymentViewId } from './components/DeploymentView';
+import { DeploymentTab } from './components/DeploymentTab';
+import { deploymentViewId } from './components/DeploymentDetail';
 import { Deployer } from './deploy';
 import { deploymentName } from './deployform';
 import { deploymentKey, DeploymentsModel, IDeployPollSettings } from './deploymodel';
@@ -43,7 +44,7 @@ export function setupDeployments(options: {
     maxInterval: settings.get('maxInterval').composite as number
   });
   // The poll runs while the panel or a deployment's tab is shown.
-  const views = new Map<string, DeploymentView>();
+  const views = new Map<string, DeploymentTab>();
   const shown = () => panel.isVisible || Array.from(views.values()).some(v => v.isVisible);
   const model: DeploymentsModel = new DeploymentsModel(options.api, pollSettings(), shown);
   settings.changed.connect(() => model.configure(pollSettings()));
@@ -104,7 +105,7 @@ export function setupDeployments(options: {
       const key = deploymentKey({ team: args.team as string, name: args.name as string });
       let view = views.get(key);
       if (!view) {
-        view = new DeploymentView(model, key, endpointUrl, actions);
+        view = new DeploymentTab(model, key, endpointUrl, actions);
         view.id = deploymentViewId({ team: args.team as string, name: args.name as string });
         view.title.label = `Deployment ${key}`;
         view.title.icon = deployIcon;

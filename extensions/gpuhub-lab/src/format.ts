@@ -56,6 +56,28 @@ export function attemptsText(w: IWorkload): string {
   return `attempt ${w.attempt + 1}${extra}`;
 }
 
+/**
+ * Every attempt of a job, the current one too while it waits in the queue
+ * again (the service lists an attempt once it is admitted).
+ */
+export function attemptList(w: IWorkload): IAttempt[] {
+  const listed = w.attempts ?? [];
+  if (listed.some(a => a.number === w.attempt)) {
+    return listed;
+  }
+  const waiting: IAttempt = {
+    number: w.attempt,
+    state: w.state,
+    gpus: w.gpus,
+    borrowed: 0,
+    started_at: null,
+    ended_at: null,
+    exit_code: null,
+    reason: ''
+  };
+  return [...listed, waiting];
+}
+
 /** One attempt in a line: "attempt 1: preempted after 2m 05s (by w9 of team nlp)". */
 export function attemptLine(a: IAttempt, now: number = Date.now()): string {
   let text = `attempt ${a.number + 1}: ${a.state}`;

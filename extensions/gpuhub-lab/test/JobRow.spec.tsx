@@ -54,9 +54,9 @@ describe('a job in the Jobs panel', () => {
     const requeued = job({
       state: 'queued',
       attempt: 1,
+      // the service lists an attempt once admitted: the requeued one is not there yet
       attempts: [
-        { number: 0, state: 'preempted', reason: 'preempted by w9 (team nlp)', started_at: '2026-11-30T00:00:00Z', ended_at: '2026-11-30T00:02:05Z' },
-        { number: 1, state: 'queued', reason: '', started_at: null, ended_at: null }
+        { number: 0, state: 'preempted', reason: 'preempted by w9 (team nlp)', started_at: '2026-11-30T00:00:00Z', ended_at: '2026-11-30T00:02:05Z' }
       ] as any
     });
     const html = renderToStaticMarkup(<JobRow job={requeued} showUser={false} actions={actions} />);

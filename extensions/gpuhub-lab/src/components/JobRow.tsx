@@ -1,7 +1,7 @@
 /** One job in the Jobs panel: what it is, where it stands, what can be done. */
 import * as React from 'react';
 
-import { attemptLine, attemptsText, isActive, runTime, stateDetail } from '../format';
+import { attemptLine, attemptList, attemptsText, isActive, runTime, stateDetail } from '../format';
 import { IWorkload } from '../types';
 
 export interface IJobActions {
@@ -25,7 +25,8 @@ function Action(props: { label: string; title: string; onClick: () => void }): J
 export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJobActions }): JSX.Element {
   const { job, actions } = props;
   const detail = stateDetail(job);
-  const attempts = attemptsText(job);
+  const attemptsSummary = attemptsText(job);
+  const attempts = attemptList(job);
   const time = runTime(job);
   return (
     <li className={`gpuhub-Job gpuhub-mod-${job.state}`} data-job-id={job.id} data-state={job.state}>
@@ -40,14 +41,14 @@ export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJob
           {job.gpus} × {job.pool}
         </span>
         {time && <span title="run time">{time}</span>}
-        {attempts && <span className="gpuhub-Job-attempts">{attempts}</span>}
+        {attemptsSummary && <span className="gpuhub-Job-attempts">{attemptsSummary}</span>}
         {props.showUser && <span title="user, team">{`${job.user} (${job.team})`}</span>}
         <span className="gpuhub-Job-id">{job.id}</span>
       </div>
       {detail && <div className="gpuhub-Job-detail">{detail}</div>}
-      {(job.attempts?.length ?? 0) > 1 && (
+      {attempts.length > 1 && (
         <ol className="gpuhub-Job-attemptList" title="Each time the job ran (a preempted job runs again)">
-          {job.attempts!.map(a => (
+          {attempts.map(a => (
             <li key={a.number} data-attempt={a.number}>
               <span>{attemptLine(a)}</span>
               <button

@@ -1,16 +1,12 @@
 /**
- * One deployment in a main-area tab: the endpoint in full (with its copy
- * button), the traffic split, full-size live charts per revision, every
- * revision in a table, and the actions. It reads the Deployments panel's
- * model, so it is as fresh as the panel.
+ * One deployment as its main-area tab shows it (DeploymentTab): the endpoint
+ * in full (with its copy button), the traffic split, full-size live charts
+ * per revision, every revision in a table, and the actions.
  */
-import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
-import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
-import { deploymentKey, DeploymentsModel } from '../deploymodel';
+import { deploymentKey } from '../deploymodel';
 import { latencyText, percentText, replicasText, revisionRole, rpsText } from '../deployview';
-import { chartWindow } from '../sparkline';
 import { IDeployment, IMetricPoint } from '../types';
 import { ActionButtons, IDeploymentActions, TrafficBar } from './DeploymentCard';
 import { Sparkline } from './Sparkline';
@@ -126,52 +122,4 @@ export function DeploymentDetail(props: {
       </table>
     </div>
   );
-}
-
-/** The tab: follows the model; says so when the deployment is gone. */
-export class DeploymentView extends ReactWidget {
-  constructor(
-    private model: DeploymentsModel,
-    readonly key: string,
-    private endpointUrl: (d: IDeployment) => string,
-    private actions: IDeploymentActions
-  ) {
-    super();
-    this.addClass('gpuhub-DeploymentView');
-    this.title.closable = true;
-  }
-
-  /** The poll stands by while nothing shows deployments: catch up at once. */
-  protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
-    void this.model.refreshNow();
-  }
-
-  render(): JSX.Element {
-    return (
-      <UseSignal signal={this.model.changed}>
-        {() => {
-          const d = this.model.deployments.find(x => deploymentKey(x) === this.key);
-          if (!d) {
-            return (
-              <div className="gpuhub-DeploymentDetail">
-                <p className="gpuhub-Jobs-empty">
-                  {this.model.loaded ? `Deployment ${this.key} is gone.` : 'Loading…'}
-                </p>
-              </div>
-            );
-          }
-          return (
-            <DeploymentDetail
-              d={d}
-              endpointUrl={this.endpointUrl(d)}
-              points={chartWindow(this.model.metrics[this.key]?.revisions ?? {})}
-              error={this.model.actionErrors[this.key] ?? ''}
-              actions={this.actions}
-            />
-          );
-        }}
-      </UseSignal>
-    );
-  }
 }

@@ -2,7 +2,7 @@ import * as React from 'react';
 import { renderToStaticMarkup } from 'react-dom/server';
 
 import { IDeploymentActions } from '../src/components/DeploymentCard';
-import { DeploymentDetail, deploymentViewId } from '../src/components/DeploymentView';
+import { DeploymentDetail, deploymentViewId } from '../src/components/DeploymentDetail';
 import { IMetricPoint } from '../src/types';
 import { revision, withCanary } from './fixtures';
 
@@ -16,7 +16,8 @@ function point(rps: number): IMetricPoint {
 describe("a deployment's tab", () => {
   const d = withCanary();
   d.revisions.push(revision({ number: 0, replicas: [], ready_replicas: 0, model_path: 'models/old' }));
-  const points = { '1': [point(1), point(2)], '2': [point(0.5)] };
+  // the last bucket of each is still running: not drawn
+  const points = { '1': [point(1), point(2), point(3)], '2': [point(0.5), point(0.5)] };
   const html = renderToStaticMarkup(<DeploymentDetail d={d} endpointUrl={URL} points={points} error="" actions={actions} />);
 
   it('shows the whole endpoint URL with its copy button', () => {
