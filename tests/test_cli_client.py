@@ -295,6 +295,75 @@ def test_format_workloads_keeps_the_whole_reason():
     assert " ".join(line[column:] for line in wrapped[1:]) == queued["reason"]
 
 
+@pytest.mark.parametrize("pool, row", [
+    ({"name": "default", "capacity": 4, "total": 4, "used": 3, "free": 1, "queued_workloads": 2,
+      "queued_gpus": 5, "teams": {"b": 1, "a": 2}},
+     ["default", "4", "3", "1", "2", "(5", "GPUs)", "a=2,", "b=1"]),
+    ({"name": "a100", "capacity": 7, "total": 8, "used": 0, "free": 7, "queued_workloads": 0,
+      "queued_gpus": 0, "teams": {}},
+     ["a100", "7", "of", "8", "0", "7", "0", "-"]),
+])
+def test_format_pools(pool, row):
+    lines = format_pools([pool]).splitlines()
+    assert lines[0].split() == ["POOL", "CAPACITY", "USED", "FREE", "QUEUED", "TEAMS"]
+    assert lines[1].split() == row
+
+
+@pytest.mark.parametrize("team, rows", [
+    ({"name": "a", "weight": 1.0, "quotas": {"default": {"nominal": 2, "borrowing_limit": 2,
+                                                          "lending_limit": None, "used": 1}}},
+     [["a", "default", "1", "2", "2", "none", "1"]]),
+    ({"name": "b", "weight": 2.5, "quotas": {"y": {"nominal": 0, "borrowing_limit": None,
+                                                    "lending_limit": 0, "used": 0},
+                                              "x": {"nominal": 8, "borrowing_limit": None,
+                                                    "lending_limit": None, "used": 8}}},
+     [["b", "x", "2.5", "8", "none", "none", "8"], ["b", "y", "2.5", "0", "none", "0", "0"]]),
+    ({"name": "c", "weight": 1.0, "quotas": {}}, [["c", "-", "1", "-", "-", "-", "-"]]),
+])
+def test_format_quotas(team, rows):
+    lines = format_quotas([team]).splitlines()
+    assert lines[0].split() == ["TEAM", "POOL", "WEIGHT", "NOMINAL", "BORROWING", "LENDING", "USED"]
+    assert [line.split() for line in lines[1:]] == rows
+
+
+@pytest.mark.parametrize("w, text", [
+    ({"id": "w1", "state": "cancelled", "reason": "cancelled"}, "w1 cancelled"),
+    ({"id": "w2", "state": "stopping", "reason": "cancel requested; stopping"},
+     "w2 stopping: cancel requested; stopping"),
+])
+def test_format_cancelled(w, text):
+    assert format_cancelled(w) == text
+
+
+@pytest.mark.parametrize("values, p, expected", [
+    ([], 50, 0.0), ([5.0], 99, 5.0), ([1, 2, 3, 4], 50, 2.5), ([3, 1, 2], 50, 2.0),
+    (list(range(101)), 99, 99.0), ([1, 2], 100, 2.0),
+])
+def test_percentile(values, p, expected):
+    assert bench_api.percentile(values, p) == pytest.approx(expected)
+
+
+def test_bench_rows_and_ratios():
+    rows = bench_api.add_ratios([
+        bench_api.summarize("GET /hub/api/user (baseline)", [0.002] * 10, 0.01, 0, 2),
+        bench_api.summarize("POST /workloads (submit)", [0.004] * 10, 0.02, 1, 2)])
+    assert rows[0]["rps"] == 1000 and rows[1]["rps"] == 500
+    assert rows[1]["rps_vs_baseline"] == 0.5 and rows[1]["p50_vs_baseline"] == 2.0
+    lines = bench_api.format_rows(rows).splitlines()
+    assert len(lines) == 3 and "0.50x" in lines[2] and "2.00x" in lines[2]
+
+
+@pytest.mark.parametrize("url, local", [
+    ("http://127.0.0.1:8000", True), ("http://localhost:8000", True), ("http://[::1]:8000", True),
+    ("http://10.1.2.3:8000", False), ("http://192.0.2.1", False),
+])
+def test_is_loopback(url, local):
+    assert bench_api.is_loopback(url) is local
+
+
+# ---- the log follower against a scripted server ---------------------------------------------
+
+LOG = "/services/gpuhub/api/v1/workloads/w1/logs"
 ONE = "/services/gpuhub/api/v1/workloads/w1"
 
 

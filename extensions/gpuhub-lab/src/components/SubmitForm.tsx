@@ -82,16 +82,16 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
         )}
       </div>
       <div className="gpuhub-SubmitForm-row">
-        <Field label="Time limit" name="timeLimit" invalid={invalid('time_limit')} hint="e.g. 2h30m">
+        <Field label="Time limit" name="timeLimit" invalid={invalid('timeLimit')} hint="e.g. 2h30m">
           {input('timeLimit', { placeholder: 'none' })}
         </Field>
         <Field label="Priority" name="priority" invalid={invalid('priority')}>
           {select('priority', PRIORITIES)}
         </Field>
-        <Field label="Output directory" name="outputDir" invalid={invalid('output_dir')} hint="$OUTPUT_DIR in the job">
+        <Field label="Output directory" name="outputDir" invalid={invalid('outputDir')} hint="$OUTPUT_DIR in the job">
           {input('outputDir', { placeholder: 'outputs/<name>-<time>' })}
         </Field>
-        <Field label="Checkpoint directory" name="checkpointDir" invalid={invalid('checkpoint_dir')} hint="$GPUHUB_CHECKPOINT_DIR, kept across attempts">
+        <Field label="Checkpoint directory" name="checkpointDir" invalid={invalid('checkpointDir')} hint="$GPUHUB_CHECKPOINT_DIR, kept across attempts">
           {input('checkpointDir', { placeholder: 'one per job' })}
         </Field>
       </div>
