@@ -307,6 +307,7 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
                 f"/workloads/{sweep['id']}/logs").text, 60, "the sweep's first steps")
             blocker = amy.submit(name="amy-batch", command=["python", "-c", HOLD], gpus=2)
             amy.wait(blocker["id"], "running", timeout=60)
+            page.locator(".jp-SideBar [data-id='gpuhub-jobs']").click()
             row = page.locator(f'.gpuhub-Job[data-job-id="{sweep["id"]}"]')
             expect(row).to_have_attribute("data-state", "queued", timeout=30_000)
             attempts = row.locator(".gpuhub-Job-attemptList li")
