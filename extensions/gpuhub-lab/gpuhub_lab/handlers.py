@@ -144,9 +144,9 @@ class WorkloadHandler(GpuHubHandler):
 class LogsHandler(GpuHubHandler):
     """The log of an attempt: plain text, or (``follow=true``) the service's
     server-sent event stream, passed on as it arrives. A browser that goes
-    away (a closed tab) ends the request to the service at once, quietly."""
+    away (a closed tab) ends the request to the service with the next chunk
+    the service sends, quietly."""
 
-    _upstream: "asyncio.Future | None" = None
     _client_gone = False
 
     @tornado.web.authenticated
@@ -174,14 +174,13 @@ class LogsHandler(GpuHubHandler):
             self.write(chunk)
             self.flush().add_done_callback(_retrieved)  # a write to a closed tab: nothing to say
 
-        self._upstream = asyncio.ensure_future(
-            self.service.stream(path, params, forward, self.request.headers.get("Last-Event-ID")))
         try:
-            await self._upstream
-        except (ClientGone, StreamClosedError, asyncio.CancelledError):
+            await self.service.stream(path, params, forward,
+                                      self.request.headers.get("Last-Event-ID"))
+        except (ClientGone, StreamClosedError):
             return
         except ServiceError:
-            if self._client_gone:  # the stream broke because the tab closed
+            if self._client_gone:  # the connection to the service closed by forward()
                 return
             raise
         if not self._client_gone:
@@ -189,8 +188,6 @@ class LogsHandler(GpuHubHandler):
 
     def on_connection_close(self) -> None:
         self._client_gone = True
-        if self._upstream is not None:
-            self._upstream.cancel()  # get() returns now, not at the next chunk
 
 
 def _retrieved(future: "asyncio.Future") -> None:
