@@ -82,6 +82,7 @@ export function DeploymentDetail(props: {
         );
       })}
       <h2>Revisions</h2>
+      <div className="gpuhub-DeploymentDetail-tableWrap">
       <table className="gpuhub-DeploymentDetail-revisions">
         <thead>
           <tr>
@@ -120,6 +121,7 @@ export function DeploymentDetail(props: {
           ))}
         </tbody>
       </table>
+      </div>
     </div>
   );
 }
