@@ -83,44 +83,44 @@ export function DeploymentDetail(props: {
       })}
       <h2>Revisions</h2>
       <div className="gpuhub-DeploymentDetail-tableWrap">
-      <table className="gpuhub-DeploymentDetail-revisions">
-        <thead>
-          <tr>
-            <th>Revision</th>
-            <th>Role</th>
-            <th>Traffic</th>
-            <th>Ready</th>
-            <th>Requests (1 min)</th>
-            <th>Rate</th>
-            <th>p50</th>
-            <th>p99</th>
-            <th>Errors</th>
-            <th>Model</th>
-            <th>Runtime</th>
-            <th>Created</th>
-          </tr>
-        </thead>
-        <tbody>
-          {newestFirst.map(r => (
-            <tr key={r.number} data-revision={r.number}>
-              <td>r{r.number}</td>
-              <td>{revisionRole(d, r.number)}</td>
-              <td>{d.traffic[String(r.number)] ?? 0}%</td>
-              <td title="ready / running replicas">{replicasText(r)}</td>
-              <td>{r.requests}</td>
-              <td>{rpsText(r.rps)}</td>
-              <td>{latencyText(r.p50_ms)}</td>
-              <td>{latencyText(r.p99_ms)}</td>
-              <td>{percentText(r.error_rate)}</td>
-              <td className="gpuhub-DeploymentDetail-model">{r.model_path ?? r.model_dir}</td>
-              <td>{r.runtime === 'predictor' ? `predictor (${r.predictor})` : r.runtime}</td>
-              <td>
-                {when(r.created_at)} by {r.created_by}
-              </td>
+        <table className="gpuhub-DeploymentDetail-revisions">
+          <thead>
+            <tr>
+              <th>Revision</th>
+              <th>Role</th>
+              <th>Traffic</th>
+              <th>Ready</th>
+              <th>Requests (1 min)</th>
+              <th>Rate</th>
+              <th>p50</th>
+              <th>p99</th>
+              <th>Errors</th>
+              <th>Model</th>
+              <th>Runtime</th>
+              <th>Created</th>
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {newestFirst.map(r => (
+              <tr key={r.number} data-revision={r.number}>
+                <td>r{r.number}</td>
+                <td>{revisionRole(d, r.number)}</td>
+                <td>{d.traffic[String(r.number)] ?? 0}%</td>
+                <td title="ready / running replicas">{replicasText(r)}</td>
+                <td>{r.requests}</td>
+                <td>{rpsText(r.rps)}</td>
+                <td>{latencyText(r.p50_ms)}</td>
+                <td>{latencyText(r.p99_ms)}</td>
+                <td>{percentText(r.error_rate)}</td>
+                <td className="gpuhub-DeploymentDetail-model">{r.model_path ?? r.model_dir}</td>
+                <td>{r.runtime === 'predictor' ? `predictor (${r.predictor})` : r.runtime}</td>
+                <td>
+                  {when(r.created_at)} by {r.created_by}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
       </div>
     </div>
   );
