@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
+import shutil
 import sys
+import textwrap
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -23,7 +26,6 @@ from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, Token
 
 STATES = ("queued", "held", "running", "stopping", "succeeded", "failed", "cancelled")
 ACTIVE_STATES = ("queued", "held", "running", "stopping")
-REASON_WIDTH = 48
 
 
 class UsageError(Exception):
@@ -156,23 +158,25 @@ def fmt_age(seconds: Optional[float]) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def truncate(text: Optional[str], width: int) -> str:
-    text = " ".join((text or "").split())
-    if len(text) <= width:
-        return text
-    return text[: max(width - 3, 0)] + "..."
-
-
-def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """Columns left-aligned, two spaces apart, no trailing spaces."""
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
+                 width: Optional[int] = None) -> str:
+    """Columns left-aligned, two spaces apart, no trailing spaces. With
+    ``width`` (a terminal's), the last column is wrapped onto lines of their
+    own, indented under it, so that no line is longer (when the other columns
+    leave it at least 20 characters); without, it is left whole."""
     rows = [[str(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
-        for i, cell in enumerate(row):
+        for i, cell in enumerate(row[:-1]):
             widths[i] = max(widths[i], len(cell))
+    indent = sum(widths[:-1]) + 2 * (len(headers) - 1)
+    room = None if width is None else max(width - indent, 20)
     lines = []
     for row in [list(headers)] + rows:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        head = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
+        last = textwrap.wrap(row[-1], room, break_on_hyphens=False) if room else [row[-1]]
+        lines.append((head + "  " + (last[0] if last else "")).rstrip())
+        lines.extend(" " * indent + more for more in last[1:])
     return "\n".join(lines)
 
 
@@ -187,23 +191,48 @@ def fmt_limit(value: Optional[int]) -> str:
     return "none" if value is None else str(value)
 
 
-WORKLOAD_HEADERS = ("ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE", "STARTED",
-                    "REASON")
+WORKLOAD_HEADERS = ("ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE",
+                    "STARTED", "REASON")
+# The scheduler's "team a is at 3/2 default GPUs ...": used/nominal.
+_AT_QUOTA = re.compile(r"\bis at (\d+)/(\d+) (\S+) GPUs\b")
+
+
+def readable_reason(reason: Optional[str]) -> str:
+    """The reason on one line, with "is at 3/2 default GPUs" spelled out as
+    "has 3 default GPUs in use, quota 2 (borrowing 1)"."""
+    def spell(m: re.Match) -> str:
+        used, nominal, pool = int(m.group(1)), int(m.group(2)), m.group(3)
+        text = f"has {used} {pool} GPU{'s' if used != 1 else ''} in use, quota {nominal}"
+        return text + (f" (borrowing {used - nominal})" if used > nominal else "")
+    return _AT_QUOTA.sub(spell, " ".join((reason or "").split()))
+
+
+def workload_name(w: dict) -> str:
+    """The name, or for a notebook server without one JupyterHub's default server."""
+    if w.get("name"):
+        return w["name"]
+    return "(default)" if w.get("kind") == "notebook" else "-"
 
 
 def workload_row(w: dict, now: float) -> list[str]:
-    submitted, started = parse_time(w.get("submitted_at")), parse_time(w.get("started_at"))
-    return [w.get("id", ""), w.get("name") or "-", w.get("team", ""), w.get("user", ""),
-            w.get("state", ""), fmt_gpus(w), w.get("pool", ""),
+    submitted = parse_time(w.get("submitted_at"))
+    # The current attempt's start: a requeued workload waiting again has none.
+    attempts = w.get("attempts") or []
+    started = parse_time(attempts[-1].get("started_at") if attempts else w.get("started_at"))
+    if w.get("state") in ("queued", "held"):
+        started = None
+    return [w.get("id", ""), w.get("kind") or "job", workload_name(w), w.get("team", ""),
+            w.get("user", ""), w.get("state", ""), fmt_gpus(w), w.get("pool", ""),
             fmt_age(now - submitted) if submitted else "-",
             fmt_age(now - started) + " ago" if started else "-",
-            truncate(w.get("reason"), REASON_WIDTH)]
+            readable_reason(w.get("reason"))]
 
 
-def format_workloads(workloads: Sequence[dict], now: float) -> str:
+def format_workloads(workloads: Sequence[dict], now: float, width: Optional[int] = None) -> str:
+    """The ``gpuhub ls`` table; the reasons wrapped to ``width`` when given."""
     if not workloads:
         return "No workloads."
-    return format_table(WORKLOAD_HEADERS, [workload_row(w, now) for w in workloads])
+    return format_table(WORKLOAD_HEADERS, [workload_row(w, now) for w in workloads], width)
 
 
 def format_pools(pools: Sequence[dict]) -> str:
@@ -303,16 +332,35 @@ def cmd_ls(args) -> int:
     states = args.state or ([] if args.all else list(ACTIVE_STATES))
     workloads = _client(args).list_workloads(state=states, team=args.team, user=args.user,
                                              pool=args.pool, project=args.project,
-                                             limit=args.limit)
+                                             kind=args.kind, limit=args.limit, detail=True)
     if args.json:
         _print_json({"workloads": workloads})
     else:
-        print(format_workloads(workloads, time.time()))
+        # On a terminal the reasons wrap to its width; piped (or --wide), one line each.
+        width = None if args.wide or not sys.stdout.isatty() else \
+            shutil.get_terminal_size().columns
+        print(format_workloads(workloads, time.time(), width))
     return 0
+
+
+def earlier_attempts_note(w: dict) -> Optional[str]:
+    """What ``gpuhub logs`` says (on stderr) of a workload that ran more than
+    once: which attempt it shows, and how to see the others."""
+    n = int(w.get("attempt") or 0)
+    if n == 0:
+        return None
+    earlier = "--attempt 0" if n == 1 else f"--attempt N (0 to {n - 1})"
+    why = f": {w['reason']}" if w.get("state") == "queued" and w.get("reason") else ""
+    return (f"{w['id']} is on attempt {n} ({w.get('state')}{why}); its earlier attempts' "
+            f"output: gpuhub logs {w['id']} {earlier}")
 
 
 def cmd_logs(args) -> int:
     client = _client(args)
+    if args.attempt is None and not args.json:
+        note = earlier_attempts_note(client.workload(args.id))
+        if note:
+            _note(note)
     if args.follow:
         _stream(client, args.id, args.attempt)
         return 0
@@ -473,13 +521,20 @@ def add_parsers(sub) -> None:
     p.add_argument("--user")
     p.add_argument("--pool")
     p.add_argument("--project")
+    p.add_argument("--kind", choices=("job", "notebook", "deployment"),
+                   help="only jobs, notebook servers or deployment replicas")
     p.add_argument("--all", action="store_true", help="finished workloads too")
+    p.add_argument("-w", "--wide", action="store_true",
+                   help="each reason whole on its line (on a terminal they wrap to its width; "
+                        "piped output is never wrapped)")
     p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     p.set_defaults(func=_guard("ls", cmd_ls))
 
     p = sub.add_parser("logs", parents=[common], help="print a workload's output")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
-    p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    p.add_argument("--attempt", type=int,
+                   help="attempt number, from 0 (default: the latest; a preempted job is "
+                        "requeued as its next attempt)")
     p.add_argument("id")
     p.set_defaults(func=_guard("logs", cmd_logs))
 

@@ -214,8 +214,11 @@ class GpuHubClient:
     def list_workloads(self, *, state: Iterable[str] = (), team: Optional[str] = None,
                        user: Optional[str] = None, kind: Optional[str] = None,
                        pool: Optional[str] = None, project: Optional[str] = None,
-                       limit: Optional[int] = None) -> list[dict]:
+                       limit: Optional[int] = None, detail: bool = False) -> list[dict]:
+        """``detail``: with each workload's attempts and queue position."""
         params: list[tuple[str, Any]] = [("state", s) for s in state]
+        if detail:
+            params.append(("detail", 1))
         for key, value in (("team", team), ("user", user), ("kind", kind), ("pool", pool),
                            ("project", project), ("limit", limit)):
             if value is not None:

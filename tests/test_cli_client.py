@@ -24,7 +24,7 @@ from gpuspawner.cli import build_parser, main
 from gpuspawner.cli_client import (build_job_spec, command_payload, fmt_age, format_cancelled,
                                    format_pools, format_quotas, format_table, format_workloads,
                                    parse_env_pair, parse_limit, parse_param_value, quota_change,
-                                   submitted_note, truncate, workload_row)
+                                   readable_reason, submitted_note, workload_row)
 from gpuspawner.client import (DEFAULT_URL, ApiError, GpuHubClient, TokenMissing, hub_url_of,
                                iter_lines, iter_sse, normalize_url, resolve_token, resolve_url)
 
@@ -219,31 +219,56 @@ def test_fmt_age(seconds, text):
     assert fmt_age(seconds) == text
 
 
-@pytest.mark.parametrize("text, width, out", [
-    (None, 10, ""), ("short", 10, "short"), ("exactly10!", 10, "exactly10!"),
-    ("a much longer reason", 10, "a much ..."), ("multi\nline  text", 20, "multi line text"),
-])
-def test_truncate(text, width, out):
-    assert truncate(text, width) == out
-
-
 def test_format_table_aligns_columns():
     text = format_table(("A", "LONGER"), [("xx", 1), ("y", "")])
     assert text.splitlines() == ["A   LONGER", "xx  1", "y"]
 
 
-WORKLOAD = {"id": "w1", "name": "train", "team": "a", "user": "alice", "state": "running",
-            "gpus": 2, "gpus_per_node": 2, "nodes": 1, "pool": "default", "reason": "",
-            "submitted_at": iso(NOW - 600), "started_at": iso(NOW - 90)}
+@pytest.mark.parametrize("width, lines", [
+    (None, ["ID  REASON", "w1  waiting for four GPUs to free up", "w2  ok"]),
+    (25, ["ID  REASON", "w1  waiting for four GPUs", "    to free up", "w2  ok"]),
+    (5, ["ID  REASON", "w1  waiting for four", "    GPUs to free up", "w2  ok"]),  # >= 20 wide
+])
+def test_format_table_wraps_the_last_column_to_a_width(width, lines):
+    rows = [("w1", "waiting for four GPUs to free up"), ("w2", "ok")]
+    assert format_table(("ID", "REASON"), rows, width).splitlines() == lines
+
+
+@pytest.mark.parametrize("reason, text", [
+    ("team a is at 3/2 default GPUs and nothing can be borrowed",
+     "team a has 3 default GPUs in use, quota 2 (borrowing 1) and nothing can be borrowed"),
+    ("team b is at 1/4 a100 GPUs and only 1 can be borrowed; this workload needs 2 more",
+     "team b has 1 a100 GPU in use, quota 4 and only 1 can be borrowed; this workload needs 2 "
+     "more"),
+    ("waiting\nfor  GPUs", "waiting for GPUs"), (None, ""),
+])
+def test_readable_reason(reason, text):
+    assert readable_reason(reason) == text
+
+
+WORKLOAD = {"id": "w1", "kind": "job", "name": "train", "team": "a", "user": "alice",
+            "state": "running", "gpus": 2, "gpus_per_node": 2, "nodes": 1, "pool": "default",
+            "reason": "", "submitted_at": iso(NOW - 600), "started_at": iso(NOW - 90)}
+LONG = "waiting for quota: " + "x" * 60
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ({}, ["w1", "train", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
-    ({"state": "queued", "started_at": None, "name": "", "reason": "waiting for quota: " + "x" * 60},
-     ["w1", "-", "a", "alice", "queued", "2", "default", "10m", "-",
-      ("waiting for quota: " + "x" * 60)[:45] + "..."]),
-    ({"gpus": 16, "gpus_per_node": 8, "nodes": 2}, ["w1", "train", "a", "alice", "running",
-                                                    "2x8", "default", "10m", "1m ago", ""]),
+    ({}, ["w1", "job", "train", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+    ({"state": "queued", "started_at": None, "name": "", "reason": LONG},
+     ["w1", "job", "-", "a", "alice", "queued", "2", "default", "10m", "-", LONG]),
+    ({"gpus": 16, "gpus_per_node": 8, "nodes": 2},
+     ["w1", "job", "train", "a", "alice", "running", "2x8", "default", "10m", "1m ago", ""]),
+    # a notebook server: its kind, and JupyterHub's default server named
+    ({"kind": "notebook", "name": ""},
+     ["w1", "notebook", "(default)", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+    ({"kind": "notebook", "name": "big"},
+     ["w1", "notebook", "big", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+    # preempted and requeued: queued again, so no start time (the first attempt's is past)
+    ({"state": "queued", "attempts": [{"started_at": iso(NOW - 90)}], "reason": "preempted"},
+     ["w1", "job", "train", "a", "alice", "queued", "2", "default", "10m", "-", "preempted"]),
+    # running again: the current attempt's start, not the first one's
+    ({"attempts": [{"started_at": iso(NOW - 500)}, {"started_at": iso(NOW - 30)}]},
+     ["w1", "job", "train", "a", "alice", "running", "2", "default", "10m", "30s ago", ""]),
 ])
 def test_workload_row(overrides, expected):
     assert workload_row(dict(WORKLOAD, **overrides), NOW) == expected
@@ -251,11 +276,23 @@ def test_workload_row(overrides, expected):
 
 def test_format_workloads():
     lines = format_workloads([WORKLOAD, dict(WORKLOAD, id="w22", state="queued")], NOW).splitlines()
-    assert lines[0].split() == ["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE",
-                                "STARTED", "REASON"]
-    assert lines[1].split()[:5] == ["w1", "train", "a", "alice", "running"]
+    assert lines[0].split() == ["ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL",
+                                "AGE", "STARTED", "REASON"]
+    assert lines[1].split()[:6] == ["w1", "job", "train", "a", "alice", "running"]
     assert lines[2].split()[0] == "w22"
     assert format_workloads([], NOW) == "No workloads."
+
+
+def test_format_workloads_keeps_the_whole_reason():
+    reason = ("team a has 2 default GPUs in use, quota 2 and only 1 can be borrowed; this "
+              "workload needs 2 more")
+    queued = dict(WORKLOAD, state="queued", reason=reason)
+    one_line = format_workloads([queued], NOW).splitlines()
+    assert len(one_line) == 2 and one_line[1].endswith(reason)
+    wrapped = format_workloads([queued], NOW, width=100).splitlines()
+    assert len(wrapped) > 2 and all(len(line) <= 100 for line in wrapped)
+    column = wrapped[0].index("REASON")
+    assert " ".join(line[column:] for line in wrapped[1:]) == queued["reason"]
 
 
 @pytest.mark.parametrize("pool, row", [
@@ -486,12 +523,13 @@ def test_submit_ls_logs_follow(hub, svc, capsys):
     wid = out.strip()
     assert re.fullmatch(r"[A-Za-z0-9_-]+", wid)
 
-    rc, out, err = run(capsys, "ls", *alice)
+    rc, out, err = run(capsys, "ls", *alice, "--kind", "job", "--wide")
     assert rc == 0, err
     lines = [line.split() for line in out.splitlines()]
-    assert lines[0][:5] == ["ID", "NAME", "TEAM", "USER", "STATE"]
+    assert lines[0][:6] == ["ID", "KIND", "NAME", "TEAM", "USER", "STATE"]
     mine = [row for row in lines if row[0] == wid]
-    assert mine and mine[0][1:4] == ["hello", "a", "alice"] and mine[0][4] in ("queued", "running")
+    assert mine and mine[0][1:5] == ["job", "hello", "a", "alice"]
+    assert mine[0][5] in ("queued", "running")
 
     t0 = time.monotonic()
     rc, out, err = run(capsys, "logs", "-f", *alice, wid)

@@ -115,6 +115,8 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
     write_notebook(os.path.join(workspace, "train.ipynb"))
     with open(os.path.join(workspace, "prep.py"), "w") as f:
         f.write("print('preparing data')\n")
+    with open(os.path.join(workspace, "data.csv"), "w") as f:  # not a job: the picker hides it
+        f.write("x,y\n")
     quiet_news(workspace)
     with hub_session(hub) as pids:
         amy = hub.client("amy")
@@ -141,8 +143,25 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
             params = form.locator('textarea[name="parameters"]')
             assert "epochs = 1" in params.input_value()
             params.fill('epochs = 3\nmodel = "vit"\nstep_seconds = 2.5')
-            form.locator('input[name="gpus"]').fill("2")
+            # Team, Pool and Priority are JupyterLab's styled selects (a caret, not a
+            # text box), as high as the inputs beside them.
+            for name in ("team", "pool", "priority"):
+                expect(form.locator(f'.jp-HTMLSelect select[name="{name}"]')).to_have_count(1)
+                expect(form.locator(f'.jp-HTMLSelect:has(select[name="{name}"]) svg')).to_be_visible()
+            heights = {name: form.locator(f'[name="{name}"]').bounding_box()["height"]
+                       for name in ("priority", "timeLimit", "outputDir", "team", "gpus")}
+            assert len(set(heights.values())) == 1, heights
+            tops = {name: form.locator(f'[name="{name}"]').bounding_box()["y"]
+                    for name in ("timeLimit", "priority", "outputDir")}
+            assert len(set(tops.values())) == 1, tops
+            # More GPUs than the team may ever hold: the hint says so, Submit is off.
+            submit = page.locator(".jp-Dialog-button.jp-mod-accept")
+            form.locator('input[name="gpus"]').fill("3")
             quota = form.locator(".gpuhub-SubmitForm-quota")
+            expect(quota).to_contain_text("3 GPUs is more than team a may ever hold")
+            expect(submit).to_be_disabled()
+            form.locator('input[name="gpus"]').fill("2")
+            expect(submit).to_be_enabled()
             expect(quota).to_contain_text("0 of 2 Fake GPU free in quota")
             expect(quota).to_contain_text("waits for the team's own quota")
             form.locator('textarea[name="env"]').fill("WANDB_MODE=offline")
@@ -222,6 +241,13 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
             assert form.locator('input[name="gpus"]').input_value() == "2"
             assert form.locator('textarea[name="env"]').input_value() == "WANDB_MODE=offline"
             assert form.locator('select[name="priority"]').input_value() == "batch"
+            # A refusal names the field as the form labels it.
+            form.locator('input[name="path"]').fill("missing.ipynb")
+            page.locator(".jp-Dialog-button.jp-mod-accept").click()
+            form = page.locator(".gpuhub-SubmitForm")
+            expect(form.locator(".gpuhub-SubmitForm-error")).to_have_text(
+                "File: 'missing.ipynb' is not a file")
+            expect(form.locator('.gpuhub-Field-invalid[data-field="path"]')).to_have_count(1)
             page.locator(".jp-Dialog-button.jp-mod-reject").click()
 
             # 9. The status bar's popover breaks the quota down per pool.
@@ -253,3 +279,60 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
             assert form.locator('input[name="path"]').input_value() == "prep.py"
             expect(form).to_contain_text("passed as --name=value")
             page.locator(".jp-Dialog-button.jp-mod-reject").click()
+
+            # 12. The launcher's "Submit GPU job" starts with JupyterLab's file picker.
+            page.keyboard.press("Control+Shift+C")
+            page.keyboard.type("New Launcher")
+            page.keyboard.press("Enter")
+            page.locator(".jp-LauncherCard", has_text="Submit GPU job").click()
+            picker = page.locator(".jp-Dialog").filter(has_text="choose a notebook, .py or .sh")
+            expect(picker).to_be_visible()
+            expect(picker.locator(".jp-DirListing-item", has_text="prep.py")).to_have_count(1)
+            expect(picker.locator(".jp-DirListing-item", has_text="data.csv")).to_have_count(0)
+            picker.locator(".jp-DirListing-item", has_text="prep.py").click()
+            picker.locator(".jp-Dialog-button.jp-mod-accept").click()
+            form = page.locator(".gpuhub-SubmitForm")
+            expect(form).to_be_visible()
+            assert form.locator('input[name="path"]').input_value() == "prep.py"
+            page.locator(".jp-Dialog-button.jp-mod-reject").click()
+
+            # 13. A best-effort job of alice's is preempted by amy's batch job and
+            # requeued: the Jobs panel lists its attempts, the log keeps the first
+            # attempt's output and says why the second waits.
+            alice = hub.client("alice")
+            sweep = alice.submit(name="sweep", priority="best-effort", gpus=2, command=[
+                "python", "-c", "import time\nfor i in range(60):\n    print('sweep step', i,"
+                " flush=True)\n    time.sleep(1)"])
+            wait_for(lambda: "sweep step 1" in alice.get(
+                f"/workloads/{sweep['id']}/logs").text, 60, "the sweep's first steps")
+            blocker = amy.submit(name="amy-batch", command=["python", "-c", HOLD], gpus=2)
+            amy.wait(blocker["id"], "running", timeout=60)
+            page.locator(".jp-SideBar [data-id='gpuhub-jobs']").click()
+            row = page.locator(f'.gpuhub-Job[data-job-id="{sweep["id"]}"]')
+            expect(row).to_have_attribute("data-state", "queued", timeout=30_000)
+            attempts = row.locator(".gpuhub-Job-attemptList li")
+            expect(attempts).to_have_count(2)
+            expect(attempts.first).to_contain_text("attempt 1: preempted after")
+            row.get_by_role("button", name="Logs").click()
+            viewer = page.locator(f"#gpuhub-log-{sweep['id']}")
+            expect(viewer.locator(".gpuhub-LogViewer-text")).to_contain_text(
+                "── attempt 1: preempted after", timeout=30_000)
+            expect(viewer.locator(".gpuhub-LogViewer-text")).to_contain_text("sweep step 1")
+            expect(viewer.locator(".gpuhub-LogViewer-status")).to_contain_text(
+                "attempt 2 is queued", timeout=30_000)
+            # amy's job ends: attempt 2 runs, under its own line, after attempt 1's output
+            assert amy.request("DELETE", f"/workloads/{blocker['id']}").status_code == 202
+            text = viewer.locator(".gpuhub-LogViewer-text")
+            expect(text).to_contain_text(re.compile(r"sweep step 1.*── attempt 2 ──\s*sweep step 0",
+                                                    re.S), timeout=60_000)
+            expect(viewer.locator(".gpuhub-LogViewer-status")).to_contain_text(
+                "following attempt 2")
+            shot(page, tmp_path, "lab-log.png")
+            # attempt 1 alone, from the panel's list
+            attempts.first.get_by_role("button", name="log").click()
+            first = page.locator(f"#gpuhub-log-{sweep['id']}-attempt-0")
+            expect(first.locator(".gpuhub-LogViewer-text")).to_contain_text("sweep step 1")
+            expect(first.locator(".gpuhub-LogViewer-text")).not_to_contain_text("── attempt")
+            expect(first.locator(".gpuhub-LogViewer-status")).to_contain_text(
+                "attempt 1: preempted")
+            alice.request("DELETE", f"/workloads/{sweep['id']}")

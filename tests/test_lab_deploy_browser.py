@@ -120,6 +120,11 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
 
             # 4. The second model, from the Jobs panel, as a canary of "iris".
             page.locator(".jp-SideBar [data-id='gpuhub-jobs']").click()
+            # (v1's job wrote its model elsewhere: nothing in its folders to deploy)
+            v1_job = page.locator('.gpuhub-Job[data-state="succeeded"]').filter(
+                has_text="train-iris-v1")
+            expect(v1_job.get_by_role("button", name="Resubmit")).to_have_count(1)
+            expect(v1_job.get_by_role("button", name="Deploy outputs…")).to_have_count(0)
             job = page.locator('.gpuhub-Job[data-state="succeeded"]').filter(
                 has_text="train-iris-v2")
             job.get_by_role("button", name="Deploy outputs…").click()
@@ -141,11 +146,34 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
             assert sorted(infer(hub, 8, pause=0.5)) == ["1"] * 6 + ["2"] * 2
             expect(r2.locator(".gpuhub-Revision-requests")).to_have_text("2 req",
                                                                          timeout=30_000)
+            # the endpoint is whole in the panel, wrapped rather than cut
+            assert card.locator(".gpuhub-Deployment-endpoint code").evaluate(
+                "c => c.scrollWidth <= c.clientWidth")
             widen_left_sidebar(page, 560)
             shot(page, tmp_path, "lab-deployments-panel.png")
 
-            # 5. Promote the canary, then roll back to revision 1.
-            card.locator('[data-action="promote"]').click()
+            # 4b. The deployment in a tab: full URL, full-size charts, every revision.
+            card.locator(".gpuhub-Deployment-name").click()
+            tab = page.locator("#gpuhub-deployment-a-iris")
+            expect(tab).to_be_visible()
+            url = f"{hub.url}/services/gpuhub/endpoints/a/iris/v2/models/iris/infer"
+            endpoint = tab.locator(".gpuhub-DeploymentDetail-endpoint code")
+            expect(endpoint).to_have_text(url)
+            assert endpoint.evaluate("c => c.scrollWidth <= c.clientWidth")
+            expect(tab.locator(".gpuhub-DeploymentDetail-endpoint button")).to_have_text("Copy")
+            expect(tab.locator("tr[data-revision]")).to_have_count(2)
+            expect(tab.locator('tr[data-revision="2"]')).to_contain_text("canary")
+            rps = tab.locator('.gpuhub-DeploymentDetail-charts[data-revision="1"] '
+                              '.gpuhub-Spark[data-series="rps"] svg')
+            box = rps.bounding_box()
+            assert box["height"] >= 90 and box["width"] >= 200, box
+            wait_for(lambda: float(rps.get_attribute("data-peak") or 0) > 0, 30,
+                     "the tab's rps chart to show the requests")
+            shot(page, tmp_path, "lab-deployment-tab.png")
+
+            # 5. Promote the canary (from the tab), then roll back to revision 1.
+            tab.locator('[data-action="promote"]').click()
+            expect(tab.locator('tr[data-revision="2"]')).to_contain_text("stable")
             expect(card.locator(".gpuhub-Traffic-segment")).to_have_text(["r2 100%"])
             expect(card.locator('[data-action="promote"]')).to_be_disabled()
             card.locator('[data-action="rollback"]').click()

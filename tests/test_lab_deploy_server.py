@@ -64,8 +64,11 @@ def trained(jp_fetch, jp_root_dir):
             "path": "iris/train.py", "gpus": 0, "output_dir": output_dir, "env": VENV_PATH})
         done = await wait_state(jp_fetch, job["id"], ("succeeded", "failed"), timeout=120)
         assert done["state"] == "succeeded", done["reason"]
-        # What "Deploy outputs…" of the Jobs panel chooses from.
+        # What "Deploy outputs…" of the Jobs panel deploys: the folder with the model.
         assert (done["output_dir_path"], done["working_dir_path"]) == (output_dir, "iris")
+        assert done["model_path"] == output_dir
+        listed = (await body_of(jp_fetch, "workloads"))["workloads"]
+        assert [w["model_path"] for w in listed if w["id"] == job["id"]] == [output_dir]
         return output_dir
     return train
 

@@ -136,6 +136,8 @@ async def test_a_script_job_gets_its_parameters_as_arguments_and_its_outputs_zip
     assert job["output_dir_path"] == "runs/lr"
     done = await wait_state(jp_fetch, job["id"], ("succeeded", "failed"))
     assert done["state"] == "succeeded", done["reason"]
+    # model.bin is no model a runtime loads: nothing to deploy
+    assert done["model_path"] is None
 
     text = (await call(jp_fetch, "workloads", job["id"], "logs")).body.decode()
     assert "lr=0.1 tag=first gpus=" in text
@@ -169,6 +171,35 @@ async def test_the_log_stream_follows_a_running_job_to_its_end(jp_fetch, files,
     assert "step 1\nstep 2\nstep 3\n" in texts
     assert events[-1].startswith("event: end")
     assert json.loads(events[-1].split("data: ", 1)[1]) == {"attempt_state": "succeeded"}
+
+
+async def test_closing_a_followed_log_is_quiet(jp_fetch, files, jp_base_url, jp_auth_header,
+                                               http_server_port, caplog):
+    """A browser tab closed while it follows a log: no uncaught exception, no
+    5xx in the server's log, and the server keeps serving."""
+    (files / "chatty.sh").write_text("for i in $(seq 60); do echo tick $i; sleep 0.2; done\n")
+    job = json.loads((await call(jp_fetch, "workloads", method="POST",
+                                 body={"path": "chatty.sh", "gpus": 0})).body)
+    await wait_state(jp_fetch, job["id"], ("running",))
+    path = f"{jp_base_url}gpuhub/workloads/{job['id']}/logs?follow=true"
+    caplog.clear()
+    for _ in range(2):  # closed at once, and closed after the first events
+        reader, writer = await asyncio.open_connection("127.0.0.1", http_server_port[-1])
+        head = "".join(f"{k}: {v}\r\n" for k, v in jp_auth_header.items())
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
+                     f"{head}\r\n".encode())
+        await writer.drain()
+        if _:
+            assert b"event: log" in await reader.readuntil(b"event: log")
+        writer.close()
+        await asyncio.sleep(1.5)  # more chunks arrive from the service for the closed tab
+    w = json.loads((await call(jp_fetch, "workloads", job["id"])).body)
+    assert w["state"] == "running"  # the server still answers; the job runs on
+    await call(jp_fetch, "workloads", job["id"], method="DELETE")
+    logged = "\n".join(f"{r.levelname} {r.getMessage()}" for r in caplog.records)
+    assert "Uncaught exception" not in logged and "ClientGone" not in logged, logged
+    assert " 502 " not in logged and not [r for r in caplog.records
+                                          if r.levelname in ("ERROR", "CRITICAL")], logged
 
 
 async def test_cancel_a_queued_job_and_see_it_in_the_teams_list(jp_fetch, files, hub):

@@ -14,6 +14,7 @@ import requests
 from openapi_spec_validator import validate
 from tornado.web import RequestHandler
 
+from gpuspawner import cli
 from gpuspawner.service.app import API_ROUTES
 
 from hub_harness import Hub, wait_for
@@ -41,7 +42,7 @@ def train(steps: int, step_s: float) -> list[str]:
     return [sys.executable, "-c", CHECKPOINTING, str(steps), str(step_s)]
 
 
-def test_borrowing_reclaim_requeue_and_usage_ledger(hub):
+def test_borrowing_reclaim_requeue_and_usage_ledger(hub, capsys):
     alice, bob = hub.client("alice"), hub.client("bob")
     jobs = [alice.submit(command=train(40, 0.1), gpus=1, name=f"a{i}") for i in range(5)]
     ids = [j["id"] for j in jobs]
@@ -79,6 +80,15 @@ def test_borrowing_reclaim_requeue_and_usage_ledger(hub):
     assert second[3] == stop[3] > 0
     log = alice.get(f"/workloads/{victim['id']}/logs", params={"attempt": 0}).text
     assert "checkpointed at step" in log
+    # ... and from the CLI, which says where the earlier attempt is
+    argv = ["--url", hub.url, "--token", hub.token("alice"), victim["id"]]
+    assert cli.main(["logs", "--attempt", "0", *argv]) == 0
+    assert "checkpointed at step" in capsys.readouterr().out
+    assert cli.main(["logs", *argv]) == 0
+    out, err = capsys.readouterr()
+    assert "attempt 1 on GPUs" in out and "checkpointed at step" not in out
+    assert f"is on attempt 1 (succeeded); its earlier attempts' output: gpuhub logs " \
+           f"{victim['id']} --attempt 0" in err
 
     # The usage ledger adds up: every attempt's GPUs x wall time, per team.
     expected: dict[str, float] = {}
@@ -263,6 +273,18 @@ def test_notebook_job_runs_with_parameters(hub):
                       for o in c.get("outputs", []))
     assert "trained 3 epochs on GPUs" in printed
     assert json.dumps(done["parameters"]) == '{"epochs": 3}'
+    # the log has the cells' output and none of the kernel's TCP warnings
+    assert "trained 3 epochs on GPUs" in log and "Executing Cell 2" in log
+    assert "without encryption" not in log and "IPKernelApp" not in log, log
+
+    # a cell that raises: the job fails, its log says where and why
+    nb.cells.append(nbformat.v4.new_code_cell("raise ValueError('bad batch size')"))
+    nbformat.write(nb, os.path.join(workspace, "broken.ipynb"))
+    job = alice.submit(notebook="broken.ipynb", working_dir="nbs", gpus=0)
+    done = alice.wait(job["id"], ("succeeded", "failed"), 120)
+    log = alice.get(f"/workloads/{job['id']}/logs").text
+    assert done["state"] == "failed" and done["exit_code"] == 1, done
+    assert "ValueError: bad batch size" in log and "without encryption" not in log, log
 
 
 def test_notices_audit_and_gpus(hub, tmp_path):

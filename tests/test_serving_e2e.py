@@ -324,9 +324,15 @@ def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):
                                                         "scale_to_zero_after": 30})
     assert r.status_code == 400 and r.json()["field"] == "min_replicas", r.text
     # the replicas see their GPUs; usage counts them as kind deployment
+    replicas = bob.get("/deployments/b/iris-gpu").json()["revisions"][0]["replicas"]
     assert bob.request("DELETE", "/deployments/b/iris-gpu").status_code == 200
     wait_for(lambda: bob.get("/pools").json()["pools"][0]["teams"].get("b", 0) == 0,
              "the GPUs back", 60)
+    time.sleep(2)  # a few more cycles with the replicas gone
+    admin = hub.client("root-admin")
+    for wid in replicas:  # one cancel per replica, however long it took to stop
+        actions = [e["action"] for e in admin.get("/audit", params={"target": wid}).json()["entries"]]
+        assert actions.count("cancel") == 1, (wid, actions)
     usage = hub.client("root-admin").get("/usage", params={"group_by": "kind"}).json()
     assert any(r["kind"] == "deployment" and r["gpu_seconds"] > 0 for r in usage["rows"])
 

@@ -767,11 +767,11 @@ def notebook_in_workspace(home: str, cwd: str, notebook: str) -> str:
 
 
 def job_argv(spec: dict, attempt_dir: str) -> list[str]:
-    """The command line of a job: its command, or papermill for a notebook."""
+    """The command line of a job: its command, or papermill for a notebook
+    (gpuspawner/notebook_job.py: its kernel on Unix sockets, not TCP)."""
     if spec.get("notebook"):
-        return [sys.executable, "-m", "papermill", "--log-output", "-k", "python3",
-                spec["notebook"], output_notebook(spec, attempt_dir),
-                "-y", json.dumps(spec.get("parameters") or {})]
+        return [sys.executable, "-m", "gpuspawner.notebook_job", spec["notebook"],
+                output_notebook(spec, attempt_dir), json.dumps(spec.get("parameters") or {})]
     command = spec.get("command")
     if not command:
         raise ValueError("the workload has neither a command nor a notebook")

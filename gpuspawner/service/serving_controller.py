@@ -157,7 +157,8 @@ class ServingController:
         for row in rows:
             key = (row.spec.get("deployment"), row.spec.get("revision"))
             if key[0] not in deps:
-                self._stop(row, "its deployment was deleted")
+                if row.state != STOPPING:  # asked once; it is on its way out
+                    self._stop(row, "its deployment was deleted")
                 continue
             by_rev.setdefault(key, []).append(row)
         self._track(rows)

@@ -15,6 +15,28 @@ from .jobspec import FormError, inside_root, relative_path
 
 # The files MLServer's scikit-learn runtime loads from a model directory.
 SKLEARN_MODEL_FILES = ("model.joblib", "model.pickle", "model.pkl")
+DEFAULT_PREDICTOR = "predictor.py:Model"
+
+
+def has_model(full_dir: str) -> bool:
+    """Whether a directory holds what one of the runtimes loads with its
+    defaults: a scikit-learn model file, or the default predictor's file."""
+    names = (*SKLEARN_MODEL_FILES, DEFAULT_PREDICTOR.partition(":")[0])
+    return any(os.path.isfile(os.path.join(full_dir, f)) for f in names)
+
+
+def model_path_of(job: dict, root_dir: str) -> "str | None":
+    """Where "Deploy outputs…" of a succeeded job finds a model: its output
+    directory, checkpoint directory or working directory, the first that
+    holds one (paths relative to the server's root, as ``describe`` makes
+    them); None for a job that did not succeed or wrote no model."""
+    if job.get("state") != "succeeded":
+        return None
+    for key in ("output_dir_path", "checkpoint_path", "working_dir_path"):
+        rel = job.get(key)
+        if rel is not None and has_model(os.path.join(root_dir, rel)):
+            return rel
+    return None
 
 
 def _check_model_files(full_dir: str, rel_dir: str, form: dict) -> None:
@@ -27,7 +49,7 @@ def _check_model_files(full_dir: str, rel_dir: str, form: dict) -> None:
             raise FormError("model_dir", f"{shown} has no {' / '.join(SKLEARN_MODEL_FILES)} "
                                          f"(the sklearn runtime loads one of them)")
     elif runtime == "predictor":
-        predictor = form.get("predictor") or "predictor.py:Model"
+        predictor = form.get("predictor") or DEFAULT_PREDICTOR
         filename = predictor.partition(":")[0] if isinstance(predictor, str) else ""
         if filename and not os.path.isfile(os.path.join(full_dir, filename)):
             raise FormError("predictor", f"there is no {filename} in {shown}")

@@ -11,16 +11,22 @@ from typing import Any
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
+from tornado.httputil import HTTPInputError
 from tornado.iostream import StreamClosedError
 
-from . import jobspec, outputs
+from . import deployspec, jobspec, outputs
 from .service import ServiceClient, ServiceError, seg
 
 SCOPES = ("mine", "team")
 
 
-class ClientGone(Exception):
-    """The browser closed a log stream."""
+class ClientGone(HTTPInputError):
+    """The browser closed a log stream. Raised from the streaming callback of
+    the request to the service, it closes that connection; tornado logs any
+    other exception there as "Uncaught exception", this kind at INFO."""
+
+    def __init__(self) -> None:
+        super().__init__("the browser closed the log stream; stopped reading the service's")
 
 
 class GpuHubHandler(APIHandler):
@@ -74,6 +80,13 @@ class GpuHubHandler(APIHandler):
         except ValueError as e:
             raise jobspec.FormError("body", f"is not valid JSON: {e}")
 
+    def describe(self, workload: dict) -> dict:
+        """The workload with its paths in this server's files, and ``model_path``:
+        where a succeeded job wrote a model that can be deployed (else None)."""
+        out = jobspec.describe(workload, self.service_root)
+        out["model_path"] = deployspec.model_path_of(out, self.root_dir)
+        return out
+
     async def me(self) -> dict:
         cache = self.settings.setdefault("gpuhub_me", {})
         if "me" not in cache:
@@ -103,7 +116,7 @@ class WorkloadsHandler(GpuHubHandler):
         if scope == "mine":
             params.append(("user", (await self.me())["name"]))
         listed = (await self.service.call("GET", "/workloads", params))["workloads"]
-        self.write_json({"workloads": [jobspec.describe(w, self.service_root) for w in listed]})
+        self.write_json({"workloads": [self.describe(w) for w in listed]})
 
     @tornado.web.authenticated
     async def post(self):
@@ -113,24 +126,28 @@ class WorkloadsHandler(GpuHubHandler):
             os.makedirs(os.path.join(self.root_dir, folder), exist_ok=True)
         created = await self.service.call("POST", "/workloads", body=spec)
         self.log.info("gpuhub_lab: submitted %s (%s)", created.get("id"), form.get("path"))
-        self.write_json(jobspec.describe(created, self.service_root), status=201)
+        self.write_json(self.describe(created), status=201)
 
 
 class WorkloadHandler(GpuHubHandler):
     @tornado.web.authenticated
     async def get(self, wid: str):
         w = await self.service.call("GET", f"/workloads/{seg(wid)}")
-        self.write_json(jobspec.describe(w, self.service_root))
+        self.write_json(self.describe(w))
 
     @tornado.web.authenticated
     async def delete(self, wid: str):
         w = await self.service.call("DELETE", f"/workloads/{seg(wid)}")
-        self.write_json(jobspec.describe(w, self.service_root), status=202)
+        self.write_json(self.describe(w), status=202)
 
 
 class LogsHandler(GpuHubHandler):
     """The log of an attempt: plain text, or (``follow=true``) the service's
-    server-sent event stream, passed on as it arrives."""
+    server-sent event stream, passed on as it arrives. A browser that goes
+    away (a closed tab) ends the request to the service with the next chunk
+    the service sends, quietly."""
+
+    _client_gone = False
 
     @tornado.web.authenticated
     async def get(self, wid: str):
@@ -143,31 +160,39 @@ class LogsHandler(GpuHubHandler):
             text = await self.service.call("GET", path, params)
             self.finish(text, set_content_type="text/plain; charset=UTF-8")
             return
-        self._client_gone = False
         started = False
 
         def forward(chunk: bytes) -> None:
             nonlocal started
             if self._client_gone:
-                raise ClientGone()  # ends the request to the service
+                raise ClientGone()  # closes the connection to the service
             if not started:
                 self.set_header("Content-Type", "text/event-stream")
                 self.set_header("Cache-Control", "no-cache")
                 self.set_header("X-Accel-Buffering", "no")
                 started = True
             self.write(chunk)
-            self.flush()
+            self.flush().add_done_callback(_retrieved)  # a write to a closed tab: nothing to say
 
         try:
             await self.service.stream(path, params, forward,
                                       self.request.headers.get("Last-Event-ID"))
         except (ClientGone, StreamClosedError):
             return
+        except ServiceError:
+            if self._client_gone:  # the connection to the service closed by forward()
+                return
+            raise
         if not self._client_gone:
             self.finish(set_content_type="text/event-stream")
 
     def on_connection_close(self) -> None:
         self._client_gone = True
+
+
+def _retrieved(future: "asyncio.Future") -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class OutputsHandler(GpuHubHandler):

@@ -216,12 +216,12 @@ export function checkDeployForm(
 }
 
 /**
- * The folder a finished job's model is most likely in: its output directory
- * (where a job submitted from JupyterLab writes), else its checkpoint
- * directory, else the folder it ran in.
+ * The folder a finished job's model is in: where the server extension found
+ * one (model_path), else its output directory (where a job submitted from
+ * JupyterLab writes), else its checkpoint directory, else the folder it ran in.
  */
 export function modelDirOfJob(job: IWorkload): string {
-  return job.output_dir_path ?? job.checkpoint_path ?? job.working_dir_path ?? '';
+  return job.model_path ?? job.output_dir_path ?? job.checkpoint_path ?? job.working_dir_path ?? '';
 }
 
 /** The form for a new revision keeps the deployment's pool, GPUs and replicas. */

@@ -10,10 +10,13 @@ import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { GpuHubApi } from './api';
+import { IDeploymentActions } from './components/DeploymentCard';
 import { DeploymentsPanel } from './components/DeploymentsPanel';
+import { DeploymentTab } from './components/DeploymentTab';
+import { deploymentViewId } from './components/DeploymentDetail';
 import { Deployer } from './deploy';
 import { deploymentName } from './deployform';
-import { DeploymentsModel, IDeployPollSettings } from './deploymodel';
+import { deploymentKey, DeploymentsModel, IDeployPollSettings } from './deploymodel';
 import { deployIcon } from './icon';
 import { JobsModel } from './model';
 import { IDeployment } from './types';
@@ -22,6 +25,7 @@ namespace CommandIDs {
   export const deploy = 'gpuhub:deploy';
   export const deploySelected = 'gpuhub:deploy-selected';
   export const openDeployments = 'gpuhub:open-deployments';
+  export const openDeployment = 'gpuhub:open-deployment';
 }
 
 export function setupDeployments(options: {
@@ -39,7 +43,10 @@ export function setupDeployments(options: {
     interval: settings.get('deploymentsInterval').composite as number,
     maxInterval: settings.get('maxInterval').composite as number
   });
-  const model: DeploymentsModel = new DeploymentsModel(options.api, pollSettings(), () => panel.isVisible);
+  // The poll runs while the panel or a deployment's tab is shown.
+  const views = new Map<string, DeploymentTab>();
+  const shown = () => panel.isVisible || Array.from(views.values()).some(v => v.isVisible);
+  const model: DeploymentsModel = new DeploymentsModel(options.api, pollSettings(), shown);
   settings.changed.connect(() => model.configure(pollSettings()));
 
   const deployer = new Deployer(options.jobs, model, d => {
@@ -48,14 +55,18 @@ export function setupDeployments(options: {
     void model.refreshNow();
   });
   const endpointUrl = (d: IDeployment) => `${window.location.origin}${d.endpoint}`;
-  const panel: DeploymentsPanel = new DeploymentsPanel(model, {
-    deployNew: () => void app.commands.execute(CommandIDs.deploy),
-    endpointUrl,
+  const actions: IDeploymentActions = {
     copyEndpoint: d => {
       Clipboard.copyToSystem(endpointUrl(d));
       Notification.info(`Copied ${endpointUrl(d)}`, { autoClose: 3000 });
     },
-    run: (d, action) => void deployer.run(d, action)
+    run: (d, action) => void deployer.run(d, action),
+    open: d => void app.commands.execute(CommandIDs.openDeployment, { team: d.team, name: d.name })
+  };
+  const panel: DeploymentsPanel = new DeploymentsPanel(model, {
+    ...actions,
+    deployNew: () => void app.commands.execute(CommandIDs.deploy),
+    endpointUrl
   });
   panel.id = 'gpuhub-deployments';
   panel.title.icon = deployIcon;
@@ -86,6 +97,25 @@ export function setupDeployments(options: {
     icon: deployIcon,
     isVisible: () => selectedFolder() !== null,
     execute: () => deployFolder(selectedFolder() ?? '')
+  });
+  app.commands.addCommand(CommandIDs.openDeployment, {
+    label: args => `Deployment ${args.team}/${args.name}`,
+    caption: 'A deployment in a tab: endpoint, full-size charts, revisions, actions',
+    execute: args => {
+      const key = deploymentKey({ team: args.team as string, name: args.name as string });
+      let view = views.get(key);
+      if (!view) {
+        view = new DeploymentTab(model, key, endpointUrl, actions);
+        view.id = deploymentViewId({ team: args.team as string, name: args.name as string });
+        view.title.label = `Deployment ${key}`;
+        view.title.icon = deployIcon;
+        view.disposed.connect(() => views.delete(key));
+        views.set(key, view);
+        app.shell.add(view, 'main');
+      }
+      app.shell.activateById(view.id);
+      void model.refreshNow();
+    }
   });
   app.commands.addCommand(CommandIDs.openDeployments, {
     label: 'Show Model Deployments',

@@ -3,10 +3,11 @@
 export class ApiError extends Error {
   constructor(
     readonly status: number,
-    message: string,
+    /** The refusal as the server wrote it, without the field's name before it. */
+    readonly reason: string,
     readonly field?: string
   ) {
-    super(field && !message.startsWith(field) ? `${field}: ${message}` : message);
+    super(field && !reason.startsWith(field) ? `${field}: ${reason}` : reason);
   }
 }
 

@@ -1,5 +1,5 @@
 /** How jobs read in the panel: run times, states, reasons. Pure. */
-import { IWorkload } from './types';
+import { IAttempt, IWorkload } from './types';
 
 export const ACTIVE_STATES = ['queued', 'running', 'stopping'];
 export const FINISHED_STATES = ['succeeded', 'failed', 'cancelled', 'stopped'];
@@ -54,6 +54,53 @@ export function attemptsText(w: IWorkload): string {
   const preempted = (w.attempts ?? []).filter(a => a.state === 'preempted').length;
   const extra = preempted ? ` (${preempted} preempted)` : '';
   return `attempt ${w.attempt + 1}${extra}`;
+}
+
+/**
+ * Every attempt of a job, the current one too while it waits in the queue
+ * again (the service lists an attempt once it is admitted).
+ */
+export function attemptList(w: IWorkload): IAttempt[] {
+  const listed = w.attempts ?? [];
+  if (listed.some(a => a.number === w.attempt)) {
+    return listed;
+  }
+  const waiting: IAttempt = {
+    number: w.attempt,
+    state: w.state,
+    gpus: w.gpus,
+    borrowed: 0,
+    started_at: null,
+    ended_at: null,
+    exit_code: null,
+    reason: ''
+  };
+  return [...listed, waiting];
+}
+
+/** One attempt in a line: "attempt 1: preempted after 2m 05s (by w9 of team nlp)". */
+export function attemptLine(a: IAttempt, now: number = Date.now()): string {
+  let text = `attempt ${a.number + 1}: ${a.state}`;
+  if (a.started_at) {
+    const end = a.ended_at ? Date.parse(a.ended_at) : now;
+    text += `${a.ended_at ? ' after' : ' for'} ${duration((end - Date.parse(a.started_at)) / 1000)}`;
+  }
+  return a.reason && a.reason !== a.state ? `${text} (${a.reason})` : text;
+}
+
+/**
+ * The line over an attempt's part of a log: "── attempt 1: preempted after
+ * 2m 05s (…) ──" for one that ended, "── attempt 2 ──" for the current one.
+ */
+export function attemptHeader(w: IWorkload | null, n: number): string {
+  const a = w?.attempts?.find(x => x.number === n);
+  return a?.ended_at ? `── ${attemptLine(a)} ──\n` : `── attempt ${n + 1} ──\n`;
+}
+
+/** Log text so far + a header + the next part, the header on a line of its own. */
+export function joinLog(text: string, header: string, more: string): string {
+  const sep = text === '' || text.endsWith('\n') ? '' : '\n';
+  return text + sep + header + more;
 }
 
 /** The last `max` characters of `text`, cut at a line start. */

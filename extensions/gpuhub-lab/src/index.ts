@@ -18,7 +18,7 @@ import {
   ToolbarButton
 } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
-import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
+import { FileDialog, IFileBrowserFactory } from '@jupyterlab/filebrowser';
 import { ILauncher } from '@jupyterlab/launcher';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -31,7 +31,7 @@ import { QuotaPopoverBody, QuotaStatus } from './components/QuotaStatus';
 import { deploymentName, modelDirOfJob } from './deployform';
 import { setupDeployments } from './deployments';
 import { gpuIcon } from './icon';
-import { LogViewer } from './logviewer';
+import { LogViewer, logViewerId } from './logviewer';
 import { IPollSettings, JobsModel } from './model';
 import { formFromJob, IFormValues, isSubmittable, EMPTY_FORM } from './submission';
 import { Submitter } from './submit';
@@ -88,7 +88,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const actions = {
       cancel: (job: IWorkload) => void cancel(job),
       resubmit: (job: IWorkload) => void resubmit(job),
-      openLogs: (job: IWorkload) => void app.commands.execute(CommandIDs.openLogs, { id: job.id }),
+      openLogs: (job: IWorkload, attempt?: number) =>
+        void app.commands.execute(CommandIDs.openLogs, attempt === undefined ? { id: job.id } : { id: job.id, attempt }),
       openOutput: (job: IWorkload) => void app.commands.execute(CommandIDs.openOutput, { id: job.id }),
       downloadOutputs: (job: IWorkload) => download(api.outputsUrl(job.id)),
       deploy: (job: IWorkload) =>
@@ -152,11 +153,26 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return context && isSubmittable(context.path) ? context.path : selectedPath();
     };
 
+    /** JupyterLab's file picker, showing folders and the files that can run as jobs. */
+    const pickFile = async (): Promise<string> => {
+      const result = await FileDialog.getOpenFiles({
+        manager: docManager,
+        title: 'Submit as job: choose a notebook, .py or .sh file',
+        filter: item => (item.type === 'directory' || isSubmittable(item.path) ? {} : null)
+      });
+      const chosen = result.button.accept ? result.value?.find(item => isSubmittable(item.path)) : undefined;
+      return chosen?.path ?? '';
+    };
+
     app.commands.addCommand(CommandIDs.submit, {
       label: args => (args.isLauncher ? 'Submit GPU job' : 'Submit as Job…'),
       caption: 'Run a notebook or a script as a batch job on the GPU cluster',
       icon: gpuIcon,
-      execute: args => submitter.submit((args.path as string) || currentPath())
+      execute: async args => {
+        // From the launcher (or with nothing open or selected): pick the file first.
+        const path = (args.path as string) || (args.isLauncher ? '' : currentPath()) || (await pickFile());
+        return path ? submitter.submit(path) : null;
+      }
     });
     app.commands.addCommand(CommandIDs.submitSelected, {
       label: 'Submit as Job…',
@@ -173,12 +189,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Open Job Log',
       execute: async args => {
         const id = args.id as string;
-        const existing = Array.from(app.shell.widgets('main')).find(w => w.id === `gpuhub-log-${id}`);
+        const attempt = typeof args.attempt === 'number' ? args.attempt : undefined;
+        const existing = Array.from(app.shell.widgets('main')).find(w => w.id === logViewerId(id, attempt));
         if (existing) {
           app.shell.activateById(existing.id);
           return;
         }
-        const viewer = new LogViewer(api, await api.job(id), settings.get('logMaxChars').composite as number);
+        const maxChars = settings.get('logMaxChars').composite as number;
+        const viewer = new LogViewer(api, await api.job(id), maxChars, attempt);
         app.shell.add(viewer, 'main', { mode: 'split-right' });
         app.shell.activateById(viewer.id);
       }

@@ -2,7 +2,8 @@
  * The submit form's values and how they become a submission. Pure: the
  * form component keeps text; this module parses it.
  */
-import { ISubmission, IWorkload } from './types';
+import { quotaView, requestFit } from './quota';
+import { IPool, ISubmission, ITeam, IWorkload } from './types';
 
 export const SUBMITTABLE = ['.ipynb', '.py', '.sh'];
 
@@ -64,6 +65,54 @@ export function defaultName(path: string): string {
     .replace(/[-._]+$/, '')
     .slice(0, 128);
   return name || 'job';
+}
+
+/** The form's labels, by the form's field names. */
+export const FIELD_LABELS: Record<keyof IFormValues, string> = {
+  path: 'File',
+  name: 'Name',
+  team: 'Team',
+  pool: 'Pool',
+  gpus: 'GPUs per node',
+  nodes: 'Nodes',
+  timeLimit: 'Time limit',
+  priority: 'Priority',
+  parameters: 'Parameters',
+  env: 'Environment',
+  outputDir: 'Output directory',
+  checkpointDir: 'Checkpoint directory'
+};
+
+/** The service's and the server extension's field names → the form's. */
+const FORM_FIELDS: Record<string, keyof IFormValues> = {
+  time_limit: 'timeLimit',
+  output_dir: 'outputDir',
+  checkpoint_dir: 'checkpointDir',
+  command: 'path',
+  notebook: 'path',
+  working_dir: 'path'
+};
+
+/**
+ * A refusal as the form shows it: the field to mark (the form's name) and
+ * the message under the label the user sees ("File: …", not "path: …").
+ * `message` is the refusal without a field prefix.
+ */
+export function formProblem(field: string | undefined, message: string): { field?: string; message: string } {
+  const key = field ? (FORM_FIELDS[field] ?? field) : undefined;
+  const label = key ? FIELD_LABELS[key as keyof IFormValues] : undefined;
+  return { field: key, message: label ? `${label}: ${message}` : field ? `${field}: ${message}` : message };
+}
+
+/** Why the form cannot be submitted as it is (the GPU count can never fit), else null. */
+export function impossibleRequest(values: IFormValues, teams: ITeam[], pools: IPool[]): string | null {
+  const view = quotaView(teams, pools, values.team, values.pool);
+  const gpus = Number(values.gpus) * Math.max(1, Number(values.nodes) || 1);
+  if (!view || !Number.isFinite(gpus)) {
+    return null;
+  }
+  const fit = requestFit(view, gpus);
+  return fit.kind === 'over' ? fit.message : null;
 }
 
 export class FormError extends Error {

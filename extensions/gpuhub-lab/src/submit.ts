@@ -3,7 +3,7 @@
  * notebook's parameters cell), send it, and show the form again with the
  * service's message when it refuses.
  */
-import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { Dialog, Notification } from '@jupyterlab/apputils';
 import { IStateDB } from '@jupyterlab/statedb';
 
 import { ApiError } from './api';
@@ -13,7 +13,9 @@ import {
   defaultName,
   EMPTY_FORM,
   FormError,
+  formProblem,
   IFormValues,
+  impossibleRequest,
   remembered,
   RememberedValues,
   toSubmission
@@ -21,16 +23,6 @@ import {
 import { IWorkload } from './types';
 
 const LAST_SUBMISSION = 'gpuhub-lab:last-submission';
-
-/** Maps the service's field names to the form's. */
-const FORM_FIELDS: Record<string, string> = {
-  time_limit: 'timeLimit',
-  output_dir: 'outputDir',
-  checkpoint_dir: 'checkpointDir',
-  command: 'path',
-  notebook: 'path',
-  working_dir: 'path'
-};
 
 export class Submitter {
   constructor(
@@ -62,18 +54,36 @@ export class Submitter {
     let values = start ?? (await this.initialValues(path));
     values = this.fillTeamAndPool(values);
     let error: { field?: string; message: string } | null = null;
+    const { teams, pools } = this.model;
     for (;;) {
-      const body = new SubmitFormWidget({ initial: values, teams: this.model.teams, pools: this.model.pools, error });
-      const result = await showDialog({
+      // Submit is disabled while the hint says the GPU count can never fit.
+      let dialog: Dialog<IFormValues> | null = null;
+      const block = (v: IFormValues) => {
+        const button = dialog?.node.querySelector<HTMLButtonElement>('.jp-Dialog-button.jp-mod-accept');
+        if (button) {
+          button.disabled = impossibleRequest(v, teams, pools) !== null;
+        }
+      };
+      const body = new SubmitFormWidget({ initial: values, teams, pools, error }, block);
+      dialog = new Dialog({
         title: 'Submit as job',
         body,
         buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Submit' })],
         focusNodeSelector: 'input[name="name"]'
       });
+      const shown = dialog.launch();
+      block(values);
+      const result = await shown;
       if (!result.button.accept) {
         return null;
       }
       values = result.value ?? values;
+      const impossible = impossibleRequest(values, teams, pools);
+      if (impossible) {
+        // Enter in a field accepts the dialog even with Submit disabled
+        error = formProblem('gpus', impossible);
+        continue;
+      }
       try {
         const job = await this.model.api.submit(toSubmission(values));
         await this.state.save(LAST_SUBMISSION, remembered(values) as any);
@@ -81,9 +91,9 @@ export class Submitter {
         return job;
       } catch (e) {
         if (e instanceof FormError) {
-          error = { field: e.field, message: `${e.field}: ${e.message}` };
+          error = formProblem(e.field, e.message);
         } else if (e instanceof ApiError) {
-          error = { field: FORM_FIELDS[e.field ?? ''] ?? e.field, message: e.message };
+          error = formProblem(e.field, e.reason);
         } else {
           Notification.error(`Submitting failed: ${e}`);
           return null;

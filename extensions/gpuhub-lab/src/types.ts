@@ -58,6 +58,8 @@ export interface IWorkload {
   checkpoint_path?: string | null;
   working_dir_path?: string | null;
   script_args?: string[];
+  /** Where a succeeded job wrote a model the deploy dialog can serve (else null). */
+  model_path?: string | null;
 }
 
 export interface IMe {

@@ -5,7 +5,7 @@ import { DeploymentCard, IDeploymentActions } from '../src/components/Deployment
 import { IMetricPoint } from '../src/types';
 import { deployment, revision, withCanary } from './fixtures';
 
-const actions: IDeploymentActions = { copyEndpoint: () => undefined, run: () => undefined };
+const actions: IDeploymentActions = { copyEndpoint: () => undefined, run: () => undefined, open: () => undefined };
 const URL = 'http://hub/services/gpuhub/endpoints/vision/iris/v2/models/iris/infer';
 
 function card(d = withCanary(), points: Record<string, IMetricPoint[]> = {}, error = ''): string {

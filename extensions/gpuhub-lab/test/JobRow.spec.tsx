@@ -35,14 +35,45 @@ describe('a job in the Jobs panel', () => {
       finished_at: '2026-11-30T00:03:05Z',
       output_path: 'outputs/train-1/train.ipynb',
       output_dir_path: 'outputs/train-1',
+      model_path: 'outputs/train-1',
       attempt: 1,
-      attempts: [{ state: 'preempted' }, { state: 'succeeded' }] as any
+      attempts: [
+        { number: 0, state: 'preempted', reason: 'preempted by w9 (team nlp)', started_at: '2026-11-30T00:00:00Z', ended_at: '2026-11-30T00:02:05Z' },
+        { number: 1, state: 'succeeded', reason: '', started_at: '2026-11-30T00:00:00Z', ended_at: '2026-11-30T00:03:05Z' }
+      ] as any
     });
     const html = renderToStaticMarkup(<JobRow job={finished} showUser={true} actions={actions} />);
-    expect(buttons(html)).toEqual(['Logs', 'Output', 'Download', 'Deploy outputs…', 'Resubmit']);
+    expect(buttons(html)).toEqual(['log', 'log', 'Logs', 'Output', 'Download', 'Deploy outputs…', 'Resubmit']);
     expect(html).toContain('3m 05s');
     expect(html).toContain('attempt 2 (1 preempted)');
     expect(html).toContain('alice (vision)');
+  });
+
+  it('lists the attempts of a preempted job, each with its log', () => {
+    const opened: [string, number | undefined][] = [];
+    const requeued = job({
+      state: 'queued',
+      attempt: 1,
+      // the service lists an attempt once admitted: the requeued one is not there yet
+      attempts: [
+        { number: 0, state: 'preempted', reason: 'preempted by w9 (team nlp)', started_at: '2026-11-30T00:00:00Z', ended_at: '2026-11-30T00:02:05Z' }
+      ] as any
+    });
+    const html = renderToStaticMarkup(<JobRow job={requeued} showUser={false} actions={actions} />);
+    expect(html).toContain('attempt 1: preempted after 2m 05s (preempted by w9 (team nlp))');
+    expect(html).toContain('attempt 2: queued');
+    expect(html).toContain('data-attempt="0"');
+    // the buttons call openLogs with the attempt's number
+    const element = JobRow({ job: requeued, showUser: false, actions: { ...actions, openLogs: (j, a) => opened.push([j.id, a]) } });
+    const list = (element.props.children as any[]).find((c: any) => c?.props?.className === 'gpuhub-Job-attemptList');
+    list.props.children[0].props.children[1].props.onClick();
+    expect(opened).toEqual([['w1', 0]]);
+  });
+
+  it('offers to deploy a succeeded job only when it wrote a model', () => {
+    const noModel = job({ state: 'succeeded', output_dir_path: 'outputs/train-1', model_path: null });
+    const html = renderToStaticMarkup(<JobRow job={noModel} showUser={false} actions={actions} />);
+    expect(buttons(html)).toEqual(['Logs', 'Download', 'Resubmit']);
   });
 
   it('offers no deployment of what a failed job left', () => {

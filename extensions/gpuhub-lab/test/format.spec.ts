@@ -1,4 +1,4 @@
-import { attemptsText, duration, runTime, stateDetail, tail } from '../src/format';
+import { attemptHeader, attemptLine, attemptsText, duration, joinLog, runTime, stateDetail, tail } from '../src/format';
 import { errorFrom, xsrfToken } from '../src/errors';
 import { job } from './fixtures';
 
@@ -52,5 +52,33 @@ describe('errors', () => {
   it('finds the XSRF cookie', () => {
     expect(xsrfToken('a=1; _xsrf=2|abc%7C; b=3')).toBe('2|abc|');
     expect(xsrfToken('a=1')).toBe('');
+  });
+});
+
+describe("a requeued job's attempts", () => {
+  const preempted = {
+    number: 0,
+    state: 'preempted',
+    reason: 'preempted by w9 (team nlp)',
+    gpus: 2,
+    borrowed: 2,
+    started_at: '2026-11-30T00:00:00Z',
+    ended_at: '2026-11-30T00:02:05Z',
+    exit_code: null
+  };
+  const w = job({ state: 'queued', attempt: 1, attempts: [preempted] });
+
+  it('says how each attempt ended', () => {
+    expect(attemptLine(preempted)).toBe('attempt 1: preempted after 2m 05s (preempted by w9 (team nlp))');
+    const running = { ...preempted, number: 1, state: 'running', reason: '', ended_at: null };
+    expect(attemptLine(running, Date.parse('2026-11-30T00:00:42Z'))).toBe('attempt 2: running for 42s');
+  });
+
+  it("puts each attempt's log under a line that names it", () => {
+    expect(attemptHeader(w, 0)).toBe('── attempt 1: preempted after 2m 05s (preempted by w9 (team nlp)) ──\n');
+    expect(attemptHeader(w, 1)).toBe('── attempt 2 ──\n');
+    expect(joinLog('', attemptHeader(w, 0), 'step 1\nstep 2')).toBe(`${attemptHeader(w, 0)}step 1\nstep 2`);
+    // a log cut mid-line still gets the next header on a line of its own
+    expect(joinLog('step 1\nstep 2', attemptHeader(w, 1), 'resumed\n')).toBe('step 1\nstep 2\n── attempt 2 ──\nresumed\n');
   });
 });

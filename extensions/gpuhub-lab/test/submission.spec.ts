@@ -3,13 +3,15 @@ import {
   EMPTY_FORM,
   FormError,
   formFromJob,
+  formProblem,
+  impossibleRequest,
   isSubmittable,
   parseEnv,
   parseParameters,
   remembered,
   toSubmission
 } from '../src/submission';
-import { job } from './fixtures';
+import { job, POOLS, TEAMS } from './fixtures';
 
 describe('parameters', () => {
   it('reads name = value lines as JSON, Python literals or text', () => {
@@ -125,5 +127,36 @@ describe('resubmitting', () => {
     });
     // What the form shows goes back as the same job.
     expect(toSubmission(values)).toMatchObject({ parameters: { epochs: 3, name: 'vit' }, gpus: 2, nodes: 2 });
+  });
+});
+
+describe('what the dialog says of a refusal', () => {
+  it.each([
+    ['path', "'x.csv' is not a file", 'path', "File: 'x.csv' is not a file"],
+    ['notebook', 'not found', 'path', 'File: not found'],
+    ['time_limit', 'must be a duration', 'timeLimit', 'Time limit: must be a duration'],
+    ['gpus', 'too many', 'gpus', 'GPUs per node: too many'],
+    ['project', 'too long', 'project', 'project: too long'],
+    [undefined, 'the service is down', undefined, 'the service is down']
+  ])('names %s by its label', (field, message, formField, shown) => {
+    expect(formProblem(field, message)).toEqual({ field: formField, message: shown });
+  });
+});
+
+describe('a request that can never fit', () => {
+  const form = { ...EMPTY_FORM, path: 'train.ipynb', team: 'vision', pool: 'a100' };
+
+  it('blocks Submit with the reason the hint gives', () => {
+    // vision: 8 nominal + 4 borrowing in a100
+    expect(impossibleRequest({ ...form, gpus: '13' }, TEAMS, POOLS)).toBe(
+      '13 GPUs is more than team vision may ever hold in a100 (12)'
+    );
+    expect(impossibleRequest({ ...form, gpus: '4', nodes: '4' }, TEAMS, POOLS)).toContain('16 GPUs');
+  });
+
+  it('lets through what fits, borrows or waits, and what it cannot judge', () => {
+    expect(impossibleRequest({ ...form, gpus: '12' }, TEAMS, POOLS)).toBeNull();
+    expect(impossibleRequest({ ...form, gpus: 'x' }, TEAMS, POOLS)).toBeNull();
+    expect(impossibleRequest({ ...form, team: 'nobody', gpus: '99' }, TEAMS, POOLS)).toBeNull();
   });
 });

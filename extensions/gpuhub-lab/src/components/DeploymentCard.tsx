@@ -21,6 +21,8 @@ import { Sparkline } from './Sparkline';
 export interface IDeploymentActions {
   copyEndpoint: (d: IDeployment) => void;
   run: (d: IDeployment, action: DeploymentAction) => void;
+  /** The deployment in a main-area tab (full-size charts, every revision). */
+  open: (d: IDeployment) => void;
 }
 
 const ACTION_LABELS: Record<DeploymentAction, string> = {
@@ -31,7 +33,7 @@ const ACTION_LABELS: Record<DeploymentAction, string> = {
   delete: 'Delete…'
 };
 
-function TrafficBar(props: { d: IDeployment }): JSX.Element {
+export function TrafficBar(props: { d: IDeployment }): JSX.Element {
   return (
     <div className="gpuhub-Traffic" title="Traffic split between revisions">
       {trafficSegments(props.d).map(s => (
@@ -101,7 +103,13 @@ export function DeploymentCard(props: {
   return (
     <li className="gpuhub-Deployment" data-deployment={`${d.team}/${d.name}`}>
       <div className="gpuhub-Deployment-head">
-        <span className="gpuhub-Deployment-name">{d.name}</span>
+        <button
+          className="gpuhub-Deployment-name"
+          title="Open in a tab: full-size charts, every revision"
+          onClick={() => actions.open(d)}
+        >
+          {d.name}
+        </button>
         <span className="gpuhub-Deployment-owner" title="team, owner">
           {d.team} · {d.user}
         </span>
@@ -132,20 +140,28 @@ export function DeploymentCard(props: {
         </div>
       )}
       {props.error && <div className="gpuhub-Deployment-error">{props.error}</div>}
-      <div className="gpuhub-Deployment-actions">
-        {actionStates(d).map(a => (
-          <button
-            key={a.action}
-            className={`jp-mod-styled gpuhub-Deployment-action${a.action === 'delete' ? ' gpuhub-mod-warn' : ''}`}
-            data-action={a.action}
-            title={a.title}
-            disabled={!a.enabled}
-            onClick={() => actions.run(d, a.action)}
-          >
-            {ACTION_LABELS[a.action]}
-          </button>
-        ))}
-      </div>
+      <ActionButtons d={d} actions={actions} />
     </li>
+  );
+}
+
+/** The actions that apply, each saying what it does or why it does not apply. */
+export function ActionButtons(props: { d: IDeployment; actions: IDeploymentActions }): JSX.Element {
+  const { d, actions } = props;
+  return (
+    <div className="gpuhub-Deployment-actions">
+      {actionStates(d).map(a => (
+        <button
+          key={a.action}
+          className={`jp-mod-styled gpuhub-Deployment-action${a.action === 'delete' ? ' gpuhub-mod-warn' : ''}`}
+          data-action={a.action}
+          title={a.title}
+          disabled={!a.enabled}
+          onClick={() => actions.run(d, a.action)}
+        >
+          {ACTION_LABELS[a.action]}
+        </button>
+      ))}
+    </div>
   );
 }

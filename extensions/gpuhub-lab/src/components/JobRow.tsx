@@ -1,13 +1,14 @@
 /** One job in the Jobs panel: what it is, where it stands, what can be done. */
 import * as React from 'react';
 
-import { attemptsText, isActive, runTime, stateDetail } from '../format';
+import { attemptLine, attemptList, attemptsText, isActive, runTime, stateDetail } from '../format';
 import { IWorkload } from '../types';
 
 export interface IJobActions {
   cancel: (job: IWorkload) => void;
   resubmit: (job: IWorkload) => void;
-  openLogs: (job: IWorkload) => void;
+  /** The log in a tab: the latest attempt (followed), or one attempt's. */
+  openLogs: (job: IWorkload, attempt?: number) => void;
   openOutput: (job: IWorkload) => void;
   downloadOutputs: (job: IWorkload) => void;
   deploy: (job: IWorkload) => void;
@@ -24,7 +25,8 @@ function Action(props: { label: string; title: string; onClick: () => void }): J
 export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJobActions }): JSX.Element {
   const { job, actions } = props;
   const detail = stateDetail(job);
-  const attempts = attemptsText(job);
+  const attemptsSummary = attemptsText(job);
+  const attempts = attemptList(job);
   const time = runTime(job);
   return (
     <li className={`gpuhub-Job gpuhub-mod-${job.state}`} data-job-id={job.id} data-state={job.state}>
@@ -39,11 +41,27 @@ export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJob
           {job.gpus} × {job.pool}
         </span>
         {time && <span title="run time">{time}</span>}
-        {attempts && <span className="gpuhub-Job-attempts">{attempts}</span>}
+        {attemptsSummary && <span className="gpuhub-Job-attempts">{attemptsSummary}</span>}
         {props.showUser && <span title="user, team">{`${job.user} (${job.team})`}</span>}
         <span className="gpuhub-Job-id">{job.id}</span>
       </div>
       {detail && <div className="gpuhub-Job-detail">{detail}</div>}
+      {attempts.length > 1 && (
+        <ol className="gpuhub-Job-attemptList" title="Each time the job ran (a preempted job runs again)">
+          {attempts.map(a => (
+            <li key={a.number} data-attempt={a.number}>
+              <span>{attemptLine(a)}</span>
+              <button
+                className="gpuhub-Job-attemptLog"
+                title={`Open the log of attempt ${a.number + 1}`}
+                onClick={() => actions.openLogs(job, a.number)}
+              >
+                log
+              </button>
+            </li>
+          ))}
+        </ol>
+      )}
       <div className="gpuhub-Job-actions">
         <Action label="Logs" title="Open the log in a tab" onClick={() => actions.openLogs(job)} />
         {job.output_path && (
@@ -52,7 +70,7 @@ export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJob
         {!isActive(job) && job.output_dir_path && (
           <Action label="Download" title="Download the outputs as a zip" onClick={() => actions.downloadOutputs(job)} />
         )}
-        {job.state === 'succeeded' && (
+        {job.state === 'succeeded' && job.model_path && (
           <Action label="Deploy outputs…" title="Serve the model this job wrote" onClick={() => actions.deploy(job)} />
         )}
         <Action label="Resubmit" title="Edit and run again" onClick={() => actions.resubmit(job)} />

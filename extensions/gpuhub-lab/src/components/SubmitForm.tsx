@@ -3,7 +3,7 @@
  * team's free quota and whether it would borrow), for how long, with which
  * parameters, environment and directories.
  */
-import { ReactWidget } from '@jupyterlab/ui-components';
+import { HTMLSelect, ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { quotaView, requestFit } from '../quota';
@@ -41,6 +41,10 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
   const input = (key: keyof IFormValues, extra: React.InputHTMLAttributes<HTMLInputElement> = {}) => (
     <input className="jp-mod-styled" name={key} value={values[key]} onChange={update(key)} {...extra} />
   );
+  // A select that looks like one (JupyterLab's styled select: its caret, an input's height).
+  const select = (key: keyof IFormValues, options: string[]) => (
+    <HTMLSelect name={key} value={values[key]} onChange={update(key)} options={options} />
+  );
 
   return (
     <form className="gpuhub-SubmitForm" onSubmit={e => e.preventDefault()}>
@@ -55,22 +59,10 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
       </div>
       <div className="gpuhub-SubmitForm-row">
         <Field label="Team" name="team" invalid={invalid('team')}>
-          <select className="jp-mod-styled" name="team" value={values.team} onChange={update('team')}>
-            {props.teams.map(t => (
-              <option key={t.name} value={t.name}>
-                {t.name}
-              </option>
-            ))}
-          </select>
+          {select('team', props.teams.map(t => t.name))}
         </Field>
         <Field label="Pool" name="pool" invalid={invalid('pool')}>
-          <select className="jp-mod-styled" name="pool" value={values.pool} onChange={update('pool')}>
-            {pools.map(p => (
-              <option key={p} value={p}>
-                {p}
-              </option>
-            ))}
-          </select>
+          {select('pool', pools)}
         </Field>
         <Field label="GPUs per node" name="gpus" invalid={invalid('gpus')}>
           {input('gpus', { type: 'number', min: 0, max: 64 })}
@@ -90,22 +82,16 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
         )}
       </div>
       <div className="gpuhub-SubmitForm-row">
-        <Field label="Time limit" name="timeLimit" invalid={invalid('time_limit')} hint="e.g. 2h30m">
+        <Field label="Time limit" name="timeLimit" invalid={invalid('timeLimit')} hint="e.g. 2h30m">
           {input('timeLimit', { placeholder: 'none' })}
         </Field>
         <Field label="Priority" name="priority" invalid={invalid('priority')}>
-          <select className="jp-mod-styled" name="priority" value={values.priority} onChange={update('priority')}>
-            {PRIORITIES.map(p => (
-              <option key={p} value={p}>
-                {p}
-              </option>
-            ))}
-          </select>
+          {select('priority', PRIORITIES)}
         </Field>
-        <Field label="Output directory" name="outputDir" invalid={invalid('output_dir')} hint="$OUTPUT_DIR in the job">
+        <Field label="Output directory" name="outputDir" invalid={invalid('outputDir')} hint="$OUTPUT_DIR in the job">
           {input('outputDir', { placeholder: 'outputs/<name>-<time>' })}
         </Field>
-        <Field label="Checkpoint directory" name="checkpointDir" invalid={invalid('checkpoint_dir')} hint="$GPUHUB_CHECKPOINT_DIR, kept across attempts">
+        <Field label="Checkpoint directory" name="checkpointDir" invalid={invalid('checkpointDir')} hint="$GPUHUB_CHECKPOINT_DIR, kept across attempts">
           {input('checkpointDir', { placeholder: 'one per job' })}
         </Field>
       </div>
@@ -126,9 +112,12 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
   );
 }
 
-/** The form as a dialog body: `getValue()` is what the user typed. */
+/** The form as a dialog body: `getValue()` is what the user typed; `onChange` hears each edit. */
 export class SubmitFormWidget extends ReactWidget {
-  constructor(private props: Omit<ISubmitFormProps, 'onChange'>) {
+  constructor(
+    private props: Omit<ISubmitFormProps, 'onChange'>,
+    private onChange: (values: IFormValues) => void = () => undefined
+  ) {
     super();
     this.values = props.initial;
     this.addClass('gpuhub-SubmitFormWidget');
@@ -141,6 +130,14 @@ export class SubmitFormWidget extends ReactWidget {
   }
 
   render(): JSX.Element {
-    return <SubmitForm {...this.props} onChange={v => (this.values = v)} />;
+    return (
+      <SubmitForm
+        {...this.props}
+        onChange={v => {
+          this.values = v;
+          this.onChange(v);
+        }}
+      />
+    );
   }
 }
