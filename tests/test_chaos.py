@@ -31,6 +31,10 @@ GROUPS = {"team-a": ["alice"], "team-b": ["bob"]}
 TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
          "b": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}}}
 SLEEP = "import sys, time; time.sleep(float(sys.argv[1]))"
+IRIS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    "examples", "serving", "iris")
+INFER = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                     "data": [5.1, 3.5, 1.4, 0.2]}]}
 
 
 def pid_alive(pid: int) -> bool:
@@ -142,6 +146,18 @@ def submit_burst(hub: Hub, rng: random.Random, ids: list[str]) -> None:
             assert r.status_code in (502, 503), r.text
 
 
+def deployment_serves(hub: Hub, timeout: float) -> None:
+    url = f"{hub.url}/services/gpuhub/endpoints/a/iris/v2/models/iris/infer"
+    headers = {"Authorization": f"token {hub.token('alice')}"}
+
+    def answers():
+        try:
+            return requests.post(url, json=INFER, headers=headers, timeout=30).status_code == 200
+        except requests.RequestException:
+            return False
+    wait_for(answers, "the deployment answering", timeout)
+
+
 ACTIONS = {"service": kill_service, "hub": kill_hub, "runner": kill_runner,
            "database": drop_connections}
 
@@ -154,6 +170,14 @@ def test_chaos_every_workload_ends_once_and_the_service_comes_back_fast(tmp_path
     restarts: dict[str, list[float]] = {"service": [], "hub": []}
     try:
         hub.start(timeout=120)
+        # A deployment serves through it all (a CPU one: it takes no GPU).
+        alice = hub.client("alice")
+        train = alice.submit(command=[sys.executable, os.path.join(IRIS, "train.py"),
+                                      "models/iris"], gpus=0, name="train")
+        assert alice.wait(train["id"], ("succeeded", "failed"), 180)["state"] == "succeeded"
+        r = alice.post("/deployments", json={"name": "iris", "model_dir": "models/iris"})
+        assert r.status_code == 201, r.text
+        deployment_serves(hub, 180)
         # Every kind of disruption at least once, then at random.
         plan = list(ACTIONS) + [rng.choice(list(ACTIONS)) for _ in range(max(0, ROUNDS - 4))]
         rng.shuffle(plan)
@@ -165,6 +189,8 @@ def test_chaos_every_workload_ends_once_and_the_service_comes_back_fast(tmp_path
                 restarts[action].append(took)
                 assert took <= RESTART_SECONDS, f"healthy {took:.1f}s after killing the {action}"
         submit_burst(hub, rng, ids)
+        deployment_serves(hub, 120)
+        assert alice.request("DELETE", "/deployments/a/iris").status_code == 200
 
         admin = hub.client("root-admin")
 
@@ -179,6 +205,10 @@ def test_chaos_every_workload_ends_once_and_the_service_comes_back_fast(tmp_path
             finished = [e for e in events if e["type"] in ("finished", "cancelled")]
             assert len(finished) == 1, (wid, [e["type"] for e in events])
             assert w["state"] == "succeeded", (wid, w["state"], w["reason"])
+        # The deployment's replicas (a killed one was replaced) all ended too.
+        wait_for(lambda: all(w["state"] in ("stopped", "cancelled", "failed") for w in admin.get(
+            "/workloads", params={"project": "deployment:iris", "limit": 1000}).json()["workloads"]),
+            "the deleted deployment's replicas ended", 60)
         # No GPU stays booked.
         assert all(g["workload"] is None for g in admin.get("/gpus").json()["gpus"])
         assert [p["used"] for p in admin.get("/pools").json()["pools"]] == [0]

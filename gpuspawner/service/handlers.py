@@ -89,8 +89,9 @@ class NoRouteHandler(JSONErrors):
 
 async def hub_user(handler) -> Optional[dict]:
     """Who the request's token or cookie is, asked of the hub (cached for
-    ``token_cache_seconds``). A hub that does not answer, or fails, is 503 with
-    Retry-After: the hub is restarting, nothing is wrong with the request."""
+    ``token_cache_seconds``). A hub that does not answer, or fails, is 503
+    (the API adds Retry-After): the hub is restarting, nothing is wrong with
+    the request."""
     try:
         return await handler.hub_auth.get_user(handler, sync=False)
     except web.HTTPError as e:
