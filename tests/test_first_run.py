@@ -7,9 +7,6 @@ import json
 import os
 import re
 import sqlite3
-import sys
-import time
-from dataclasses import replace
 
 import pytest
 import requests

@@ -4,7 +4,8 @@ exactly as the README says: `gpuhub up` (what `make run` runs) on a fresh
 printed password, start a notebook server with 1 GPU from the spawn page,
 write a notebook in JupyterLab, submit it as a job (the lab extension's
 Submit as Job command), follow it in the Jobs panel and open its output
-notebook. No API call, CLI command or database step in between.
+notebook, then see the server's GPU on the hub's home page. No API call,
+CLI command or database step in between.
 
 Screenshots are kept in docs/screenshots/firstrun-*.png.
 """
@@ -96,6 +97,14 @@ def test_first_run_to_a_gpu_notebook_and_a_first_job(tmp_path):
                 expect(output.filter(has_text="hello from GPUs")).not_to_have_count(
                     0, timeout=SLOW_MS)
                 shot(page, tmp_path, "firstrun-output.png")
+
+                # 7. The hub's home page: the GPU the server holds, at a glance.
+                page.goto(f"{hub.url}/hub/home")
+                glance = page.frame_locator("#gpuhub-glance-frame")
+                expect(glance.locator("#my-gpus")).to_have_text("1", timeout=SLOW_MS)
+                expect(glance.locator("#my-workloads")).to_contain_text("notebook")
+                expect(glance.locator("#my-teams")).to_contain_text("default")
+                shot(page, tmp_path, "firstrun-home.png")
                 context.close()
             finally:
                 browser.close()

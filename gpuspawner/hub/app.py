@@ -6,10 +6,10 @@ servers after them, so a server's GPUs could not be released (the
 scheduler service was already gone) and stayed booked until the service's
 reconciliation found them after the next start; its service health check
 also kept running during the shutdown and raised on a service it had just
-stopped. Here the servers stop first, while the scheduler service still
-answers, the periodic checks stop before anything else, and every process
-is asked to stop with SIGTERM at once (no SIGINT that a Jupyter server on a
-terminal answers with a 5 s "Shutdown this Jupyter server?" prompt).
+stopped; and it stopped the services one after the other, each with SIGINT
+and a 10 s wait for a process that does not exit on it. Here the periodic
+checks stop first, then the servers while the scheduler service still
+answers, then the services together, each with SIGTERM at once.
 
 ``gpuhub up`` runs ``python -m gpuspawner.hub.app -f jupyterhub_config.py``.
 """

@@ -311,8 +311,8 @@ class GpuHubService(Application):
     reconcile_interval = Float(60.0, help="""
         Seconds between checks that every notebook server holding GPUs still
         exists in the hub. A server that stopped while the service was down
-        (a crash, or a JupyterHub that stops its services first) could not report it; this
-        check releases its GPUs. 0 turns it off.
+        (a crash, or a JupyterHub that stops its services first) could not
+        report it; this check releases its GPUs. 0 turns it off.
         """).tag(config=True)
 
     reconcile_grace = Float(120.0, help="""

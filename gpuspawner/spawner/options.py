@@ -72,7 +72,6 @@ class PoolOffer:
         return ""
 
 
-
 def offers(pools: list[dict], teams: list[dict]) -> dict[str, list[PoolOffer]]:
     """team -> what it can ask for in each pool, from GET /pools and /teams."""
     out: dict[str, list[PoolOffer]] = {}
