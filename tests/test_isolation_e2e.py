@@ -114,9 +114,9 @@ def processes(hub: Hub, user: str) -> dict[str, list[int]]:
 
 
 def runner_pid(hub: Hub, wid: str) -> int:
-    path = glob.glob(os.path.join(hub.data_dir, "workloads", wid, "attempt-*", "runner.json"))
-    return json.load(open(wait_for(lambda: path or glob.glob(os.path.join(
-        hub.data_dir, "workloads", wid, "attempt-*", "runner.json")), "runner.json")[0]))["pid"]
+    pattern = os.path.join(hub.data_dir, "workloads", wid, "attempt-*", "runner.json")
+    with open(wait_for(lambda: glob.glob(pattern), f"{wid}'s runner.json")[0]) as f:
+        return json.load(f)["pid"]
 
 
 def child_of(pid: int) -> int:
