@@ -55,7 +55,7 @@ def jp_server_config(hub):
 
 
 @pytest.fixture
-def files(jp_root_dir):
+def files(jp_root_dir, hub):
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell("epochs = 1\nname = 'base'")
     params.metadata["tags"] = ["parameters"]
@@ -65,6 +65,7 @@ def files(jp_root_dir):
     os.makedirs(jp_root_dir / "project")
     nbformat.write(nb, str(jp_root_dir / "project" / "train.ipynb"))
     (jp_root_dir / "project" / "train.py").write_text(SCRIPT)
+    hub.give("alice", str(jp_root_dir))  # hers, as her own server would have made them
     return jp_root_dir
 
 
@@ -125,7 +126,11 @@ async def test_a_notebook_job_runs_with_its_parameters_and_its_output_lands_in_t
 
 
 async def test_a_script_job_gets_its_parameters_as_arguments_and_its_outputs_zip(
-        jp_fetch, files):
+        jp_fetch, files, hub):
+    # A spawned server makes the output folder as alice; this one runs in
+    # the test's (root) process, so the folder is made hers beforehand.
+    os.makedirs(files / "runs" / "lr")
+    hub.give("alice", str(files))
     r = await call(jp_fetch, "workloads", method="POST", body={
         "path": "project/train.py", "gpus": 1, "name": "tune-lr",
         "parameters": {"lr": 0.1, "tag": "first"}, "output_dir": "runs/lr"})

@@ -120,25 +120,21 @@ def ensure_account(hub_name: str, home: str, prefix: str = DEFAULT_PREFIX,
     return account
 
 
-def hand_over(path: str, account: Account, mode: int = 0o700) -> bool:
+def hand_over(path: str, account: Account, mode: int = 0o700) -> None:
     """Make ``path`` the account's, mode ``mode``: created if missing; if it
     belongs to someone else (a workspace from before accounts), all of it
-    is chowned, symlinks themselves and never what they point to. True if
-    anything was handed over."""
+    is chowned, symlinks themselves and never what they point to."""
     os.makedirs(path, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise AccountError(f"{path} is not a directory")
-    changed = False
     if st.st_uid != account.uid:
         for top, dirs, files in os.walk(path, followlinks=False):
             for name in dirs + files:
                 os.lchown(os.path.join(top, name), account.uid, account.gid)
-        changed = True
     os.lchown(path, account.uid, account.gid)
     if stat.S_IMODE(st.st_mode) != mode:
         os.chmod(path, mode)
-    return changed
 
 
 def drop_privileges(account: Account, extra_gids: Sequence[int] = ()) -> Callable[[], None]:
