@@ -180,6 +180,8 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
             expect(card.locator(".gpuhub-Traffic-segment")).to_have_text(["r1 100%"])
             expect(card.locator(".gpuhub-Deployment-message")).to_contain_text(
                 "rolled back to revision 1")
+            # (revision 1 may have been scaled down while revision 2 had the traffic)
+            expect(r1).to_have_attribute("data-ready", "1", timeout=SLOW_MS)
             wait_for(lambda: set(infer(hub, 4)) == {"1"}, 30, "revision 1 to answer alone")
 
             # 6. Scale to zero when idle: the dialog will not apply an idle

@@ -54,6 +54,8 @@ export class LogViewer extends Widget {
         this.earlier = joinLog(this.earlier, attemptHeader(job, n), await this.api.logs(job.id, n));
       }
       if (isActive(job)) {
+        // a queued attempt's stream stays open, without events, until it runs
+        this.waiting = job.state === 'queued' ? this.waitingText(job) : null;
         this.follow(job.attempt);
         return;
       }
@@ -68,6 +70,7 @@ export class LogViewer extends Widget {
 
   private async showOne(job: IWorkload, attempt: number): Promise<void> {
     if (attempt === job.attempt && isActive(job)) {
+      this.waiting = job.state === 'queued' ? this.waitingText(job) : null;
       this.follow(attempt);
       return;
     }
