@@ -13,7 +13,6 @@ import time
 from xml.etree import ElementTree
 
 import pytest
-import requests
 
 from conftest import fresh_pg_database
 from hub_harness import Hub
