@@ -13,7 +13,6 @@ import time
 from xml.etree import ElementTree
 
 import pytest
-import requests
 
 from conftest import fresh_pg_database
 from hub_harness import Hub
@@ -257,7 +256,8 @@ def test_schemathesis_finds_no_failure(hub, deployment, tmp_path):
          "--seed", str(SCHEMATHESIS_SEED), "--workers", "1", "--request-timeout", "30",
          "--suppress-health-check", "all", "--report", "junit",
          "--report-junit-path", str(junit)],
-        capture_output=True, text=True, timeout=SCHEMATHESIS_TIME_LIMIT)
+        capture_output=True, text=True, timeout=SCHEMATHESIS_TIME_LIMIT,
+        cwd=tmp_path)  # where it keeps its cache
     seconds = time.monotonic() - started
     out = run.stdout + run.stderr
     suite = ElementTree.parse(junit).getroot()

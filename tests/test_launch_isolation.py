@@ -17,12 +17,13 @@ from sqlalchemy import select
 from gpuspawner.backends.local import LocalBackend
 from gpuspawner.service import engine as engine_module
 from gpuspawner.service.engine import Engine
+from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import parse_job
 from gpuspawner.store import Allocation, WorkloadRow
 
 from test_engine_restart import ALICE, make_engine, run_until, state
 
-BOB = ALICE.__class__("bob", teams=frozenset({"b"}), can_submit=True)
+BOB = Identity("bob", teams=frozenset({"b"}), can_submit=True)
 
 
 def sleeper(seconds: float, gpus: int = 1):
