@@ -2,7 +2,7 @@
 
 ``SWEEP.yaml`` (all keys optional but ``loads``; ``examples/sweep.yaml`` is the one shipped)::
 
-    jobs: 1500                    # jobs per trace
+    jobs: 1000                    # jobs per trace
     nodes: 16                     # 8-GPU nodes (the cluster: nodes × gpus_per_node GPUs)
     gpus_per_node: 8
     rack: 4                       # consecutive nodes per rack (topology)
@@ -70,7 +70,7 @@ class SweepError(ValueError):
 @dataclass
 class Sweep:
     loads: list[float]
-    jobs: int = 1500
+    jobs: int = 1000
     nodes: int = 16
     gpus_per_node: int = 8
     rack: int = 4
