@@ -268,7 +268,7 @@ def test_reduced_sweep_replays_every_policy_on_every_case_without_invariant_viol
 
 
 @pytest.mark.parametrize("goals, met", [
-    ({}, None),                                                   # the real goals: whatever they say
+    ({}, None),                                       # the real goals: whatever they say
     ({"jct_ratio_queued": 100, "jct_ratio_light": 100, "p99_queue_ratio": 100,
       "p99_slack_s": 1e9, "jain_slack": 1, "team_slowdown_ratio": 100,
       "max_preemptions_per_job": 100, "lost_gpu_fraction": 1, "utilization_backlog": 0}, True),

@@ -2,7 +2,7 @@
 
 ``SWEEP.yaml`` (all keys optional but ``loads``; ``examples/sweep.yaml`` is the one shipped)::
 
-    jobs: 1500                    # jobs per trace
+    jobs: 1000                    # jobs per trace
     nodes: 16                     # 8-GPU nodes (the cluster: nodes × gpus_per_node GPUs)
     gpus_per_node: 8
     rack: 4                       # consecutive nodes per rack (topology)
@@ -70,7 +70,7 @@ class SweepError(ValueError):
 @dataclass
 class Sweep:
     loads: list[float]
-    jobs: int = 1500
+    jobs: int = 1000
     nodes: int = 16
     gpus_per_node: int = 8
     rack: int = 4
@@ -199,7 +199,8 @@ def build_cluster(sweep: Sweep, demand: dict[str, float], mode: str) -> Cluster:
         exact = {t: capacity / len(names) for t in names}
     nominal = {t: int(exact[t]) for t in names}
     # Largest remainders get the GPUs rounding left over.
-    for t in sorted(names, key=lambda t: (nominal[t] - exact[t], t))[:capacity - sum(nominal.values())]:
+    left = capacity - sum(nominal.values())
+    for t in sorted(names, key=lambda t: (nominal[t] - exact[t], t))[:left]:
         nominal[t] += 1
     teams = [Team(t, {"a100": Quota(nominal=nominal[t])}) for t in names]
     return Cluster(nodes, teams)
@@ -231,16 +232,13 @@ def cases(sweep: Sweep):
 
 
 def run_sweep(sweep: Sweep, *, check: bool = False,
-              progress: Optional[Callable[[str], None]] = None,
-              policy_overrides: Optional[dict] = None) -> list[dict]:
+              progress: Optional[Callable[[str], None]] = None) -> list[dict]:
     """One row per case and policy: the case's fields plus the policy's metrics
     (``simulate``'s keys) and ``invariant_problems``."""
     rows = []
     for case, trace, cluster in cases(sweep):
         for name in sweep.policies:
             policy = get_policy(name)
-            if policy_overrides and name in policy_overrides:
-                policy = policy.with_(**policy_overrides[name])
             result = simulate(trace, cluster, policy, restart_cost_s=sweep.restart_cost_s,
                               check=check)
             row = {"case": case.name, "load": case.load, "teams": case.teams,
