@@ -288,10 +288,14 @@ needs_cgroups = pytest.mark.skipif(
 
 @pytest.fixture
 def fake_gpus():
-    """nvidia0..3 (major 195 like the real ones) in a temporary /dev-like directory."""
+    """nvidia0..3 (major 195 and mode 0666 like the real ones) in a temporary
+    /dev-like directory that users' accounts can reach."""
     d = tempfile.mkdtemp(prefix="gpuhub-fake-dev-")
     for i in range(4):
-        os.mknod(os.path.join(d, f"nvidia{i}"), 0o666 | stat.S_IFCHR, os.makedev(195, i))
+        node = os.path.join(d, f"nvidia{i}")
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(195, i))
+        os.chmod(node, 0o666)  # whatever the umask
+    os.chmod(d, 0o755)
     yield d
     shutil.rmtree(d)
 
