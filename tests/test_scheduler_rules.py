@@ -377,6 +377,28 @@ def test_reclaim_preempts_borrowers_highest_share_first(nominal, weights, ask, v
     assert {(n, g) for n, gs in nom.placement for g in gs} == victim_gpus
 
 
+@pytest.mark.parametrize("rule, attempt, preempt", [
+    pytest.param("reclaim", 0, True, id="reclaim-fresh-borrower"),
+    pytest.param("reclaim", 5, True, id="reclaim-ignores-the-cap"),
+    pytest.param("priority", 0, True, id="priority-fresh-victim"),
+    pytest.param("priority", 5, False, id="priority-respects-the-cap"),
+])
+def test_preemption_cap_never_keeps_a_team_from_its_nominal_quota(rule, attempt, preempt):
+    """``max_preemptions`` bounds churn from priority preemption, but a
+    lender always gets its nominal quota back from a borrower."""
+    if rule == "reclaim":
+        s = sched([node("n1", 2)], [team("owner", 2), team("b", 0)])
+        start(s, wl("v", "b", 2, t=0.0, attempt=attempt))
+        submit(s, wl("x", "owner", 2, t=10.0))
+    else:
+        s = sched([node("n1", 2)], [team("vision", 2)])
+        start(s, wl("v", "vision", 2, t=0.0, priority="batch", attempt=attempt))
+        submit(s, wl("x", "vision", 2, t=10.0, priority="production"))
+    result = s.step(10.0 + DELAY)
+    assert GPUHUB.max_preemptions is not None and attempt >= 0
+    assert ("v" in preempted(result)) == preempt, result.waiting.get("x")
+
+
 @pytest.mark.parametrize(
     "setup, victim, preemptor_priority, preempt",
     [

@@ -100,13 +100,16 @@ class VictimCatalog:
                 if p == pool and order]
 
 
-def protected(r: Running, policy: Policy, now: Optional[float]) -> bool:
+def protected(r: Running, policy: Policy, now: Optional[float], reclaim: bool = False) -> bool:
     """Running work that may not be preempted now: started (or restarted
     after a preemption) less than ``min_runtime`` ago, or preempted
-    ``max_preemptions`` times already."""
+    ``max_preemptions`` times already. The cap does not hold against a
+    reclaim: a team always gets its nominal quota back from borrowers
+    (``min_runtime`` only delays that)."""
     if now is not None and policy.min_runtime > 0 and now - r.start_time < policy.min_runtime:
         return True
-    return policy.max_preemptions is not None and r.workload.attempt >= policy.max_preemptions
+    return (not reclaim and policy.max_preemptions is not None
+            and r.workload.attempt >= policy.max_preemptions)
 
 
 def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy: Policy,
@@ -117,10 +120,10 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
     out: list[Candidate] = []
     limit = policy.max_victim_candidates
 
-    def usable(r: Running) -> bool:
+    def usable(r: Running, reclaim: bool = False) -> bool:
         wid = r.workload.id
         return wid not in unavailable and wid not in w.preempted_by \
-            and not protected(r, policy, now)
+            and not protected(r, policy, now, reclaim)
 
     if policy.quotas and ledger.within_nominal(w.team, w.pool, w.gpus) \
             and ledger.borrowed_total.get(w.pool, 0) > 0:
@@ -129,7 +132,7 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
         borrowers.sort(key=lambda u: (-shares.get(u, 0.0), u))
         for u in borrowers:
             for r, above_nominal in catalog.team_victims(w.pool, u):
-                if (r.workload.kind == JOB or above_nominal) and usable(r):
+                if (r.workload.kind == JOB or above_nominal) and usable(r, reclaim=True):
                     out.append(Candidate(r, RECLAIM, u))
                     if len(out) >= limit:
                         return out
