@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 
 import requests
 
-from hub_harness import Hub, free_port_block
+from hub_harness import Hub, data_dir_in, free_port_block
 
 BANNER_END = "New users sign up"
 
@@ -22,7 +23,13 @@ class EmbeddedHub(Hub):
 
     def __init__(self, workdir: str):
         self.workdir = workdir
-        self.data_dir = os.path.join(workdir, "data")
+        # Run as root, users' accounts must reach their workspaces in it:
+        # outside pytest's 0700 temporary directories (an empty directory).
+        self.data_dir = data_dir_in(workdir)
+        # Accounts of this hub only (deleted at stop); the hub config's own
+        # cgroup parent, emptied at stop.
+        self.account_prefix = f"t{secrets.token_hex(3)}-"
+        self.cgroup_parent = "gpuhub"
         self.port = free_port_block()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}/services/gpuhub/api/v1"
@@ -33,6 +40,7 @@ class EmbeddedHub(Hub):
         self.banner = ""
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("GPUHUB_CONFIG", "GPUHUB_DATA_DIR", "GPUHUB_DB_URL")}
+        self.env["GPUHUB_ACCOUNT_PREFIX"] = self.account_prefix
 
     def start(self, *args: str, timeout: float = 120) -> "EmbeddedHub":
         gpuhub = os.path.join(os.path.dirname(sys.executable), "gpuhub")
@@ -78,6 +86,8 @@ class EmbeddedHub(Hub):
                 pass
         self.kill_jobs()
         self.kill_servers()
+        self.remove_cgroups()
+        self.delete_accounts()
         if getattr(self, "log", None):
             self.log.close()
         return took
