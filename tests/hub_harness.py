@@ -263,6 +263,7 @@ def data_dir_in(workdir: str) -> str:
         os.makedirs(link, exist_ok=True)
         return link
     if not os.path.exists(link):
+        os.makedirs(workdir, exist_ok=True)
         target = tempfile.mkdtemp(prefix="gpuhub-test-data-")
         os.chmod(target, 0o711)
         atexit.register(shutil.rmtree, target, ignore_errors=True)
