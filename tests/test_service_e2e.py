@@ -215,7 +215,9 @@ def test_unauthenticated_and_unknown_routes(hub):
     assert r.status_code in (401, 403)
     alice = hub.client("alice")
     assert alice.get("/workloads/does-not-exist").status_code == 404
-    page = requests.get(f"{hub.url}/services/gpuhub/", timeout=10)
+    # The service's own page (Services → gpuhub): after login, where the API is.
+    page = requests.get(f"{hub.url}/services/gpuhub/", timeout=10,
+                        headers={"Authorization": f"token {hub.token('alice')}"})
     assert page.status_code == 200 and "api/v1/openapi.json" in page.text
     assert alice.get("/workloads", params={"state": "sleeping"}).json()["field"] == "state"
 
