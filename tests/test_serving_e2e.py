@@ -242,15 +242,20 @@ def invoke_only_token(hub: Hub, user: str = "alice") -> str:
 def test_an_invoke_only_token_can_do_nothing_but_invoke(hub, method, path):
     """docs/serving.md: such a token "can only call endpoints"."""
     alice = hub.client("alice")
-    wid = alice.get("/workloads", params={"team": "a", "state": "running"}).json()["workloads"][0]["id"]
-    token = invoke_only_token(hub)
-    r = requests.request(method, hub.api + path.format(wid=wid), json={}, timeout=10,
-                         headers={"Authorization": f"token {token}"})
-    assert r.status_code == 403 and "custom:gpuhub:invoke" in r.json()["error"], r.text
-    # The cancel did nothing (the replica itself may be stopped meanwhile by
-    # the controller, for what earlier tests did to its deployment).
-    assert not alice.workload(wid)["cancel_requested"]
-    assert call(hub, endpoint(hub, "iris"), infer_body(), token=token).status_code == 200
+    # A job of alice's own that nothing else stops (the deployments' replicas
+    # may be stopped by their controller for what earlier tests did).
+    job = alice.submit(command="sleep 300", gpus=0, team="a", name="bystander")
+    wid = alice.wait(job["id"], "running", 60)["id"]
+    try:
+        token = invoke_only_token(hub)
+        r = requests.request(method, hub.api + path.format(wid=wid), json={}, timeout=10,
+                             headers={"Authorization": f"token {token}"})
+        assert r.status_code == 403 and "custom:gpuhub:invoke" in r.json()["error"], r.text
+        w = alice.workload(wid)
+        assert (w["state"], w["cancel_requested"]) == ("running", False)  # the cancel did nothing
+        assert call(hub, endpoint(hub, "iris"), infer_body(), token=token).status_code == 200
+    finally:
+        alice.request("DELETE", f"/workloads/{wid}")
 
 
 @pytest.mark.parametrize("method, path, status", [
