@@ -33,7 +33,6 @@ base.ENV_KEEP only: none of the service's credentials reach it.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import signal
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..isolation import cgroups
+from ..jsonfile import read_json
 from ..isolation.accounts import Account, AccountError, Accounts, account_env, hand_over
 from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, local_replica_address
 from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat, write_json
@@ -65,14 +65,6 @@ class _Attempt:
     start_ticks: Optional[int] = None  # adopted only: tells the runner from a reused pid
     stopped: bool = False            # stopped or killed by us
     kill_at: Optional[float] = None  # when a stop turns into SIGKILL
-
-
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
 
 
 class LocalBackend:
@@ -174,7 +166,7 @@ class LocalBackend:
     @staticmethod
     def _unplace(attempt_dir: str) -> None:
         path = os.path.join(attempt_dir, CGROUP_FILE)
-        data = _read_json(path)
+        data = read_json(path)
         if data is None:
             return
         left = cgroups.remove(cgroups.Placement.from_json(data))
@@ -243,8 +235,8 @@ class LocalBackend:
             key = (spec.workload_id, spec.attempt)
             if key in self._attempts:
                 continue
-            info = (_read_json(os.path.join(spec.attempt_dir, RUNNER_FILE))
-                    or _read_json(os.path.join(spec.attempt_dir, LAUNCH_FILE)))
+            info = (read_json(os.path.join(spec.attempt_dir, RUNNER_FILE))
+                    or read_json(os.path.join(spec.attempt_dir, LAUNCH_FILE)))
             if info is not None:
                 a = _Attempt(spec, info["pid"], None, info["start_ticks"])
                 if self._alive(a):
@@ -272,7 +264,7 @@ class LocalBackend:
     def _exit(self, spec: LaunchSpec, stopped: bool) -> AttemptExit:
         # The runner is gone and killed its group: the cgroups are empty or about to be.
         self._unplace(os.path.abspath(spec.attempt_dir))
-        record = _read_json(os.path.join(spec.attempt_dir, EXIT_FILE))
+        record = read_json(os.path.join(spec.attempt_dir, EXIT_FILE))
         if record is None:
             return AttemptExit(spec.workload_id, spec.attempt, STOPPED if stopped else LOST,
                                None, self._clock())

@@ -36,7 +36,6 @@ output.log saying why: to the user it is a command that failed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -46,6 +45,7 @@ from typing import Optional
 
 from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
 from ..isolation.cgroups import Placement, enter
+from ..jsonfile import write_json  # noqa: F401  (the backends use it from here too)
 from .base import EXITED, STOPPED, TIME_LIMIT
 
 RUNNER_FILE = "runner.json"
@@ -63,25 +63,6 @@ def proc_stat(pid: int) -> Optional[tuple[str, int]]:
     # The command name (field 2) may hold spaces and parentheses: split after it.
     fields = stat[stat.rindex(b")") + 2:].split()
     return fields[0].decode(), int(fields[19])  # fields 3 and 22
-
-
-def write_json(path: str, data: dict) -> None:
-    """Write all of it or nothing: a reader never sees half a record.
-
-    The attempt directory may be writable by the job's account (the sticky
-    bit keeps our files ours): the temporary file is made afresh, never
-    through a link the job left in its place."""
-    tmp = f"{path}.tmp"
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -20,7 +20,6 @@ in memory only: after a restart the service re-issues ``stop``.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -38,6 +37,7 @@ from ..inventory import slurm as slurm_inventory
 from ..inventory.slurm import parse_oneliner
 from .base import (EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, LaunchSpec,
                    kept_environment, local_replica_address)
+from ..jsonfile import read_json, write_json
 from .local import BackendError
 
 JOB_FILE = "slurm-job.json"
@@ -492,7 +492,7 @@ class SlurmBackend(LoggingConfigurable):
                 self.log.warning("could not make sure attempt %s/%s is not queued: %s", *key, e)
             raise
         self._jobs[key] = _Job(spec, job_id, pending_since=self._clock())
-        _write_json(os.path.join(attempt_dir, JOB_FILE),
+        write_json(os.path.join(attempt_dir, JOB_FILE),
                     {"job_id": job_id, "name": job_name(*key), "submitted_at": self._clock()})
         self.log.info("attempt %s/%s is Slurm job %s", *key, job_id)
         return job_id
@@ -570,7 +570,7 @@ class SlurmBackend(LoggingConfigurable):
             if key in self._jobs:
                 continue
             info = by_name.get(job_name(*key))
-            recorded = _read_json(os.path.join(spec.attempt_dir, JOB_FILE)) or {}
+            recorded = read_json(os.path.join(spec.attempt_dir, JOB_FILE)) or {}
             job_id = info.job_id if info is not None else recorded.get("job_id")
             if info is not None and info.alive:
                 self._jobs[key] = _Job(spec, info.job_id, state=info.state,
@@ -666,19 +666,4 @@ class SlurmBackend(LoggingConfigurable):
             self.log.warning("Slurm job %s (attempt %s/%s) is still PENDING after %.0f s: %s "
                              "(see docs/deploy-slurm.md)", j.job_id, j.spec.workload_id,
                              j.spec.attempt, now - j.pending_since, info.reason)
-
-
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def _write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
 

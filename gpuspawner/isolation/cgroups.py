@@ -21,7 +21,6 @@ replica:
 from __future__ import annotations
 
 import grp
-import json
 import os
 import re
 import signal
@@ -34,6 +33,7 @@ from typing import Iterable, Optional
 from traitlets import Dict, Enum, Unicode
 from traitlets.config import LoggingConfigurable
 
+from ..jsonfile import read_json, write_json
 from . import gpu_rules as rules
 from .gpu_rules import ADVISORY, CGROUP_V1, DEVICE_GROUPS, LIMITS_CGROUP_V1, LIMITS_NONE, Limits
 
@@ -300,12 +300,12 @@ class GpuEnforcement(LoggingConfigurable):
         """Each GPU node: its own group, mode 0660. The first setup records
         the originals (a restart after a crash keeps the first record)."""
         nodes = self.gpu_nodes()
-        saved = _read_json(state_file) or {}
+        saved = read_json(state_file) or {}
         for minor, path in sorted(nodes.items()):
             st = os.stat(path)
             saved.setdefault(path, {"uid": st.st_uid, "gid": st.st_gid,
                                     "mode": stat.S_IMODE(st.st_mode)})
-        _write_json(state_file, saved)
+        write_json(state_file, saved)
         for minor, path in sorted(nodes.items()):
             os.chown(path, 0, self._group_gid(minor))
             os.chmod(path, 0o660)
@@ -313,7 +313,7 @@ class GpuEnforcement(LoggingConfigurable):
     @staticmethod
     def restore_device_groups(state_file: str) -> None:
         """Put the nodes' owners and modes back as they were before setup."""
-        saved = _read_json(state_file)
+        saved = read_json(state_file)
         if saved is None:
             return
         for path, orig in saved.items():
@@ -362,21 +362,6 @@ def _kill_all(path: str) -> None:
 def _write(path: str, name: str, value: str) -> None:
     with open(os.path.join(path, name), "w") as f:
         f.write(value)
-
-
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-
-
-def _write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
 
 
 def _nvml_minors() -> dict[int, int]:
