@@ -34,6 +34,7 @@ from gpuspawner.backends.kube_manifests import (KUEUE_QUEUE, KubeSettings, job_m
 from gpuspawner.backends.kube_status import attempt_exit, nodes_from_k8s
 from gpuspawner.backends.kubernetes import KubeApi, KubernetesBackend
 from gpuspawner.scheduler.model import Quota, Team
+from gpuspawner.serving.ports import ports_below_ephemeral
 
 K8S = kubernetes_validate.latest_version()
 POOLS = {"a100": {"resource": "nvidia.com/gpu",
@@ -584,6 +585,8 @@ def start_service(tmp_path, monkeypatch, api: ThreadedApiServer, config: str):
         "users": [{"name": "test", "user": {"token": "t"}}]}))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    # its own port: the default one may be held by anything else on the host
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", f"http://127.0.0.1:{ports_below_ephemeral(1)}")
     (tmp_path / "gpuhub_config.py").write_text('c.GpuHubService.backend = "kubernetes"\n' + config)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -600,7 +603,7 @@ def start_service(tmp_path, monkeypatch, api: ThreadedApiServer, config: str):
 def stop_service(app, loop) -> None:
     if getattr(app, "engine", None) is not None:
         loop.run_until_complete(app.engine.backend.api.close())
-        app.store.close()
+    app.close()
     loop.close()
     asyncio.set_event_loop(None)
 

@@ -10,6 +10,7 @@ from gpuspawner.backends.slurm import SlurmBackend
 from gpuspawner.service.app import GpuHubService
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import parse_job
+from gpuspawner.serving.ports import ports_below_ephemeral
 from gpuspawner.store import GpuRow, NodeRow, WorkloadRow
 from slurm_harness import GPUS, NODE, PARTITION, slurm  # noqa: F401  (the fixture)
 
@@ -22,7 +23,8 @@ def test_generated_config_documents_the_slurm_options():
         assert option in text
 
 
-def test_the_service_schedules_slurm_nodes_and_runs_jobs_there(slurm, tmp_path):
+def test_the_service_schedules_slurm_nodes_and_runs_jobs_there(slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", f"http://127.0.0.1:{ports_below_ephemeral(1)}")
     config = tmp_path / "gpuhub_config.py"
     config.write_text(f"""
 c.GpuHubService.backend = "slurm"
@@ -56,7 +58,7 @@ c.SlurmBackend.poll_interval = 0.0
         with app.store.session() as s:
             assert s.get(WorkloadRow, wid).state == "succeeded"
     finally:
-        app.store.close()
+        app.close()
 
 
 def test_through_the_hub_a_job_runs_in_slurm_and_its_logs_and_cancel_work(slurm, tmp_path):

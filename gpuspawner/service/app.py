@@ -790,6 +790,16 @@ class GpuHubService(Application):
         auth.cache_max_age = self.token_cache_seconds
         auth.cache.max_age = auth.cache.purge_interval = self.token_cache_seconds
 
+    def close(self) -> None:
+        """Give back what ``initialize`` took (the listening sockets, the
+        database pool) when the service is not started: tests and tools
+        that build one in-process and then drop it."""
+        for sock in getattr(self, "sockets", ()):
+            sock.close()
+        self.sockets = []
+        if getattr(self, "store", None) is not None:
+            self.store.close()
+
     @property
     def service_url(self) -> str:
         return os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
