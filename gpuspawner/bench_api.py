@@ -196,8 +196,10 @@ def _check_first(hub_url: str, token: str) -> None:
         raise GpuHubError(f"user {r.json().get('name')} may not submit jobs")
 
 
-def start_temporary_hub(workdir: str):
-    """A hub from the test harness (tests/hub_harness.py) with one bench team."""
+def start_temporary_hub(workdir: str, queue_teams: int = 0):
+    """A hub from the test harness (tests/hub_harness.py) with one bench team
+    owning its 4 GPUs, and ``queue_teams`` more teams (q00, q01, ...) of one
+    user each, with no quota of their own."""
     path = os.path.join(ROOT, "tests")
     if not os.path.exists(os.path.join(path, "hub_harness.py")):
         raise GpuHubError("--start-hub needs a source checkout (tests/hub_harness.py)")
@@ -207,9 +209,13 @@ def start_temporary_hub(workdir: str):
 
     # The harness turns the group cache off for its tests; a benchmark wants
     # the service's default (10 s), as a deployed hub has it.
-    hub = Hub(workdir, groups={"team-bench": ["bench"]},
+    groups = {"team-bench": ["bench"],
+              **{f"team-q{i:02d}": [f"q{i:02d}"] for i in range(queue_teams)}}
+    # The harness's fast cycles are for tests; a benchmark runs the default.
+    hub = Hub(workdir, groups=groups,
               teams={"bench": {"quotas": {"default": {"nominal": 4}}}}, gpus=4,
-              extra_service_config="c.GpuHubService.group_cache_seconds = 10.0\n")
+              extra_service_config="c.GpuHubService.group_cache_seconds = 10.0\n"
+                                   "c.GpuHubService.cycle_interval = 1.0\n")
     try:
         hub.start()
     except BaseException:
@@ -229,7 +235,11 @@ def add_arguments(parser) -> None:
     g.add_argument("--requests", type=int, default=200, help="requests per row (default 200)")
     g.add_argument("--concurrency", type=int, default=8, help="client threads (default 8)")
     g.add_argument("--start-hub", action="store_true",
-                   help="start a temporary hub (tests/hub_harness.py) for the run, then stop it")
+                   help="start a temporary hub (tests/hub_harness.py) for the run, then stop it;"
+                        " also measures spawn and job-start latency, CPU-only against 1 GPU")
+    g.add_argument("--queued", type=int, default=0, metavar="N",
+                   help="with --start-hub: then queue N one-GPU jobs of 50 teams behind a job "
+                        "holding every GPU and measure the API again, with the cycle time")
     g.add_argument("--allow-remote", action="store_true",
                    help="allow a hub that is not on this machine")
 
@@ -245,14 +255,19 @@ def cmd_bench_api(args) -> int:
         if not args.json:
             print(f"  measured {row['name']}", file=sys.stderr, flush=True)
 
+    if args.queued and not args.start_hub:
+        print("gpuhub bench: --queued needs --start-hub (it makes the teams it queues for)",
+              file=sys.stderr)
+        return 2
     hub = None
     tmp = None
+    extra: list[dict] = []
     try:
         if args.start_hub:
             tmp = tempfile.TemporaryDirectory(prefix="gpuhub-bench-")
             if not args.json:
                 print("starting a temporary hub ...", file=sys.stderr, flush=True)
-            hub = start_temporary_hub(tmp.name)
+            hub = start_temporary_hub(tmp.name, QUEUE_TEAMS if args.queued else 0)
             url, token, team = hub.url, hub.token("bench"), "bench"
         else:
             url = hub_url_of(resolve_url(args.url))
@@ -265,6 +280,8 @@ def cmd_bench_api(args) -> int:
         _check_first(url, token)
         rows = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
                              team=team, progress=progress)
+        if hub is not None:
+            extra = measure_hub(hub, url, token, args, progress)
     except GpuHubError as e:
         print(f"gpuhub bench: {e}", file=sys.stderr)
         return 2 if isinstance(e, TokenMissing) else 1
@@ -274,11 +291,56 @@ def cmd_bench_api(args) -> int:
         if tmp is not None:
             tmp.cleanup()
     if args.json:
-        for row in rows:
+        for row in rows + extra:
             print(json.dumps(dict(row, url=url), sort_keys=True))
     else:
         print(f"gpuhub API through the proxy at {url}: {args.requests} requests per row, "
               f"concurrency {args.concurrency}; baseline: JupyterHub's GET /hub/api/user "
               f"in the same run")
         print(format_rows(rows))
-    return 1 if any(r["errors"] for r in rows) else 0
+        print(format_extra(extra))
+    return 1 if any(r.get("errors") for r in rows + extra) else 0
+
+
+QUEUE_TEAMS = 50
+
+
+def measure_hub(hub, url: str, token: str, args, progress) -> list[dict]:
+    """On the temporary hub: admission latency with free GPUs, then (with
+    ``--queued``) the API rows again behind a long queue."""
+    from . import bench_admission as adm
+
+    if not args.json:
+        print("  measuring spawn and job-start latency ...", file=sys.stderr, flush=True)
+    rows = adm.admission_rows(url, "bench", token, "bench", "default")
+    admin = hub.token("root-admin")
+    rows.append({"name": "cycle, idle", "mean_cycle_ms": adm.mean_cycle_ms(url, admin, 5)})
+    if args.queued:
+        api = url + "/services/gpuhub/api/v1"
+        note = None if args.json else (lambda line: print(line, file=sys.stderr, flush=True))
+        tokens = {f"q{i:02d}": hub.token(f"q{i:02d}") for i in range(QUEUE_TEAMS)}
+        adm.fill_queue(api, token, "bench", tokens, args.queued, note)
+        queued = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
+                               team="bench", progress=progress)
+        for r in queued:
+            r["name"] += f", {args.queued} queued"
+            r["queued"] = args.queued
+        rows += queued
+        rows.append({"name": f"cycle, {args.queued} queued",
+                     "mean_cycle_ms": adm.mean_cycle_ms(url, admin, 10), "queued": args.queued})
+    return rows
+
+
+def format_extra(rows: list[dict]) -> str:
+    lines = []
+    for r in rows:
+        if "median_s" in r:
+            added = f"  (+{r['added_ms']} ms)" if "added_ms" in r else ""
+            lines.append(f"{r['name']:<44} median {r['median_s']:.2f} s  "
+                         f"[{r['min_s']:.2f}-{r['max_s']:.2f}] of {r['runs']}{added}")
+        elif "mean_cycle_ms" in r:
+            lines.append(f"{r['name']:<44} mean {r['mean_cycle_ms']:.1f} ms")
+    api_rows = [r for r in rows if "rps" in r]
+    if api_rows:
+        lines.append(format_rows(api_rows))
+    return "\n".join(lines)

@@ -49,6 +49,7 @@ def cmd_simulate(args) -> int:
     from .sim.cluster import ClusterError, load_cluster
     from .sim.metrics import write_records
     from .sim.plot import plot_usage
+    from .sim.estimates import StartEstimates, format_estimates
     from .sim.simulate import SimulationError, simulate
     from .sim.trace import TraceError, read_trace
 
@@ -71,12 +72,15 @@ def cmd_simulate(args) -> int:
         return 2
     results = []
     for policy in policies:
+        estimates = StartEstimates(policy) if args.estimates else None
         try:
             result = simulate(trace, cluster, policy, restart_cost_s=args.restart_cost,
-                              check=args.check)
+                              check=args.check, estimates=estimates)
         except SimulationError as e:
             print(f"gpuhub simulate: {e}", file=sys.stderr)
             return 2
+        if estimates is not None:
+            result.metrics["start_estimates"] = estimates.summary()
         results.append(result)
         if args.records:
             path = args.records
@@ -87,6 +91,8 @@ def cmd_simulate(args) -> int:
             print(json.dumps(result.metrics, sort_keys=True))
         else:
             _print_metrics(result.metrics)
+            if estimates is not None:
+                print(format_estimates(result.metrics["start_estimates"]))
         for problem in result.problems[:20]:
             print(f"  invariant broken: {problem}", file=sys.stderr)
     if args.plot:
@@ -234,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--plot", type=Path, help="write a PNG of GPUs in use per team")
     sim.add_argument("--restart-cost", type=float, default=60.0,
                      help="seconds a preempted job loses when it restarts (default 60)")
+    sim.add_argument("--estimates", action="store_true",
+                     help="measure start estimates: the one shown at submit (and every hour "
+                          "of waiting) against the real start, per job size")
     sim.add_argument("--check", action="store_true",
                      help="check the scheduler's invariants after every cycle (slow)")
     sim.set_defaults(func=cmd_simulate)

@@ -192,7 +192,7 @@ def fmt_limit(value: Optional[int]) -> str:
 
 
 WORKLOAD_HEADERS = ("ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE",
-                    "STARTED", "REASON")
+                    "START", "REASON")
 # The scheduler's "team a is at 3/2 default GPUs ...": used/nominal.
 _AT_QUOTA = re.compile(r"\bis at (\d+)/(\d+) (\S+) GPUs\b")
 
@@ -214,17 +214,37 @@ def workload_name(w: dict) -> str:
     return "(default)" if w.get("kind") == "notebook" else "-"
 
 
+def expected_start(w: dict, now: float) -> str:
+    """A queued workload's expected start, as ``squeue --start`` would say it:
+    "in ~12m (5m-30m)", "unknown", or "-" before the scheduler looked at it."""
+    e = w.get("expected_start")
+    if not e:
+        return "-"
+    if e.get("time") is None:
+        return "unknown"
+    at, low, high = (parse_time(e.get(k)) for k in ("time", "earliest", "latest"))
+    if high is not None and high - now < 60:
+        return "now"
+    text = f"in ~{fmt_age(at - now)}"
+    if low is not None and high is not None:
+        text += f" ({fmt_age(low - now)}-{fmt_age(high - now)})"
+    return text
+
+
 def workload_row(w: dict, now: float) -> list[str]:
     submitted = parse_time(w.get("submitted_at"))
     # The current attempt's start: a requeued workload waiting again has none.
     attempts = w.get("attempts") or []
     started = parse_time(attempts[-1].get("started_at") if attempts else w.get("started_at"))
-    if w.get("state") in ("queued", "held"):
-        started = None
+    if w.get("state") == "queued":
+        start = expected_start(w, now)
+    elif w.get("state") == "held" or not started:
+        start = "-"
+    else:
+        start = fmt_age(now - started) + " ago"
     return [w.get("id", ""), w.get("kind") or "job", workload_name(w), w.get("team", ""),
             w.get("user", ""), w.get("state", ""), fmt_gpus(w), w.get("pool", ""),
-            fmt_age(now - submitted) if submitted else "-",
-            fmt_age(now - started) + " ago" if started else "-",
+            fmt_age(now - submitted) if submitted else "-", start,
             readable_reason(w.get("reason"))]
 
 
@@ -301,11 +321,24 @@ def submitted_note(w: dict, following: bool) -> str:
     state = w.get("state", "")
     if w.get("queue_position"):
         state += f", position {w['queue_position']} in the team's queue"
+    if (w.get("expected_start") or {}).get("text"):
+        state += f", {w['expected_start']['text']}"
     reason = w.get("reason") or ""
     text = f"{w['id']} {state}" + (f": {reason}" if reason and reason != w.get("state") else "")
     if following:
         return text + "; following its log (Ctrl-C stops following, not the job)"
     return text + f"; follow it with `gpuhub logs -f {w['id']}` (or submit with -f)"
+
+
+def _looked_at(client: GpuHubClient, w: dict, seconds: float = 2.0) -> dict:
+    """The workload once a scheduling cycle has looked at it (the submit
+    triggers one): started, or waiting with a reason and an expected start."""
+    deadline = time.monotonic() + seconds
+    while w.get("state") == "queued" and w.get("reason") == "queued" \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+        w = client.workload(w["id"])
+    return w
 
 
 def cmd_submit(args) -> int:
@@ -317,7 +350,7 @@ def cmd_submit(args) -> int:
     else:
         # The id alone on stdout (ID=$(gpuhub submit ...)); the rest for people.
         print(w["id"], flush=True)
-        _note(submitted_note(w, args.follow))
+        _note(submitted_note(_looked_at(client, w), args.follow))
     if not args.follow:
         return 0
     _stream(client, w["id"])

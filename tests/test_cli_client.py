@@ -269,6 +269,14 @@ LONG = "waiting for quota: " + "x" * 60
     # running again: the current attempt's start, not the first one's
     ({"attempts": [{"started_at": iso(NOW - 500)}, {"started_at": iso(NOW - 30)}]},
      ["w1", "job", "train", "a", "alice", "running", "2", "default", "10m", "30s ago", ""]),
+    # queued with a start estimate (squeue --start): expected, and the range
+    ({"state": "queued", "started_at": None, "expected_start": {
+        "time": iso(NOW + 720), "earliest": iso(NOW + 300), "latest": iso(NOW + 1800)}},
+     ["w1", "job", "train", "a", "alice", "queued", "2", "default", "10m", "in ~12m (5m-30m)",
+      ""]),
+    ({"state": "queued", "started_at": None, "expected_start": {
+        "time": None, "reason": "it needs GPUs that running work with no time limit holds"}},
+     ["w1", "job", "train", "a", "alice", "queued", "2", "default", "10m", "unknown", ""]),
 ])
 def test_workload_row(overrides, expected):
     assert workload_row(dict(WORKLOAD, **overrides), NOW) == expected
@@ -277,7 +285,7 @@ def test_workload_row(overrides, expected):
 def test_format_workloads():
     lines = format_workloads([WORKLOAD, dict(WORKLOAD, id="w22", state="queued")], NOW).splitlines()
     assert lines[0].split() == ["ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL",
-                                "AGE", "STARTED", "REASON"]
+                                "AGE", "START", "REASON"]
     assert lines[1].split()[:6] == ["w1", "job", "train", "a", "alice", "running"]
     assert lines[2].split()[0] == "w22"
     assert format_workloads([], NOW) == "No workloads."
@@ -680,6 +688,12 @@ def test_bench_api_smoke(hub, capsys):
      "`gpuhub logs -f j2` (or submit with -f)"),
     ({"id": "j3", "state": "queued", "reason": ""}, True,
      "j3 queued; following its log (Ctrl-C stops following, not the job)"),
+    ({"id": "j4", "state": "queued", "reason": "waiting for 2 × default GPUs",
+      "queue_position": 1, "expected_start": {
+          "time": "…", "text": "expected to start in ~12 min (between 5 min and 30 min)"}}, False,
+     "j4 queued, position 1 in the team's queue, expected to start in ~12 min (between 5 min "
+     "and 30 min): waiting for 2 × default GPUs; follow it with `gpuhub logs -f j4` (or submit "
+     "with -f)"),
 ])
 def test_submit_tells_the_state_and_how_to_follow(w, following, says):
     assert submitted_note(w, following) == says

@@ -174,6 +174,11 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
             queued = job_row(page, "queued")
             expect(queued).to_have_count(1, timeout=30_000)
             expect(queued.locator(".gpuhub-Job-detail")).to_contain_text("#1 in queue")
+            # When: behind amy's job, which ends at its default 24 h limit at the latest.
+            expect(queued.locator(".gpuhub-Job-detail")).to_contain_text(
+                re.compile(r"expected to start in ~2[34](\.\d)? h"), timeout=30_000)
+            expect(page.locator(".jp-toast-message").filter(
+                has_text="Job train is queued: expected to start in")).to_have_count(1)
             expect(queued).to_contain_text("2 × default")
             shot(page, tmp_path, "lab-jobs-queued.png")
             jobs = hub.client("root-admin").get("/workloads",

@@ -138,13 +138,10 @@ def test_spawn_form_queue_and_lab(tmp_path):
         amy = {"Authorization": f"token {hub.token('amy')}"}
         hub.token("alice")  # creates alice in the hub, in her team's group
 
-        # 1. amy holds the team's whole quota (2 GPUs).
-        r = requests.post(f"{hub.url}/hub/api/users/amy/server", headers=amy,
-                          json={"pool": "default", "gpus": 2}, timeout=30)
-        assert r.status_code in (201, 202), r.text
-        wait_for(lambda: (server_state(hub, "amy") or {}).get("ready"), 120,
-                 "amy's server to be ready")
-        pids |= server_pids(hub)
+        # 1. amy's 2-hour training job holds the team's whole quota (2 GPUs).
+        holder = hub.client("amy").submit(command=["python", "-c", "import time; time.sleep(600)"],
+                                          gpus=2, time_limit=7200, name="amy-trains")
+        hub.client("amy").wait(holder["id"], "running")
 
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -202,15 +199,19 @@ def test_spawn_form_queue_and_lab(tmp_path):
                 sync_api.expect(log).to_contain_text("waiting for 2 × default GPUs",
                                                      timeout=SLOW_MS)
                 sync_api.expect(log).to_contain_text("position 1")
+                # When: amy's job has no run-time history yet, so it ends at its
+                # limit, 2 h from now, with the plain half-to-twice range.
+                sync_api.expect(log).to_contain_text(re.compile(
+                    r"expected to start in ~2 h \(between 5\d min and 4 h\)"))
                 sync_api.expect(page.locator("#progress-message")).to_contain_text("waiting for")
                 page.locator("#progress-details").evaluate("d => d.open = true")
                 shot(page, tmp_path, "spawn-queued.png")
                 assert not (server_state(hub, "alice") or {}).get("ready")
 
-                # 3. amy stops: the GPUs go to alice, whose page lands in JupyterLab.
-                r = requests.delete(f"{hub.url}/hub/api/users/amy/server", headers=amy,
+                # 3. amy cancels: the GPUs go to alice, whose page lands in JupyterLab.
+                r = requests.delete(f"{hub.api}/workloads/{holder['id']}", headers=amy,
                                     timeout=30)
-                assert r.status_code in (202, 204), r.text
+                assert r.status_code == 202, r.text
                 page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=SLOW_MS)
                 page.wait_for_selector("#jp-main-dock-panel", state="visible", timeout=SLOW_MS)
                 sync_api.expect(page).to_have_title(re.compile("JupyterLab"), timeout=SLOW_MS)

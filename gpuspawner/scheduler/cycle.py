@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
 from . import events as ev
 from .backfill import Reservation, find_reservation, merged_releases
@@ -437,14 +437,23 @@ class _Cycle:
             quota = self.ledger.quota(w.team, w.pool)
             used = self.ledger.used.get((w.team, w.pool), 0)
             borrowed = max(0, min(w.gpus, used - quota.nominal))
-        if self.policy.fair_share and w.pool:
-            pools = self.team_pool_usage.setdefault(w.team, {})
-            pools[w.pool] = pools.get(w.pool, 0.0) + w.gpus / 2
-            self.shares[w.team] = self._share(w.team)
+        self._count_share(w)
         msg = "admitted" + (f"; {borrowed} GPU(s) borrowed, preemptible by reclaim"
                             if borrowed else "")
         self.result.events.append(ev.Event(ev.ADMITTED, w.id, self.now, placement=placement,
                                            borrowed=borrowed, message=msg))
+
+    def _count_share(self, w: Workload) -> None:
+        if self.policy.fair_share and w.pool:
+            pools = self.team_pool_usage.setdefault(w.team, {})
+            pools[w.pool] = pools.get(w.pool, 0.0) + w.gpus / 2
+            self.shares[w.team] = self._share(w.team)
+
+    def count_admitted(self, w: Workload) -> None:
+        """Order the rest as if ``w`` had been admitted: its team's quota
+        and share include it (for the forecast, which places nothing)."""
+        self.ledger.charge(w.team, w.pool, w.gpus)
+        self._count_share(w)
 
     def hold_quota(self, w: Workload) -> None:
         """Backfill inside a team: the first workload its quota blocks gets the
@@ -570,6 +579,41 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+class ConsiderationOrder:
+    """Pending workloads in the order the next cycle would consider them:
+    reservation holders, then aged work, then the regular order (teams
+    through their queue heads). What the start forecast books in turn: call
+    ``admitted(w)`` for each workload it counts as started, so the rest are
+    ordered as a cycle would order them after that admission (its team's
+    quota and share include it)."""
+
+    def __init__(self, state: ClusterState, policy: Policy, now: float,
+                 then: Iterable[Workload] = ()):
+        self._then = list(then)  # to go right after the aged work
+        self._state = state
+        self._policy = policy
+        self._now = now
+        self._cycle = _Cycle(state, policy, now, explain=True)
+
+    def __iter__(self):
+        seen: set[str] = set()
+        state, pending = self._state, self._state.pending
+        firsts = [pending[wid] for wid in state.reserved_order if wid in pending]
+        if self._policy.aging_after is not None:
+            firsts.extend(state.oldest_pending(self._now - self._policy.aging_after))
+        for w in firsts + self._then:
+            if w.id not in seen:
+                seen.add(w.id)
+                yield w
+        for w in self._cycle.ordered():
+            if w.id not in seen:
+                seen.add(w.id)
+                yield w
+
+    def admitted(self, w: Workload) -> None:
+        self._cycle.count_admitted(w)
 
 
 def plan_cycle(state: ClusterState, policy: Policy, now: float,

@@ -767,6 +767,18 @@ class GpuHubService(Application):
             except Exception:
                 self.log.exception("reconciling notebook servers failed")
 
+    _cycled: Optional[asyncio.Event] = None
+
+    async def cycle_done(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) for the next scheduling cycle to end:
+        long polls answer as soon as a cycle changed what they wait on."""
+        if self._cycled is None:
+            self._cycled = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._cycled.wait(), max(0.0, timeout))
+        except asyncio.TimeoutError:
+            pass
+
     async def _loop(self) -> None:
         wake = asyncio.Event()
         self.engine.wake = wake.set
@@ -775,6 +787,9 @@ class GpuHubService(Application):
                 self.engine.tick()
             except Exception:
                 self.log.exception("scheduling cycle failed")
+            if self._cycled is not None:
+                self._cycled.set()  # wakes every waiter; the next ones wait anew
+                self._cycled = None
             try:
                 await asyncio.wait_for(wake.wait(), self.cycle_interval)
             except asyncio.TimeoutError:

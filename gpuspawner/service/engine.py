@@ -32,6 +32,7 @@ from .rebuild import (CANCELLED, FAILED, FINAL_STATES, HELD, HOLDING_STATES, QUE
                       STOPPED, STOPPING, SUCCEEDED, field_for_reason, placement_from_json,
                       placement_to_json, rebuild, to_team, to_workload)
 from .specs import JobSpec, SpecError
+from .start_estimates import StartEstimates, runtime_subject
 from .views import output_notebook
 
 log = logging.getLogger("gpuhub.engine")
@@ -109,6 +110,9 @@ class Engine:
         self.clock = clock
         self.scheduler = None
         self._reasons: dict[str, str] = {}
+        self.estimates = StartEstimates(policy)
+        # Workloads whose first start estimate is persisted.
+        self._estimated: set[str] = set()
         # Set by the app: metrics (ServiceMetrics) and a way to wake the loop
         # early after a submit or cancel.
         self.metrics = None
@@ -134,6 +138,12 @@ class Engine:
                     broken.append((row.id, row.attempt, f"could not be recovered: {err}"))
         with self.store.transaction() as s:
             self._refresh_default_team(s)
+        with self.store.session() as s:
+            self.estimates.load(s)
+            for row in s.scalars(select(WorkloadRow).where(WorkloadRow.finished_at.is_(None))):
+                self.estimates.subjects[row.id] = runtime_subject(row)
+                if row.estimate_made_at is not None:
+                    self._estimated.add(row.id)
         for wid in unplaceable:
             self._lost_without_core(wid, now, "its GPUs are no longer in the inventory")
         for x in self._recover(specs, broken):
@@ -237,6 +247,7 @@ class Engine:
                         {"team": row.team, "pool": row.pool,
                          "gpus": row.gpus_per_node * row.num_nodes})
         self.scheduler.submit(to_workload(row), row.submitted_at)
+        self.estimates.subjects[row.id] = runtime_subject(row)
         self.wake()
         return row
 
@@ -303,6 +314,7 @@ class Engine:
             self._event(s, wid, ev.FINISHED, now, msg, attempt=row.attempt,
                         data={"state": STOPPED})
             self._audit(s, now, who.name, "release", wid, {"state": was, "why": why})
+            self._finished(s, row)
         if was == QUEUED:
             self.scheduler.cancel(wid, now)
         elif wid in self.scheduler.state.running:
@@ -435,13 +447,35 @@ class Engine:
                 self._act(e, now)
             except Exception:  # one workload's stop or kill must not end the cycle
                 log.exception("could not act on %s of %s", e.type, e.workload_id)
+        self._estimate(now)
+
+    def _estimate(self, now: float) -> None:
+        """Remake the start estimates; persist each workload's first one (what
+        its estimates' accuracy is judged by when it starts)."""
+        try:
+            self.estimates.refresh(self.scheduler.state, now)
+        except Exception:  # an estimate is advice: never worth a cycle
+            log.exception("start estimates failed")
+            return
+        first = {wid: t for wid in self.estimates.current if wid not in self._estimated
+                 and (t := self.estimates.planned(wid)) is not None}
+        if not first:
+            return
+        with self.store.transaction() as s:
+            for wid, planned in first.items():
+                row = s.get(WorkloadRow, wid)
+                if row is not None and row.estimate_made_at is None:
+                    row.estimate_made_at, row.estimated_start = now, planned
+        self._estimated.update(first)
 
     def _persist_decision(self, s: Session, e: ev.Event, now: float) -> None:
         row = s.get(WorkloadRow, e.workload_id)
         data = {}
         if e.type == ev.ADMITTED:
             row.state, row.reason, row.nomination = RUNNING, "", None
-            row.started_at = row.started_at or now
+            if row.started_at is None:
+                row.started_at = now
+                self.estimates.record_start(row)
             s.add(Attempt(workload_id=row.id, number=row.attempt, state=RUNNING,
                           placement=placement_to_json(e.placement), gpus=self._gpus(row),
                           started_at=now, attempt_dir=self._attempt_dir(row.id, row.attempt),
@@ -555,10 +589,19 @@ class Engine:
                 row.reason, row.kill_at, row.preempted_for = msg, None, None
                 self._event(s, row.id, ev.FINISHED, x.finished_at, msg, attempt=row.attempt,
                             data={"state": state, "exit_code": x.returncode})
+                self._finished(s, row)
         if x.workload_id in self.scheduler.state.running:
             self.scheduler.finished(x.workload_id, x.finished_at, requeue=requeue)
         self._reasons.pop(x.workload_id, None)
         self.wake()
+
+    def _finished(self, s: Session, row: WorkloadRow) -> None:
+        """A workload ended for good: how long it ran joins the run-time history."""
+        ran = s.scalar(select(func.sum(Attempt.ended_at - Attempt.started_at)).where(
+            Attempt.workload_id == row.id, Attempt.ended_at.is_not(None))) or 0.0
+        self.estimates.record_run(row, ran)
+        self.estimates.subjects.pop(row.id, None)
+        self._estimated.discard(row.id)
 
     @staticmethod
     def _lost_before(s: Session, wid: str) -> int:

@@ -218,6 +218,7 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
         out["devices"] = engine.devices([(p["node"], p["gpus"]) for p in out["placement"]])
     if row.state == "queued":
         out["queue_position"] = engine.queue_position(row.id)
+        out["expected_start"] = engine.estimates.view(row.id)
     return out
 
 
@@ -250,7 +251,7 @@ class WorkloadsHandler(APIHandler):
         with self.engine.store.session() as s:
             rows = s.scalars(q).all()
             if detail == "0":
-                self.write_json({"workloads": [views.workload(r) for r in rows]})
+                self.write_json({"workloads": [self._listed(r) for r in rows]})
                 return
             # One query for every listed workload's attempts, not one per workload.
             attempts: dict[str, list[Attempt]] = {}
@@ -259,6 +260,12 @@ class WorkloadsHandler(APIHandler):
                 attempts.setdefault(a.workload_id, []).append(a)
         self.write_json({"workloads": [detailed(self.engine, r, attempts.get(r.id, []))
                                        for r in rows]})
+
+    def _listed(self, row: WorkloadRow) -> dict:
+        out = views.workload(row)
+        if row.state == "queued":
+            out["expected_start"] = self.engine.estimates.view(row.id)
+        return out
 
     def post(self):
         body = self.json_body()
@@ -272,8 +279,19 @@ class WorkloadsHandler(APIHandler):
 
 
 class WorkloadHandler(APIHandler):
-    def get(self, wid: str):
+    async def get(self, wid: str):
         row = self.engine.get(self.identity, wid)
+        # A long poll (the spawner's): answer once it is no longer in the
+        # state ``wait_while`` names, or after ``timeout`` seconds.
+        waiting = self.get_argument("wait_while", None)
+        if waiting is not None:
+            if waiting not in STATES:
+                raise SpecError("wait_while", f"unknown state {waiting!r}; known: "
+                                              f"{', '.join(STATES)}")
+            deadline = time.monotonic() + self.int_arg("timeout", 10, 0, 20)
+            while row.state == waiting and time.monotonic() < deadline:
+                await self.gpuhub.cycle_done(deadline - time.monotonic())
+                row = self.engine.get(self.identity, wid)
         with self.engine.store.session() as s:
             attempts = s.scalars(select(Attempt).where(Attempt.workload_id == wid)
                                  .order_by(Attempt.number)).all()

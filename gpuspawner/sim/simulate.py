@@ -13,7 +13,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..scheduler import Scheduler, Workload, events as ev
 from ..scheduler.invariants import check_all
@@ -22,6 +22,9 @@ from ..scheduler.quota import QuotaLedger
 from .cluster import Cluster
 from .metrics import JobRecord, summarize
 from .trace import TraceJob
+
+if TYPE_CHECKING:
+    from .estimates import StartEstimates
 
 SUBMIT, EXIT, LEAVE = 0, 1, 2  # ties at one instant: submissions first
 
@@ -90,7 +93,10 @@ def to_workload(job: TraceJob, cluster: Cluster) -> Workload:
 
 
 def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
-             restart_cost_s: float = 60.0, check: bool = False) -> SimResult:
+             restart_cost_s: float = 60.0, check: bool = False,
+             estimates: Optional["StartEstimates"] = None) -> SimResult:
+    """Replay ``trace``; ``estimates`` (``sim.estimates.StartEstimates``),
+    when given, measures start estimates along the way."""
     wall = time.perf_counter()
     sched = Scheduler(cluster.nodes, cluster.teams, policy)
     # Independent accounting of the cluster's quotas, whatever the policy enforces.
@@ -125,10 +131,12 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
             backlog_time += now - last_t
             busy_backlog += (now - last_t) * sum(in_use.values()) / capacity
         last_t = now
+        submitted = []
         while queue and queue[0][0] == now:
             _, kind, _, wid, token = heapq.heappop(queue)
             job = jobs[wid]
             if kind == SUBMIT:
+                submitted.append(wid)
                 e = sched.submit(job.workload, now)
                 if e.type == ev.REJECTED:
                     job.record.rejected = e.message
@@ -144,6 +152,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                     job.record.lost_gpu_s += w.gpus * (now - job.preempted_at + restart_cost_s)
                 else:
                     sched.finished(wid, now, requeue=False)
+                    if estimates is not None:
+                        estimates.finished(w, job.trace.duration_s)
                     job.record.finish = now
                     job.record.timed_out = job.remaining > (w.time_limit or math.inf)
                 in_use[w.team] -= w.gpus
@@ -151,6 +161,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
         result = sched.cycle(now, explain=check)
         sched.apply_result(result, now)
         cycles += 1
+        if estimates is not None:
+            estimates.after_cycle(sched, now, submitted)
         for e in result.events:
             job = jobs[e.workload_id]
             if e.type == ev.ADMITTED:
@@ -158,6 +170,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                 job.started_at = now
                 if job.record.first_start is None:
                     job.record.first_start = now
+                    if estimates is not None:
+                        estimates.started(w.id, now)
                 job.token += 1
                 run_for = min(job.remaining, w.time_limit or math.inf)
                 heapq.heappush(queue, (now + run_for, EXIT, next(seq), w.id, job.token))

@@ -66,8 +66,11 @@ class GPUSpawnerMixin(Configurable):
         Groups named with this prefix are teams (as in the service's config).
         """).tag(config=True)
 
-    queue_poll_interval = Float(1.0, help="""
-        Seconds between checks of a queued server's workload while it waits.
+    queue_poll_interval = Float(10.0, help="""
+        Longest wait (seconds) of one long poll of a queued server's workload:
+        the service answers as soon as the scheduler admits it, so this only
+        bounds how often the progress page's message is refreshed while it
+        waits (1 to 20).
         """).tag(config=True)
 
     # ---- state that belongs to one spawn ------------------------------
@@ -189,8 +192,14 @@ class GPUSpawnerMixin(Configurable):
         self._say(f"asked the scheduler for {want} for team {request.team}")
         last = None
         try:
+            first = True
             while True:
-                w = await self._service("GET", f"/workloads/{self.workload_id}")
+                # A long poll: the service answers when the scheduler admits it
+                # (or after the poll interval), not a poll interval late.
+                wait = "" if first else \
+                    f"?wait_while=queued&timeout={min(20, max(1, int(self.queue_poll_interval)))}"
+                first = False
+                w = await self._service("GET", f"/workloads/{self.workload_id}{wait}")
                 if w["state"] == RUNNING:
                     break
                 if w["state"] != QUEUED:
@@ -199,10 +208,11 @@ class GPUSpawnerMixin(Configurable):
                        f"{request.team}'s queue")
                 if w["reason"] and w["reason"] != "queued":  # not yet looked at: no reason
                     msg += f": {w['reason']}"
+                if (w.get("expected_start") or {}).get("text"):
+                    msg += f"; {w['expected_start']['text']}"
                 if msg != last:
                     self._say(msg, 20)
                     last = msg
-                await asyncio.sleep(self.queue_poll_interval)
         except BaseException:
             await self.release("the spawn was cancelled or failed while queued")
             raise

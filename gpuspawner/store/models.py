@@ -116,6 +116,10 @@ class WorkloadRow(Base):
     kill_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     # GPUs set aside for it while its victims exit: [[node, [gpu, ...]], ...]
     nomination: Mapped[Optional[list[Any]]] = mapped_column(nullable=True)
+    # The first start estimate made for it while it waited (the plan's start,
+    # and when it was made): what the estimates' accuracy is judged by.
+    estimated_start: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    estimate_made_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_workloads_state", "state"),

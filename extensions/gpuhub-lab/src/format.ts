@@ -37,7 +37,10 @@ export function runTime(w: IWorkload, now: number = Date.now()): string {
 /** What the panel says about a job's state: where it waits and why. */
 export function stateDetail(w: IWorkload): string {
   if (w.state === 'queued') {
-    const position = w.queue_position ? `#${w.queue_position} in queue` : 'queued';
+    let position = w.queue_position ? `#${w.queue_position} in queue` : 'queued';
+    if (w.expected_start?.text) {
+      position += ` · ${w.expected_start.text}`;
+    }
     return w.reason ? `${position}: ${w.reason}` : position;
   }
   if (w.state === 'failed' && w.exit_code !== null && w.exit_code !== undefined) {

@@ -49,6 +49,7 @@ namespace CommandIDs {
 }
 
 const NOTE_TYPES: Record<IJobNote['kind'], 'info' | 'success' | 'error' | 'warning'> = {
+  queued: 'info',
   started: 'info',
   succeeded: 'success',
   failed: 'error',

@@ -4,7 +4,7 @@
  */
 import { IWorkload } from './types';
 
-export type NoteKind = 'started' | 'succeeded' | 'failed' | 'preempted' | 'cancelled';
+export type NoteKind = 'queued' | 'started' | 'succeeded' | 'failed' | 'preempted' | 'cancelled';
 
 export interface IJobNote {
   kind: NoteKind;
@@ -15,10 +15,16 @@ export interface IJobNote {
 export interface IJobSnapshot {
   state: string;
   attempt: number;
+  /** It had an expected start time (said once, in a "queued" note). */
+  estimated: boolean;
+}
+
+function estimated(job: IWorkload): boolean {
+  return job.state === 'queued' && !!job.expected_start?.time;
 }
 
 export function snapshot(jobs: IWorkload[]): Map<string, IJobSnapshot> {
-  return new Map(jobs.map(j => [j.id, { state: j.state, attempt: j.attempt }]));
+  return new Map(jobs.map(j => [j.id, { state: j.state, attempt: j.attempt, estimated: estimated(j) }]));
 }
 
 /**
@@ -32,11 +38,15 @@ export function jobNotes(before: Map<string, IJobSnapshot> | null, jobs: IWorklo
   }
   const notes: IJobNote[] = [];
   for (const job of jobs) {
-    const prev = before.get(job.id) ?? { state: 'queued', attempt: job.attempt };
+    const prev = before.get(job.id) ?? { state: 'queued', attempt: job.attempt, estimated: false };
+    const label = `Job ${job.name || job.id}`;
     if (prev.state === job.state && prev.attempt === job.attempt) {
+      if (estimated(job) && !prev.estimated) {
+        // Its first estimate (a cycle looked at it): when it will start.
+        notes.push({ kind: 'queued', job, message: `${label} is queued: ${job.expected_start!.text}` });
+      }
       continue;
     }
-    const label = `Job ${job.name || job.id}`;
     if (job.attempt > prev.attempt) {
       notes.push({
         kind: 'preempted',

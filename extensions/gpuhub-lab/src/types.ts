@@ -50,6 +50,8 @@ export interface IWorkload {
   started_at: string | null;
   finished_at: string | null;
   queue_position?: number;
+  /** While queued, once a scheduling cycle has looked at it. */
+  expected_start?: IExpectedStart | null;
   attempts?: IAttempt[];
   /** Added by the server extension: paths relative to this server's root. */
   source_path?: string | null;
@@ -60,6 +62,19 @@ export interface IWorkload {
   script_args?: string[];
   /** Where a succeeded job wrote a model the deploy dialog can serve (else null). */
   model_path?: string | null;
+}
+
+/** When a queued workload is expected to start (time null: unknown, see reason). */
+export interface IExpectedStart {
+  time: string | null;
+  earliest?: string;
+  latest?: string;
+  in_seconds?: number;
+  text: string;
+  basis: string;
+  reason?: string;
+  calibrated_on?: number;
+  made_at: string;
 }
 
 export interface IMe {

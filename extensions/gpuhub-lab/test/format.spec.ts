@@ -20,6 +20,15 @@ describe('the Jobs panel text', () => {
   it('says where a queued job stands and why', () => {
     expect(stateDetail(job({ queue_position: 2, reason: 'team vision holds 8' }))).toBe('#2 in queue: team vision holds 8');
     expect(stateDetail(job({ state: 'failed', exit_code: 3, reason: '' }))).toBe('exit code 3');
+    const expected_start = {
+      time: '2026-11-30T00:12:00Z',
+      text: 'expected to start in ~12 min (between 5 min and 30 min)',
+      basis: 'plan',
+      made_at: '2026-11-30T00:00:00Z'
+    };
+    expect(stateDetail(job({ queue_position: 1, reason: 'waiting for 2 × a100 GPUs', expected_start }))).toBe(
+      '#1 in queue · expected to start in ~12 min (between 5 min and 30 min): waiting for 2 × a100 GPUs'
+    );
   });
 
   it('counts attempts and preemptions', () => {

@@ -28,6 +28,20 @@ describe('notifications of my jobs', () => {
     expect(notes[0].message).toContain('attempt 2 is queued');
   });
 
+  it('says once when a queued job is expected to start', () => {
+    const expected_start = { time: '2026-11-30T00:12:00Z', text: 'expected to start in ~12 min', basis: 'plan', made_at: '' };
+    const estimated = job({ state: 'queued', expected_start });
+    let notes = jobNotes(snapshot([queued]), [estimated]);
+    expect(notes.map(n => [n.kind, n.message])).toEqual([['queued', 'Job train is queued: expected to start in ~12 min']]);
+    expect(jobNotes(snapshot([estimated]), [estimated])).toEqual([]);
+    // a job first seen with its estimate (submitted from this panel, polled once)
+    notes = jobNotes(new Map(), [estimated]);
+    expect(notes.map(n => n.kind)).toEqual(['queued']);
+    // unknown is not worth a notification
+    const unknown = job({ state: 'queued', expected_start: { ...expected_start, time: null, text: 'start time unknown' } });
+    expect(jobNotes(snapshot([queued]), [unknown])).toEqual([]);
+  });
+
   it('announces a job submitted elsewhere only once it moved', () => {
     expect(jobNotes(new Map(), [job({ id: 'w9', state: 'queued' })])).toEqual([]);
     expect(jobNotes(new Map(), [job({ id: 'w9', state: 'succeeded' })]).map(n => n.kind)).toEqual(['succeeded']);

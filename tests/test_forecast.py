@@ -1,0 +1,231 @@
+"""Start estimates: the forecast's plan, learned run times and the
+calibrated range, as tables. Every case drives the public ``Scheduler``
+(submit, step, finished) to build the state a real cycle leaves, then asks
+``forecast`` when each waiting workload starts."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpuspawner.scheduler import JOB, NOTEBOOK, POLICIES, Node, Quota, Scheduler, Team, Workload
+from gpuspawner.scheduler.calibration import PRIOR, Calibration, say
+from gpuspawner.scheduler.forecast import Profile, forecast
+from gpuspawner.scheduler.runtimes import MIN_SAMPLES, RuntimeModel, workload_keys
+
+GPUHUB = POLICIES["gpuhub"]
+BACKFILL = POLICIES["backfill"]
+H = 3600.0
+
+
+def node(name, gpus=4, rack="r1"):
+    return Node(name, "a100", gpus, topology={"rack": rack}, labels={"host": name})
+
+
+def team(name, nominal=8, borrowing=None):
+    return Team(name, {"a100": Quota(nominal, borrowing)})
+
+
+def job(wid, team_name="a", gpus=1, t=0.0, limit=H, nodes=1, on=None, **kw):
+    """A job; ``on`` pins it to one node."""
+    if on is not None:
+        kw["node_selector"] = {"host": on}
+    return Workload(wid, team_name, "a100", gpus, t, num_nodes=nodes, time_limit=limit, **kw)
+
+
+def run(nodes, teams, running, pending, now, policy=BACKFILL):
+    """A scheduler where ``running`` started at t=0 and ``pending`` waits."""
+    s = Scheduler(nodes, teams, policy)
+    for w in running:
+        s.submit(w, 0.0)
+    s.step(0.0)
+    assert set(s.state.running) == {w.id for w in running}
+    for w in pending:
+        s.submit(w, w.submit_time)
+    s.step(now)
+    return s
+
+
+# ---- the profile -------------------------------------------------------------
+@pytest.mark.parametrize("changes,need,duration,t0,expected", [
+    ([], 4, H, 0, 0),                              # free all along
+    ([(0, 100, -4)], 4, 10, 0, 100),               # busy until 100
+    ([(0, 100, -4)], 4, 10, 150, 150),             # asked after it frees
+    ([(50, 100, -4)], 4, 60, 0, 100),              # a 60 s run does not fit before 50
+    ([(50, 100, -4)], 4, 50, 0, 0),                # a 50 s run ends as the gap closes
+    ([(0, math.inf, -4)], 1, 1, 0, math.inf),      # never frees
+    ([(0, 100, -2), (100, 200, -3)], 1, 150, 0, 0),  # 1 of 4 free all along
+    ([(0, 100, -2), (100, 200, -3)], 2, 150, 0, 200),  # 2 free before 100, not after
+    ([(0, 100, -2), (100, 200, -3)], 2, 100, 0, 0),
+])
+def test_profile_earliest_start(changes, need, duration, t0, expected):
+    p = Profile(0.0, 4)
+    for start, end, delta in changes:
+        p.add(start, end, delta)
+    assert p.earliest(need, duration, t0) == expected
+
+
+# ---- the plan ----------------------------------------------------------------
+def starts(s, now, **kw):
+    return {wid: (e.start, e.basis) for wid, e in forecast(s.state, s.policy, now, **kw).items()}
+
+
+def test_a_waiting_job_starts_when_the_running_one_reaches_its_limit():
+    s = run([node("n1")], [team("a")], [job("r", gpus=4)], [job("w", gpus=2, t=600)], 600)
+    assert starts(s, 600) == {"w": (H, "plan")}
+
+
+def test_jobs_are_booked_in_turn_and_short_ones_backfill_gaps():
+    # n1 is full for 1 h, n2 has 1 GPU free for 2 h. The gang w1 (2 × 4) can
+    # start at 2 h only. w2 (1 GPU, 30 min) backfilled at once (the cycle ran
+    # it); w3 (4 GPUs for 1 h) fits n1's gap before the gang; w4 follows it.
+    s = run([node("n1"), node("n2")], [team("a")],
+            [job("r1", gpus=4, on="n1"), job("r2", gpus=3, limit=2 * H, on="n2")],
+            [job("w1", gpus=4, nodes=2, t=1, limit=2 * H),
+             job("w2", gpus=1, t=2, limit=0.5 * H), job("w3", gpus=4, t=3),
+             job("w4", gpus=4, t=4, limit=2 * H)], 10)
+    assert "w2" in s.state.running
+    assert starts(s, 10) == {"w1": (2 * H, "plan"), "w3": (H, "plan"), "w4": (4 * H, "plan")}
+
+
+@pytest.mark.parametrize("topology,start", [
+    ("required", 3 * H),  # n1 is free now but alone in its rack: r2's two nodes, at 3 h
+    ("none", H),          # n1 with n3, free at 1 h
+])
+def test_a_gang_needs_its_nodes_in_one_rack_when_required(topology, start):
+    nodes = [node("n1", rack="r1"), node("n2", rack="r2"), node("n3", rack="r2")]
+    s = run(nodes, [team("a")],
+            [job("r1", gpus=2, limit=H / 2, on="n1"), job("r2", gpus=4, limit=3 * H, on="n2"),
+             job("r3", gpus=4, limit=H, on="n3")],
+            [job("g", gpus=4, nodes=2, t=1, topology=topology)], 10)
+    assert starts(s, 10)["g"] == (start, "plan")
+
+
+def test_work_without_a_limit_or_history_makes_the_start_unknown():
+    s = run([node("n1")], [team("a")], [job("nb", gpus=4, limit=None, kind=NOTEBOOK)],
+            [job("w", gpus=1, t=5)], 10)
+    e = forecast(s.state, s.policy, 10)["w"]
+    assert e.start is None and e.basis == "unknown"
+    assert "no time limit and no run-time history" in e.reason
+
+
+def test_learned_run_times_bring_the_estimate_forward():
+    model = RuntimeModel()
+    for _ in range(MIN_SAMPLES):  # alice's jobs use a quarter of their limit
+        model.record(workload_keys(job("x", user="alice")), H / 4, H)
+    s = run([node("n1")], [team("a")], [job("r", gpus=4, user="alice")],
+            [job("w", gpus=4, t=5, user="bob")], 10)
+
+    def runtime(w, elapsed):
+        return model.predict(workload_keys(w), w.time_limit, elapsed)
+
+    assert starts(s, 10, runtime=runtime)["w"] == (H / 4, "plan")
+    # Past the quarter hour, alice's job is expected to end halfway to its limit.
+    assert starts(s, H / 2, runtime=runtime)["w"][0] == pytest.approx(H / 2 + H / 4)
+
+
+def test_the_estimate_moves_earlier_when_running_work_ends_early():
+    s = run([node("n1")], [team("a")], [job("r1", gpus=2, limit=2 * H), job("r2", gpus=2)],
+            [job("w", gpus=4, t=5)], 10)
+    assert starts(s, 10)["w"] == (2 * H, "plan")
+    s.finished("r1", 600)
+    s.step(600)
+    assert starts(s, 600)["w"] == (H, "plan")
+
+
+def test_the_team_ceiling_holds_a_job_back_though_gpus_are_free():
+    s = run([node("n1", gpus=8)], [team("a", nominal=2, borrowing=0), team("b")],
+            [job("r", gpus=2, limit=1000)], [job("w", gpus=1, t=5)], 10, policy=GPUHUB)
+    assert starts(s, 10)["w"] == (1000, "plan")
+
+
+def test_a_team_within_its_nominal_quota_takes_it_back_from_borrowers():
+    # b borrows all 4 GPUs for 10 h; a's job (nominal 4) reclaims them after
+    # the preemption delay and the victims' grace period.
+    s = run([node("n1")], [team("a", nominal=4), team("b", nominal=0)],
+            [job("r", "b", gpus=4, limit=10 * H)], [job("w", "a", gpus=2, t=5)], 10,
+            policy=GPUHUB)
+    expected = 5 + GPUHUB.preemption_delay + GPUHUB.default_grace_period
+    assert starts(s, 10)["w"] == (expected, "reclaim")
+
+
+def test_more_than_the_limit_ahead_is_said_unknown():
+    s = run([node("n1")], [team("a")], [job("r", gpus=4)],
+            [job(f"w{i}", gpus=4, t=i + 1) for i in range(3)], 10)
+    got = forecast(s.state, s.policy, 10, limit=2)
+    assert [got[f"w{i}"].start for i in range(3)] == [H, 2 * H, None]
+    assert got["w2"].reason == "more than 2 workloads are ahead of it"
+
+
+def test_only_asks_for_some_but_books_everything_ahead():
+    s = run([node("n1")], [team("a")], [job("r", gpus=4)],
+            [job(f"w{i}", gpus=4, t=i + 1) for i in range(3)], 10)
+    assert {k: v.start for k, v in forecast(s.state, s.policy, 10, only={"w2"}).items()} == \
+        {"w2": 3 * H}
+
+
+# ---- learned run times -------------------------------------------------------
+@pytest.mark.parametrize("samples,limit,elapsed,expected", [
+    ([], H, 0, H),                                 # no history: the limit
+    ([0.5] * MIN_SAMPLES, H, 0, H / 2),            # half of the limit, as before
+    ([0.5] * (MIN_SAMPLES - 1), H, 0, H),          # too few samples yet
+    ([0.2, 0.4, 0.6, 0.8, 1.0], H, 0.5 * H, 0.8 * H),  # conditioned on having run half
+    ([0.2] * MIN_SAMPLES, H, 0.5 * H, 0.75 * H),   # ran longer than any: halfway to the limit
+    ([], None, 0, None),                           # no limit, no history: unknown
+])
+def test_runtime_prediction(samples, limit, elapsed, expected):
+    model = RuntimeModel()
+    keys = workload_keys(job("x", user="u"))
+    for fraction in samples:
+        model.record(keys, fraction * H, H)
+    assert model.predict(keys, limit, elapsed) == (pytest.approx(expected) if expected else None)
+
+
+def test_runtime_history_without_a_limit_is_in_seconds_and_per_user_first():
+    model = RuntimeModel()
+    mine, theirs = workload_keys(job("x", user="me")), workload_keys(job("y", user="them"))
+    for _ in range(MIN_SAMPLES):
+        model.record(mine, 600, None)
+        model.record(theirs, 6000, None)
+    assert model.predict(mine, None) == 600
+    # a new user: everyone's history (5 × 600 s, 5 × 6000 s), its median
+    assert model.predict(workload_keys(job("z", user="new")), None) == 6000
+    # longer than any of mine: everyone's runs that went past 700 s say 6000
+    assert model.predict(mine, None, elapsed=700) == 6000
+    # longer than anyone's: no honest figure
+    assert model.predict(mine, None, elapsed=7000) is None
+
+
+# ---- the range -----------------------------------------------------------------
+def test_without_history_the_range_is_the_prior():
+    r = Calibration().range(1, 0.0, 1140.0)  # planned 19 min (+1 min smoothing = 20)
+    low, mid, high = PRIOR
+    assert (r.earliest, r.expected, r.latest, r.samples) == \
+        (1200 * low - 60, 1200 * mid - 60, 1200 * high - 60, 0)
+
+
+def test_the_range_follows_how_earlier_estimates_turned_out():
+    c = Calibration(coverage=0.8)
+    # Planned an hour, real waits spread 1.5x-2.5x around 2x: the plan is optimistic.
+    for i in range(100):
+        c.record(1, H, (H + 60) * (1.5 + i / 100) - 60)
+    r = c.range(1, 0.0, H)
+    assert r.samples == 100
+    assert r.expected == pytest.approx((H + 60) * 2.0 - 60, rel=0.01)
+    assert r.earliest == pytest.approx((H + 60) * 1.6 - 60, rel=0.01)
+    assert r.latest == pytest.approx((H + 60) * 2.4 - 60, rel=0.01)
+    # Other magnitudes of wait are not judged by the hour-long ones' errors
+    # unless nothing else is known: everything known is of that class.
+    assert c.range(1, 0.0, 30.0).samples == 100
+
+
+@pytest.mark.parametrize("earliest,expected,latest,text", [
+    (0, 30, 50, "expected to start within a minute"),
+    (300, 720, 1800, "expected to start in ~12 min (between 5 min and 30 min)"),
+    (0, 5400, 3 * H, "expected to start in ~1.5 h (between now and 3 h)"),
+    (86400, 2 * 86400, 4 * 86400, "expected to start in ~2 days (between 24 h and 4 days)"),
+])
+def test_the_estimate_in_words(earliest, expected, latest, text):
+    from gpuspawner.scheduler.calibration import StartRange
+    assert say(0.0, StartRange(expected, earliest, latest, 10)) == text
+    assert say(0.0, None) == "start time unknown"
