@@ -16,6 +16,9 @@ import time
 import pytest
 import requests
 
+from gpuspawner.service.app import service_routes
+from gpuspawner.service.endpoints import EndpointHandler
+from gpuspawner.service.handlers import allowed_methods
 from hub_harness import Hub, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -235,27 +238,56 @@ def invoke_only_token(hub: Hub, user: str = "alice") -> str:
     return r.json()["token"]
 
 
-@pytest.mark.parametrize("method, path", [
-    ("GET", "/workloads"), ("GET", "/workloads/{wid}"), ("GET", "/workloads/{wid}/logs"),
-    ("GET", "/usage"), ("POST", "/workloads/{wid}/cancel"), ("GET", "/deployments"),
-    ("POST", "/deployments/a/iris/scale"), ("GET", "/me")])
-def test_an_invoke_only_token_can_do_nothing_but_invoke(hub, method, path):
-    """docs/serving.md: such a token "can only call endpoints"."""
+@pytest.fixture(scope="module")
+def bystander(hub):
+    """A job of alice's own that nothing else stops (the deployments'
+    replicas may be stopped by their controller for what earlier tests did)."""
     alice = hub.client("alice")
-    # A job of alice's own that nothing else stops (the deployments' replicas
-    # may be stopped by their controller for what earlier tests did).
-    job = alice.submit(command="sleep 300", gpus=0, team="a", name="bystander")
-    wid = alice.wait(job["id"], "running", 60)["id"]
-    try:
-        token = invoke_only_token(hub)
-        r = requests.request(method, hub.api + path.format(wid=wid), json={}, timeout=10,
-                             headers={"Authorization": f"token {token}"})
-        assert r.status_code == 403 and "custom:gpuhub:invoke" in r.json()["error"], r.text
-        w = alice.workload(wid)
-        assert (w["state"], w["cancel_requested"]) == ("running", False)  # the cancel did nothing
-        assert call(hub, endpoint(hub, "iris"), infer_body(), token=token).status_code == 200
-    finally:
-        alice.request("DELETE", f"/workloads/{wid}")
+    job = alice.submit(command="sleep 900", gpus=0, team="a", name="bystander")
+    yield alice.wait(job["id"], "running", 60)["id"]
+    alice.request("DELETE", f"/workloads/{job['id']}")
+
+
+def route_requests() -> list[tuple[str, str, type]]:
+    """(method, path under the service, handler) for every route of the
+    service's own table and every method its handler has."""
+    return [(method, template, handler) for template, handler in service_routes()
+            for method in allowed_methods(handler) or ["GET"]]
+
+
+def route_path(method: str, template: str, wid: str) -> str:
+    """A route's path with its parameters filled in: alice's job, her team's
+    deployment, the model's own inference (POST) or readiness (GET)."""
+    return "/services/gpuhub/" + template.format(
+        id=wid, team="a", deployment="iris", name="iris", nid="1", index="0",
+        rest="no/such/route", path="v2/models/iris/" + ("infer" if method == "POST" else "ready"))
+
+
+@pytest.mark.parametrize("method, template, handler", route_requests(),
+                         ids=[f"{m} /{t}" for m, t, _ in route_requests()])
+def test_an_invoke_only_token_can_do_nothing_but_invoke(hub, bystander, method, template,
+                                                       handler):
+    """docs/serving.md: such a token "can only call endpoints". Every route
+    in the service's table: the endpoints answer it; a route that needs a
+    login refuses it, naming the scope (the API, the overview, the admin
+    panel, metrics, logs); a public one tells it no more than anyone."""
+    url = hub.url + route_path(method, template, bystander)
+    body = infer_body() if handler is EndpointHandler else {}
+    token = invoke_only_token(hub)
+
+    def ask(headers):
+        return requests.request(method, url, json=body, timeout=60, headers=headers,
+                                allow_redirects=False)
+    r = ask({"Authorization": f"token {token}"})
+    anonymous = ask({})
+    if getattr(handler, "invoke_route", False):
+        assert r.status_code == 200, r.text[:300]
+    elif anonymous.status_code in (302, 401, 403):  # it needs a login
+        assert r.status_code == 403 and "custom:gpuhub:invoke" in r.text, r.text[:300]
+    else:
+        assert (r.status_code, r.text) == (anonymous.status_code, anonymous.text)
+    w = hub.client("alice").workload(bystander)
+    assert (w["state"], w["cancel_requested"]) == ("running", False)  # a cancel did nothing
 
 
 @pytest.mark.parametrize("method, path, status", [
