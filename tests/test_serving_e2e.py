@@ -5,6 +5,7 @@ rollback, a killed replica replaced, bad input answered clearly, a GPU
 deployment held to its team's quota."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -308,6 +309,35 @@ def test_the_router_forwards_only_inference_metadata_and_health(hub, method, pat
                              headers={"Authorization": f"token {token}"})
         assert r.status_code == status, r.text
     # the model is still loaded and answers
+    assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
+
+
+@pytest.mark.parametrize("method, path", [
+    # decoded once by the service and once by MLServer: /v2/models/iris/docs
+    ("GET", "v2/models/iris%252Fdocs"),
+    ("GET", "v2/models/iris%2Fdocs"),
+    # dot segments, once decoded, would be resolved on the way to the replica
+    ("POST", "v2/models/%2E%2E/versions/%2E%2E/infer"),
+    ("GET", "v2/models/iris/versions/%2e%2e"),
+    ("POST", "v2/models/iris%2F..%2F..%2Frepository%2Fmodels%2Firis%2Funload/infer"),
+    ("POST", "v2/models/..%252F..%252Frepository%252Fmodels%252Firis%252Funload/infer"),
+], ids=["double-encoded slash", "encoded slash", "encoded dot-dot", "encoded dot-dot version",
+        "encoded slash and dot-dot", "double-encoded repository"])
+def test_an_encoded_slash_or_dot_dot_stays_inside_the_allow_list(hub, method, path):
+    """The path exactly as sent (requests would re-encode it): the router
+    refuses it itself, and the model is still there."""
+    conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=60)
+    try:
+        conn.request(method, f"/services/gpuhub/endpoints/a/iris/{path}",
+                     body=json.dumps(infer_body()) if method == "POST" else None,
+                     headers={"Authorization": f"token {invoke_only_token(hub)}",
+                              "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        answer = resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+    assert resp.status == 404 and "not an inference, model metadata or health route" in answer, \
+        (resp.status, answer[:300])
     assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
 
 
