@@ -28,6 +28,8 @@ GROUPS = {"team-a": ["alice"], "team-b": ["bob"]}
 TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
          "b": {"quotas": {"default": {"nominal": 2}}}}
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
+# The module's hub replaces a replica not ready this long after it served.
+UNREADY_SECONDS = 8
 
 
 def infer_body(rows=ROWS, name="x"):
@@ -38,7 +40,9 @@ def infer_body(rows=ROWS, name="x"):
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    h = Hub(str(tmp_path_factory.mktemp("serving")), groups=GROUPS, teams=TEAMS, gpus=4).start()
+    h = Hub(str(tmp_path_factory.mktemp("serving")), groups=GROUPS, teams=TEAMS, gpus=4,
+            extra_service_config=f"c.GpuHubService.replica_unready_seconds = {UNREADY_SECONDS}\n"
+            ).start()
     yield h
     h.stop()
 
@@ -341,7 +345,7 @@ def test_an_encoded_slash_or_dot_dot_stays_inside_the_allow_list(hub, method, pa
     assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
 
 
-def test_a_replica_whose_model_is_unloaded_is_not_ready(hub):
+def test_a_replica_whose_model_is_unloaded_is_not_ready_and_is_replaced(hub):
     alice = hub.client("alice")
     d = ready(hub, "iris")
     [rev] = [r for r in d["revisions"] if r["number"] == d["stable_revision"]]
@@ -350,12 +354,14 @@ def test_a_replica_whose_model_is_unloaded_is_not_ready(hub):
         with open(os.path.join(alice.workload(wid)["working_dir"], "settings.json")) as f:
             return f"http://127.0.0.1:{json.load(f)['http_port']}"
 
-    def serving(url):
+    def serving(wid):
         try:
-            return requests.get(f"{url}/v2/models/iris/ready", timeout=5).status_code == 200
+            answer = requests.get(f"{address(wid)}/v2/models/iris/ready", timeout=5)
+            return answer.status_code == 200
         except requests.RequestException:
             return False
-    replica = next(url for url in map(address, rev["replicas"]) if serving(url))
+    wid = next(w for w in rev["replicas"] if serving(w))
+    replica, attempt = address(wid), alice.workload(wid)["attempt"]
 
     def ready_replicas():
         revs = alice.get("/deployments/a/iris").json()["revisions"]
@@ -367,8 +373,14 @@ def test_a_replica_whose_model_is_unloaded_is_not_ready(hub):
     assert requests.get(f"{replica}/v2/health/ready", timeout=10).status_code == 200
     wait_for(lambda: ready_replicas() == before - 1,
              "the replica without its model counted not ready", 30)
-    assert requests.post(f"{replica}/v2/repository/models/iris/load", timeout=60).ok
-    wait_for(lambda: ready_replicas() == before, "the replica ready again", 30)
+    # ...and, not ready for UNREADY_SECONDS, it is stopped and placed again
+    w = wait_for(lambda: (lambda w: w if w["attempt"] > attempt and w["state"] == "running"
+                          else None)(alice.workload(wid)), "the replica replaced",
+                 UNREADY_SECONDS + 60)
+    ended = w["attempts"][attempt]
+    assert ended["ended_at"] and f"not ready for {UNREADY_SECONDS} s" in ended["reason"], ended
+    wait_for(lambda: ready_replicas() == before, "the replacement ready", 120)
+    assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
 
 
 def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):

@@ -334,6 +334,14 @@ class GpuHubService(Application):
         is left alone by the reconciliation: its server may still be starting.
         """).tag(config=True)
 
+    replica_unready_seconds = Float(30.0, help="""
+        A model replica that served and then is not ready for this long (its
+        model was unloaded, its runtime stopped answering ready while its
+        server runs) is stopped and placed again as its next attempt, as a
+        replica that crashed. 0 turns it off: such a replica only gets no
+        requests.
+        """).tag(config=True)
+
     group_cache_seconds = Float(10.0, help="""
         How long a user's JupyterHub groups (their teams) are cached.
         """).tag(config=True)
@@ -426,7 +434,8 @@ class GpuHubService(Application):
                                           default_team=self.default_team))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
-        self.serving = ServingController(self.engine)
+        self.serving = ServingController(self.engine,
+                                         unready_seconds=self.replica_unready_seconds)
         self.engine.metrics.watch_serving(self.serving)
         self._groups: dict[str, tuple[float, list[str]]] = {}
         self._hub_admins: dict[str, bool] = {}
