@@ -221,12 +221,7 @@ def test_endpoints_need_a_team_member_and_take_an_invoke_only_token(hub):
     r = call(hub, endpoint(hub, "iris"), infer_body(), user="bob")
     assert r.status_code == 404
     # a token for an external client: only access to the service and invoke
-    admin = {"Authorization": "token test-admin-token-0123456789abcdef"}
-    r = requests.post(f"{hub.url}/hub/api/users/alice/tokens", headers=admin, timeout=10,
-                      json={"note": "client", "scopes": ["access:services!service=gpuhub",
-                                                         "custom:gpuhub:invoke"]})
-    assert r.status_code == 201, r.text
-    token = r.json()["token"]
+    token = invoke_only_token(hub)
     assert call(hub, endpoint(hub, "iris"), infer_body(), token=token).status_code == 200
     # ...which can call endpoints but not submit work
     r = requests.post(f"{hub.api}/workloads", json={"command": ["true"], "gpus": 0},
@@ -253,11 +248,10 @@ def bystander(hub):
     alice.request("DELETE", f"/workloads/{job['id']}")
 
 
-def route_requests() -> list[tuple[str, str, type]]:
-    """(method, path under the service, handler) for every route of the
-    service's own table and every method its handler has."""
-    return [(method, template, handler) for template, handler in service_routes()
-            for method in allowed_methods(handler) or ["GET"]]
+# (method, path under the service, handler) for every route of the service's
+# own table and every method its handler has.
+ROUTE_REQUESTS = [(method, template, handler) for template, handler in service_routes()
+                  for method in allowed_methods(handler) or ["GET"]]
 
 
 def route_path(method: str, template: str, wid: str) -> str:
@@ -268,8 +262,8 @@ def route_path(method: str, template: str, wid: str) -> str:
         rest="no/such/route", path="v2/models/iris/" + ("infer" if method == "POST" else "ready"))
 
 
-@pytest.mark.parametrize("method, template, handler", route_requests(),
-                         ids=[f"{m} /{t}" for m, t, _ in route_requests()])
+@pytest.mark.parametrize("method, template, handler", ROUTE_REQUESTS,
+                         ids=[f"{m} /{t}" for m, t, _ in ROUTE_REQUESTS])
 def test_an_invoke_only_token_can_do_nothing_but_invoke(hub, bystander, method, template,
                                                        handler):
     """docs/serving.md: such a token "can only call endpoints". Every route
