@@ -205,14 +205,20 @@ class Hub:
                 pass
 
     def kill_servers(self) -> None:
-        """Notebook servers of this hub that outlived it (a test failed
-        before stopping them)."""
+        """Notebook servers and services of this hub that outlived it (a test
+        failed before stopping them), and its proxy when the hub was killed
+        and not started again (the proxy runs in a session of its own)."""
         needle = f"JUPYTERHUB_API_URL={self.hub_api}".encode()
-        for path in glob.glob("/proc/[0-9]*/environ"):
+        proxy = [b"--port", str(self.port).encode()]
+        for pid in (int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*/environ")):
             try:
-                with open(path, "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        os.kill(int(path.split("/")[2]), signal.SIGKILL)
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    ours = needle in f.read().split(b"\0")
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                if ours or (any(b"configurable-http-proxy" in a for a in argv)
+                            and any(argv[i:i + 2] == proxy for i in range(len(argv)))):
+                    os.kill(pid, signal.SIGKILL)
             except (OSError, ValueError):
                 pass
 

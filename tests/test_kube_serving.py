@@ -61,7 +61,8 @@ def test_a_replica_is_a_pinned_deployment_with_its_settings_in_a_config_map():
     [c] = pod["containers"]
     assert c["command"] == ["python3", "-m", "mlserver.cli.main", "start", SETTINGS_MOUNT]
     assert c["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    # ready when the model is (as the router counts it), not merely the server
+    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/models/iris/ready", "port": "http"}
     assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["gpu-1"]
     # MLServer finds model/model-settings.json under the settings folder

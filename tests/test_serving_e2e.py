@@ -5,6 +5,7 @@ rollback, a killed replica replaced, bad input answered clearly, a GPU
 deployment held to its team's quota."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -16,6 +17,9 @@ import time
 import pytest
 import requests
 
+from gpuspawner.service.app import service_routes
+from gpuspawner.service.endpoints import EndpointHandler
+from gpuspawner.service.handlers import allowed_methods
 from hub_harness import Hub, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +28,8 @@ GROUPS = {"team-a": ["alice"], "team-b": ["bob"]}
 TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
          "b": {"quotas": {"default": {"nominal": 2}}}}
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
+# The module's hub replaces a replica not ready this long after it served.
+UNREADY_SECONDS = 8
 
 
 def infer_body(rows=ROWS, name="x"):
@@ -34,7 +40,9 @@ def infer_body(rows=ROWS, name="x"):
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    h = Hub(str(tmp_path_factory.mktemp("serving")), groups=GROUPS, teams=TEAMS, gpus=4).start()
+    h = Hub(str(tmp_path_factory.mktemp("serving")), groups=GROUPS, teams=TEAMS, gpus=4,
+            extra_service_config=f"c.GpuHubService.replica_unready_seconds = {UNREADY_SECONDS}\n"
+            ).start()
     yield h
     h.stop()
 
@@ -213,12 +221,7 @@ def test_endpoints_need_a_team_member_and_take_an_invoke_only_token(hub):
     r = call(hub, endpoint(hub, "iris"), infer_body(), user="bob")
     assert r.status_code == 404
     # a token for an external client: only access to the service and invoke
-    admin = {"Authorization": "token test-admin-token-0123456789abcdef"}
-    r = requests.post(f"{hub.url}/hub/api/users/alice/tokens", headers=admin, timeout=10,
-                      json={"note": "client", "scopes": ["access:services!service=gpuhub",
-                                                         "custom:gpuhub:invoke"]})
-    assert r.status_code == 201, r.text
-    token = r.json()["token"]
+    token = invoke_only_token(hub)
     assert call(hub, endpoint(hub, "iris"), infer_body(), token=token).status_code == 200
     # ...which can call endpoints but not submit work
     r = requests.post(f"{hub.api}/workloads", json={"command": ["true"], "gpus": 0},
@@ -235,27 +238,55 @@ def invoke_only_token(hub: Hub, user: str = "alice") -> str:
     return r.json()["token"]
 
 
-@pytest.mark.parametrize("method, path", [
-    ("GET", "/workloads"), ("GET", "/workloads/{wid}"), ("GET", "/workloads/{wid}/logs"),
-    ("GET", "/usage"), ("POST", "/workloads/{wid}/cancel"), ("GET", "/deployments"),
-    ("POST", "/deployments/a/iris/scale"), ("GET", "/me")])
-def test_an_invoke_only_token_can_do_nothing_but_invoke(hub, method, path):
-    """docs/serving.md: such a token "can only call endpoints"."""
+@pytest.fixture(scope="module")
+def bystander(hub):
+    """A job of alice's own that nothing else stops (the deployments'
+    replicas may be stopped by their controller for what earlier tests did)."""
     alice = hub.client("alice")
-    # A job of alice's own that nothing else stops (the deployments' replicas
-    # may be stopped by their controller for what earlier tests did).
-    job = alice.submit(command="sleep 300", gpus=0, team="a", name="bystander")
-    wid = alice.wait(job["id"], "running", 60)["id"]
-    try:
-        token = invoke_only_token(hub)
-        r = requests.request(method, hub.api + path.format(wid=wid), json={}, timeout=10,
-                             headers={"Authorization": f"token {token}"})
-        assert r.status_code == 403 and "custom:gpuhub:invoke" in r.json()["error"], r.text
-        w = alice.workload(wid)
-        assert (w["state"], w["cancel_requested"]) == ("running", False)  # the cancel did nothing
-        assert call(hub, endpoint(hub, "iris"), infer_body(), token=token).status_code == 200
-    finally:
-        alice.request("DELETE", f"/workloads/{wid}")
+    job = alice.submit(command="sleep 900", gpus=0, team="a", name="bystander")
+    yield alice.wait(job["id"], "running", 60)["id"]
+    alice.request("DELETE", f"/workloads/{job['id']}")
+
+
+# (method, path under the service, handler) for every route of the service's
+# own table and every method its handler has.
+ROUTE_REQUESTS = [(method, template, handler) for template, handler in service_routes()
+                  for method in allowed_methods(handler) or ["GET"]]
+
+
+def route_path(method: str, template: str, wid: str) -> str:
+    """A route's path with its parameters filled in: alice's job, her team's
+    deployment, the model's own inference (POST) or readiness (GET)."""
+    return "/services/gpuhub/" + template.format(
+        id=wid, team="a", deployment="iris", name="iris", nid="1", index="0",
+        rest="no/such/route", path="v2/models/iris/" + ("infer" if method == "POST" else "ready"))
+
+
+@pytest.mark.parametrize("method, template, handler", ROUTE_REQUESTS,
+                         ids=[f"{m} /{t}" for m, t, _ in ROUTE_REQUESTS])
+def test_an_invoke_only_token_can_do_nothing_but_invoke(hub, bystander, method, template,
+                                                       handler):
+    """docs/serving.md: such a token "can only call endpoints". Every route
+    in the service's table: the endpoints answer it; a route that needs a
+    login refuses it, naming the scope (the API, the overview, the admin
+    panel, metrics, logs); a public one tells it no more than anyone."""
+    url = hub.url + route_path(method, template, bystander)
+    body = infer_body() if handler is EndpointHandler else {}
+    token = invoke_only_token(hub)
+
+    def ask(headers):
+        return requests.request(method, url, json=body, timeout=60, headers=headers,
+                                allow_redirects=False)
+    r = ask({"Authorization": f"token {token}"})
+    anonymous = ask({})
+    if getattr(handler, "invoke_route", False):
+        assert r.status_code == 200, r.text[:300]
+    elif anonymous.status_code in (302, 401, 403):  # it needs a login
+        assert r.status_code == 403 and "custom:gpuhub:invoke" in r.text, r.text[:300]
+    else:
+        assert (r.status_code, r.text) == (anonymous.status_code, anonymous.text)
+    w = hub.client("alice").workload(bystander)
+    assert (w["state"], w["cancel_requested"]) == ("running", False)  # a cancel did nothing
 
 
 @pytest.mark.parametrize("method, path, status", [
@@ -279,7 +310,36 @@ def test_the_router_forwards_only_inference_metadata_and_health(hub, method, pat
     assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
 
 
-def test_a_replica_whose_model_is_unloaded_is_not_ready(hub):
+@pytest.mark.parametrize("method, path", [
+    # decoded once by the service and once by MLServer: /v2/models/iris/docs
+    ("GET", "v2/models/iris%252Fdocs"),
+    ("GET", "v2/models/iris%2Fdocs"),
+    # dot segments, once decoded, would be resolved on the way to the replica
+    ("POST", "v2/models/%2E%2E/versions/%2E%2E/infer"),
+    ("GET", "v2/models/iris/versions/%2e%2e"),
+    ("POST", "v2/models/iris%2F..%2F..%2Frepository%2Fmodels%2Firis%2Funload/infer"),
+    ("POST", "v2/models/..%252F..%252Frepository%252Fmodels%252Firis%252Funload/infer"),
+], ids=["double-encoded slash", "encoded slash", "encoded dot-dot", "encoded dot-dot version",
+        "encoded slash and dot-dot", "double-encoded repository"])
+def test_an_encoded_slash_or_dot_dot_stays_inside_the_allow_list(hub, method, path):
+    """The path exactly as sent (requests would re-encode it): the router
+    refuses it itself, and the model is still there."""
+    conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=60)
+    try:
+        conn.request(method, f"/services/gpuhub/endpoints/a/iris/{path}",
+                     body=json.dumps(infer_body()) if method == "POST" else None,
+                     headers={"Authorization": f"token {invoke_only_token(hub)}",
+                              "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        answer = resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+    assert resp.status == 404 and "not an inference, model metadata or health route" in answer, \
+        (resp.status, answer[:300])
+    assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
+
+
+def test_a_replica_whose_model_is_unloaded_is_not_ready_and_is_replaced(hub):
     alice = hub.client("alice")
     d = ready(hub, "iris")
     [rev] = [r for r in d["revisions"] if r["number"] == d["stable_revision"]]
@@ -288,12 +348,14 @@ def test_a_replica_whose_model_is_unloaded_is_not_ready(hub):
         with open(os.path.join(alice.workload(wid)["working_dir"], "settings.json")) as f:
             return f"http://127.0.0.1:{json.load(f)['http_port']}"
 
-    def serving(url):
+    def serving(wid):
         try:
-            return requests.get(f"{url}/v2/models/iris/ready", timeout=5).status_code == 200
+            answer = requests.get(f"{address(wid)}/v2/models/iris/ready", timeout=5)
+            return answer.status_code == 200
         except requests.RequestException:
             return False
-    replica = next(url for url in map(address, rev["replicas"]) if serving(url))
+    wid = next(w for w in rev["replicas"] if serving(w))
+    replica, attempt = address(wid), alice.workload(wid)["attempt"]
 
     def ready_replicas():
         revs = alice.get("/deployments/a/iris").json()["revisions"]
@@ -305,8 +367,14 @@ def test_a_replica_whose_model_is_unloaded_is_not_ready(hub):
     assert requests.get(f"{replica}/v2/health/ready", timeout=10).status_code == 200
     wait_for(lambda: ready_replicas() == before - 1,
              "the replica without its model counted not ready", 30)
-    assert requests.post(f"{replica}/v2/repository/models/iris/load", timeout=60).ok
-    wait_for(lambda: ready_replicas() == before, "the replica ready again", 30)
+    # ...and, not ready for UNREADY_SECONDS, it is stopped and placed again
+    w = wait_for(lambda: (lambda w: w if w["attempt"] > attempt and w["state"] == "running"
+                          else None)(alice.workload(wid)), "the replica replaced",
+                 UNREADY_SECONDS + 60)
+    ended = w["attempts"][attempt]
+    assert ended["ended_at"] and f"not ready for {UNREADY_SECONDS} s" in ended["reason"], ended
+    wait_for(lambda: ready_replicas() == before, "the replacement ready", 120)
+    assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
 
 
 def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):

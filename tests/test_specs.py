@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
+from gpuspawner.scheduler.policy import get_policy
+from gpuspawner.service.app import OPENAPI
 from gpuspawner.service.identity import identity_from_model
 from gpuspawner.service.specs import Limits, SpecError, parse_duration, parse_job
 
@@ -117,3 +120,23 @@ def test_who_sees_and_acts(who, owner, team, sees, acts):
                      leads=frozenset(who.get("leads", ())), admin=who.get("admin", False))
     assert ident.sees_team(team) is sees
     assert ident.acts_on(owner, team) is acts
+
+
+def openapi_at(*path: str):
+    with open(OPENAPI) as f:
+        node = yaml.safe_load(f)
+    for key in path:
+        node = node[key]
+    return node
+
+
+@pytest.mark.parametrize("where, allowed_empty", [
+    (("components", "schemas", "JobSpec", "properties", "priority"), True),
+    (("paths", "/workloads/{id}/priority", "put", "requestBody", "content", "application/json",
+      "schema", "properties", "priority"), False),
+], ids=["submit", "set priority"])
+def test_the_openapi_document_lists_the_priority_classes_the_service_takes(where, allowed_empty):
+    """A client generated from the document offers what the service takes:
+    the default policy's classes (a submission may leave it empty: batch)."""
+    classes = set(get_policy("gpuhub").priority_classes)
+    assert set(openapi_at(*where)["enum"]) == classes | ({""} if allowed_empty else set())

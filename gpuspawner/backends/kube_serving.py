@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from ..serving.replica import model_ready_path
 from .kube_labels import label_value
 from .base import EXITED, LOST, STOPPED, AttemptExit, LaunchSpec
 from .kube_manifests import (LABEL_TEAM, MANAGED_BY, KubeSettings, job_manifest, job_name, labels,
@@ -80,7 +81,8 @@ def replica_manifests(spec: LaunchSpec, s: KubeSettings) -> list[dict]:
         ports=[{"name": "http", "containerPort": REPLICA_PORT},
                {"name": "grpc", "containerPort": REPLICA_PORT + 1},
                {"name": "metrics", "containerPort": REPLICA_PORT + 2}],
-        readinessProbe={"httpGet": {"path": "/v2/health/ready", "port": "http"},
+        readinessProbe={"httpGet": {"path": model_ready_path(spec.serving["name"]),
+                                    "port": "http"},
                         "periodSeconds": 2, "failureThreshold": 2},
         livenessProbe={"httpGet": {"path": "/v2/health/live", "port": "http"},
                        "initialDelaySeconds": 30, "periodSeconds": 10, "failureThreshold": 3})

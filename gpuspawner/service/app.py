@@ -90,7 +90,8 @@ API_ROUTES = [
 SERVICE_IDENTITY = Identity("gpuhub-service", admin=True, can_submit=True)
 PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})",
                "{nid}": r"([0-9]{1,12})", "{index}": r"([0-9]{1,4})",
-               "{team}": r"([A-Za-z0-9._-]{1,128})"}
+               "{team}": r"([A-Za-z0-9._-]{1,128})", "{deployment}": r"([a-z0-9-]{1,63})",
+               "{path}": r"(.*)", "{rest}": r".*"}
 
 
 def route_regex(path: str) -> str:
@@ -98,6 +99,19 @@ def route_regex(path: str) -> str:
     for param, regex in PATH_PARAMS.items():
         out = out.replace(param, regex)
     return out
+
+
+def service_routes() -> list[tuple[str, type]]:
+    """Every route of the service, under its prefix, with its path
+    parameters named as in PATH_PARAMS (``make_app`` turns them into
+    regexes; tests fill them in to try each route)."""
+    return ([("api/v1" + path, handler) for path, handler in API_ROUTES]
+            + [("api/v1/{rest}", h.NoRouteHandler),
+               ("oauth_callback", HubOAuthCallbackHandler),
+               ("metrics", h.MetricsHandler)]
+            + [("admin/" + path, handler) for path, handler in PANEL_ROUTES]
+            + [("endpoints/{team}/{deployment}/{path}", endpoints.EndpointHandler),
+               ("", OverviewPage)])
 
 
 class GpuHubService(Application):
@@ -320,6 +334,14 @@ class GpuHubService(Application):
         is left alone by the reconciliation: its server may still be starting.
         """).tag(config=True)
 
+    replica_unready_seconds = Float(30.0, help="""
+        A model replica that served and then is not ready for this long (its
+        model was unloaded, its runtime stopped answering ready while its
+        server runs) is stopped and placed again as its next attempt, as a
+        replica that crashed. 0 turns it off: such a replica only gets no
+        requests.
+        """).tag(config=True)
+
     group_cache_seconds = Float(10.0, help="""
         How long a user's JupyterHub groups (their teams) are cached.
         """).tag(config=True)
@@ -412,7 +434,8 @@ class GpuHubService(Application):
                                           default_team=self.default_team))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
-        self.serving = ServingController(self.engine)
+        self.serving = ServingController(self.engine,
+                                         unready_seconds=self.replica_unready_seconds)
         self.engine.metrics.watch_serving(self.serving)
         self._groups: dict[str, tuple[float, list[str]]] = {}
         self._hub_admins: dict[str, bool] = {}
@@ -743,16 +766,8 @@ class GpuHubService(Application):
             return f.read().strip()
 
     def make_app(self) -> web.Application:
-        prefix = self.service_prefix
-        routes = [(prefix + "api/v1" + route_regex(path), handler)
-                  for path, handler in API_ROUTES]
-        routes.append((prefix + "api/v1/.*", h.NoRouteHandler))
-        routes.append((prefix + "oauth_callback", HubOAuthCallbackHandler))
-        routes.append((prefix + "metrics", h.MetricsHandler))
-        routes += [(prefix + "admin/" + path, handler) for path, handler in PANEL_ROUTES]
-        routes.append((prefix + r"endpoints/([A-Za-z0-9._-]{1,128})/([a-z0-9-]{1,63})/(.*)",
-                       endpoints.EndpointHandler))
-        routes.append((prefix, OverviewPage))
+        routes = [(route_regex(self.service_prefix + path), handler)
+                  for path, handler in service_routes()]
         return web.Application(routes, engine=self.engine, gpuhub=self, serving=self.serving,
                                panel_templates=panel_environment(),
                                cookie_secret=self.cookie_secret, xsrf_cookies=False)

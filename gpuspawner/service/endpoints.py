@@ -18,6 +18,7 @@ from typing import Optional
 from sqlalchemy import select
 import aiohttp
 from tornado import web
+from yarl import URL
 
 from ..serving.traffic import Series
 from ..store import DeploymentRow, RevisionRow
@@ -31,8 +32,12 @@ from .views import iso
 
 # What the router forwards: the Open Inference Protocol's inference, model
 # metadata and health routes. MLServer's model repository API (which can
-# unload the model) and anything else are not reachable through it.
-_MODEL = r"v2/models/[^/]+(?:/versions/[^/]+)?"
+# unload the model) and anything else are not reachable through it. The
+# path is checked and forwarded as it came (still percent-encoded), so a
+# segment is unreserved characters only, and neither "." nor "..": an encoded
+# "/" or ".." that the replica would decode cannot lead it elsewhere.
+_SEGMENT = r"(?!\.\.?(?:/|\Z))[A-Za-z0-9._~-]+"
+_MODEL = rf"v2/models/{_SEGMENT}(?:/versions/{_SEGMENT})?"
 FORWARDED = [("POST", re.compile(_MODEL + "/infer")),
              ("GET", re.compile(_MODEL + "(?:/ready)?")),
              ("GET", re.compile(r"v2/health/(?:live|ready)")),
@@ -195,14 +200,23 @@ class EndpointHandler(APIHandler):
         if not (who.can_submit or INVOKE in who.scopes):
             raise Forbidden(f"calling endpoints needs the scope {INVOKE}")
 
-    async def get(self, team: str, name: str, path: str):
-        await self.route(team, name, path)
+    # The path's last group arrives decoded; route() reads it as it was sent.
+    async def get(self, team: str, name: str, _decoded_path: str):
+        await self.route(team, name)
 
-    async def post(self, team: str, name: str, path: str):
-        await self.route(team, name, path)
+    async def post(self, team: str, name: str, _decoded_path: str):
+        await self.route(team, name)
 
-    async def route(self, team: str, name: str, path: str) -> None:
+    def raw_path(self, team: str, name: str) -> str:
+        """The path after the deployment's, as the client sent it (tornado
+        hands the handler its path decoded)."""
+        head = f"{self.gpuhub.service_prefix}endpoints/{team}/{name}/"
+        raw = self.request.path
+        return raw[len(head):] if raw.startswith(head) else raw
+
+    async def route(self, team: str, name: str) -> None:
         self.check_access(team)
+        path = self.raw_path(team, name)
         if not any(m == self.request.method and rx.fullmatch(path) for m, rx in FORWARDED):
             raise NotFound(f"{self.request.method} {path!r} is not an inference, model metadata "
                            f"or health route of the Open Inference Protocol (v2)")
@@ -219,7 +233,8 @@ class EndpointHandler(APIHandler):
             started = time.monotonic()
             replica.in_flight += 1
             try:
-                async with self.ctl.session.request(self.request.method, f"{replica.url}/{path}",
+                async with self.ctl.session.request(self.request.method,
+                                                    URL(f"{replica.url}/{path}", encoded=True),
                                                     data=body, headers=headers) as resp:
                     status, answer = resp.status, await resp.read()
                     content_type = resp.headers.get("Content-Type", "application/json")

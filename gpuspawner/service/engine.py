@@ -113,6 +113,8 @@ class Engine:
         self.estimates = StartEstimates(policy)
         # Workloads whose first start estimate is persisted.
         self._estimated: set[str] = set()
+        # (replica, attempt) -> why the service itself ends it (replace_replica).
+        self._replacing: dict[tuple[str, int], str] = {}
         # Set by the app: metrics (ServiceMetrics) and a way to wake the loop
         # early after a submit or cancel.
         self.metrics = None
@@ -322,6 +324,21 @@ class Engine:
         self._reasons.pop(wid, None)
         self.wake()
         return row
+
+    def replace_replica(self, wid: str, attempt: int, why: str) -> None:
+        """End a serving replica's attempt whose process runs but no longer
+        serves (its model is gone): it is stopped and, like any replica that
+        ended, placed again as the next attempt."""
+        with self.store.transaction() as s:
+            row = s.get(WorkloadRow, wid)
+            if row is None or row.kind != "deployment" or row.state != RUNNING \
+                    or row.attempt != attempt:
+                return  # already ending, or ended
+            self._event(s, wid, "replacing", self.clock(), f"attempt {attempt} {why}; "
+                        f"stopping it to place it again", attempt=attempt)
+            grace = self._grace(row)
+        self._replacing[(wid, attempt)] = why
+        self.backend.stop(wid, attempt, grace)
 
     def notebook_gpu_limit(self, team: str, pool: str) -> Optional[int]:
         limits = self.config.notebook_gpu_limits
@@ -544,6 +561,7 @@ class Engine:
         """An attempt ended: record it, then tell the core."""
         if self.config.job_tokens is not None:
             self.config.job_tokens.revoke(x.workload_id, x.attempt)
+        replaced = self._replacing.pop((x.workload_id, x.attempt), None)
         with self.store.transaction() as s:
             row = s.get(WorkloadRow, x.workload_id)
             attempt = s.get(Attempt, (x.workload_id, x.attempt))
@@ -559,8 +577,8 @@ class Engine:
             elif row.kind == "deployment" and row.attempt + 1 < self.config.max_replica_restarts:
                 # A serving replica never ends by itself: replace it.
                 requeue, outcome = True, "lost" if x.reason == LOST else "failed"
-                msg = (f"replica ended ({describe_returncode(x.returncode, x.reason)}); "
-                       f"replaced by attempt {row.attempt + 1}")
+                msg = (f"replica ended ({replaced or describe_returncode(x.returncode, x.reason)})"
+                       f"; replaced by attempt {row.attempt + 1}")
             elif row.kind == "deployment":
                 state, outcome = FAILED, "failed"
                 msg = (f"replica ended ({describe_returncode(x.returncode, x.reason)}) "

@@ -87,6 +87,12 @@ class NoRouteHandler(JSONErrors):
         raise web.HTTPError(404, f"no such API path: {self.request.path}")
 
 
+# What a token with only custom:gpuhub:invoke hears on every route but the
+# endpoints (the API, the overview and the admin panel alike).
+INVOKE_ONLY_REFUSAL = ("this token may only call model endpoints (custom:gpuhub:invoke); "
+                       "this route needs custom:gpuhub:submit")
+
+
 async def hub_user(handler) -> Optional[dict]:
     """Who the request's token or cookie is, asked of the hub (cached for
     ``token_cache_seconds``). A hub that does not answer, or fails, is 503
@@ -137,9 +143,7 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
             groups = []
         self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
         if self.identity.invoke_only and not self.invoke_route:
-            raise web.HTTPError(403, "this token may only call model endpoints "
-                                     "(custom:gpuhub:invoke); this route needs "
-                                     "custom:gpuhub:submit")
+            raise web.HTTPError(403, INVOKE_ONLY_REFUSAL)
 
     def json_body(self) -> Any:
         return parse_json_body(self.request.body)

@@ -5,7 +5,8 @@ Every second: for each deployment and revision, the replicas it should run
 are queued in the scheduler (within the team's nominal quota only: a
 deployment is never admitted on borrowed GPUs it could lose, so a scale-up
 past the quota is refused and says so), extra ones stopped. Replicas that
-run are probed until MLServer answers ready; only ready ones get requests.
+run are probed for their model's readiness; only ready ones get requests,
+and one that served and then stays not ready is stopped and placed again.
 A canary whose errors or p99 latency cross the deployment's rollback rule is
 rolled back. What is measured (requests in flight, latency windows) lives in
 memory: after a restart the windows start empty.
@@ -26,7 +27,8 @@ from tornado import httpclient
 
 from ..serving.autoscale import ScalePolicy, desired_replicas, split
 from ..serving.ports import ports_below_ephemeral
-from ..serving.replica import model_settings, server_settings, write_replica_dir
+from ..serving.replica import (model_ready_path, model_settings, server_settings,
+                               write_replica_dir)
 from ..serving.traffic import (RollbackRule, Series, SmoothWeighted, Window, least_busy,
                                rollback_reason)
 from ..store import DeploymentRow, RevisionRow, WorkloadRow
@@ -50,6 +52,8 @@ class Replica:
     model: str = ""  # the name MLServer serves it under
     ready: bool = False
     in_flight: int = 0
+    # When the probe last found it ready (None: not yet, in this service).
+    last_ready: Optional[float] = None
 
 
 @dataclass
@@ -60,10 +64,13 @@ class DeploymentLoad:
 
 
 class ServingController:
-    def __init__(self, engine: Engine, clock=time.time):
+    def __init__(self, engine: Engine, clock=time.time, unready_seconds: float = 30.0):
         self.engine = engine
         self.deployments = Deployments(engine)
         self.clock = clock
+        # A replica that served and then stays not ready this long (its
+        # model was unloaded, its runtime wedged) is replaced; 0: never.
+        self.unready_seconds = unready_seconds
         self.replicas: dict[str, Replica] = {}
         self.windows: dict[tuple[int, int], Window] = {}
         # (deployment, revision) -> the last ten minutes in 5 s buckets, for
@@ -293,7 +300,7 @@ class ServingController:
         to answer keeps its state; any other answer, or none, is not ready."""
         async def probe(r: Replica) -> None:
             try:
-                resp = await self.http.fetch(f"{r.url}/v2/models/{r.model}/ready",
+                resp = await self.http.fetch(r.url + model_ready_path(r.model),
                                              request_timeout=1.0, raise_error=False)
                 r.ready = resp.code == 200
             except httpclient.HTTPClientError:  # 599: it timed out
@@ -301,3 +308,13 @@ class ServingController:
             except Exception:  # refused, reset, closed while it shuts down: not ready
                 r.ready = False
         await asyncio.gather(*(probe(r) for r in list(self.replicas.values())))
+        now = self.clock()
+        for r in list(self.replicas.values()):
+            if r.ready:
+                r.last_ready = now
+            elif r.last_ready is not None and self.unready_seconds \
+                    and now - r.last_ready > self.unready_seconds:
+                r.last_ready = None  # asked once: the engine stops it
+                self.engine.replace_replica(r.workload_id, r.attempt,
+                                            f"served, then was not ready for "
+                                            f"{self.unready_seconds:.0f} s")

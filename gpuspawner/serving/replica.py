@@ -27,6 +27,13 @@ def model_settings(name: str, model_dir: str, runtime: str, predictor: str,
     return out
 
 
+def model_ready_path(name: str) -> str:
+    """Where a replica says its model is ready to infer: the router's probe
+    and Kubernetes' readiness probe ask the same (a server whose model was
+    unloaded is up, and says so on /v2/health/ready, but cannot infer)."""
+    return f"/v2/models/{name}/ready"
+
+
 def server_settings(http_port: int) -> dict:
     # gRPC and the metrics server get ports next to the HTTP one; the service
     # picks three free ports in a row.

@@ -4,7 +4,9 @@ turning a form's domain error into the page again with the message.
 
 Admins (``custom:gpuhub:admin``) see every page and every team. Team leads
 (``custom:gpuhub:team-admin``) see the Teams, Queue and Usage pages limited
-to their teams, without the admin actions. Anyone else gets 403.
+to their teams, without the admin actions. Anyone else gets 403. A token
+with only ``custom:gpuhub:invoke`` (made for a client of the model
+endpoints) gets 403 on every page, the overview included.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from tornado import web
 
 from ...store import AuditEntry
 from ..engine import Conflict, Forbidden, NotFound
-from ..handlers import ServiceAccess, hub_user
+from ..handlers import INVOKE_ONLY_REFUSAL, ServiceAccess, hub_user
 from ..identity import Identity
 from ..specs import SpecError
 
@@ -79,6 +81,8 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         groups = await self.gpuhub.groups_of(model) if model.get("kind") == "user" else []
         self.identity: Identity = self.gpuhub.identity(model, groups)
         self.scopes = model.get("scopes") or []
+        if self.identity.invoke_only:  # a client's token: it shows no page at all
+            raise web.HTTPError(403, INVOKE_ONLY_REFUSAL)
         if not self.allowed(self.audience):
             raise web.HTTPError(403, self.refusal())
         if self.audience != "user" and not self.get_secure_cookie(SESSION_COOKIE):
