@@ -20,6 +20,7 @@ Pure: reads a ``ClusterState``, changes nothing.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -50,6 +51,24 @@ class Estimate:
     start: Optional[float]
     basis: str  # "now", "plan", "victims" (preemption under way), "unknown"
     reason: str = ""
+
+
+# Single-node searches look at nodes in the order they could first hold the
+# work for a power-of-two multiple of a minute at most as long as its run.
+CLASS_BASE_S = 60.0
+CLASSES = 16  # up to 2^15 minutes (about 23 days); longer runs share the last
+
+
+def duration_class(duration: float) -> int:
+    if duration <= CLASS_BASE_S:
+        return 0
+    if duration == INF:
+        return CLASSES - 1
+    return min(CLASSES - 1, int(math.log2(duration / CLASS_BASE_S)))
+
+
+def class_span(c: int) -> float:
+    return CLASS_BASE_S * (2 ** c) if c else 0.0
 
 
 class Profile:
@@ -112,6 +131,12 @@ class _Plan:
         self.runtime = runtime
         self.nodes = {name: Profile(now, len(state.index.free.get(name, ())))
                       for name in state.nodes}
+        # (pool, selector, GPUs per node) -> nodes that may ever hold it
+        self._candidates: dict[tuple, frozenset[str]] = {}
+        # pool -> GPUs per node -> heap of (first time a node has that many
+        # free, its version, node): where to look first for single-node work
+        self._soonest: dict[str, dict[int, list]] = {}
+        self._version: dict[str, int] = {}
         self.ceiling: dict[tuple[str, str], Optional[Profile]] = {}
         self.nominal: dict[tuple[str, str], Optional[Profile]] = {}
         # pool -> GPUs of running work that nothing is known to free
@@ -152,7 +177,7 @@ class _Plan:
             back = sum(1 for g in gpus if self.state.placeable(node, g)
                        and (node, g) not in self.state.set_aside)
             if node in self.nodes and back:
-                self.nodes[node].add(end, INF, back)
+                self._change(node, end, INF, back)
         for q in self._quotas(w.team, w.pool):
             q.add(end, INF, w.gpus)
 
@@ -192,13 +217,68 @@ class _Plan:
         for node, gpus in placement:
             back = sum(1 for g in gpus if self.state.placeable(node, g))
             if node in self.nodes and back:
-                self.nodes[node].add(start + run, INF, back)
+                self._change(node, start + run, INF, back)
 
-    def candidates(self, w: Workload) -> list[str]:
+    def candidates(self, w: Workload) -> frozenset[str]:
         selector = combined_selector(self.state.teams.get(w.team), w)
-        return [name for name, node in self.state.nodes.items()
+        key = (w.pool, tuple(sorted(selector.items())), w.gpus_per_node)
+        if key not in self._candidates:
+            self._candidates[key] = frozenset(
+                name for name, node in self.state.nodes.items()
                 if node.pool == w.pool and node.matches(selector)
-                and len(node.placeable_gpus()) >= w.gpus_per_node]
+                and len(node.placeable_gpus()) >= w.gpus_per_node)
+        return self._candidates[key]
+
+    def _heap(self, pool: str, need: int, duration: float) -> list:
+        """Nodes of ``pool`` by the earliest time they have ``need`` GPUs free
+        for the duration class below ``duration`` (a lower bound of when they
+        have them for ``duration``)."""
+        c = duration_class(duration)
+        levels = self._soonest.setdefault(pool, {})
+        if (need, c) not in levels:
+            span = class_span(c)
+            heap = [(self.nodes[n].earliest(need, span, self.now), self._version.get(n, 0), n)
+                    for n, node in self.state.nodes.items() if node.pool == pool]
+            heapq.heapify(heap)
+            levels[(need, c)] = heap
+        return levels[(need, c)]
+
+    def _change(self, node: str, start: float, end: float, delta: int) -> None:
+        """``delta`` free GPUs on ``node`` over [start, end), and where it
+        stands in the soonest-free heaps renewed."""
+        profile = self.nodes[node]
+        profile.add(start, end, delta)
+        version = self._version[node] = self._version.get(node, 0) + 1
+        for (need, c), heap in self._soonest.get(self.state.nodes[node].pool, {}).items():
+            heapq.heappush(heap, (profile.earliest(need, class_span(c), self.now), version, node))
+
+    def _single_start(self, w: Workload, nodes: frozenset[str], duration: float,
+                      t0: float) -> tuple[float, list[str]]:
+        """The earliest start on one node, looking at nodes in the order they
+        first have the GPUs free, until none can be sooner (fullest first on
+        a tie)."""
+        need = w.gpus_per_node
+        heap = self._heap(w.pool, need, duration)
+        best, best_key, seen = INF, None, []
+        while heap:
+            bound, version, node = heap[0]
+            if version != self._version.get(node, 0):
+                heapq.heappop(heap)  # stale: the node was booked since
+                continue
+            if bound > best:
+                break
+            seen.append(heapq.heappop(heap))
+            if node not in nodes:
+                continue
+            t = self.nodes[node].earliest(need, duration, t0)
+            if t == INF:
+                continue
+            key = (t, self._free_at(node, t), node)
+            if best_key is None or key < best_key:
+                best, best_key = t, key
+        for entry in seen:
+            heapq.heappush(heap, entry)
+        return (best, [best_key[2]]) if best_key is not None else (INF, [])
 
     def reclaim_start(self, w: Workload, duration: float, t0: float) -> float:
         """When ``w`` would start by taking back its team's nominal quota from
@@ -247,7 +327,7 @@ class _Plan:
         if t == INF:
             return self._unknown(w, duration)
         for name in chosen:
-            self.nodes[name].add(t, t + duration, -w.gpus_per_node)
+            self._change(name, t, t + duration, -w.gpus_per_node)
         for q in quotas:
             q.add(t, t + duration, -w.gpus)
         return Estimate(w.id, t, "now" if t <= self.now else "plan")
@@ -279,7 +359,9 @@ class _Plan:
                     if found[0] < best[0]:
                         best = found
             return best
-        return self._start_on(w, nodes, duration, t0)
+        if w.num_nodes == 1:
+            return self._single_start(w, nodes, duration, t0)
+        return self._start_on(w, sorted(nodes), duration, t0)
 
     def _start_on(self, w: Workload, nodes: list[str], duration: float,
                   t0: float) -> tuple[float, list[str]]:

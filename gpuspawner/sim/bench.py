@@ -19,11 +19,14 @@ from typing import Optional
 
 from ..scheduler import Node, Quota, Scheduler, Team, Workload
 from ..scheduler import events as ev
+from ..scheduler.forecast import forecast
 from ..scheduler.policy import Policy, get_policy
 from .metrics import percentile
 from .trace import GPU_SIZE_SHARES
 
 NODES, GPUS_PER_NODE, TEAMS = 1000, 8, 50
+# Workloads the service books in its start forecast after every cycle.
+FORECAST_LIMIT = 2000
 
 
 def build(policy: Policy, nodes: int = NODES, teams: int = TEAMS) -> Scheduler:
@@ -64,7 +67,7 @@ def run_one(policy: Policy, pending: int, cycles: int = 30, seed: int = 0,
     while len(sched.state.pending) < pending:
         sched.submit(_workload(rng, counter, now, teams), now)
         counter += 1
-    times, admitted = [], 0
+    times, forecasts, admitted = [], [], 0
     for _ in range(cycles):
         now += 60.0
         running = sorted(sched.state.running)
@@ -79,6 +82,10 @@ def run_one(policy: Policy, pending: int, cycles: int = 30, seed: int = 0,
         sched.apply_result(result, now)
         times.append(time.perf_counter() - start)
         admitted += sum(1 for e in result.events if e.type == ev.ADMITTED)
+        if explain:  # what the service also does after a cycle: the start estimates
+            start = time.perf_counter()
+            forecast(sched.state, policy, now, limit=FORECAST_LIMIT)
+            forecasts.append(time.perf_counter() - start)
         # Preempted work leaves at once so the next round starts clean.
         for e in result.events:
             if e.type == ev.PREEMPTED:
@@ -91,6 +98,7 @@ def run_one(policy: Policy, pending: int, cycles: int = 30, seed: int = 0,
         "cycle_p99_ms": percentile(times, 99) * 1000,
         "admissions": admitted,
         "admissions_per_s": admitted / total if total else 0.0,
+        "forecast_p50_ms": percentile(forecasts, 50) * 1000 if forecasts else None,
     }
 
 
@@ -114,11 +122,13 @@ def run_bench(sizes=(1000, 10000, 100000), cycles: int = 30, seed: int = 0,
 
 def format_rows(rows: list[dict]) -> str:
     header = (f"{'pending':>8} {'reasons':>7} {'p50 ms':>8} {'p99 ms':>8} {'admit/s':>9} "
-              f"{'fifo p50':>9} {'fifo adm/s':>10} {'p50 ×fifo':>9}")
+              f"{'fifo p50':>9} {'fifo adm/s':>10} {'p50 ×fifo':>9} {'forecast p50':>12}")
     lines = [header]
     for r in rows:
         lines.append(f"{r['pending']:>8} {'yes' if r['explain'] else 'no':>7} "
                      f"{r['cycle_p50_ms']:>8.1f} {r['cycle_p99_ms']:>8.1f} "
                      f"{r['admissions_per_s']:>9.0f} {r['fifo_cycle_p50_ms']:>9.1f} "
-                     f"{r['fifo_admissions_per_s']:>10.0f} {r['p50_ratio_vs_fifo']:>9.1f}")
+                     f"{r['fifo_admissions_per_s']:>10.0f} {r['p50_ratio_vs_fifo']:>9.1f} "
+                     + (f"{r['forecast_p50_ms']:>9.1f} ms" if r.get("forecast_p50_ms") else
+                        f"{'-':>12}"))
     return "\n".join(lines)
