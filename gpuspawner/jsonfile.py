@@ -17,7 +17,7 @@ def read_json(path: str) -> Optional[dict]:
         return None
 
 
-def write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict, mode: int = 0o644) -> None:
     """Write all of it or nothing: a reader never sees half a record.
 
     The directory may be writable by a job's account (the sticky bit keeps
@@ -28,7 +28,7 @@ def write_json(path: str, data: dict) -> None:
         os.unlink(tmp)
     except FileNotFoundError:
         pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f)
         f.flush()

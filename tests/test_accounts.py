@@ -26,6 +26,7 @@ from gpuspawner.backends.runner import EXIT_FILE, LOG_FILE
 from gpuspawner.isolation.accounts import (MAX_NAME, AccountError, Accounts, account_name,
                                            compose, drop_privileges, ensure_account, isolating,
                                            secure_data_dir)
+import preload
 from hub_harness import traversable
 
 VALID = re.compile(r"[a-z_][a-z0-9_-]*\Z")
@@ -248,3 +249,50 @@ for what in ('runner.json', 'output.log'):
     assert "runner.json EPERM" in log and "output.log EPERM" in log
     assert victim.read_text() == "untouched"
     assert json.load(open(os.path.join(attempt_dir, EXIT_FILE)))["returncode"] == 0
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(kv.decode().split("=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+
+
+def child_of(pid: int) -> int:
+    """The one process ``pid`` started (the runner's command)."""
+    def find():
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    return int(wait_until(find)[0])
+
+
+def wait_until(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return value
+
+
+@needs_root
+def test_a_jobs_environment_reaches_its_command_never_the_root_runner(prefix, root_dir):
+    """The env a job asks for is the user's choice: with LD_PRELOAD (a real
+    library that leaves a marker in each process it is loaded into) it
+    loads in the command, as the account, and never in the runner, which
+    is root; nor does any of the job's variables reach the runner."""
+    library, markers = preload.build(str(root_dir / "preload"))
+    accounts = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user))
+    backend = LocalBackend(accounts=accounts)
+    attempt_dir = root_dir / "w3" / "attempt-1"
+    code = ("import os, time\n"
+            "while not os.path.exists(os.path.join(os.environ['GPUHUB_ATTEMPT_DIR'], 'go')):\n"
+            "    time.sleep(0.02)\n")
+    env = {"LD_PRELOAD": library, "MY_SETTING": "the job's", "GPUHUB_TOKEN": "alices-own-token"}
+    runner = backend.start(LaunchSpec("w3", 1, (sys.executable, "-c", code), str(attempt_dir),
+                                      str(root_dir), env=env, user="alice"))
+    command = child_of(runner)
+    wait_until(lambda: preload.loaded_by(markers))  # the command's own loader has run
+    runner_env, command_env = environ_of(runner), environ_of(command)
+    (attempt_dir / "go").touch()
+    assert wait_exit(backend).returncode == 0, (attempt_dir / LOG_FILE).read_text()
+    assert preload.loaded_by(markers) == {accounts.ensure("alice").uid}
+    assert not set(env) & set(runner_env), runner_env
+    assert {k: command_env.get(k) for k in env} == env

@@ -28,7 +28,11 @@ job writes its outputs there (a notebook's default output), but cannot
 replace or remove the runner's records. A checkpoint directory outside the
 user's workspace is handed to the account; one inside it is made by the
 account itself. Either way a job's environment is built from
-base.ENV_KEEP only: none of the service's credentials reach it.
+base.ENV_KEEP only: none of the service's credentials reach it. And it
+reaches the command only: the root runner starts with a fixed environment
+(``runner_environment``) and the job's waits in ``env.json`` (root's, mode
+0600) until the runner hands it to the command's exec, after the privilege
+drop, so no LD_PRELOAD of a user's is ever loaded by root.
 """
 from __future__ import annotations
 
@@ -43,14 +47,24 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..isolation import cgroups
-from ..jsonfile import read_json
 from ..isolation.accounts import Account, AccountError, Accounts, account_env, hand_over
+from ..jsonfile import read_json, write_json
 from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, local_replica_address
-from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat, write_json
+from .runner import ENV_FILE, EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat
 
 LAUNCH_FILE = "launch.json"
 CGROUP_FILE = "cgroup.json"
 log = logging.getLogger(__name__)
+
+
+def runner_environment(environ) -> dict:
+    """The root runner's own environment: fixed, and nothing of the job's.
+    The service's LD_LIBRARY_PATH (its operator's, not a user's) goes along
+    where the interpreter needs it to start."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    if environ.get("LD_LIBRARY_PATH"):
+        env["LD_LIBRARY_PATH"] = environ["LD_LIBRARY_PATH"]
+    return env
 
 
 class BackendError(RuntimeError):
@@ -121,9 +135,11 @@ class LocalBackend:
                "GPUHUB_WORKLOAD_ID": spec.workload_id,
                "GPUHUB_ATTEMPT": str(spec.attempt),
                "GPUHUB_ATTEMPT_DIR": attempt_dir}
+        if not os.path.isdir(spec.cwd):
+            raise BackendError(f"attempt {key}: working directory {spec.cwd} does not exist")
         # -I: the user's cwd and PYTHON* variables must not change the runner's imports.
         argv = [sys.executable, "-I", "-m", "gpuspawner.backends.runner", "--dir", attempt_dir,
-                "--grace", str(spec.grace_period)]
+                "--cwd", os.path.abspath(spec.cwd), "--grace", str(spec.grace_period)]
         if spec.time_limit is not None:
             argv += ["--time-limit", str(spec.time_limit)]
         try:
@@ -131,13 +147,17 @@ class LocalBackend:
             argv += self._place(spec, attempt_dir).runner_args()
             if spec.checkpoint_dir:
                 env["GPUHUB_CHECKPOINT_DIR"] = os.path.abspath(spec.checkpoint_dir)
+            # The job's environment goes to the command at its exec, after the
+            # privilege drop, never to the root runner (see runner.py).
+            write_json(os.path.join(attempt_dir, ENV_FILE), env, mode=0o600)
             if account is not None:
                 argv += self._as_account(account, attempt_dir, env.get("GPUHUB_CHECKPOINT_DIR"))
             elif spec.checkpoint_dir:
                 os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
             # The runner's own complaints (bad arguments, import errors) land in the log too.
             with open(self.log_path(attempt_dir), "ab") as log:
-                proc = subprocess.Popen(argv + ["--", *spec.argv], cwd=spec.cwd, env=env,
+                proc = subprocess.Popen(argv + ["--", *spec.argv], cwd="/",
+                                        env=runner_environment(os.environ),
                                         stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         except (OSError, subprocess.SubprocessError) as e:

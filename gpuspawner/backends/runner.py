@@ -1,6 +1,6 @@
 """The supervisor that runs one attempt and records how it ended.
 
-    python -m gpuspawner.backends.runner --dir ATTEMPT_DIR
+    python -m gpuspawner.backends.runner --dir ATTEMPT_DIR [--cwd DIR]
         [--time-limit SECONDS] [--grace SECONDS] [--cgroup PATH]... [--groups GID,...]
         [--user ACCOUNT [--make-dir DIR]...] -- ARGV...
 
@@ -8,6 +8,12 @@ The local backend starts it as the leader of a new session, so it outlives
 the service, and its process group holds everything the attempt runs. It
 leaves its traces in ATTEMPT_DIR, which is all a restarted service needs:
 
+- ``env.json`` (the local backend's, mode 0600, read and removed before
+  the command starts): the command's environment. The runner itself runs
+  as root with a fixed environment of the backend's: were the job's its
+  own, the dynamic loader would run the user's code as root before any
+  privilege drop (LD_PRELOAD, LD_AUDIT, GCONV_PATH, ...). The command gets
+  it at its exec, after the drop;
 - ``runner.json`` before the command starts: pid, pgid and start_ticks
   (field 22 of /proc/<pid>/stat, which tells this runner from a later
   process that reuses its pid);
@@ -27,7 +33,9 @@ user cannot signal it) and starts the command as that system account: a
 preexec step in the forked child drops its groups, gid and uid before it
 executes the command (``preexec``: where the device cgroup join goes too,
 before the drop). ``--make-dir`` directories are made after the drop, as
-the account (a checkpoint directory inside the user's workspace).
+the account (a checkpoint directory inside the user's workspace), and the
+command's ``--cwd`` is entered after it too: root never follows a path the
+user may have changed.
 
 A command that cannot be executed at all ends as reason "exited" with the
 shell's codes, 127 (not found) or 126 (not executable), and a line in
@@ -45,9 +53,10 @@ from typing import Optional
 
 from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
 from ..isolation.cgroups import Placement, enter
-from ..jsonfile import write_json  # noqa: F401  (the backends use it from here too)
+from ..jsonfile import read_json, write_json
 from .base import EXITED, STOPPED, TIME_LIMIT
 
+ENV_FILE = "env.json"
 RUNNER_FILE = "runner.json"
 EXIT_FILE = "exit.json"
 LOG_FILE = "output.log"
@@ -68,6 +77,8 @@ def proc_stat(pid: int) -> Optional[tuple[str, int]]:
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m gpuspawner.backends.runner")
     parser.add_argument("--dir", required=True, help="the attempt directory")
+    parser.add_argument("--cwd", default=None,
+                        help="the directory the command runs in (entered after the drop)")
     parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--grace", type=float, default=30.0,
                         help="seconds between SIGTERM and SIGKILL at the time limit")
@@ -120,11 +131,17 @@ def main(argv: Optional[list[str]] = None) -> None:
         "pid": os.getpid(), "pgid": os.getpgrp(),
         "start_ticks": proc_stat(os.getpid())[1], "started_at": time.time()})
 
+    env = _job_environment(args.dir)
     placement = Placement(args.cgroup, [int(g) for g in args.groups.split(",") if g])
     with open(os.path.join(args.dir, LOG_FILE), "ab", buffering=0) as log:
+        if env is None:
+            log.write(f"gpuspawner: cannot start the command: no {ENV_FILE} of the "
+                      f"service's in {args.dir}\n".encode())
+            _finish(args.dir, 126, EXITED)
+            return
         try:
             child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     env={**env, "PYTHONUNBUFFERED": "1"},
                                      preexec_fn=preexec(args, placement))
         except (subprocess.SubprocessError, AccountError) as e:  # no such account, or
             # the preexec step failed (cgroup join, privilege drop): the command never ran
@@ -139,14 +156,31 @@ def main(argv: Optional[list[str]] = None) -> None:
     _finish(args.dir, returncode, cause.reason or EXITED)
 
 
+def _job_environment(attempt_dir: str) -> Optional[dict]:
+    """The command's environment from the service's env.json, removed once
+    read (it holds the job's token)."""
+    path = os.path.join(attempt_dir, ENV_FILE)
+    env = read_json(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    if env is None or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return None
+    return env
+
+
 def preexec(args: argparse.Namespace, placement: Placement):
     """What the forked child does before it executes the command, in this
     order: join the attempt's cgroups, become the account (keeping the
-    placement's device groups), make its directories as the account."""
+    placement's device groups), make its directories as the account, go to
+    its working directory."""
     enter_placement = ((lambda: enter(placement))
                        if placement.cgroups or placement.gids else None)
+    cwd = args.cwd
+    go_to_cwd = (lambda: os.chdir(cwd)) if cwd else None
     if not args.user:
-        return enter_placement
+        return compose(enter_placement, go_to_cwd)
     dirs = list(args.make_dir)
 
     def make_dirs() -> None:
@@ -154,7 +188,7 @@ def preexec(args: argparse.Namespace, placement: Placement):
             os.makedirs(d, exist_ok=True)
     return compose(enter_placement,
                    drop_privileges(from_passwd(args.user), extra_gids=placement.gids),
-                   make_dirs)
+                   make_dirs, go_to_cwd)
 
 
 def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,
