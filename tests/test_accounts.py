@@ -16,6 +16,7 @@ import secrets
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -296,3 +297,56 @@ def test_a_jobs_environment_reaches_its_command_never_the_root_runner(prefix, ro
     assert preload.loaded_by(markers) == {accounts.ensure("alice").uid}
     assert not set(env) & set(runner_env), runner_env
     assert {k: command_env.get(k) for k in env} == env
+
+
+# What a job plants under the names of records the runner has not written
+# (killed, it never writes exit.json; without enforcement there is no
+# cgroup.json): each form of it.
+PLANTS = {
+    "fifo": "os.mkfifo(path)",
+    "link-to-dev-zero": "os.symlink('/dev/zero', path)",
+    "forged": "open(path, 'w').write(json.dumps(forged[name]))",
+}
+
+
+@needs_root
+@pytest.mark.parametrize("form", PLANTS)
+def test_records_a_job_plants_in_its_attempt_directory_are_not_believed(prefix, root_dir, form):
+    """The attempt directory is the job's to write (sticky, 1770). A FIFO
+    would hang the service, a link to /dev/zero fill its memory, a forged
+    exit.json say the job succeeded, a forged cgroup.json have root remove
+    (and kill everything in) a cgroup of the job's choosing: the service
+    reads none of them, and reports the killed attempt as stopped."""
+    victim = root_dir / "victim-cgroup"
+    victim.mkdir()
+    forged = {"exit.json": {"returncode": 0, "reason": "exited", "finished_at": 1.0},
+              "cgroup.json": {"cgroups": [str(victim)], "gids": []}}
+    code = f"""
+import json, os, time
+forged = {forged!r}
+for name in forged:
+    path = os.path.join(os.environ['GPUHUB_ATTEMPT_DIR'], name)
+    {PLANTS[form]}
+print('planted', flush=True)
+time.sleep(300)
+"""
+    accounts = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user))
+    spec = LaunchSpec("w4", 1, (sys.executable, "-c", code), str(root_dir / "w4" / "attempt-1"),
+                      str(root_dir), user="alice")
+    backend = LocalBackend(accounts=accounts)
+    backend.start(spec)
+    log = root_dir / "w4" / "attempt-1" / LOG_FILE
+    wait_until(lambda: "planted" in log.read_text())
+    backend.kill("w4", 1)
+
+    reports = []
+
+    def report():
+        reports.extend([wait_exit(backend), *LocalBackend(accounts=accounts).recover([spec])])
+    # A reader stuck on the FIFO would never return: the test ends anyway.
+    reader = threading.Thread(target=report, daemon=True)
+    reader.start()
+    reader.join(30)
+    assert not reader.is_alive(), f"the service hangs on the planted {form}"
+    assert [(e.reason, e.returncode) for e in reports] == [("stopped", None), ("lost", None)]
+    assert victim.is_dir()

@@ -25,7 +25,9 @@ With ``accounts`` (the service runs as root) the command runs as the
 submitting user's system account, created on first use; the runner stays
 root. The attempt directory is root's, group the account's, mode 1770: the
 job writes its outputs there (a notebook's default output), but cannot
-replace or remove the runner's records. A checkpoint directory outside the
+replace or remove the runner's records, and what it plants under the name
+of one not yet written (a FIFO, a link, a forged exit.json or cgroup.json)
+is not read as one: records are read through gpuspawner/safefiles.py. A checkpoint directory outside the
 user's workspace is handed to the account; one inside it is made by the
 account itself. Either way a job's environment is built from
 base.ENV_KEEP only: none of the service's credentials reach it. And it

@@ -60,6 +60,8 @@ ENV_FILE = "env.json"
 RUNNER_FILE = "runner.json"
 EXIT_FILE = "exit.json"
 LOG_FILE = "output.log"
+# A job's environment: at most 256 variables of 64 KiB each (service/specs.py), and ours.
+MAX_ENV_FILE = 32 << 20
 
 
 def proc_stat(pid: int) -> Optional[tuple[str, int]]:
@@ -160,7 +162,7 @@ def _job_environment(attempt_dir: str) -> Optional[dict]:
     """The command's environment from the service's env.json, removed once
     read (it holds the job's token)."""
     path = os.path.join(attempt_dir, ENV_FILE)
-    env = read_json(path)
+    env = read_json(path, max_bytes=MAX_ENV_FILE)
     try:
         os.unlink(path)
     except FileNotFoundError:
