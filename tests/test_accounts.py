@@ -350,3 +350,48 @@ time.sleep(300)
     assert not reader.is_alive(), f"the service hangs on the planted {form}"
     assert [(e.reason, e.returncode) for e in reports] == [("stopped", None), ("lost", None)]
     assert victim.is_dir()
+
+
+@needs_root
+def test_a_link_planted_for_the_log_as_the_directory_is_handed_over_is_never_written(
+        prefix, root_dir):
+    """Another process of alice's account waits for each attempt directory
+    to become hers and at once plants output.log -> a root-only file. The
+    log was made before the hand-over: the link cannot take its place, and
+    the job's output goes to its own log only."""
+    accounts = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user))
+    alice = accounts.ensure("alice")
+    victim = root_dir / "roots-only"
+    victim.write_text("root's\n")
+    os.chmod(victim, 0o600)
+    jobs = root_dir / "w5"
+    jobs.mkdir()
+    dirs = [jobs / f"attempt-{i}" for i in range(20)]
+    planter = subprocess.Popen([sys.executable, "-c", f"""
+import os, sys, time
+deadline = time.monotonic() + 60
+for d in {[str(d) for d in dirs]!r}:
+    while time.monotonic() < deadline:
+        try:
+            os.symlink({str(victim)!r}, os.path.join(d, 'output.log'))
+            print('planted', d, flush=True)
+            break
+        except FileExistsError:
+            break
+        except OSError:
+            pass  # not hers yet
+"""], preexec_fn=drop_privileges(alice), stdout=subprocess.PIPE, text=True, cwd="/")
+    backend = LocalBackend(accounts=accounts)
+    try:
+        for i, d in enumerate(dirs):
+            backend.start(LaunchSpec("w5", i, (sys.executable, "-c", "print('job output')"),
+                                     str(d), str(root_dir), user="alice"))
+            assert wait_exit(backend).returncode == 0
+    finally:
+        planter.kill()
+    assert planter.communicate()[0] == ""
+    assert victim.read_text() == "root's\n"
+    for d in dirs:
+        log = d / LOG_FILE
+        assert not log.is_symlink() and log.stat().st_uid == 0
+        assert log.read_text() == "job output\n"

@@ -51,6 +51,7 @@ from typing import Callable, Optional
 from ..isolation import cgroups
 from ..isolation.accounts import Account, AccountError, Accounts, account_env, hand_over
 from ..jsonfile import read_json, write_json
+from ..safefiles import create_own
 from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, local_replica_address
 from .runner import ENV_FILE, EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat
 
@@ -152,18 +153,29 @@ class LocalBackend:
             # The job's environment goes to the command at its exec, after the
             # privilege drop, never to the root runner (see runner.py).
             write_json(os.path.join(attempt_dir, ENV_FILE), env, mode=0o600)
-            if account is not None:
-                argv += self._as_account(account, attempt_dir, env.get("GPUHUB_CHECKPOINT_DIR"))
-            elif spec.checkpoint_dir:
-                os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
-            # The runner's own complaints (bad arguments, import errors) land in the log too.
-            with open(self.log_path(attempt_dir), "ab") as log:
+            # Made before the directory is the account's: no link of its own
+            # can stand in its place. The runner and its command write to
+            # this descriptor, never to the name.
+            log = create_own(self.log_path(attempt_dir))
+            try:
+                if account is not None:
+                    argv += self._as_account(account, attempt_dir,
+                                             env.get("GPUHUB_CHECKPOINT_DIR"))
+                elif spec.checkpoint_dir:
+                    os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
+                # The runner's own complaints (bad arguments, import errors) land in it too.
                 proc = subprocess.Popen(argv + ["--", *spec.argv], cwd="/",
                                         env=runner_environment(os.environ),
                                         stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
+            finally:
+                os.close(log)
         except (OSError, subprocess.SubprocessError) as e:
             self._unplace(attempt_dir)
+            try:
+                os.unlink(os.path.join(attempt_dir, ENV_FILE))  # it holds the job's token
+            except FileNotFoundError:
+                pass
             raise BackendError(f"cannot start attempt {key}: {e}") from e
         self._attempts[key] = _Attempt(spec, proc.pid, proc)
         # Written before start() returns, so a service that restarts before

@@ -17,7 +17,10 @@ leaves its traces in ATTEMPT_DIR, which is all a restarted service needs:
 - ``runner.json`` before the command starts: pid, pgid and start_ticks
   (field 22 of /proc/<pid>/stat, which tells this runner from a later
   process that reuses its pid);
-- ``output.log``: the command's stdout and stderr, appended;
+- ``output.log``: the command's stdout and stderr, appended. It is the
+  runner's own stdout, opened by the backend before the directory became
+  the account's: neither the runner nor the service opens it by name in a
+  directory the job can write to;
 - ``exit.json`` once the command has ended: returncode (negative: killed by
   that signal, as in ``subprocess``), reason (exited, time-limit, stopped)
   and finished_at. A runner killed with SIGKILL leaves none.
@@ -135,27 +138,30 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     env = _job_environment(args.dir)
     placement = Placement(args.cgroup, [int(g) for g in args.groups.split(",") if g])
-    with open(os.path.join(args.dir, LOG_FILE), "ab", buffering=0) as log:
-        if env is None:
-            log.write(f"gpuspawner: cannot start the command: no {ENV_FILE} of the "
-                      f"service's in {args.dir}\n".encode())
-            _finish(args.dir, 126, EXITED)
-            return
-        try:
-            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                     env={**env, "PYTHONUNBUFFERED": "1"},
-                                     preexec_fn=preexec(args, placement))
-        except (subprocess.SubprocessError, AccountError) as e:  # no such account, or
-            # the preexec step failed (cgroup join, privilege drop): the command never ran
-            log.write(f"gpuspawner: cannot start the command: {e}\n".encode())
-            _finish(args.dir, 126, EXITED)
-            return
-        except OSError as e:
-            log.write(f"gpuspawner: cannot start {command[0]!r}: {e}\n".encode())
-            _finish(args.dir, 127 if isinstance(e, FileNotFoundError) else 126, EXITED)
-            return
+    if env is None:
+        _say(f"cannot start the command: no {ENV_FILE} of the service's in {args.dir}")
+        _finish(args.dir, 126, EXITED)
+        return
+    try:
+        # stdout and stderr: the runner's own, the log.
+        child = subprocess.Popen(command, stderr=subprocess.STDOUT,
+                                 env={**env, "PYTHONUNBUFFERED": "1"},
+                                 preexec_fn=preexec(args, placement))
+    except (subprocess.SubprocessError, AccountError) as e:  # no such account, or
+        # the preexec step failed (cgroup join, privilege drop): the command never ran
+        _say(f"cannot start the command: {e}")
+        _finish(args.dir, 126, EXITED)
+        return
+    except OSError as e:
+        _say(f"cannot start {command[0]!r}: {e}")
+        _finish(args.dir, 127 if isinstance(e, FileNotFoundError) else 126, EXITED)
+        return
     returncode = _wait(child, args.time_limit, args.grace, cause)
     _finish(args.dir, returncode, cause.reason or EXITED)
+
+
+def _say(line: str) -> None:
+    os.write(sys.stdout.fileno(), f"gpuspawner: {line}\n".encode())
 
 
 def _job_environment(attempt_dir: str) -> Optional[dict]:

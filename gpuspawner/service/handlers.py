@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from ..safefiles import read_own
 from ..scheduler.model import Quota
 from ..store import Attempt, AuditEntry, EventRow, NoticeRow, WorkloadRow
 from . import views
@@ -368,12 +369,9 @@ class LogsHandler(APIHandler):
 
 
 def _read_from(path: str, offset: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(1 << 20)
-    except FileNotFoundError:
-        return b""
+    # In a directory the job can write to: only the backend's own log file
+    # is read, never a link or FIFO the job left in its place.
+    return read_own(path, offset) or b""
 
 
 class PoolsHandler(APIHandler):
