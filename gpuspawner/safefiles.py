@@ -49,10 +49,12 @@ def open_own(path: str) -> Optional[int]:
 
 
 def create_own(path: str, mode: int = 0o644) -> int:
-    """A new file at ``path``, write-only and appending: FileExistsError if
-    anything (a link included) is already there."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                   | os.O_CLOEXEC, mode)
+    """A new file at ``path`` of mode ``mode`` (whatever the umask), write-only
+    and appending: FileExistsError if anything (a link included) is there."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, mode)
+    os.fchmod(fd, mode)
+    return fd
 
 
 def read_own(path: str, offset: int = 0, limit: int = 1 << 20) -> Optional[bytes]:

@@ -24,9 +24,9 @@ import pytest
 from gpuspawner.backends.base import LaunchSpec
 from gpuspawner.backends.local import LocalBackend
 from gpuspawner.backends.runner import EXIT_FILE, LOG_FILE
-from gpuspawner.isolation.accounts import (MAX_NAME, AccountError, Accounts, account_name,
-                                           compose, drop_privileges, ensure_account, isolating,
-                                           secure_data_dir)
+from gpuspawner.isolation.accounts import (MAX_NAME, AccountError, Accounts, DirectoryAccounts,
+                                           account_name, compose, drop_privileges,
+                                           ensure_account, isolating, secure_data_dir)
 import preload
 from hub_harness import traversable
 
@@ -395,3 +395,31 @@ for d in {[str(d) for d in dirs]!r}:
         log = d / LOG_FILE
         assert not log.is_symlink() and log.stat().st_uid == 0
         assert log.read_text() == "job output\n"
+
+
+# ---- accounts from a directory (Slurm, LDAP) --------------------------------
+
+@needs_root
+@pytest.mark.parametrize("hub_name, user_map, template, found", [
+    ("alice", {"alice": "nobody"}, "{username}", "nobody"),        # mapped
+    ("nobody", {}, "{username}", "nobody"),                        # the hub name itself
+    ("carol", {}, "{username}", "no account 'carol' for hub user 'carol'"),
+    ("alice", {"alice": "root"}, "{username}", "maps to 'root', uid 0: refused"),
+])
+def test_directory_accounts_are_looked_up_never_made_and_never_root(root_dir, hub_name,
+                                                                     user_map, template, found):
+    accounts = DirectoryAccounts(user_map, template, lambda user: str(root_dir / user))
+    if found != "nobody":
+        with pytest.raises(AccountError, match=re.escape(found)):
+            accounts.ensure(hub_name)
+        assert not os.path.exists(root_dir / hub_name)
+        return
+    a = accounts.ensure(hub_name)
+    assert (a.name, a.uid) == ("nobody", pwd.getpwnam("nobody").pw_uid)
+    st = os.stat(root_dir / hub_name)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (a.uid, 0o700)
+
+
+def test_a_directory_template_must_name_the_user():
+    with pytest.raises(ValueError, match="names no {username}"):
+        DirectoryAccounts({}, "shared", str)

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..isolation import cgroups
-from ..isolation.accounts import Account, AccountError, Accounts, account_env, hand_over
+from ..isolation.accounts import (Account, AccountError, Accounts, account_env,
+                                  prepare_checkpoint)
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
 from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, local_replica_address
@@ -216,13 +217,8 @@ class LocalBackend:
         os.chown(attempt_dir, 0, account.gid)
         os.chmod(attempt_dir, 0o1770)
         options = ["--user", account.name]
-        if checkpoint:
-            home = os.path.realpath(account.home)
-            if os.path.commonpath([home, os.path.realpath(checkpoint)]) == home:
-                # Made by the account, so root never follows a link the user left.
-                options += ["--make-dir", checkpoint]
-            else:  # the data directory's (the default, a replica's settings)
-                hand_over(checkpoint, account)
+        if checkpoint and prepare_checkpoint(checkpoint, account):
+            options += ["--make-dir", checkpoint]
         return options
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:

@@ -267,8 +267,11 @@ class GpuHubService(Application):
         Run every job and model replica of the local backend as its user's
         own system account (``account_prefix`` + the hub name), created with
         useradd at the first submission, with the workspace handed to it
-        (mode 0700); the data directory is kept out of users' reach. Needs
-        root; the default is on exactly when the service runs as root.
+        (mode 0700); the data directory is kept out of users' reach. With the
+        Slurm backend, every job runs as its user's cluster account
+        (``sbatch --uid``; where the accounts come from:
+        ``SlurmBackend.accounts_from``). Needs root; the default is on
+        exactly when the service runs as root.
         Started as another user, the service says at start, in ``/health``
         and on the admin panel that users are not isolated.
         """).tag(config=True)
@@ -372,7 +375,8 @@ class GpuHubService(Application):
         if os.path.exists(self.config_file):
             self.load_config_file(self.config_file)
         os.makedirs(self.data_dir, exist_ok=True)
-        accounts = self._accounts()
+        slurm = SlurmBackend(parent=self) if self.backend == "slurm" else None
+        accounts = self._accounts(slurm)
         self.sockets = self._listen()
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
@@ -381,7 +385,7 @@ class GpuHubService(Application):
             self.source = "kubernetes"
             record_nodes(self.store, nodes, self.source)
         elif self.backend == "slurm":  # Slurm runs the jobs and says which GPU nodes there are
-            backend, self.source = SlurmBackend(parent=self), "slurm"
+            backend, self.source = slurm, "slurm"
             found = backend.discover()
             gpus = [g for _, node_gpus in found for g in node_gpus]
             nodes = [LocalNode(n, [g.index for g in node_gpus]) for n, node_gpus in found]
@@ -449,11 +453,11 @@ class GpuHubService(Application):
     def _device_groups_file(self) -> str:
         return os.path.join(self.data_dir, "device-groups.json")
 
-    def _accounts(self) -> Optional[Accounts]:
-        """The users' accounts when jobs run as them (local backend, root),
-        with the data directory made private; else None, said loudly."""
-        if self.backend != "local":
-            self.users_isolated = None  # up to Slurm's and Kubernetes' own means
+    def _accounts(self, slurm: Optional[SlurmBackend]):
+        """The users' accounts when jobs run as them (local or Slurm backend,
+        root), with the data directory made private; else None, said loudly."""
+        if self.backend == "kubernetes":
+            self.users_isolated = None  # up to Kubernetes' own means
             return None
         self.users_isolated = self.user_accounts
         if not self.user_accounts:
@@ -465,6 +469,11 @@ class GpuHubService(Application):
         secure_data_dir(self.data_dir)
         if self.db_url == f"sqlite:///{self.data_dir}/gpuhub.sqlite":
             private_file(os.path.join(self.data_dir, "gpuhub.sqlite"))
+        if slurm is not None:
+            accounts = slurm.make_accounts(self.account_prefix, self.workspace_path)
+            self.log.info("users are isolated: Slurm jobs run as their users' accounts (%s)",
+                          slurm.accounts_from)
+            return accounts
         self.log.info("users are isolated: jobs run as system accounts %s<name>",
                       self.account_prefix)
         return Accounts(self.account_prefix, self.workspace_path)

@@ -22,6 +22,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from ..backends.base import EXITED, LOST, TIME_LIMIT, AttemptExit, LaunchSpec
+from ..isolation.accounts import AccountError
 from ..scheduler import events as ev
 from ..scheduler.model import Node, Quota
 from ..scheduler.policy import Policy
@@ -685,7 +686,10 @@ class Engine:
     def workspace(self, user: str) -> str:
         home = self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)
         if self.config.prepare_workspace is not None:
-            self.config.prepare_workspace(user)
+            try:
+                self.config.prepare_workspace(user)
+            except AccountError as e:  # a directory without the user's account, say
+                raise Forbidden(f"your work cannot run: {e}") from e
         else:
             os.makedirs(home, exist_ok=True)
         return home
