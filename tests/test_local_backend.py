@@ -116,21 +116,29 @@ def test_exit_is_reported_with_its_returncode_and_output(tmp_path, argv, returnc
         assert line in output(spec)
 
 
-@pytest.mark.parametrize("gpus, visible, checkpoint", [
-    ((0, 2), "0,2", True),
-    ((), "", False),   # no GPUs: none visible, not all of them
-], ids=["two-gpus", "no-gpus"])
-def test_command_sees_exactly_its_gpus_and_attempt(tmp_path, monkeypatch, gpus, visible,
+U0 = "GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f"
+U2 = "GPU-d9e8f7a6-b5c4-4d3e-a2f1-e0d9c8b7a6f5"
+
+
+@pytest.mark.parametrize("gpus, uuids, visible, checkpoint", [
+    ((0, 2), (), "0,2", True),            # UUIDs unknown (declared GPUs): by index
+    ((0, 2), (U0, U2), f"{U0},{U2}", False),  # NVML's: by UUID, which a device cgroup keeps
+    ((), (), "", False),   # no GPUs: none visible, not all of them
+], ids=["two-gpus", "two-gpus-by-uuid", "no-gpus"])
+def test_command_sees_exactly_its_gpus_and_attempt(tmp_path, monkeypatch, gpus, uuids, visible,
                                                      checkpoint):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the service's own must not leak
     code = ("import json, os; print(json.dumps({'cwd': os.getcwd(), **{k: v for k, v in"
-            " os.environ.items() if k.startswith(('GPUHUB_', 'CUDA_', 'MY_'))}}))")
-    spec = make_spec(tmp_path, code, attempt=3, gpus=gpus, env={"MY_SETTING": "x"},
+            " os.environ.items() if k.startswith(('GPUHUB_', 'CUDA_', 'NVIDIA_', 'MY_'))}}))")
+    spec = make_spec(tmp_path, code, attempt=3, gpus=gpus, gpu_uuids=uuids,
+                     env={"MY_SETTING": "x"},
                      checkpoint_dir=str(tmp_path / "ckpt") if checkpoint else None)
     backend = LocalBackend()
     backend.start(spec)
     assert single_exit(backend).returncode == 0
     expected = {"cwd": str(tmp_path), "CUDA_VISIBLE_DEVICES": visible, "MY_SETTING": "x",
+                "NVIDIA_VISIBLE_DEVICES": visible or "none",
+                "GPUHUB_GPU_INDICES": ",".join(map(str, gpus)),
                 "GPUHUB_WORKLOAD_ID": "job", "GPUHUB_ATTEMPT": "3",
                 "GPUHUB_ATTEMPT_DIR": spec.attempt_dir}
     if checkpoint:

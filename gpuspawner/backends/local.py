@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..isolation import cgroups
+from ..isolation.gpu_rules import visible_devices
 from ..isolation.accounts import (Account, AccountError, Accounts, account_env,
                                   prepare_checkpoint)
 from ..jsonfile import read_json, write_json
@@ -135,7 +136,7 @@ class LocalBackend:
                                         os.environ.get("PATH", os.defpath)]),
                **spec.env,
                # Empty when no GPUs: the command sees none rather than all.
-               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
+               **visible_devices(spec.gpus, spec.gpu_uuids),
                "GPUHUB_WORKLOAD_ID": spec.workload_id,
                "GPUHUB_ATTEMPT": str(spec.attempt),
                "GPUHUB_ATTEMPT_DIR": attempt_dir}

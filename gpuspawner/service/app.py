@@ -520,7 +520,8 @@ class GpuHubService(Application):
             n = ln.node
             extra = frozenset(i for (node, i) in marked if node == n.name)
             out.append(LocalNode(replace(n, drained=n.name in drained,
-                                         unhealthy_gpus=n.unhealthy_gpus | extra), ln.devices))
+                                         unhealthy_gpus=n.unhealthy_gpus | extra),
+                                 ln.devices, ln.uuids))
         return out
 
     def _seed_teams(self) -> None:

@@ -59,6 +59,10 @@ class LocalNode:
 
     node: Node
     devices: list[int] = field(default_factory=list)
+    uuids: list[str] = field(default_factory=list)  # the devices' (inventory), if known
+
+    def uuid(self, gpu: int) -> str:
+        return self.uuids[gpu] if gpu < len(self.uuids) else ""
 
 
 def local_nodes(gpus, host: str) -> list[LocalNode]:
@@ -72,7 +76,7 @@ def local_nodes(gpus, host: str) -> list[LocalNode]:
         name = host if len(by_pool) == 1 else f"{host}/{pool}"
         unhealthy = frozenset(i for i, g in enumerate(members) if not g.healthy)
         out.append(LocalNode(Node(name, pool, len(members), unhealthy_gpus=unhealthy),
-                             [g.index for g in members]))
+                             [g.index for g in members], [g.uuid for g in members]))
     return out
 
 
@@ -333,6 +337,11 @@ class Engine:
     def devices(self, placement) -> list[int]:
         """The host device indices behind a placement (local nodes)."""
         return [self.nodes[node].devices[g] for node, gpus in placement
+                if node in self.nodes for g in gpus]
+
+    def device_uuids(self, placement) -> list[str]:
+        """The UUIDs the inventory gave a placement's GPUs ("" where unknown)."""
+        return [self.nodes[node].uuid(g) for node, gpus in placement
                 if node in self.nodes for g in gpus]
 
     def set_team(self, who: Identity, name: str, weight: Optional[float],
@@ -726,7 +735,9 @@ class Engine:
                "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool}
         return LaunchSpec(workload_id=row.id, attempt=row.attempt,
                           argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
-                          cwd=cwd, env=env, gpus=devices, time_limit=row.time_limit,
+                          cwd=cwd, env=env, gpus=devices,
+                          gpu_uuids=tuple(self.device_uuids(placement)),
+                          time_limit=row.time_limit,
                           grace_period=self._grace(row),
                           checkpoint_dir=spec["checkpoint_dir"], placement=placement,
                           pool=row.pool, team=row.team, user=row.user, priority=row.priority,

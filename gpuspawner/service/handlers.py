@@ -216,7 +216,9 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
     out = views.workload(row, attempts[-1] if attempts else None)
     out["attempts"] = [views.attempt_view(a) for a in attempts]
     if "placement" in out:
-        out["devices"] = engine.devices([(p["node"], p["gpus"]) for p in out["placement"]])
+        placement = [(p["node"], p["gpus"]) for p in out["placement"]]
+        out["devices"] = engine.devices(placement)
+        out["device_uuids"] = engine.device_uuids(placement)
     if row.state == "queued":
         out["queue_position"] = engine.queue_position(row.id)
     return out

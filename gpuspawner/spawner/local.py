@@ -11,6 +11,7 @@ from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import Bool, Unicode, default
 
 from ..isolation import cgroups
+from ..isolation.gpu_rules import visible_devices
 from ..isolation.accounts import (DEFAULT_PREFIX, Accounts, account_env, compose,
                                   drop_privileges, isolating)
 from .admission import GPUSpawnerMixin
@@ -130,6 +131,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     def get_env(self):
         env = super().get_env()
         env.update(self.gpu_env())
+        env.update(visible_devices(self.devices or [], self.device_uuids or []))
         return env
 
     async def poll(self):
