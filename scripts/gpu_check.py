@@ -219,7 +219,7 @@ def main() -> int:
         print(f"  {g.index} {g.uuid} {g.model} {g.memory_mib} MiB pool={g.pool} "
               f"healthy={g.healthy} util={g.utilization_pct}% used={g.memory_used_mib} MiB")
     nodes = local_nodes(gpus, "gpu-host")
-    enforcement = GpuEnforcement().detect()
+    enforcement = GpuEnforcement().detect(processes_as_root=os.geteuid() == 0)  # no accounts
     print(f"GPU enforcement: {enforcement.gpu_mode}; limits: {enforcement.limits_mode}; "
           f"notes: {enforcement.notes}; minors: {enforcement.minors}")
     engine = Engine(Store(f"sqlite:///{data}/gpuhub.sqlite"),

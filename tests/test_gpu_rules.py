@@ -78,7 +78,7 @@ def test_the_mode_a_host_gets(wanted, devices_v1, groups, mode):
 
 @pytest.mark.parametrize("wanted, devices_v1, groups, words", [
     ("cgroup", False, True, "cgroup v1 devices"),
-    ("groups", True, False, "root and the GPU device nodes"),
+    ("groups", True, False, "root, the GPU device nodes and users' accounts"),
 ])
 def test_an_insisted_mode_the_host_lacks_is_an_error(wanted, devices_v1, groups, words):
     with pytest.raises(r.LimitError, match=words):

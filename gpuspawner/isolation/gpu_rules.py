@@ -95,7 +95,8 @@ def choose_gpu_mode(wanted: str, devices_v1: bool, groups_possible: bool) -> str
         return CGROUP_V1
     if wanted == "groups":
         if not groups_possible:
-            raise LimitError("GpuEnforcement.mode: 'groups' needs root and the GPU device nodes")
+            raise LimitError("GpuEnforcement.mode: 'groups' needs root, the GPU device nodes "
+                             "and users' accounts (device groups do not bind root)")
         return DEVICE_GROUPS
     if devices_v1:
         return CGROUP_V1

@@ -391,7 +391,9 @@ class GpuHubService(Application):
             nodes = [LocalNode(n, [g.index for g in node_gpus]) for n, node_gpus in found]
             self._record_inventory(nodes, gpus)
         else:
-            self.enforcement = GpuEnforcement(parent=self).detect()
+            # Without accounts, as root, jobs run as root: device groups bind nothing.
+            self.enforcement = GpuEnforcement(parent=self).detect(
+                processes_as_root=accounts is None and isolating())
             if self.enforcement.gpu_mode == DEVICE_GROUPS:
                 self.enforcement.setup_device_groups(self._device_groups_file)
             backend = LocalBackend(enforcement=self.enforcement, accounts=accounts)

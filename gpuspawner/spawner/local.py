@@ -61,7 +61,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     def enforcement(self) -> cgroups.GpuEnforcement:
         cls = LocalGPUSpawner
         if cls._enforcement is None:
-            cls._enforcement = cgroups.GpuEnforcement(parent=self).detect()
+            cls._enforcement = cgroups.GpuEnforcement(parent=self).detect(
+                processes_as_root=isolating() and not self.user_accounts)
             self.log.info("notebook servers: GPU enforcement: %s; limits: %s",
                           cls._enforcement.gpu_mode, cls._enforcement.limits_mode)
         return cls._enforcement
