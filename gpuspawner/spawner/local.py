@@ -22,9 +22,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
 
     Servers run in per-user workspaces (``home_dir_template``). With
     ``user_accounts`` (the hub runs as root) each runs as its user's own
-    system account, created on first spawn, through JupyterHub's
-    LocalProcessSpawner setuid path; otherwise as the hub's user, like
-    JupyterHub's SimpleLocalProcessSpawner. Each server joins a cgroup that
+    system account, created on first spawn: ``make_preexec_fn`` drops to it
+    (in place of JupyterHub's ``set_user_setuid``), so the server's
+    environment is applied by its exec, as the account; otherwise as the
+    hub's user, like JupyterHub's SimpleLocalProcessSpawner. Each server joins a cgroup that
     allows exactly its GPUs' device nodes, with its team's or pool's memory
     and CPU limits (``c.GpuEnforcement``), first thing in its preexec step,
     before the privilege drop; the cgroup is removed when it stops.
