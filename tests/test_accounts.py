@@ -13,6 +13,7 @@ import os
 import pwd
 import re
 import secrets
+import signal
 import stat
 import subprocess
 import sys
@@ -300,7 +301,7 @@ def test_a_jobs_environment_reaches_its_command_never_the_root_runner(prefix, ro
 
 
 # What a job plants under the names of records the runner has not written
-# (killed, it never writes exit.json; without enforcement there is no
+# (SIGKILLed, it never writes exit.json; without enforcement there is no
 # cgroup.json): each form of it.
 PLANTS = {
     "fifo": "os.mkfifo(path)",
@@ -316,7 +317,8 @@ def test_records_a_job_plants_in_its_attempt_directory_are_not_believed(prefix, 
     would hang the service, a link to /dev/zero fill its memory, a forged
     exit.json say the job succeeded, a forged cgroup.json have root remove
     (and kill everything in) a cgroup of the job's choosing: the service
-    reads none of them, and reports the killed attempt as stopped."""
+    reads none of them, and reports the attempt, whose runner was killed
+    (kill -9, the OOM killer), as lost."""
     victim = root_dir / "victim-cgroup"
     victim.mkdir()
     forged = {"exit.json": {"returncode": 0, "reason": "exited", "finished_at": 1.0},
@@ -334,10 +336,10 @@ time.sleep(300)
     spec = LaunchSpec("w4", 1, (sys.executable, "-c", code), str(root_dir / "w4" / "attempt-1"),
                       str(root_dir), user="alice")
     backend = LocalBackend(accounts=accounts)
-    backend.start(spec)
+    runner = backend.start(spec)
     log = root_dir / "w4" / "attempt-1" / LOG_FILE
     wait_until(lambda: "planted" in log.read_text())
-    backend.kill("w4", 1)
+    os.killpg(runner, signal.SIGKILL)
 
     reports = []
 
@@ -348,7 +350,7 @@ time.sleep(300)
     reader.start()
     reader.join(30)
     assert not reader.is_alive(), f"the service hangs on the planted {form}"
-    assert [(e.reason, e.returncode) for e in reports] == [("stopped", None), ("lost", None)]
+    assert [(e.reason, e.returncode) for e in reports] == [("lost", None), ("lost", None)]
     assert victim.is_dir()
 
 

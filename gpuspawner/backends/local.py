@@ -18,8 +18,13 @@ its GPUs' device groups). Its paths are kept in ``cgroup.json`` in the
 attempt directory, so the cgroups are removed when the attempt is reported
 ended, also by a service that restarted in between.
 
-A stop in progress (its SIGKILL deadline) lives in memory only: after a
-restart the service re-issues ``stop`` for attempts it was stopping.
+A stop in progress (its deadline) lives in memory only: after a restart
+the service re-issues ``stop`` for attempts it was stopping. At the
+deadline, and for ``kill``, the runner gets SIGUSR1: it SIGKILLs everything
+under it, also what left the process group (runner.py), and records the
+exit. A runner still there ``SWEEP_GRACE`` seconds later (it cannot be, but
+a runner of an older release does not know SIGUSR1) gets SIGKILL with its
+whole group.
 
 With ``accounts`` (the service runs as root) the command runs as the
 submitting user's system account, created on first use; the runner stays
@@ -59,6 +64,7 @@ from .runner import ENV_FILE, EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat
 
 LAUNCH_FILE = "launch.json"
 CGROUP_FILE = "cgroup.json"
+SWEEP_GRACE = 5.0
 log = logging.getLogger(__name__)
 
 
@@ -83,7 +89,8 @@ class _Attempt:
     proc: Optional[subprocess.Popen]  # None when adopted after a restart
     start_ticks: Optional[int] = None  # adopted only: tells the runner from a reused pid
     stopped: bool = False            # stopped or killed by us
-    kill_at: Optional[float] = None  # when a stop turns into SIGKILL
+    kill_at: Optional[float] = None  # when a stop turns into a kill
+    swept_at: Optional[float] = None  # when the runner was told to kill everything
 
 
 class LocalBackend:
@@ -240,19 +247,33 @@ class LocalBackend:
         a = self._attempts.get((workload_id, attempt))
         if a is not None:
             a.stopped = True
-            self._signal(a, signal.SIGKILL)
+            self._kill(a)
 
     def poll(self) -> list[AttemptExit]:
         """Escalate stops past their deadline; report each ended attempt, once."""
         exits = []
         for key, a in list(self._attempts.items()):
             if self._alive(a):
-                if a.kill_at is not None and self._clock() >= a.kill_at:
-                    self._signal(a, signal.SIGKILL)
+                if a.swept_at is not None or (a.kill_at is not None
+                                              and self._clock() >= a.kill_at):
+                    self._kill(a)  # (again: the SIGKILL fallback)
                 continue
+            if a.swept_at is not None:
+                # A runner that died of the SIGUSR1 (an older release's) may
+                # have left its command: the group goes now, the runner just gone.
+                self._killpg(a.pid)
             exits.append(self._exit(a.spec, a.stopped))
             del self._attempts[key]
         return exits
+
+    def _kill(self, a: _Attempt) -> None:
+        """End the attempt now: the runner kills everything under it (SIGUSR1),
+        or, if it has not SWEEP_GRACE seconds later, SIGKILL to its group."""
+        if a.swept_at is None:
+            a.swept_at = self._clock()
+            self._signal(a, signal.SIGUSR1, group=False)
+        elif self._clock() >= a.swept_at + SWEEP_GRACE:
+            self._signal(a, signal.SIGKILL)
 
     def recover(self, specs: list[LaunchSpec]) -> list[AttemptExit]:
         """Find the attempts a previous service started: adopt the live, report the ended.
@@ -284,13 +305,20 @@ class LocalBackend:
         stat = proc_stat(a.pid)
         return stat is not None and stat[0] != "Z" and stat[1] == a.start_ticks
 
-    def _signal(self, a: _Attempt, signum: int) -> None:
+    def _signal(self, a: _Attempt, signum: int, group: bool = True) -> None:
         # Only while the runner is alive: once it is gone its pid may be reused.
         if self._alive(a):
             try:
-                os.killpg(a.pid, signum)
+                (os.killpg if group else os.kill)(a.pid, signum)
             except ProcessLookupError:
                 pass  # it ended between the check and the signal
+
+    @staticmethod
+    def _killpg(pgid: int) -> None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def _exit(self, spec: LaunchSpec, stopped: bool) -> AttemptExit:
         # The runner is gone and killed its group: the cgroups are empty or about to be.

@@ -43,10 +43,18 @@ user may have changed.
 A command that cannot be executed at all ends as reason "exited" with the
 shell's codes, 127 (not found) or 126 (not executable), and a line in
 output.log saying why: to the user it is a command that failed.
+
+A process that leaves the group (``setsid``, a daemon's double fork) is
+still the runner's: the runner is its subreaper (PR_SET_CHILD_SUBREAPER),
+so it stays among the runner's descendants, and every way an attempt ends
+kills all of them (``_sweep``): when the command has ended, at the time
+limit's SIGKILL, and on SIGUSR1, which is how the service ends an attempt
+at once (it does not SIGKILL the runner, which could then sweep nothing).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
@@ -65,6 +73,9 @@ EXIT_FILE = "exit.json"
 LOG_FILE = "output.log"
 # A job's environment: at most 256 variables of 64 KiB each (service/specs.py), and ours.
 MAX_ENV_FILE = 32 << 20
+
+
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def proc_stat(pid: int) -> Optional[tuple[str, int]]:
@@ -113,6 +124,8 @@ class _Cause:
     """Why the command is ending, when something ends it: the first cause wins."""
 
     reason: Optional[str] = None
+    killed = False      # SIGUSR1: the service ends the attempt now
+    launching = False   # the command is being started, or runs
 
     def note(self, reason: str) -> None:
         if self.reason is None:
@@ -128,10 +141,22 @@ def main(argv: Optional[list[str]] = None) -> None:
         # The runner only notes it and stays to record the exit.
         cause.note(STOPPED)
 
-    # A SIGTERM before this point kills the runner (no exit.json: the service
-    # knows it stopped it); one before the command starts is not passed on,
-    # and the service's SIGKILL at the end of the grace period ends the attempt.
+    def on_sigusr1(signum, frame):
+        # The service ends the attempt now: everything under the runner goes,
+        # the command's wait returns, and the exit is recorded as stopped.
+        cause.note(STOPPED)
+        cause.killed = True
+        if not cause.launching:
+            os.kill(os.getpid(), signal.SIGKILL)  # nothing of the job's runs yet
+        _sweep(reap=False)
+
+    # A SIGTERM or SIGUSR1 before this point kills the runner (no exit.json:
+    # the service knows it stopped it); one before the command starts is not
+    # passed on, and the service's SIGUSR1 at the end of the grace period ends
+    # the attempt.
+    _become_subreaper()
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGUSR1, on_sigusr1)
     write_json(os.path.join(args.dir, RUNNER_FILE), {
         "pid": os.getpid(), "pgid": os.getpgrp(),
         "start_ticks": proc_stat(os.getpid())[1], "started_at": time.time()})
@@ -142,6 +167,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         _say(f"cannot start the command: no {ENV_FILE} of the service's in {args.dir}")
         _finish(args.dir, 126, EXITED)
         return
+    cause.launching = True
     try:
         # stdout and stderr: the runner's own, the log.
         child = subprocess.Popen(command, stderr=subprocess.STDOUT,
@@ -156,6 +182,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         _say(f"cannot start {command[0]!r}: {e}")
         _finish(args.dir, 127 if isinstance(e, FileNotFoundError) else 126, EXITED)
         return
+    if cause.killed:  # it came while the command was being started
+        _sweep(reap=False)
     returncode = _wait(child, args.time_limit, args.grace, cause)
     _finish(args.dir, returncode, cause.reason or EXITED)
 
@@ -217,7 +245,7 @@ def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,
             terminated, deadline = True, time.monotonic() + grace
         else:
             # Not the group: that would kill the runner before it records the exit.
-            child.kill()
+            _sweep(reap=False)
             deadline = None
 
 
@@ -225,8 +253,60 @@ def _finish(attempt_dir: str, returncode: int, reason: str) -> None:
     write_json(os.path.join(attempt_dir, EXIT_FILE), {
         "returncode": returncode, "reason": reason, "finished_at": time.time()})
     # The attempt is over and its GPUs go to the next one: nothing it left
-    # behind in its group may keep running. The runner goes with them.
+    # behind, in its group or out of it, may keep running. The runner goes last.
+    _sweep(reap=True)
     os.killpg(os.getpid(), signal.SIGKILL)
+
+
+def _become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def _descendants(pid: int) -> list[int]:
+    """The live (not zombie) processes under ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _sweep(reap: bool, timeout: float = 10.0) -> None:
+    """SIGKILL everything under this runner until nothing is left (what forks
+    meanwhile is caught by the next round). ``reap``: collect the zombies
+    too (not while the command's own wait is pending: it must get its code)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if reap:
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            except ChildProcessError:
+                pass
+        live = _descendants(os.getpid())
+        if not live or time.monotonic() > deadline:
+            return
+        for p in live:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":
