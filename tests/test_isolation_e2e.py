@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import html
 import json
 import os
 import re
@@ -400,3 +401,33 @@ def _get(url: str):
     except requests.RequestException:
         return None
     return r.json() if r.status_code == 200 else None
+
+
+NOTICE = "Users are not isolated"
+
+
+def admin_page(hub: Hub) -> requests.Response:
+    """The admin panel's cluster page as an admin sees it (token, as a browser's cookie would)."""
+    return requests.get(f"{hub.url}/services/gpuhub/admin/cluster", timeout=30,
+                        headers={"Authorization": f"token {hub.token('root-admin')}"})
+
+
+def test_the_admin_panel_warns_when_users_are_not_isolated(hub, tmp_path):
+    """Every page of the panel says so when every job runs as the service's
+    own account (here: root with user accounts off, as a personal
+    workstation's single account would be), and not when users are apart."""
+    page = admin_page(hub)
+    assert page.status_code == 200 and "GPU enforcement" in page.text and NOTICE not in page.text
+    shared = Hub(str(tmp_path), groups={"team-a": ["alice"]},
+                 teams={"a": {"quotas": {"default": {"nominal": 1}}}},
+                 extra_service_config="c.GpuHubService.user_accounts = False\n",
+                 extra_hub_config="c.LocalGPUSpawner.user_accounts = False\n")
+    try:
+        shared.start()
+        page = admin_page(shared)
+        assert page.status_code == 200, page.text[:300]
+        assert (f"{NOTICE}: every job and model replica runs as the service's own account "
+                f"(uid {os.geteuid()})") in html.unescape(page.text)
+        assert requests.get(f"{shared.api}/health", timeout=10).json()["users_isolated"] is False
+    finally:
+        shared.stop()
