@@ -32,9 +32,9 @@ root. The attempt directory is root's, group the account's, mode 1770: the
 job writes its outputs there (a notebook's default output), but cannot
 replace or remove the runner's records, and what it plants under the name
 of one not yet written (a FIFO, a link, a forged exit.json or cgroup.json)
-is not read as one: records are read through gpuspawner/safefiles.py. A checkpoint directory outside the
-user's workspace is handed to the account; one inside it is made by the
-account itself. Either way a job's environment is built from
+is not read as one: records are read through gpuspawner/safefiles.py. A
+checkpoint directory outside the user's workspace is handed to the
+account; one inside it is made by the account itself. Either way a job's environment is built from
 base.ENV_KEEP only: none of the service's credentials reach it. And it
 reaches the command only: the root runner starts with a fixed environment
 (``runner_environment``) and the job's waits in ``env.json`` (root's, mode
@@ -54,9 +54,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..isolation import cgroups
-from ..isolation.gpu_rules import visible_devices
 from ..isolation.accounts import (Account, AccountError, Accounts, account_env,
                                   prepare_checkpoint)
+from ..isolation.gpu_rules import visible_devices
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
 from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, local_replica_address

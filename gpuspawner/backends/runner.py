@@ -9,11 +9,11 @@ the service, and its process group holds everything the attempt runs. It
 leaves its traces in ATTEMPT_DIR, which is all a restarted service needs:
 
 - ``env.json`` (the local backend's, mode 0600, read and removed before
-  the command starts): the command's environment. The runner itself runs
-  as root with a fixed environment of the backend's: were the job's its
-  own, the dynamic loader would run the user's code as root before any
-  privilege drop (LD_PRELOAD, LD_AUDIT, GCONV_PATH, ...). The command gets
-  it at its exec, after the drop;
+  the command starts): the command's environment. The runner itself (root,
+  with ``--user``) runs with a fixed environment of the backend's: were the
+  job's its own, the dynamic loader would run the user's code as root
+  before any privilege drop (LD_PRELOAD, LD_AUDIT, GCONV_PATH, ...). The
+  command gets it at its exec, after the drop;
 - ``runner.json`` before the command starts: pid, pgid and start_ticks
   (field 22 of /proc/<pid>/stat, which tells this runner from a later
   process that reuses its pid);

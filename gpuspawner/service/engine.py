@@ -726,8 +726,6 @@ class Engine:
     def _launch_spec(self, s: Session, row: WorkloadRow) -> LaunchSpec:
         attempt = s.get(Attempt, (row.id, row.attempt))
         placement = placement_from_json(attempt.placement if attempt else ())
-        devices = tuple(self.nodes[node].devices[g] for node, gpus in placement
-                        if node in self.nodes for g in gpus)
         spec = row.spec
         cwd = spec.get("working_dir") or self.config.data_dir
         attempt_dir = self._attempt_dir(row.id, row.attempt)
@@ -735,7 +733,7 @@ class Engine:
                "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool}
         return LaunchSpec(workload_id=row.id, attempt=row.attempt,
                           argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
-                          cwd=cwd, env=env, gpus=devices,
+                          cwd=cwd, env=env, gpus=tuple(self.devices(placement)),
                           gpu_uuids=tuple(self.device_uuids(placement)),
                           time_limit=row.time_limit,
                           grace_period=self._grace(row),
