@@ -30,6 +30,7 @@ from gpuspawner.isolation.accounts import (MAX_NAME, AccountError, Accounts, Dir
                                            ensure_account, isolating, secure_data_dir)
 import preload
 from hub_harness import traversable
+from procs import environ_of
 
 VALID = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 
@@ -251,11 +252,6 @@ for what in ('runner.json', 'output.log'):
     assert "runner.json EPERM" in log and "output.log EPERM" in log
     assert victim.read_text() == "untouched"
     assert json.load(open(os.path.join(attempt_dir, EXIT_FILE)))["returncode"] == 0
-
-
-def environ_of(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        return dict(kv.decode().split("=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
 
 
 def child_of(pid: int) -> int:

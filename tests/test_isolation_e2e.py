@@ -26,6 +26,7 @@ import requests
 import preload
 from gpuspawner.isolation.accounts import isolating
 from hub_harness import Hub, wait_for
+from procs import environ_of, uid_of
 from test_local_spawner import Servers
 
 pytestmark = pytest.mark.skipif(not isolating(), reason="user accounts need root "
@@ -101,16 +102,6 @@ def hub(tmp_path_factory, preload_markers):
 
 # ---- helpers ---------------------------------------------------------------
 
-def uid_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1))
-
-
-def environ(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        return dict(kv.decode().split("=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-
-
 def processes(hub: Hub, user: str) -> dict[str, list[int]]:
     """The hub's processes of ``user`` by kind (server, job, replica), from
     what /proc says of them."""
@@ -118,7 +109,7 @@ def processes(hub: Hub, user: str) -> dict[str, list[int]]:
     for path in glob.glob("/proc/[0-9]*/environ"):
         pid = int(path.split("/")[2])
         try:
-            env, cmdline = environ(pid), open(f"/proc/{pid}/cmdline", "rb").read()
+            env, cmdline = environ_of(pid), open(f"/proc/{pid}/cmdline", "rb").read()
         except OSError:
             continue
         if uid_of(pid) == 0:
@@ -271,16 +262,16 @@ def test_every_token_in_a_users_process_acts_as_that_user_only(hub):
     # What the hub and the service hold (the service's own hub token, the
     # spawner's token): in no process of alice's, under any name.
     theirs = {value for pid in (hub.proc.pid, hub.service_pid())
-              for key, value in environ(pid).items()
+              for key, value in environ_of(pid).items()
               if ("TOKEN" in key or "SECRET" in key) and len(value) >= 16}
     assert theirs, "the hub's and the service's credentials were not found"
     with pytest.raises(AssertionError):  # would the check catch the service's own token?
-        acts_as(hub, environ(hub.service_pid())["JUPYTERHUB_API_TOKEN"])
+        acts_as(hub, environ_of(hub.service_pid())["JUPYTERHUB_API_TOKEN"])
     tried = {}
     for kind, pids in kinds.items():
         for pid in pids:
             assert uid_of(pid) == account, (kind, pid)
-            env = environ(pid)
+            env = environ_of(pid)
             assert not theirs & set(env.values()), (kind, sorted(k for k, v in env.items()
                                                                 if v in theirs))
             for key, value in env.items():
@@ -292,7 +283,7 @@ def test_every_token_in_a_users_process_acts_as_that_user_only(hub):
     # What a job's token is for: the CLI, as alice; the server's: JupyterLab, as alice.
     assert tried[("job", "GPUHUB_TOKEN")] == ("alice", "alice")
     assert tried[("server", "JUPYTERHUB_API_TOKEN")] == ("alice", "alice")
-    job_token = environ(kinds["job"][0])["GPUHUB_TOKEN"]
+    job_token = environ_of(kinds["job"][0])["GPUHUB_TOKEN"]
     alice.post(f"/workloads/{job['id']}/cancel")
     alice.wait(job["id"], ("cancelled",), 60)
     # The hub has revoked it (the service may trust its cached answer a few

@@ -17,6 +17,7 @@ from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSp
 from gpuspawner.backends.slurm import SlurmBackend, SlurmError
 from gpuspawner.isolation.accounts import Accounts, isolating
 from hub_harness import traversable
+from procs import environ_of, uid_of
 from slurm_harness import GPUS, NODE, PARTITION, slurm  # noqa: F401  (the fixture)
 
 
@@ -328,13 +329,3 @@ def test_jobs_run_as_their_users_accounts_out_of_each_others_reach(slurm, tmp_pa
         for entry in pwd.getpwall():
             if entry.pw_name.startswith(prefix):
                 subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
-
-
-def uid_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return int(next(line for line in f if line.startswith("Uid:")).split()[1])
-
-
-def environ_of(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        return dict(kv.decode().split("=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
