@@ -1,36 +1,53 @@
 """Small JSON records on disk (attempt records, cgroup placements, Slurm job
-ids): written whole or not at all, read as None when absent."""
+ids): written whole or not at all, read as None when absent.
+
+Many live in directories a job's account can write to (an attempt
+directory): they are read through gpuspawner/safefiles.py, so a record a
+user planted, a link or a FIFO in its place is no record at all."""
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import Optional
 
+from .safefiles import read_own
 
-def read_json(path: str) -> Optional[dict]:
-    """The record, or None when it is missing or not JSON (a reader never
-    crashes on one bad file)."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, ValueError):
+MAX_RECORD = 1 << 20
+
+
+def read_json(path: str, max_bytes: int = MAX_RECORD) -> Optional[dict]:
+    """The record, or None when it is missing, not JSON, larger than
+    ``max_bytes``, or not this process's own regular file (a reader never
+    crashes, blocks or fills its memory on one bad file)."""
+    data = read_own(path, limit=max_bytes + 1)
+    if data is None or len(data) > max_bytes:
         return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
-def write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict, mode: int = 0o644) -> None:
     """Write all of it or nothing: a reader never sees half a record.
 
     The directory may be writable by a job's account (the sticky bit keeps
-    our files ours): the temporary file is made afresh, never through a
-    link the job left in its place."""
-    tmp = f"{path}.tmp"
+    our files ours): the temporary file has a random name, made afresh
+    (never through a link the job left, nor one it can guess)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".",
+                               prefix=f".{os.path.basename(path)}.")
     try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -3,9 +3,11 @@
 GPUs come from NVML; jobs run under the GPU enforcement this host allows
 (gpuspawner/isolation/cgroups.py, printed first). One job per GPU asks the
 CUDA driver (through ctypes, so it honours CUDA_VISIBLE_DEVICES like any
-CUDA program) which devices it sees; a 0-GPU job must see none. With
-several GPUs this also shows that CUDA, which counts only the devices the
-cgroup lets it open, still finds GPU N under CUDA_VISIBLE_DEVICES=N.
+CUDA program) which devices it sees; a 0-GPU job must see none. The
+backend names each job's GPUs by UUID in CUDA_VISIBLE_DEVICES (the host
+indices are in GPUHUB_GPU_INDICES): CUDA counts only the devices the cgroup
+lets it open, so host GPU N is CUDA's device 0 there, and a job on GPU N
+must still see exactly GPU N.
 
 Then the enforcement check, with the device cgroup on the real
 /dev/nvidiaN: a 1-GPU job and a 0-GPU job drop CUDA_VISIBLE_DEVICES, ask
@@ -60,7 +62,8 @@ for i in range(n.value):
     cuda.cuDeviceGetUuid(raw, dev)
     b = bytes(raw).hex()
     uuids.append("GPU-%s-%s-%s-%s-%s" % (b[:8], b[8:12], b[12:16], b[16:20], b[20:]))
-print(json.dumps({"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuInit": rc, "uuids": uuids}))
+print(json.dumps({"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuInit": rc, "uuids": uuids,
+                  "indices": os.environ.get("GPUHUB_GPU_INDICES")}))
 '''
 
 
@@ -68,7 +71,8 @@ print(json.dumps({"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuInit": r
 # the scheduler would) and tries to open every per-GPU node.
 ENFORCE_PROBE = r'''
 import ctypes, errno, json, os, re
-given = os.environ.pop("CUDA_VISIBLE_DEVICES")
+os.environ.pop("CUDA_VISIBLE_DEVICES")
+given = os.environ["GPUHUB_GPU_INDICES"]
 cuda = ctypes.CDLL("libcuda.so.1")
 rc = cuda.cuInit(0)  # non-zero (100, CUDA_ERROR_NO_DEVICE) when it may open no GPU
 n = ctypes.c_int(0)
@@ -215,7 +219,7 @@ def main() -> int:
         print(f"  {g.index} {g.uuid} {g.model} {g.memory_mib} MiB pool={g.pool} "
               f"healthy={g.healthy} util={g.utilization_pct}% used={g.memory_used_mib} MiB")
     nodes = local_nodes(gpus, "gpu-host")
-    enforcement = GpuEnforcement().detect()
+    enforcement = GpuEnforcement().detect(processes_as_root=os.geteuid() == 0)  # no accounts
     print(f"GPU enforcement: {enforcement.gpu_mode}; limits: {enforcement.limits_mode}; "
           f"notes: {enforcement.notes}; minors: {enforcement.minors}")
     engine = Engine(Store(f"sqlite:///{data}/gpuhub.sqlite"),
@@ -233,9 +237,10 @@ def main() -> int:
             ok = False
             continue
         out = json.loads(line)
-        want = [by_index[int(i)] for i in out["visible"].split(",") if i]
-        if out["uuids"] != want or len(want) != r.gpus_per_node:
-            print(f"  MISMATCH: expected {want}")
+        want = [by_index[int(i)] for i in out["indices"].split(",") if i]
+        if (out["uuids"] != want or len(want) != r.gpus_per_node
+                or out["visible"] != ",".join(want)):
+            print(f"  MISMATCH: expected {want}, named so in CUDA_VISIBLE_DEVICES")
             ok = False
         seen.update(want)
     if seen != set(by_index.values()):

@@ -47,7 +47,8 @@ def free_port_block(n: int = 4) -> int:
 class Hub:
     def __init__(self, workdir: str, *, groups: dict[str, list[str]], teams: dict,
                  gpus: int = 4, db_url: str = "", admins: tuple[str, ...] = ("root-admin",),
-                 extra_service_config: str = "", extra_hub_config: str = ""):
+                 extra_service_config: str = "", extra_hub_config: str = "",
+                 gpu_uuids: bool = False):
         self.workdir = workdir
         # Run as root (as in CI), users get system accounts: this hub's own
         # prefix, so parallel runs never share one, and stop() deletes them.
@@ -68,6 +69,8 @@ class Hub:
         enforcement = f"c.GpuEnforcement.cgroup_parent = {self.cgroup_parent!r}\n"
         hub_cfg = os.path.join(workdir, "jupyterhub_config.py")
         svc_cfg = os.path.join(workdir, "gpuhub_config.py")
+        # The fake GPUs' CUDA UUIDs, as NVML would give real ones (fake_uuid).
+        uuids = f', "uuids": {[fake_uuid(i) for i in range(gpus)]!r}' if gpu_uuids else ""
         with open(hub_cfg, "w") as f:
             f.write(textwrap.dedent(f"""
                 c = get_config()
@@ -93,7 +96,7 @@ class Hub:
                 c = get_config()
                 c.Inventory.source = "declared"
                 c.Inventory.declared = [{{"model": "Fake GPU", "count": {gpus}, "memory_mib": 16384,
-                                          "pool": "default"}}]
+                                          "pool": "default"{uuids}}}]
                 c.GpuHubService.teams = {teams!r}
                 c.GpuHubService.cycle_interval = 0.2
                 c.GpuHubService.default_grace_period = 3
@@ -257,6 +260,11 @@ class Hub:
 
     def client(self, user: str) -> "Client":
         return Client(self.api, self.token(user))
+
+
+def fake_uuid(index: int) -> str:
+    """The CUDA UUID of fake GPU ``index`` of a Hub(gpu_uuids=True)."""
+    return f"GPU-00000000-0000-4000-8000-{index:012x}"
 
 
 def data_dir_in(workdir: str) -> str:

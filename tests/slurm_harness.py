@@ -212,10 +212,13 @@ class SlurmCluster:
         return text.strip() or "(no log)"
 
     def cancel_all(self, timeout: float = 30) -> None:
-        """Cancel every job and wait until Slurm has none running or completing."""
-        self.cmd(["scancel", "--full", "--signal=KILL", "--state=RUNNING", "-u", "root"],
-                 check=False)
-        self.cmd(["scancel", "-u", "root"], check=False)
+        """Cancel every job (of every user: jobs run as users' accounts too)
+        and wait until Slurm has none running or completing."""
+        ids = self.cmd(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
+        if ids:
+            self.cmd(["scancel", "--full", "--signal=KILL", "--state=RUNNING", *ids],
+                     check=False)
+            self.cmd(["scancel", *ids], check=False)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             out = self.cmd(["squeue", "-h", "-o", "%i"], check=False)

@@ -13,9 +13,11 @@ import os
 import pwd
 import re
 import secrets
+import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -23,10 +25,12 @@ import pytest
 from gpuspawner.backends.base import LaunchSpec
 from gpuspawner.backends.local import LocalBackend
 from gpuspawner.backends.runner import EXIT_FILE, LOG_FILE
-from gpuspawner.isolation.accounts import (MAX_NAME, AccountError, Accounts, account_name,
-                                           compose, drop_privileges, ensure_account, isolating,
-                                           secure_data_dir)
+from gpuspawner.isolation.accounts import (MAX_NAME, AccountError, Accounts, DirectoryAccounts,
+                                           account_name, compose, drop_privileges,
+                                           ensure_account, isolating, secure_data_dir)
+import preload
 from hub_harness import traversable
+from procs import environ_of
 
 VALID = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 
@@ -248,3 +252,172 @@ for what in ('runner.json', 'output.log'):
     assert "runner.json EPERM" in log and "output.log EPERM" in log
     assert victim.read_text() == "untouched"
     assert json.load(open(os.path.join(attempt_dir, EXIT_FILE)))["returncode"] == 0
+
+
+def child_of(pid: int) -> int:
+    """The one process ``pid`` started (the runner's command)."""
+    def find():
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    return int(wait_until(find)[0])
+
+
+def wait_until(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return value
+
+
+@needs_root
+def test_a_jobs_environment_reaches_its_command_never_the_root_runner(prefix, root_dir):
+    """The env a job asks for is the user's choice: with LD_PRELOAD (a real
+    library that leaves a marker in each process it is loaded into) it
+    loads in the command, as the account, and never in the runner, which
+    is root; nor does any of the job's variables reach the runner."""
+    library, markers = preload.build(str(root_dir / "preload"))
+    accounts = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user))
+    backend = LocalBackend(accounts=accounts)
+    attempt_dir = root_dir / "w3" / "attempt-1"
+    code = ("import os, time\n"
+            "while not os.path.exists(os.path.join(os.environ['GPUHUB_ATTEMPT_DIR'], 'go')):\n"
+            "    time.sleep(0.02)\n")
+    env = {"LD_PRELOAD": library, "MY_SETTING": "the job's", "GPUHUB_TOKEN": "alices-own-token"}
+    runner = backend.start(LaunchSpec("w3", 1, (sys.executable, "-c", code), str(attempt_dir),
+                                      str(root_dir), env=env, user="alice"))
+    command = child_of(runner)
+    wait_until(lambda: preload.loaded_by(markers))  # the command's own loader has run
+    runner_env, command_env = environ_of(runner), environ_of(command)
+    (attempt_dir / "go").touch()
+    assert wait_exit(backend).returncode == 0, (attempt_dir / LOG_FILE).read_text()
+    assert preload.loaded_by(markers) == {accounts.ensure("alice").uid}
+    assert not set(env) & set(runner_env), runner_env
+    assert {k: command_env.get(k) for k in env} == env
+
+
+# What a job plants under the names of records the runner has not written
+# (SIGKILLed, it never writes exit.json; without enforcement there is no
+# cgroup.json): each form of it.
+PLANTS = {
+    "fifo": "os.mkfifo(path)",
+    "link-to-dev-zero": "os.symlink('/dev/zero', path)",
+    "forged": "open(path, 'w').write(json.dumps(forged[name]))",
+}
+
+
+@needs_root
+@pytest.mark.parametrize("form", PLANTS)
+def test_records_a_job_plants_in_its_attempt_directory_are_not_believed(prefix, root_dir, form):
+    """The attempt directory is the job's to write (sticky, 1770). A FIFO
+    would hang the service, a link to /dev/zero fill its memory, a forged
+    exit.json say the job succeeded, a forged cgroup.json have root remove
+    (and kill everything in) a cgroup of the job's choosing: the service
+    reads none of them, and reports the attempt, whose runner was killed
+    (kill -9, the OOM killer), as lost."""
+    victim = root_dir / "victim-cgroup"
+    victim.mkdir()
+    forged = {"exit.json": {"returncode": 0, "reason": "exited", "finished_at": 1.0},
+              "cgroup.json": {"cgroups": [str(victim)], "gids": []}}
+    code = f"""
+import json, os, time
+forged = {forged!r}
+for name in forged:
+    path = os.path.join(os.environ['GPUHUB_ATTEMPT_DIR'], name)
+    {PLANTS[form]}
+print('planted', flush=True)
+time.sleep(300)
+"""
+    accounts = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user))
+    spec = LaunchSpec("w4", 1, (sys.executable, "-c", code), str(root_dir / "w4" / "attempt-1"),
+                      str(root_dir), user="alice")
+    backend = LocalBackend(accounts=accounts)
+    runner = backend.start(spec)
+    log = root_dir / "w4" / "attempt-1" / LOG_FILE
+    wait_until(lambda: "planted" in log.read_text())
+    os.killpg(runner, signal.SIGKILL)
+
+    reports = []
+
+    def report():
+        reports.extend([wait_exit(backend), *LocalBackend(accounts=accounts).recover([spec])])
+    # A reader stuck on the FIFO would never return: the test ends anyway.
+    reader = threading.Thread(target=report, daemon=True)
+    reader.start()
+    reader.join(30)
+    assert not reader.is_alive(), f"the service hangs on the planted {form}"
+    assert [(e.reason, e.returncode) for e in reports] == [("lost", None), ("lost", None)]
+    assert victim.is_dir()
+
+
+@needs_root
+def test_a_link_planted_for_the_log_as_the_directory_is_handed_over_is_never_written(
+        prefix, root_dir):
+    """Another process of alice's account waits for each attempt directory
+    to become hers and at once plants output.log -> a root-only file. The
+    log was made before the hand-over: the link cannot take its place, and
+    the job's output goes to its own log only."""
+    accounts = Accounts(prefix, lambda user: str(root_dir / "workspaces" / user))
+    alice = accounts.ensure("alice")
+    victim = root_dir / "roots-only"
+    victim.write_text("root's\n")
+    os.chmod(victim, 0o600)
+    jobs = root_dir / "w5"
+    jobs.mkdir()
+    dirs = [jobs / f"attempt-{i}" for i in range(20)]
+    planter = subprocess.Popen([sys.executable, "-c", f"""
+import os, sys, time
+deadline = time.monotonic() + 60
+for d in {[str(d) for d in dirs]!r}:
+    while time.monotonic() < deadline:
+        try:
+            os.symlink({str(victim)!r}, os.path.join(d, 'output.log'))
+            print('planted', d, flush=True)
+            break
+        except FileExistsError:
+            break
+        except OSError:
+            pass  # not hers yet
+"""], preexec_fn=drop_privileges(alice), stdout=subprocess.PIPE, text=True, cwd="/")
+    backend = LocalBackend(accounts=accounts)
+    try:
+        for i, d in enumerate(dirs):
+            backend.start(LaunchSpec("w5", i, (sys.executable, "-c", "print('job output')"),
+                                     str(d), str(root_dir), user="alice"))
+            assert wait_exit(backend).returncode == 0
+    finally:
+        planter.kill()
+    assert planter.communicate()[0] == ""
+    assert victim.read_text() == "root's\n"
+    for d in dirs:
+        log = d / LOG_FILE
+        assert not log.is_symlink() and log.stat().st_uid == 0
+        assert log.read_text() == "job output\n"
+
+
+# ---- accounts from a directory (Slurm, LDAP) --------------------------------
+
+@needs_root
+@pytest.mark.parametrize("hub_name, user_map, template, found", [
+    ("alice", {"alice": "nobody"}, "{username}", "nobody"),        # mapped
+    ("nobody", {}, "{username}", "nobody"),                        # the hub name itself
+    ("carol", {}, "{username}", "no account 'carol' for hub user 'carol'"),
+    ("alice", {"alice": "root"}, "{username}", "maps to 'root', uid 0: refused"),
+])
+def test_directory_accounts_are_looked_up_never_made_and_never_root(root_dir, hub_name,
+                                                                     user_map, template, found):
+    accounts = DirectoryAccounts(user_map, template, lambda user: str(root_dir / user))
+    if found != "nobody":
+        with pytest.raises(AccountError, match=re.escape(found)):
+            accounts.ensure(hub_name)
+        assert not os.path.exists(root_dir / hub_name)
+        return
+    a = accounts.ensure(hub_name)
+    assert (a.name, a.uid) == ("nobody", pwd.getpwnam("nobody").pw_uid)
+    st = os.stat(root_dir / hub_name)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (a.uid, 0o700)
+
+
+def test_a_directory_template_must_name_the_user():
+    with pytest.raises(ValueError, match="names no {username}"):
+        DirectoryAccounts({}, "shared", str)

@@ -30,7 +30,7 @@ import requests
 from gpuspawner.backends.base import EXITED, LaunchSpec
 from gpuspawner.backends.local import CGROUP_FILE, LocalBackend
 from gpuspawner.isolation.cgroups import GpuEnforcement, own_cgroups
-from gpuspawner.isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS, LIMITS_CGROUP_V1
+from gpuspawner.isolation.gpu_rules import ADVISORY, CGROUP_V1, DEVICE_GROUPS, LIMITS_CGROUP_V1
 from gpuspawner.serving.ports import ports_below_ephemeral
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -217,9 +217,10 @@ def test_a_restarted_service_removes_the_cgroup_of_an_attempt_that_ended(tmp_pat
         paths = json.load(f)["cgroups"]
     assert paths and all(os.path.isdir(p) for p in paths)
     wait_for(lambda: os.path.exists(os.path.join(spec.attempt_dir, "exit.json")), 10)
-    # The service "restarts": a new backend finds the ended attempt.
+    # The service "restarts": a new backend finds the ended attempt (or adopts
+    # its runner, still finishing, and sees it end at a poll).
     second = LocalBackend(enforcement=e)
-    wait_for(lambda: second.recover([spec]), 10)
+    wait_for(lambda: second.recover([spec]) or second.poll(), 10)
     assert not any(os.path.exists(p) for p in paths)
     first.poll()  # reaps the runner
 
@@ -357,3 +358,28 @@ def test_a_bad_limit_stops_the_start_naming_the_field(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "GpuEnforcement.pool_limits['default'].memory: 'lots' is not a memory size" in r.stderr
+
+
+# ---- device groups bind only processes that do not run as root ----------------------------
+
+@pytest.mark.parametrize("processes_as_root, mode", [(False, DEVICE_GROUPS), (True, ADVISORY)],
+                         ids=["users-accounts", "everything-as-root"])
+def test_device_groups_where_everything_runs_as_root_are_advisory(tmp_path, fake_gpus,
+                                                                   processes_as_root, mode):
+    """No devices controller (cgroup_root without one), the GPU nodes there:
+    device groups, unless user accounts are off, so every server and job
+    runs as root, which file modes do not hold: then advisory, saying why."""
+    e = GpuEnforcement(cgroup_root=str(tmp_path / "no-controllers"),
+                       dev_dir=str(fake_gpus)).detect(processes_as_root=processes_as_root)
+    assert e.gpu_mode == mode
+    assert any("would bind nothing" in n for n in e.notes) == processes_as_root
+
+
+def test_a_service_without_user_accounts_reports_device_groups_as_advisory(fake_gpus, service,
+                                                                            tmp_path):
+    _, health = service(f"c.GpuHubService.user_accounts = False\n"
+                        f"c.GpuEnforcement.cgroup_root = {str(tmp_path / 'none')!r}\n"
+                        f"c.GpuEnforcement.dev_dir = {str(fake_gpus)!r}\n")
+    assert (health["gpu_enforcement"], health["users_isolated"]) == (ADVISORY, False)
+    assert any("device groups would bind nothing" in n for n in health["notes"]), health
+    assert stat.S_IMODE(os.stat(fake_gpus / "nvidia0").st_mode) == 0o666  # left as they were

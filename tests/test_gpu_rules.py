@@ -26,6 +26,24 @@ def test_device_nodes_are_control_or_per_gpu(name, kind):
     assert r.classify_node(name) == kind
 
 
+U0 = "GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f"
+U3 = "GPU-d9e8f7a6-b5c4-4d3e-a2f1-e0d9c8b7a6f5"
+
+
+@pytest.mark.parametrize("indices, uuids, cuda, indices_var", [
+    ((3,), (U3,), U3, "3"),                    # by UUID: CUDA's device 0 under the cgroup
+    ((0, 3), (U0, U3), f"{U0},{U3}", "0,3"),
+    ((3,), (), "3", "3"),                      # unknown (declared, Slurm): by index
+    ((0, 3), (U0, "GPU-declared-3"), "0,3", "0,3"),  # one not a CUDA UUID: all by index
+    ((0, 3), (U0,), "0,3", "0,3"),
+    ((), (), "", ""),                           # no GPUs: none visible, not all
+])
+def test_a_process_is_shown_its_gpus_by_uuid_where_known(indices, uuids, cuda, indices_var):
+    env = r.visible_devices(indices, uuids)
+    assert env == {"CUDA_VISIBLE_DEVICES": cuda, "NVIDIA_VISIBLE_DEVICES": cuda or "none",
+                   "GPUHUB_GPU_INDICES": indices_var}
+
+
 @pytest.mark.parametrize("placed, allowed", [
     ((), set()),
     ((1,), {1}),
@@ -60,7 +78,7 @@ def test_the_mode_a_host_gets(wanted, devices_v1, groups, mode):
 
 @pytest.mark.parametrize("wanted, devices_v1, groups, words", [
     ("cgroup", False, True, "cgroup v1 devices"),
-    ("groups", True, False, "root and the GPU device nodes"),
+    ("groups", True, False, "root, the GPU device nodes and users' accounts"),
 ])
 def test_an_insisted_mode_the_host_lacks_is_an_error(wanted, devices_v1, groups, words):
     with pytest.raises(r.LimitError, match=words):

@@ -324,6 +324,13 @@ def test_declared_gpus_numbered_across_entries():
     assert declared_gpus([]) == []
 
 
+def test_declared_gpus_may_name_their_cuda_uuids():
+    uuids = ["GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f", "GPU-d9e8f7a6-b5c4-4d3e-a2f1-e0d9c8b7a6f5"]
+    gpus = declared_gpus([{"model": "NVIDIA L4", "count": 2, "memory_mib": 23034,
+                           "uuids": uuids}])
+    assert [g.uuid for g in gpus] == uuids
+
+
 OK = {"model": "NVIDIA L4", "count": 1, "memory_mib": 23034}
 
 
@@ -341,6 +348,9 @@ OK = {"model": "NVIDIA L4", "count": 1, "memory_mib": 23034}
     ([{"model": "L4", "count": 1}], ["entry 0", "'memory_mib'", "required"]),
     ([{**OK, "memory_mib": -1}], ["'memory_mib'", "positive integer"]),
     ([{**OK, "pool": ""}], ["entry 0", "'pool'", "non-empty string"]),
+    ([{**OK, "uuids": []}], ["entry 0", "'uuids'", "list of 1 CUDA UUIDs", "nvidia-smi -L"]),
+    ([{**OK, "uuids": ["GPU-0"]}], ["'uuids'", "got ['GPU-0']"]),
+    ([{**OK, "uuids": "GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f"}], ["'uuids'", "a list"]),
 ])
 def test_declared_validation_names_entry_and_field(spec, fragments):
     with pytest.raises(InventoryError) as info:

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import html
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 
 import pytest
 import requests
 
+import preload
 from gpuspawner.isolation.accounts import isolating
 from hub_harness import Hub, wait_for
+from procs import environ_of, uid_of
 from test_local_spawner import Servers
 
 pytestmark = pytest.mark.skipif(not isolating(), reason="user accounts need root "
@@ -63,11 +68,26 @@ WAIT_THEN_PROBE = (
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+def preload_markers():
+    """A real LD_PRELOAD library in every notebook server's environment (as
+    the hub's configuration may put anything there): the server's exec
+    loads it only after the privilege drop, so only users' uids mark it."""
+    directory = tempfile.mkdtemp(prefix="gpuhub-test-preload-")
+    os.chmod(directory, 0o755)
+    try:
+        yield preload.build(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, preload_markers):
+    library, _ = preload_markers
     h = Hub(str(tmp_path_factory.mktemp("isolation")),
             groups={"team-a": ["alice"], "team-b": ["bob"]},
             teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}},
-                   "b": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}})
+                   "b": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}},
+            extra_hub_config=f"c.Spawner.environment = {{'LD_PRELOAD': {library!r}}}\n")
     # As `gpuhub up` leaves it (with the admin's password): and readable by
     # anyone, as a data directory from before this release may have it.
     path = os.path.join(h.data_dir, "initial-users.json")
@@ -82,16 +102,6 @@ def hub(tmp_path_factory):
 
 # ---- helpers ---------------------------------------------------------------
 
-def uid_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1))
-
-
-def environ(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        return dict(kv.decode().split("=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-
-
 def processes(hub: Hub, user: str) -> dict[str, list[int]]:
     """The hub's processes of ``user`` by kind (server, job, replica), from
     what /proc says of them."""
@@ -99,7 +109,7 @@ def processes(hub: Hub, user: str) -> dict[str, list[int]]:
     for path in glob.glob("/proc/[0-9]*/environ"):
         pid = int(path.split("/")[2])
         try:
-            env, cmdline = environ(pid), open(f"/proc/{pid}/cmdline", "rb").read()
+            env, cmdline = environ_of(pid), open(f"/proc/{pid}/cmdline", "rb").read()
         except OSError:
             continue
         if uid_of(pid) == 0:
@@ -176,7 +186,8 @@ async def terminal_run(hub: Hub, user: str, command: str, until: str, timeout=60
 
 # ---- tests ---------------------------------------------------------------
 
-def test_servers_jobs_and_replicas_run_as_their_accounts_out_of_each_others_reach(hub):
+def test_servers_jobs_and_replicas_run_as_their_accounts_out_of_each_others_reach(
+        hub, preload_markers):
     alice, bob = hub.client("alice"), hub.client("bob")
     assert requests.get(f"{hub.api}/health", timeout=10).json()["users_isolated"] is True
     bob_job = bob.submit(command=[sys.executable, "-c", "import time; time.sleep(300)"],
@@ -221,6 +232,8 @@ def test_servers_jobs_and_replicas_run_as_their_accounts_out_of_each_others_reac
     out = asyncio.run(terminal_run(hub, "alice", f"ls {bob_workspace}; echo ls-done-$((1+1))",
                                    until="ls-done-2"))
     assert "Permission denied" in out, out
+    # The server's environment (LD_PRELOAD) reached its processes as alice only.
+    assert preload.loaded_by(preload_markers[1]) == {hub.account("alice").pw_uid}
 
     assert bob.workload(bob_job["id"])["state"] == "running"  # the kill did nothing
     bob.post(f"/workloads/{bob_job['id']}/cancel")
@@ -246,21 +259,31 @@ def test_every_token_in_a_users_process_acts_as_that_user_only(hub):
     kinds = wait_for(lambda: (lambda k: k if all(k.values()) else None)(processes(hub, "alice")),
                      "a server, a job and a replica of alice", 120)
     account = hub.account("alice").pw_uid
+    # What the hub and the service hold (the service's own hub token, the
+    # spawner's token): in no process of alice's, under any name.
+    theirs = {value for pid in (hub.proc.pid, hub.service_pid())
+              for key, value in environ_of(pid).items()
+              if ("TOKEN" in key or "SECRET" in key) and len(value) >= 16}
+    assert theirs, "the hub's and the service's credentials were not found"
+    with pytest.raises(AssertionError):  # would the check catch the service's own token?
+        acts_as(hub, environ_of(hub.service_pid())["JUPYTERHUB_API_TOKEN"])
     tried = {}
     for kind, pids in kinds.items():
         for pid in pids:
             assert uid_of(pid) == account, (kind, pid)
-            env = environ(pid)
+            env = environ_of(pid)
+            assert not theirs & set(env.values()), (kind, sorted(k for k, v in env.items()
+                                                                if v in theirs))
             for key, value in env.items():
                 if "TOKEN" in key or "SECRET" in key or re.fullmatch(r"[A-Za-z0-9_-]{32,}", value):
                     tried[(kind, key)] = acts_as(hub, value)
     assert ("job", "GPUHUB_TOKEN") in tried and ("server", "JUPYTERHUB_API_TOKEN") in tried
     for (kind, key), who in tried.items():
-        assert who in ("alice", None), (kind, key, who)
-    # What a job's token is for: the CLI, as alice.
-    assert tried[("job", "GPUHUB_TOKEN")] == "alice"
-    assert tried[("server", "JUPYTERHUB_API_TOKEN")] == "alice"
-    job_token = environ(kinds["job"][0])["GPUHUB_TOKEN"]
+        assert set(who) <= {"alice", None}, (kind, key, who)
+    # What a job's token is for: the CLI, as alice; the server's: JupyterLab, as alice.
+    assert tried[("job", "GPUHUB_TOKEN")] == ("alice", "alice")
+    assert tried[("server", "JUPYTERHUB_API_TOKEN")] == ("alice", "alice")
+    job_token = environ_of(kinds["job"][0])["GPUHUB_TOKEN"]
     alice.post(f"/workloads/{job['id']}/cancel")
     alice.wait(job["id"], ("cancelled",), 60)
     # The hub has revoked it (the service may trust its cached answer a few
@@ -272,21 +295,32 @@ def test_every_token_in_a_users_process_acts_as_that_user_only(hub):
     servers.stop()
 
 
-def acts_as(hub: Hub, token: str):
-    """Who ``token`` is on the service (None: nobody), having checked it can
-    do nothing beyond its user: list no users or groups on the hub, and is
-    no GPU Hub admin."""
+def acts_as(hub: Hub, token: str) -> tuple:
+    """Who ``token`` is on the hub and on the service (None: nobody there),
+    having checked it can do nothing beyond its user: list no users or
+    groups on the hub, and is no GPU Hub admin. The hub is always asked: a
+    hub token the service refuses (the service's own) is still one."""
     h = {"Authorization": f"token {token}"}
-    me = requests.get(f"{hub.api}/me", headers=h, timeout=10)
-    if me.status_code in (401, 403):
-        return None
-    assert me.status_code == 200, me.text
-    assert me.json()["admin"] is False, me.json()
+    r = requests.get(f"{hub.url}/hub/api/user", headers=h, timeout=10)
+    on_hub = None
+    if r.status_code == 200:
+        model = r.json()  # a service's token is kind "service"
+        kind = model.get("kind")
+        on_hub = model["name"] if kind == "user" else f"{kind}:{model['name']}"
+    else:
+        assert r.status_code in (401, 403), (r.status_code, r.text[:200])
     for path in ("users", "groups"):
         r = requests.get(f"{hub.url}/hub/api/{path}", headers=h, timeout=10)
         assert r.status_code == 403, (path, r.status_code, r.text[:200])
-    assert requests.get(f"{hub.api}/audit", headers=h, timeout=10).status_code == 403
-    return me.json()["name"]
+    me = requests.get(f"{hub.api}/me", headers=h, timeout=10)
+    on_service = None
+    if me.status_code == 200:
+        assert me.json()["admin"] is False, me.json()
+        assert requests.get(f"{hub.api}/audit", headers=h, timeout=10).status_code == 403
+        on_service = me.json()["name"]
+    else:
+        assert me.status_code in (401, 403), me.text
+    return on_hub, on_service
 
 
 def test_a_workspace_from_before_accounts_is_handed_over_on_first_use(hub):
@@ -358,3 +392,33 @@ def _get(url: str):
     except requests.RequestException:
         return None
     return r.json() if r.status_code == 200 else None
+
+
+NOTICE = "Users are not isolated"
+
+
+def admin_page(hub: Hub) -> requests.Response:
+    """The admin panel's cluster page as an admin sees it (token, as a browser's cookie would)."""
+    return requests.get(f"{hub.url}/services/gpuhub/admin/cluster", timeout=30,
+                        headers={"Authorization": f"token {hub.token('root-admin')}"})
+
+
+def test_the_admin_panel_warns_when_users_are_not_isolated(hub, tmp_path):
+    """Every page of the panel says so when every job runs as the service's
+    own account (here: root with user accounts off, as a personal
+    workstation's single account would be), and not when users are apart."""
+    page = admin_page(hub)
+    assert page.status_code == 200 and "GPU enforcement" in page.text and NOTICE not in page.text
+    shared = Hub(str(tmp_path), groups={"team-a": ["alice"]},
+                 teams={"a": {"quotas": {"default": {"nominal": 1}}}},
+                 extra_service_config="c.GpuHubService.user_accounts = False\n",
+                 extra_hub_config="c.LocalGPUSpawner.user_accounts = False\n")
+    try:
+        shared.start()
+        page = admin_page(shared)
+        assert page.status_code == 200, page.text[:300]
+        assert (f"{NOTICE}: every job and model replica runs as the service's own account "
+                f"(uid {os.geteuid()})") in html.unescape(page.text)
+        assert requests.get(f"{shared.api}/health", timeout=10).json()["users_isolated"] is False
+    finally:
+        shared.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -116,21 +117,29 @@ def test_exit_is_reported_with_its_returncode_and_output(tmp_path, argv, returnc
         assert line in output(spec)
 
 
-@pytest.mark.parametrize("gpus, visible, checkpoint", [
-    ((0, 2), "0,2", True),
-    ((), "", False),   # no GPUs: none visible, not all of them
-], ids=["two-gpus", "no-gpus"])
-def test_command_sees_exactly_its_gpus_and_attempt(tmp_path, monkeypatch, gpus, visible,
+U0 = "GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f"
+U2 = "GPU-d9e8f7a6-b5c4-4d3e-a2f1-e0d9c8b7a6f5"
+
+
+@pytest.mark.parametrize("gpus, uuids, visible, checkpoint", [
+    ((0, 2), (), "0,2", True),            # UUIDs unknown (declared GPUs): by index
+    ((0, 2), (U0, U2), f"{U0},{U2}", False),  # NVML's: by UUID, which a device cgroup keeps
+    ((), (), "", False),   # no GPUs: none visible, not all of them
+], ids=["two-gpus", "two-gpus-by-uuid", "no-gpus"])
+def test_command_sees_exactly_its_gpus_and_attempt(tmp_path, monkeypatch, gpus, uuids, visible,
                                                      checkpoint):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the service's own must not leak
     code = ("import json, os; print(json.dumps({'cwd': os.getcwd(), **{k: v for k, v in"
-            " os.environ.items() if k.startswith(('GPUHUB_', 'CUDA_', 'MY_'))}}))")
-    spec = make_spec(tmp_path, code, attempt=3, gpus=gpus, env={"MY_SETTING": "x"},
+            " os.environ.items() if k.startswith(('GPUHUB_', 'CUDA_', 'NVIDIA_', 'MY_'))}}))")
+    spec = make_spec(tmp_path, code, attempt=3, gpus=gpus, gpu_uuids=uuids,
+                     env={"MY_SETTING": "x"},
                      checkpoint_dir=str(tmp_path / "ckpt") if checkpoint else None)
     backend = LocalBackend()
     backend.start(spec)
     assert single_exit(backend).returncode == 0
     expected = {"cwd": str(tmp_path), "CUDA_VISIBLE_DEVICES": visible, "MY_SETTING": "x",
+                "NVIDIA_VISIBLE_DEVICES": visible or "none",
+                "GPUHUB_GPU_INDICES": ",".join(map(str, gpus)),
                 "GPUHUB_WORKLOAD_ID": "job", "GPUHUB_ATTEMPT": "3",
                 "GPUHUB_ATTEMPT_DIR": spec.attempt_dir}
     if checkpoint:
@@ -215,8 +224,62 @@ def test_stop_kills_the_whole_group_once_the_grace_period_is_over(tmp_path):
         time.sleep(0.02)
     clock.now += 10
     e = single_exit(backend)
-    assert (e.reason, e.returncode) == (STOPPED, None)  # SIGKILLed: no exit record
+    assert (e.reason, e.returncode) == (STOPPED, -signal.SIGKILL)  # by the runner, recorded
     wait_until(lambda: all(gone(*p) for p in processes), timeout=2)
+
+
+# Leaves the job's process group and session as a daemon does (fork, setsid,
+# fork), ignoring SIGTERM; then says "ready" and waits for "go" in its cwd,
+# exiting 0 on SIGTERM.
+ESCAPE = """
+import os, signal, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("escaped", os.getpid(), flush=True)
+        time.sleep(600)
+    os._exit(0)
+os.wait()
+if sys.argv[1] == "ignore-sigterm":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("ready", flush=True)
+while not os.path.exists("go"):
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("ending, reason, returncode", [
+    ("exits", EXITED, 0),
+    ("stopped", STOPPED, 0),
+    ("killed", STOPPED, -signal.SIGKILL),
+    ("time-limit", TIME_LIMIT, -signal.SIGKILL),
+])
+def test_what_left_the_process_group_ends_with_the_attempt(tmp_path, ending, reason,
+                                                            returncode):
+    """No cgroup here: the runner, its subreaper, still finds a process that
+    left the group and session, and kills it however the attempt ends."""
+    backend = LocalBackend()
+    argv = (sys.executable, "-c", ESCAPE,
+            "ignore-sigterm" if ending == "time-limit" else "exit-on-sigterm")
+    spec = make_spec(tmp_path, argv=argv, time_limit=3.0 if ending == "time-limit" else None,
+                     grace_period=0.3)
+    backend.start(spec)
+    said = wait_until(lambda: "ready" in output(spec) and re.search(r"escaped (\d+)\n",
+                                                                    output(spec)))
+    escaped = int(said.group(1))
+    ticks = proc_stat(escaped)[1]
+    if ending == "exits":
+        (tmp_path / "go").touch()
+    elif ending == "stopped":
+        backend.stop("job", 1, grace=30)
+    elif ending == "killed":
+        backend.kill("job", 1)
+    e = single_exit(backend)
+    assert (e.reason, e.returncode) == (reason, returncode)
+    wait_until(lambda: gone(escaped, ticks), timeout=2)
 
 
 # ---- restart of the service ------------------------------------------------
@@ -311,7 +374,8 @@ def test_every_attempt_is_reported_exactly_once(tmp_path):
     wait_until(lambda: reported.extend(backend.poll()) or len(reported) >= len(specs))
     assert sorted(e.attempt for e in reported) == sorted(specs)  # each once
     assert {e.attempt: (e.reason, e.returncode) for e in reported} == {
-        1: (EXITED, 0), 2: (EXITED, 1), 3: (STOPPED, 0), 4: (STOPPED, None), 5: (EXITED, 0)}
+        1: (EXITED, 0), 2: (EXITED, 1), 3: (STOPPED, 0), 4: (STOPPED, -signal.SIGKILL),
+        5: (EXITED, 0)}
     assert backend.poll() == [] and backend.running() == set()
     backend.stop("job", 3, grace=30)  # already reported: nothing to do, no error
     backend.kill("job", 4)
@@ -333,4 +397,4 @@ def test_recover_right_after_start_adopts_instead_of_running_it_twice(tmp_path):
     assert restarted.running() == {("job", 1)}
     restarted.kill("job", 1)
     e = single_exit(restarted)
-    assert (e.reason, e.returncode) == (STOPPED, None)
+    assert (e.reason, e.returncode) == (STOPPED, -signal.SIGKILL)

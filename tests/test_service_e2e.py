@@ -17,7 +17,7 @@ from tornado.web import RequestHandler
 from gpuspawner import cli
 from gpuspawner.service.app import API_ROUTES
 
-from hub_harness import Hub, wait_for
+from hub_harness import Hub, fake_uuid, wait_for
 from jobs import CHECKPOINTING, read_trace
 
 TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
@@ -27,7 +27,8 @@ GROUPS = {"team-a": ["alice", "amy"], "team-b": ["bob"]}
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    h = Hub(str(tmp_path_factory.mktemp("hub")), groups=GROUPS, teams=TEAMS, gpus=4)
+    h = Hub(str(tmp_path_factory.mktemp("hub")), groups=GROUPS, teams=TEAMS, gpus=4,
+            gpu_uuids=True)
     try:
         yield h.start()
     finally:
@@ -180,6 +181,7 @@ HUGE = "x" * (2 * 1024 * 1024)
     ({"command": "true", "nodes": 2}, 400, "nodes"),
     ({"command": "true", "priority": "urgent"}, 400, "priority"),
     ({"command": "true", "env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}}, 400, "env.CUDA_VISIBLE_DEVICES"),
+    ({"command": "true", "env": {"LD_PRELOAD": "/tmp/x.so"}}, 400, "env.LD_PRELOAD"),
     ({"command": "true", "team": "b"}, 403, "team"),
     ({"command": "true", "gpu": 1}, 400, "gpu"),
     ({"gpus": 1}, 400, "command"),
@@ -254,6 +256,28 @@ def test_logs_follow_streams_until_the_job_ends(hub):
                 break
     assert [f"line {i}" for i in range(5)] == [l for l in text.splitlines() if l.startswith("line")]
     assert end == {"attempt_state": "succeeded"}
+
+
+def test_a_job_is_shown_its_gpus_by_uuid_and_told_their_host_indices(hub):
+    """Under a device cgroup CUDA numbers only the GPUs a job may open: the
+    job's CUDA_VISIBLE_DEVICES names them by the UUIDs the inventory knows,
+    GPUHUB_GPU_INDICES says which host GPUs they are, as the API does."""
+    alice = hub.client("alice")
+    code = ("import os, time\n"
+            "print(*(os.environ[k] for k in ('CUDA_VISIBLE_DEVICES', 'NVIDIA_VISIBLE_DEVICES',"
+            " 'GPUHUB_GPU_INDICES')), flush=True)\n"
+            "while not os.path.exists(os.path.join(os.environ['GPUHUB_ATTEMPT_DIR'], 'go')):\n"
+            "    time.sleep(0.1)\n")
+    job = alice.submit(command=[sys.executable, "-c", code], gpus=2)
+    running = alice.wait(job["id"], "running", 60)
+    log = wait_for(lambda: alice.get(f"/workloads/{job['id']}/logs").text, "its output")
+    cuda, nvidia, indices = log.split()
+    devices = [int(i) for i in indices.split(",")]
+    assert len(devices) == 2 and cuda == nvidia == ",".join(fake_uuid(i) for i in devices)
+    assert running["devices"] == devices
+    assert running["device_uuids"] == [fake_uuid(i) for i in devices]
+    open(os.path.join(hub.data_dir, "workloads", job["id"], "attempt-0", "go"), "w").close()
+    assert alice.wait(job["id"], ("succeeded", "failed"), 60)["state"] == "succeeded"
 
 
 def test_notebook_job_runs_with_parameters(hub):

@@ -2,8 +2,12 @@
 host, four fake GPUs; see slurm_harness.py)."""
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import secrets
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -11,6 +15,9 @@ import pytest
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
 from gpuspawner.backends.slurm import SlurmBackend, SlurmError
+from gpuspawner.isolation.accounts import Accounts, isolating
+from hub_harness import traversable
+from procs import environ_of, uid_of
 from slurm_harness import GPUS, NODE, PARTITION, slurm  # noqa: F401  (the fixture)
 
 
@@ -146,7 +153,7 @@ def test_stop_of_a_job_slurm_still_holds_pending_ends_it_without_the_grace(slurm
     backend.stop(s.workload_id, 0, grace=300)
     (x,) = wait_exits(backend, timeout=15)
     assert x.reason == STOPPED
-    assert not os.path.exists(os.path.join(s.attempt_dir, "output.log"))  # it never ran
+    assert log_of(s) == ""  # it never ran (the backend made the log, empty)
 
 
 def test_kill_ends_a_job_at_once(slurm, tmp_path):
@@ -250,3 +257,75 @@ def test_nodes_come_from_slurm_and_a_drained_node_is_drained(slurm):
     backend.pool_from = "gres-type"
     ((node, _),) = backend.discover()
     assert node.pool == "gpu" and node.healthy  # untyped gres: pool "gpu"
+
+
+PROBE = r'''
+import errno, json, os, signal, sys, time
+t = json.load(open(sys.argv[1]))
+out = {"uid": os.getuid(), "pid": os.getpid()}
+def attempt(what, f):
+    try:
+        f()
+        out[what] = "ok"
+    except OSError as e:
+        out[what] = errno.errorcode[e.errno]
+attempt("read bob's script", lambda: open(t["script"]).read())
+attempt("list bob's attempt directory", lambda: os.listdir(t["attempt_dir"]))
+attempt("read bob's job's environment", lambda: open(f"/proc/{t['pid']}/environ").read())
+attempt("signal bob's job", lambda: os.kill(t["pid"], signal.SIGKILL))
+print("RESULT" + json.dumps(out, sort_keys=True), flush=True)
+while not os.path.exists(t["go"]):
+    time.sleep(0.1)
+'''
+
+
+@pytest.mark.skipif(not isolating(), reason="jobs as users' accounts need root "
+                                            "(CI runs the tests as root)")
+def test_jobs_run_as_their_users_accounts_out_of_each_others_reach(slurm, tmp_path, monkeypatch):
+    """Run as root, the backend submits each job as its user's account
+    (sbatch --uid/--gid): alice's job has her uid, cannot read bob's job
+    script (it holds his token), his attempt directory or his job's
+    environment, nor signal it; its environment holds nothing of the
+    service's."""
+    service_secrets = {"JUPYTERHUB_API_TOKEN": "the-services-own-hub-token-0123456789",
+                       "GPUHUB_SPAWNER_TOKEN": "the-spawner-token-0123456789abcdef"}
+    for key, value in service_secrets.items():
+        monkeypatch.setenv(key, value)
+    traversable(str(tmp_path))
+    prefix = f"t{secrets.token_hex(3)}-"
+    accounts = Accounts(prefix, lambda user: str(tmp_path / "workspaces" / user))
+    backend = SlurmBackend(slurm_conf=slurm.conf, poll_interval=0, command_timeout=30,
+                           accounts=accounts)
+    try:
+        bob = replace(job_spec(tmp_path, "echo $$; exec sleep 300"), user="bob",
+                      env={"GPUHUB_TOKEN": "bobs-own-token"})
+        backend.start(bob)
+        bob_pid = int(wait_file(os.path.join(bob.attempt_dir, "output.log")).split()[0])
+        targets = tmp_path / "targets.json"
+        targets.write_text(json.dumps({"script": os.path.join(bob.attempt_dir, "slurm-job.sh"),
+                                       "attempt_dir": bob.attempt_dir, "pid": bob_pid,
+                                       "go": str(tmp_path / "go")}))
+        alice = replace(job_spec(tmp_path, "", gpus=1), user="alice",
+                        argv=(sys.executable, "-c", PROBE, str(targets)))
+        backend.start(alice)
+        said = wait_file(os.path.join(alice.attempt_dir, "output.log"))
+        result = json.loads(said.split("RESULT", 1)[1])
+        alice_uid, bob_uid = accounts.ensure("alice").uid, accounts.ensure("bob").uid
+        assert result == {"uid": alice_uid, "pid": result["pid"],
+                          "read bob's script": "EACCES", "list bob's attempt directory": "EACCES",
+                          "read bob's job's environment": "EACCES", "signal bob's job": "EPERM"}
+        assert (uid_of(result["pid"]), uid_of(bob_pid)) == (alice_uid, bob_uid)
+        env = environ_of(result["pid"])
+        assert not set(service_secrets.values()) & set(env.values()), sorted(env)
+        assert (env["USER"], env["HOME"]) == (accounts.ensure("alice").name,
+                                              str(tmp_path / "workspaces" / "alice"))
+        assert "GPUHUB_TOKEN" not in env  # bob's is bob's
+        (tmp_path / "go").touch()
+        backend.kill(bob.workload_id, bob.attempt)
+        exits = {x.workload_id: x for x in wait_exits(backend, 2)}
+        assert exits[alice.workload_id].returncode == 0 and exits[bob.workload_id].reason == STOPPED
+    finally:
+        slurm.cancel_all()
+        for entry in pwd.getpwall():
+            if entry.pw_name.startswith(prefix):
+                subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)

@@ -16,6 +16,7 @@ from gpuspawner.backends.slurm import (JOB_FILE, JobInfo, expand_hostlist, Slurm
                                        run_command, sbatch_args, time_limit_minutes)
 from gpuspawner.inventory.slurm import (parse_gres, parse_nodes, pool_of, to_scheduler,
                                         unhealthy_flags)
+from gpuspawner.isolation.accounts import Account, DirectoryAccounts, isolating
 
 
 def spec(tmp_path=None, **kw) -> LaunchSpec:
@@ -86,6 +87,21 @@ def test_sbatch_exports_only_the_kept_names_never_the_services_secrets():
     script = batch_script(spec(env={"GPUHUB_TOKEN": "alices", "GPUHUB_USER": "alice"}))
     assert "export GPUHUB_TOKEN=alices" in script
     assert "service-token" not in script and "JUPYTERHUB" not in script
+
+
+def test_a_job_of_an_account_is_submitted_as_it_with_its_own_login_variables():
+    """Root submits it with --uid/--gid; the service's HOME and USER are not
+    passed on, the account's are set by the script."""
+    alice = Account("gpuhub-alice", 1234, 1235, "/data/workspaces/alice")
+    service_env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "USER": "root", "LANG": "C.UTF-8"}
+    got = opts(sbatch_args(spec(), {}, environ=service_env, account=alice))
+    assert (got["--uid"], got["--gid"]) == ("1234", "1235")
+    assert got["--export"] == "LANG,PATH"
+    script = batch_script(spec(), alice)
+    for line in ("export HOME=/data/workspaces/alice", "export USER=gpuhub-alice",
+                 "export LOGNAME=gpuhub-alice"):
+        assert line in script.splitlines()
+    assert "--uid" not in opts(sbatch_args(spec(), {}, environ=service_env))
 
 
 @pytest.mark.parametrize("time_limit, grace, warn, time, signal", [
@@ -194,13 +210,15 @@ def test_a_node_list_that_cannot_be_read_cancels_nothing(fake):
 
 
 def test_parse_squeue():
-    text = ("17|gpuhub.wabc.0|RUNNING|None|gpu[01-02]\n18|gpuhub.wdef.1|PENDING|Resources|\n"
+    text = ("17|gpuhub.wabc.0|RUNNING|None|gpu[01-02]|gpuhub-alice\n"
+            "18|gpuhub.wdef.1|PENDING|Resources|\n"
             "19|wrap|COMPLETED|None\n20|gpuhub.wx.0|CANCELLED|None\n\n")
     jobs = parse_squeue(text)
     assert [(j.job_id, j.name, j.state, j.alive) for j in jobs] == [
         ("17", "gpuhub.wabc.0", "RUNNING", True), ("18", "gpuhub.wdef.1", "PENDING", True),
         ("19", "wrap", "COMPLETED", False), ("20", "gpuhub.wx.0", "CANCELLED", False)]
     assert jobs[1].reason == "Resources" and jobs[0].nodes == "gpu[01-02]"
+    assert (jobs[0].user, jobs[1].user) == ("gpuhub-alice", "")
 
 
 SCONTROL_JOB = (
@@ -431,7 +449,7 @@ def test_poll_reads_the_queue_at_most_every_poll_interval(fake):
     backend.poll()
     assert len(slurm.of("squeue")) == 2
     assert slurm.of("squeue")[0] == ["squeue", "--me", "--states=all", "--noheader",
-                                     "--format=%i|%j|%T|%r|%N"]
+                                     "--format=%i|%j|%T|%r|%N|%u"]
 
 
 def test_a_failing_squeue_skips_a_poll_and_loses_nothing(fake):
@@ -485,6 +503,23 @@ def test_recover_adopts_by_name_and_reports_ended_and_unknown(fake):
     assert exits["wnever"].reason == LOST
     assert backend.running() == {("walive", 0)} and backend.job_id("walive", 0) == "50"
     assert slurm.of("sbatch") == []  # recover starts nothing
+
+
+@pytest.mark.skipif(not isolating(), reason="handing a workspace to an account needs root "
+                                            "(CI runs the tests as root)")
+def test_recover_adopts_only_a_job_of_the_attempts_own_account(fake):
+    """Any user may name a job of theirs gpuhub.<someone's workload>.<n>:
+    with accounts, a job is adopted only if it runs as the attempt's account,
+    and the queue is read for the accounts of the attempts only."""
+    backend, slurm, clock, tmp = fake
+    backend.accounts = DirectoryAccounts({"alice": "nobody"}, "{username}",
+                                         lambda user: str(tmp / "workspaces" / user))
+    alice = spec(tmp / "a", workload_id="walice", attempt=0)
+    slurm.queue = ("50|gpuhub.walice.0|RUNNING|None||nobody\n"
+                   "52|gpuhub.walice.0|RUNNING|None||daemon\n")  # newer, but someone else's
+    assert backend.recover([alice]) == []
+    assert backend.job_id("walice", 0) == "50"
+    assert slurm.of("squeue")[0][1] == "--user=nobody"
 
 
 def test_recover_refuses_to_guess_when_slurm_does_not_answer(fake):

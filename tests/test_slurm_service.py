@@ -33,6 +33,8 @@ c.GpuHubService.teams = {{"vision": {{"quotas": {{"a100": {{"nominal": 4}}}}}}}}
 c.SlurmBackend.slurm_conf = {slurm.conf!r}
 c.SlurmBackend.partitions = {{"a100": {PARTITION!r}}}
 c.SlurmBackend.poll_interval = 0.0
+# The wiring only; jobs as users' accounts: the test through the hub below.
+c.GpuHubService.user_accounts = False
 """)
     app = GpuHubService()
     app.initialize(["-f", str(config)])
@@ -78,10 +80,12 @@ c.SlurmBackend.poll_interval = 0.5
         pools = alice.get("/pools").json()["pools"]
         assert [(p["name"], p["capacity"]) for p in pools] == [("a100", GPUS)]
         assert pools[0]["nodes"][0]["name"] == NODE and pools[0]["nodes"][0]["source"] == "slurm"
-        w = alice.submit(command='echo "on $SLURMD_NODENAME with GPUs $SLURM_JOB_GPUS"', gpus=2)
+        w = alice.submit(command='echo "as $(id -un) on $SLURMD_NODENAME with GPUs '
+                                 '$SLURM_JOB_GPUS"', gpus=2)
         alice.wait(w["id"], "succeeded", timeout=60)
         logs = alice.get(f"/workloads/{w['id']}/logs").text
-        assert f"on {NODE} with GPUs " in logs and len(logs.split("GPUs ")[1].split(",")) == 2
+        assert f"as {hub.account('alice').pw_name} on {NODE} with GPUs " in logs, logs
+        assert len(logs.split("GPUs ")[1].split(",")) == 2
         long = alice.submit(command="sleep 300", gpus=1, grace_period=5)
         alice.wait(long["id"], "running")
         assert alice.post(f"/workloads/{long['id']}/cancel").status_code == 202  # stopping

@@ -60,6 +60,9 @@ def test_bad_durations_name_the_field(text):
     ({"notebook": "t.ipynb", "parameters": {"p": "x" * 70000}}, "parameters"),
     ({"command": "x", "name": "job\n"}, "name"),
     ({"command": "x", "env": {"A\n": "x"}}, "env.A\n"),
+    ({"command": "x", "env": {"LD_PRELOAD": "/tmp/x.so"}}, "env.LD_PRELOAD"),
+    ({"command": "x", "env": {"OK": "1", "LD_LIBRARY_PATH": "/tmp"}}, "env.LD_LIBRARY_PATH"),
+    ({"command": "x", "env": {"LD_AUDIT": "/tmp/a.so"}}, "env.LD_AUDIT"),
 ])
 def test_bad_specs_name_the_field(body, field):
     with pytest.raises(SpecError) as e:

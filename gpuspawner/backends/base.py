@@ -27,7 +27,10 @@ class LaunchSpec:
     attempt_dir: str            # logs and the exit record live here
     cwd: str
     env: dict = field(default_factory=dict)
-    gpus: tuple[int, ...] = ()  # local GPU indices: CUDA_VISIBLE_DEVICES
+    gpus: tuple[int, ...] = ()  # local GPU indices: GPUHUB_GPU_INDICES
+    # Their UUIDs where the inventory knows them (NVML): CUDA_VISIBLE_DEVICES
+    # names them so (gpu_rules.visible_devices); else by index.
+    gpu_uuids: tuple[str, ...] = ()
     time_limit: Optional[float] = None
     grace_period: float = 30.0
     checkpoint_dir: Optional[str] = None

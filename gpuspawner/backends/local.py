@@ -18,17 +18,28 @@ its GPUs' device groups). Its paths are kept in ``cgroup.json`` in the
 attempt directory, so the cgroups are removed when the attempt is reported
 ended, also by a service that restarted in between.
 
-A stop in progress (its SIGKILL deadline) lives in memory only: after a
-restart the service re-issues ``stop`` for attempts it was stopping.
+A stop in progress (its deadline) lives in memory only: after a restart
+the service re-issues ``stop`` for attempts it was stopping. At the
+deadline, and for ``kill``, the runner gets SIGUSR1: it SIGKILLs everything
+under it, also what left the process group (runner.py), and records the
+exit. A runner still there ``SWEEP_GRACE`` seconds later (it cannot be, but
+a runner of an older release does not know SIGUSR1) gets SIGKILL with its
+whole group.
 
 With ``accounts`` (the service runs as root) the command runs as the
 submitting user's system account, created on first use; the runner stays
 root. The attempt directory is root's, group the account's, mode 1770: the
 job writes its outputs there (a notebook's default output), but cannot
-replace or remove the runner's records. A checkpoint directory outside the
-user's workspace is handed to the account; one inside it is made by the
-account itself. Either way a job's environment is built from
-base.ENV_KEEP only: none of the service's credentials reach it.
+replace or remove the runner's records, and what it plants under the name
+of one not yet written (a FIFO, a link, a forged exit.json or cgroup.json)
+is not read as one: records are read through gpuspawner/safefiles.py. A
+checkpoint directory outside the user's workspace is handed to the
+account; one inside it is made by the account itself. Either way a job's environment is built from
+base.ENV_KEEP only: none of the service's credentials reach it. And it
+reaches the command only: the root runner starts with a fixed environment
+(``runner_environment``) and the job's waits in ``env.json`` (root's, mode
+0600) until the runner hands it to the command's exec, after the privilege
+drop, so no LD_PRELOAD of a user's is ever loaded by root.
 """
 from __future__ import annotations
 
@@ -43,14 +54,28 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..isolation import cgroups
-from ..jsonfile import read_json
-from ..isolation.accounts import Account, AccountError, Accounts, account_env, hand_over
+from ..isolation.accounts import (Account, AccountError, Accounts, account_env,
+                                  prepare_checkpoint)
+from ..isolation.gpu_rules import visible_devices
+from ..jsonfile import read_json, write_json
+from ..safefiles import create_own
 from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, local_replica_address
-from .runner import EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat, write_json
+from .runner import ENV_FILE, EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat
 
 LAUNCH_FILE = "launch.json"
 CGROUP_FILE = "cgroup.json"
+SWEEP_GRACE = 5.0
 log = logging.getLogger(__name__)
+
+
+def runner_environment(environ) -> dict:
+    """The root runner's own environment: fixed, and nothing of the job's.
+    The service's LD_LIBRARY_PATH (its operator's, not a user's) goes along
+    where the interpreter needs it to start."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    if environ.get("LD_LIBRARY_PATH"):
+        env["LD_LIBRARY_PATH"] = environ["LD_LIBRARY_PATH"]
+    return env
 
 
 class BackendError(RuntimeError):
@@ -64,7 +89,8 @@ class _Attempt:
     proc: Optional[subprocess.Popen]  # None when adopted after a restart
     start_ticks: Optional[int] = None  # adopted only: tells the runner from a reused pid
     stopped: bool = False            # stopped or killed by us
-    kill_at: Optional[float] = None  # when a stop turns into SIGKILL
+    kill_at: Optional[float] = None  # when a stop turns into a kill
+    swept_at: Optional[float] = None  # when the runner was told to kill everything
 
 
 class LocalBackend:
@@ -117,13 +143,15 @@ class LocalBackend:
                                         os.environ.get("PATH", os.defpath)]),
                **spec.env,
                # Empty when no GPUs: the command sees none rather than all.
-               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
+               **visible_devices(spec.gpus, spec.gpu_uuids),
                "GPUHUB_WORKLOAD_ID": spec.workload_id,
                "GPUHUB_ATTEMPT": str(spec.attempt),
                "GPUHUB_ATTEMPT_DIR": attempt_dir}
+        if not os.path.isdir(spec.cwd):
+            raise BackendError(f"attempt {key}: working directory {spec.cwd} does not exist")
         # -I: the user's cwd and PYTHON* variables must not change the runner's imports.
         argv = [sys.executable, "-I", "-m", "gpuspawner.backends.runner", "--dir", attempt_dir,
-                "--grace", str(spec.grace_period)]
+                "--cwd", os.path.abspath(spec.cwd), "--grace", str(spec.grace_period)]
         if spec.time_limit is not None:
             argv += ["--time-limit", str(spec.time_limit)]
         try:
@@ -131,17 +159,32 @@ class LocalBackend:
             argv += self._place(spec, attempt_dir).runner_args()
             if spec.checkpoint_dir:
                 env["GPUHUB_CHECKPOINT_DIR"] = os.path.abspath(spec.checkpoint_dir)
-            if account is not None:
-                argv += self._as_account(account, attempt_dir, env.get("GPUHUB_CHECKPOINT_DIR"))
-            elif spec.checkpoint_dir:
-                os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
-            # The runner's own complaints (bad arguments, import errors) land in the log too.
-            with open(self.log_path(attempt_dir), "ab") as log:
-                proc = subprocess.Popen(argv + ["--", *spec.argv], cwd=spec.cwd, env=env,
+            # The job's environment goes to the command at its exec, after the
+            # privilege drop, never to the root runner (see runner.py).
+            write_json(os.path.join(attempt_dir, ENV_FILE), env, mode=0o600)
+            # Made before the directory is the account's: no link of its own
+            # can stand in its place. The runner and its command write to
+            # this descriptor, never to the name.
+            log = create_own(self.log_path(attempt_dir))
+            try:
+                if account is not None:
+                    argv += self._as_account(account, attempt_dir,
+                                             env.get("GPUHUB_CHECKPOINT_DIR"))
+                elif spec.checkpoint_dir:
+                    os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
+                # The runner's own complaints (bad arguments, import errors) land in it too.
+                proc = subprocess.Popen(argv + ["--", *spec.argv], cwd="/",
+                                        env=runner_environment(os.environ),
                                         stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
+            finally:
+                os.close(log)
         except (OSError, subprocess.SubprocessError) as e:
             self._unplace(attempt_dir)
+            try:
+                os.unlink(os.path.join(attempt_dir, ENV_FILE))  # it holds the job's token
+            except FileNotFoundError:
+                pass
             raise BackendError(f"cannot start attempt {key}: {e}") from e
         self._attempts[key] = _Attempt(spec, proc.pid, proc)
         # Written before start() returns, so a service that restarts before
@@ -182,13 +225,8 @@ class LocalBackend:
         os.chown(attempt_dir, 0, account.gid)
         os.chmod(attempt_dir, 0o1770)
         options = ["--user", account.name]
-        if checkpoint:
-            home = os.path.realpath(account.home)
-            if os.path.commonpath([home, os.path.realpath(checkpoint)]) == home:
-                # Made by the account, so root never follows a link the user left.
-                options += ["--make-dir", checkpoint]
-            else:  # the data directory's (the default, a replica's settings)
-                hand_over(checkpoint, account)
+        if checkpoint and prepare_checkpoint(checkpoint, account):
+            options += ["--make-dir", checkpoint]
         return options
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
@@ -209,19 +247,33 @@ class LocalBackend:
         a = self._attempts.get((workload_id, attempt))
         if a is not None:
             a.stopped = True
-            self._signal(a, signal.SIGKILL)
+            self._kill(a)
 
     def poll(self) -> list[AttemptExit]:
         """Escalate stops past their deadline; report each ended attempt, once."""
         exits = []
         for key, a in list(self._attempts.items()):
             if self._alive(a):
-                if a.kill_at is not None and self._clock() >= a.kill_at:
-                    self._signal(a, signal.SIGKILL)
+                if a.swept_at is not None or (a.kill_at is not None
+                                              and self._clock() >= a.kill_at):
+                    self._kill(a)  # (again: the SIGKILL fallback)
                 continue
+            if a.swept_at is not None:
+                # A runner that died of the SIGUSR1 (an older release's) may
+                # have left its command: the group goes now, the runner just gone.
+                self._killpg(a.pid)
             exits.append(self._exit(a.spec, a.stopped))
             del self._attempts[key]
         return exits
+
+    def _kill(self, a: _Attempt) -> None:
+        """End the attempt now: the runner kills everything under it (SIGUSR1),
+        or, if it has not SWEEP_GRACE seconds later, SIGKILL to its group."""
+        if a.swept_at is None:
+            a.swept_at = self._clock()
+            self._signal(a, signal.SIGUSR1, group=False)
+        elif self._clock() >= a.swept_at + SWEEP_GRACE:
+            self._signal(a, signal.SIGKILL)
 
     def recover(self, specs: list[LaunchSpec]) -> list[AttemptExit]:
         """Find the attempts a previous service started: adopt the live, report the ended.
@@ -253,13 +305,20 @@ class LocalBackend:
         stat = proc_stat(a.pid)
         return stat is not None and stat[0] != "Z" and stat[1] == a.start_ticks
 
-    def _signal(self, a: _Attempt, signum: int) -> None:
+    def _signal(self, a: _Attempt, signum: int, group: bool = True) -> None:
         # Only while the runner is alive: once it is gone its pid may be reused.
         if self._alive(a):
             try:
-                os.killpg(a.pid, signum)
+                (os.killpg if group else os.kill)(a.pid, signum)
             except ProcessLookupError:
                 pass  # it ended between the check and the signal
+
+    @staticmethod
+    def _killpg(pgid: int) -> None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def _exit(self, spec: LaunchSpec, stopped: bool) -> AttemptExit:
         # The runner is gone and killed its group: the cgroups are empty or about to be.

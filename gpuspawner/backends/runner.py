@@ -1,6 +1,6 @@
 """The supervisor that runs one attempt and records how it ended.
 
-    python -m gpuspawner.backends.runner --dir ATTEMPT_DIR
+    python -m gpuspawner.backends.runner --dir ATTEMPT_DIR [--cwd DIR]
         [--time-limit SECONDS] [--grace SECONDS] [--cgroup PATH]... [--groups GID,...]
         [--user ACCOUNT [--make-dir DIR]...] -- ARGV...
 
@@ -8,10 +8,19 @@ The local backend starts it as the leader of a new session, so it outlives
 the service, and its process group holds everything the attempt runs. It
 leaves its traces in ATTEMPT_DIR, which is all a restarted service needs:
 
+- ``env.json`` (the local backend's, mode 0600, read and removed before
+  the command starts): the command's environment. The runner itself (root,
+  with ``--user``) runs with a fixed environment of the backend's: were the
+  job's its own, the dynamic loader would run the user's code as root
+  before any privilege drop (LD_PRELOAD, LD_AUDIT, GCONV_PATH, ...). The
+  command gets it at its exec, after the drop;
 - ``runner.json`` before the command starts: pid, pgid and start_ticks
   (field 22 of /proc/<pid>/stat, which tells this runner from a later
   process that reuses its pid);
-- ``output.log``: the command's stdout and stderr, appended;
+- ``output.log``: the command's stdout and stderr, appended. It is the
+  runner's own stdout, opened by the backend before the directory became
+  the account's: neither the runner nor the service opens it by name in a
+  directory the job can write to;
 - ``exit.json`` once the command has ended: returncode (negative: killed by
   that signal, as in ``subprocess``), reason (exited, time-limit, stopped)
   and finished_at. A runner killed with SIGKILL leaves none.
@@ -27,15 +36,25 @@ user cannot signal it) and starts the command as that system account: a
 preexec step in the forked child drops its groups, gid and uid before it
 executes the command (``preexec``: where the device cgroup join goes too,
 before the drop). ``--make-dir`` directories are made after the drop, as
-the account (a checkpoint directory inside the user's workspace).
+the account (a checkpoint directory inside the user's workspace), and the
+command's ``--cwd`` is entered after it too: root never follows a path the
+user may have changed.
 
 A command that cannot be executed at all ends as reason "exited" with the
 shell's codes, 127 (not found) or 126 (not executable), and a line in
 output.log saying why: to the user it is a command that failed.
+
+A process that leaves the group (``setsid``, a daemon's double fork) is
+still the runner's: the runner is its subreaper (PR_SET_CHILD_SUBREAPER),
+so it stays among the runner's descendants, and every way an attempt ends
+kills all of them (``_sweep``): when the command has ended, at the time
+limit's SIGKILL, and on SIGUSR1, which is how the service ends an attempt
+at once (it does not SIGKILL the runner, which could then sweep nothing).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
@@ -45,12 +64,18 @@ from typing import Optional
 
 from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
 from ..isolation.cgroups import Placement, enter
-from ..jsonfile import write_json  # noqa: F401  (the backends use it from here too)
+from ..jsonfile import read_json, write_json
 from .base import EXITED, STOPPED, TIME_LIMIT
 
+ENV_FILE = "env.json"
 RUNNER_FILE = "runner.json"
 EXIT_FILE = "exit.json"
 LOG_FILE = "output.log"
+# A job's environment: at most 256 variables of 64 KiB each (service/specs.py), and ours.
+MAX_ENV_FILE = 32 << 20
+
+
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def proc_stat(pid: int) -> Optional[tuple[str, int]]:
@@ -68,6 +93,8 @@ def proc_stat(pid: int) -> Optional[tuple[str, int]]:
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m gpuspawner.backends.runner")
     parser.add_argument("--dir", required=True, help="the attempt directory")
+    parser.add_argument("--cwd", default=None,
+                        help="the directory the command runs in (entered after the drop)")
     parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--grace", type=float, default=30.0,
                         help="seconds between SIGTERM and SIGKILL at the time limit")
@@ -97,6 +124,8 @@ class _Cause:
     """Why the command is ending, when something ends it: the first cause wins."""
 
     reason: Optional[str] = None
+    killed = False      # SIGUSR1: the service ends the attempt now
+    launching = False   # the command is being started, or runs
 
     def note(self, reason: str) -> None:
         if self.reason is None:
@@ -112,41 +141,82 @@ def main(argv: Optional[list[str]] = None) -> None:
         # The runner only notes it and stays to record the exit.
         cause.note(STOPPED)
 
-    # A SIGTERM before this point kills the runner (no exit.json: the service
-    # knows it stopped it); one before the command starts is not passed on,
-    # and the service's SIGKILL at the end of the grace period ends the attempt.
+    def on_sigusr1(signum, frame):
+        # The service ends the attempt now: everything under the runner goes,
+        # the command's wait returns, and the exit is recorded as stopped.
+        cause.note(STOPPED)
+        cause.killed = True
+        if not cause.launching:
+            os.kill(os.getpid(), signal.SIGKILL)  # nothing of the job's runs yet
+        _sweep(reap=False)
+
+    # A SIGTERM or SIGUSR1 before this point kills the runner (no exit.json:
+    # the service knows it stopped it); one before the command starts is not
+    # passed on, and the service's SIGUSR1 at the end of the grace period ends
+    # the attempt.
+    _become_subreaper()
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGUSR1, on_sigusr1)
     write_json(os.path.join(args.dir, RUNNER_FILE), {
         "pid": os.getpid(), "pgid": os.getpgrp(),
         "start_ticks": proc_stat(os.getpid())[1], "started_at": time.time()})
 
+    env = _job_environment(args.dir)
     placement = Placement(args.cgroup, [int(g) for g in args.groups.split(",") if g])
-    with open(os.path.join(args.dir, LOG_FILE), "ab", buffering=0) as log:
-        try:
-            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                                     preexec_fn=preexec(args, placement))
-        except (subprocess.SubprocessError, AccountError) as e:  # no such account, or
-            # the preexec step failed (cgroup join, privilege drop): the command never ran
-            log.write(f"gpuspawner: cannot start the command: {e}\n".encode())
-            _finish(args.dir, 126, EXITED)
-            return
-        except OSError as e:
-            log.write(f"gpuspawner: cannot start {command[0]!r}: {e}\n".encode())
-            _finish(args.dir, 127 if isinstance(e, FileNotFoundError) else 126, EXITED)
-            return
+    if env is None:
+        _say(f"cannot start the command: no {ENV_FILE} of the service's in {args.dir}")
+        _finish(args.dir, 126, EXITED)
+        return
+    cause.launching = True
+    try:
+        # stdout and stderr: the runner's own, the log.
+        child = subprocess.Popen(command, stderr=subprocess.STDOUT,
+                                 env={**env, "PYTHONUNBUFFERED": "1"},
+                                 preexec_fn=preexec(args, placement))
+    except (subprocess.SubprocessError, AccountError) as e:  # no such account, or
+        # the preexec step failed (cgroup join, privilege drop): the command never ran
+        _say(f"cannot start the command: {e}")
+        _finish(args.dir, 126, EXITED)
+        return
+    except OSError as e:
+        _say(f"cannot start {command[0]!r}: {e}")
+        _finish(args.dir, 127 if isinstance(e, FileNotFoundError) else 126, EXITED)
+        return
+    if cause.killed:  # it came while the command was being started
+        _sweep(reap=False)
     returncode = _wait(child, args.time_limit, args.grace, cause)
     _finish(args.dir, returncode, cause.reason or EXITED)
+
+
+def _say(line: str) -> None:
+    os.write(sys.stdout.fileno(), f"gpuspawner: {line}\n".encode())
+
+
+def _job_environment(attempt_dir: str) -> Optional[dict]:
+    """The command's environment from the service's env.json, removed once
+    read (it holds the job's token)."""
+    path = os.path.join(attempt_dir, ENV_FILE)
+    env = read_json(path, max_bytes=MAX_ENV_FILE)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    if env is None or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return None
+    return env
 
 
 def preexec(args: argparse.Namespace, placement: Placement):
     """What the forked child does before it executes the command, in this
     order: join the attempt's cgroups, become the account (keeping the
-    placement's device groups), make its directories as the account."""
+    placement's device groups), make its directories as the account, go to
+    its working directory."""
     enter_placement = ((lambda: enter(placement))
                        if placement.cgroups or placement.gids else None)
+    cwd = args.cwd
+    go_to_cwd = (lambda: os.chdir(cwd)) if cwd else None
     if not args.user:
-        return enter_placement
+        return compose(enter_placement, go_to_cwd)
     dirs = list(args.make_dir)
 
     def make_dirs() -> None:
@@ -154,7 +224,7 @@ def preexec(args: argparse.Namespace, placement: Placement):
             os.makedirs(d, exist_ok=True)
     return compose(enter_placement,
                    drop_privileges(from_passwd(args.user), extra_gids=placement.gids),
-                   make_dirs)
+                   make_dirs, go_to_cwd)
 
 
 def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,
@@ -175,7 +245,7 @@ def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,
             terminated, deadline = True, time.monotonic() + grace
         else:
             # Not the group: that would kill the runner before it records the exit.
-            child.kill()
+            _sweep(reap=False)
             deadline = None
 
 
@@ -183,8 +253,60 @@ def _finish(attempt_dir: str, returncode: int, reason: str) -> None:
     write_json(os.path.join(attempt_dir, EXIT_FILE), {
         "returncode": returncode, "reason": reason, "finished_at": time.time()})
     # The attempt is over and its GPUs go to the next one: nothing it left
-    # behind in its group may keep running. The runner goes with them.
+    # behind, in its group or out of it, may keep running. The runner goes last.
+    _sweep(reap=True)
     os.killpg(os.getpid(), signal.SIGKILL)
+
+
+def _become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def _descendants(pid: int) -> list[int]:
+    """The live (not zombie) processes under ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _sweep(reap: bool, timeout: float = 10.0) -> None:
+    """SIGKILL everything under this runner until nothing is left (what forks
+    meanwhile is caught by the next round). ``reap``: collect the zombies
+    too (not while the command's own wait is pending: it must get its code)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if reap:
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            except ChildProcessError:
+                pass
+        live = _descendants(os.getpid())
+        if not live or time.monotonic() > deadline:
+            return
+        for p in live:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,17 @@ How an attempt ended comes from Slurm's job state (see ``exit_from_state``):
 
 As in the local backend, a stop in progress (its hard-cancel deadline) lives
 in memory only: after a restart the service re-issues ``stop``.
+
+With users' accounts (``GpuHubService.user_accounts``: the service runs as
+root) each job runs as its hub user's cluster account: root submits it with
+``sbatch --uid --gid``, so slurmd starts the script as that account and
+everything in the job is that user's, as a job submitted by them would be.
+The account is made with useradd as for the local backend, or comes from the
+directory (LDAP) through ``user_map``/``user_template``. The attempt
+directory is root's, group the account's, mode 1770; the script (it holds
+the job's token) is root's, mode 0600, read by sbatch only, and Slurm shows
+a job's script to its owner and to operators only; the log is made by root,
+group-writable for the account, before the directory is handed over.
 """
 from __future__ import annotations
 
@@ -35,9 +46,12 @@ from traitlets.config import LoggingConfigurable
 
 from ..inventory import slurm as slurm_inventory
 from ..inventory.slurm import parse_oneliner
+from ..isolation.accounts import (Account, AccountError, Accounts, DirectoryAccounts,
+                                  account_env, prepare_checkpoint)
+from ..jsonfile import read_json, write_json
+from ..safefiles import create_own
 from .base import (EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, LaunchSpec,
                    kept_environment, local_replica_address)
-from ..jsonfile import read_json, write_json
 from .local import BackendError
 
 JOB_FILE = "slurm-job.json"
@@ -96,8 +110,10 @@ def time_limit_minutes(seconds: float) -> int:
 
 
 def sbatch_args(spec: LaunchSpec, partitions: dict, extra: Sequence[str] = (),
-                warn_before_limit: bool = False, environ=None) -> list[str]:
-    """The sbatch options for one attempt (the script is a separate file).
+                warn_before_limit: bool = False, environ=None,
+                account: Optional[Account] = None) -> list[str]:
+    """The sbatch options for one attempt (the script is a separate file),
+    run as ``account`` when one is given (root submits it).
 
     At the time limit Slurm itself sends SIGTERM, then SIGKILL ``KillWait``
     seconds later, and the job ends TIMEOUT. ``warn_before_limit`` instead
@@ -125,9 +141,12 @@ def sbatch_args(spec: LaunchSpec, partitions: dict, extra: Sequence[str] = (),
             f"--comment={job_comment(spec)}",
             # sbatch passes its whole environment by default, the service's
             # hub token and database URL with it: only these names go; the
-            # script sets the job's own (batch_script).
+            # script sets the job's own (batch_script), an account's login
+            # variables included.
             "--export=" + ",".join(sorted(kept_environment(
-                os.environ if environ is None else environ, login=True)))]
+                os.environ if environ is None else environ, login=account is None)))]
+    if account is not None:
+        args += [f"--uid={account.uid}", f"--gid={account.gid}"]
     if per_node:
         args.append(f"--gres=gpu:{per_node}")
     partition = partitions.get(spec.pool, spec.pool)
@@ -162,7 +181,7 @@ def job_env(spec: LaunchSpec) -> dict:
     return env
 
 
-def batch_script(spec: LaunchSpec) -> str:
+def batch_script(spec: LaunchSpec, account: Optional[Account] = None) -> str:
     """A POSIX sh script that sets the job's environment and execs its command.
 
     exec: the command *is* the batch step, so ``--signal=B:TERM`` and
@@ -170,7 +189,7 @@ def batch_script(spec: LaunchSpec) -> str:
     CUDA_VISIBLE_DEVICES is Slurm's for a GPU job; a job without GPUs gets
     it empty (none visible), as in the local backend.
     """
-    env = job_env(spec)
+    env = {**(account_env(account) if account is not None else {}), **job_env(spec)}
     lines = ["#!/bin/sh", f"# GPU Hub workload {spec.workload_id}, attempt {spec.attempt}"]
     lines += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items())
               if k != "CUDA_VISIBLE_DEVICES"]
@@ -192,17 +211,18 @@ class JobInfo:
     end_time: Optional[float] = None
     reason: str = ""
     nodes: str = ""                  # Slurm hostlist where it runs: "gpu[01-02],gpu07"
+    user: str = ""                   # whose job it is (squeue %u)
 
     @property
     def alive(self) -> bool:
         return self.state in ALIVE_STATES
 
 
-SQUEUE_FORMAT = "%i|%j|%T|%r|%N"
+SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%u"
 
 
 def parse_squeue(text: str) -> list[JobInfo]:
-    """Lines of ``squeue --noheader --format='%i|%j|%T|%r|%N'``."""
+    """Lines of ``squeue --noheader --format='%i|%j|%T|%r|%N|%u'``."""
     jobs = []
     for line in text.splitlines():
         if not line.strip():
@@ -212,7 +232,8 @@ def parse_squeue(text: str) -> list[JobInfo]:
             raise ValueError(f"unexpected squeue line {line!r}")
         jobs.append(JobInfo(parts[0].strip(), parts[1], _state(parts[2]),
                             reason=parts[3] if len(parts) > 3 else "",
-                            nodes=parts[4].strip() if len(parts) > 4 else ""))
+                            nodes=parts[4].strip() if len(parts) > 4 else "",
+                            user=parts[5].strip() if len(parts) > 5 else ""))
     return jobs
 
 
@@ -320,6 +341,7 @@ class _Job:
     warned_pending: bool = False
     state: str = ""                  # as the last look at the queue saw it
     misplaced: bool = False          # Slurm ran it off its placement: cancelled, LOST
+    user: str = ""                   # the account it runs as ("": the service's own)
 
 
 class SlurmBackend(LoggingConfigurable):
@@ -402,15 +424,63 @@ class SlurmBackend(LoggingConfigurable):
         DRAIN node is drained (no new work), and back again when Slurm says so.
         """).tag(config=True)
 
+    accounts_from = Enum(["useradd", "directory"], "useradd", help="""
+        Where the accounts that users' jobs run as come from, when the service
+        runs them as their users (``GpuHubService.user_accounts``, the default
+        as root).
+
+        "useradd": the service creates each hub user's account on this host
+        as for the local backend (``GpuHubService.account_prefix`` + the hub
+        name, useradd), for a cluster whose nodes share this host's accounts
+        (a single-host Slurm, or accounts synchronised from here).
+        "directory": the accounts exist already on every node (LDAP, SSSD):
+        a hub user's is ``user_map[name]``, else ``user_template``; a job of a
+        user without one fails to start, saying so.
+
+        Example::
+
+            c.SlurmBackend.accounts_from = "directory"
+        """).tag(config=True)
+
+    user_map = Dict(Unicode(), help="""
+        With ``accounts_from = "directory"``: the cluster account of a hub
+        user whose hub name is not their account name, ``{hub name: account}``.
+
+        Example::
+
+            c.SlurmBackend.user_map = {"alice@example.org": "asmith"}
+        """).tag(config=True)
+
+    user_template = Unicode("{username}", help="""
+        With ``accounts_from = "directory"``: a hub user's cluster account when
+        ``user_map`` does not name one, from ``{username}`` (the hub name): the
+        hub name itself by default, as with an LDAP authenticator.
+
+        Example::
+
+            c.SlurmBackend.user_template = "{username}"
+        """).tag(config=True)
+
     def __init__(self, run: Optional[Runner] = None, clock: Callable[[], float] = time.time,
-                 **kwargs):
+                 accounts=None, **kwargs):
         super().__init__(**kwargs)
+        # Accounts or DirectoryAccounts (make_accounts): None runs every job
+        # as the service's own user.
+        self.accounts = accounts
         self._run_fn = run
         self._clock = clock
         self._jobs: dict[tuple[str, int], _Job] = {}
         self._last_poll = float("-inf")
         self._nodes: dict = {}
         self._nodes_read_at = float("-inf")
+
+    def make_accounts(self, prefix: str, home_for: Callable[[str], str]):
+        """The accounts jobs run as, from ``accounts_from``; kept as ``accounts``."""
+        if self.accounts_from == "directory":
+            self.accounts = DirectoryAccounts(self.user_map, self.user_template, home_for)
+        else:
+            self.accounts = Accounts(prefix, home_for)
+        return self.accounts
 
     # ---- commands ----------------------------------------------------------
     def _run(self, argv: Sequence[str]) -> str:
@@ -468,14 +538,20 @@ class SlurmBackend(LoggingConfigurable):
         attempt_dir = os.path.abspath(spec.attempt_dir)
         if os.path.exists(os.path.join(attempt_dir, JOB_FILE)):
             raise BackendError(f"attempt directory {attempt_dir} was already used")
-        args = sbatch_args(spec, self.partitions, self.sbatch_args, self.warn_before_time_limit)
+        account = None
+        if self.accounts is not None:
+            try:
+                account = self.accounts.ensure(spec.user)
+            except (AccountError, OSError, ValueError) as e:
+                raise BackendError(f"attempt {key}: no account for user {spec.user!r}: {e}") from e
+        args = sbatch_args(spec, self.partitions, self.sbatch_args, self.warn_before_time_limit,
+                           account=account)
         try:
             os.makedirs(attempt_dir, exist_ok=True)
-            if spec.checkpoint_dir:
-                os.makedirs(spec.checkpoint_dir, exist_ok=True)
             script = os.path.join(attempt_dir, SCRIPT_FILE)
-            with open(script, "w") as f:
-                f.write(batch_script(spec))
+            with os.fdopen(create_own(script, 0o600), "w") as f:  # it holds the job's token
+                f.write(batch_script(spec, account))
+            self._prepare(spec, attempt_dir, account)
         except OSError as e:
             raise BackendError(f"cannot prepare attempt {key}: {e}") from e
         try:
@@ -486,16 +562,38 @@ class SlurmBackend(LoggingConfigurable):
         except SlurmError:
             # An sbatch that timed out may still have queued the job: the attempt
             # fails, so no such job may run unaccounted for.
+            owner = f"--user={account.name}" if account is not None else "--me"
             try:
-                self._run(["scancel", "--me", f"--name={job_name(*key)}"])
+                self._run(["scancel", owner, f"--name={job_name(*key)}"])
             except SlurmError as e:
                 self.log.warning("could not make sure attempt %s/%s is not queued: %s", *key, e)
             raise
-        self._jobs[key] = _Job(spec, job_id, pending_since=self._clock())
+        self._jobs[key] = _Job(spec, job_id, pending_since=self._clock(),
+                               user=account.name if account is not None else "")
         write_json(os.path.join(attempt_dir, JOB_FILE),
                     {"job_id": job_id, "name": job_name(*key), "submitted_at": self._clock()})
         self.log.info("attempt %s/%s is Slurm job %s", *key, job_id)
         return job_id
+
+    @staticmethod
+    def _prepare(spec: LaunchSpec, attempt_dir: str, account: Optional[Account]) -> None:
+        """The log, made before the attempt directory is handed to the account
+        (group-writable: slurmstepd opens it as the account), and the checkpoint."""
+        log = create_own(os.path.join(attempt_dir, LOG_FILE), 0o644 if account is None else 0o660)
+        try:
+            if account is not None:
+                os.fchown(log, -1, account.gid)
+        finally:
+            os.close(log)
+        if account is None:
+            if spec.checkpoint_dir:
+                os.makedirs(spec.checkpoint_dir, exist_ok=True)
+            return
+        os.chown(attempt_dir, -1, account.gid)
+        os.chmod(attempt_dir, 0o1770)
+        # One in the workspace the script makes (mkdir -p), as the account.
+        if spec.checkpoint_dir:
+            prepare_checkpoint(os.path.abspath(spec.checkpoint_dir), account)
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
         """SIGTERM to the job's processes now; a hard cancel at the first poll after grace."""
@@ -528,7 +626,7 @@ class SlurmBackend(LoggingConfigurable):
             return []
         self._last_poll = now
         try:
-            seen = {j.job_id: j for j in self._squeue()}
+            seen = {j.job_id: j for j in self._squeue({j.user for j in self._jobs.values()})}
         except SlurmError as e:
             self.log.warning("cannot read the queue, trying again at the next poll: %s", e)
             return []
@@ -558,23 +656,27 @@ class SlurmBackend(LoggingConfigurable):
         Starts nothing. A job that Slurm does not know by name or id is LOST
         (the service died before sbatch, or Slurm forgot it and has no accounting).
         """
-        by_name: dict[str, JobInfo] = {}
-        for info in self._squeue():
-            # The newest of a name wins (ids only grow).
-            old = by_name.get(info.name)
-            if old is None or int(info.job_id) > int(old.job_id):
-                by_name[info.name] = info
+        users = {(spec.workload_id, spec.attempt): self._account_name(spec) for spec in specs}
         exits = []
+        by_name: dict[tuple[str, str], JobInfo] = {}
+        for info in self._squeue(set(users.values())):
+            # The newest of a name wins (ids only grow); with accounts, only
+            # the job of the attempt's own account (anyone may name a job so).
+            who = info.user if self.accounts is not None else ""
+            old = by_name.get((info.name, who))
+            if old is None or int(info.job_id) > int(old.job_id):
+                by_name[(info.name, who)] = info
         for spec in specs:
             key = (spec.workload_id, spec.attempt)
             if key in self._jobs:
                 continue
-            info = by_name.get(job_name(*key))
+            info = by_name.get((job_name(*key), users[key]))
             recorded = read_json(os.path.join(spec.attempt_dir, JOB_FILE)) or {}
             job_id = info.job_id if info is not None else recorded.get("job_id")
             if info is not None and info.alive:
                 self._jobs[key] = _Job(spec, info.job_id, state=info.state,
-                                       pending_since=recorded.get("submitted_at"))
+                                       pending_since=recorded.get("submitted_at"),
+                                       user=users[key])
                 self.log.info("adopted Slurm job %s (%s) for attempt %s/%s", info.job_id,
                               info.state, *key)
                 continue
@@ -585,15 +687,35 @@ class SlurmBackend(LoggingConfigurable):
             x = self._ended(spec, job_id, info, stopped=False)
             if x is None:
                 # Slurm could not say yet: watch it like a live one, poll decides.
-                self._jobs[key] = _Job(spec, job_id)
+                self._jobs[key] = _Job(spec, job_id, user=users[key])
             else:
                 exits.append(x)
         return exits
 
     # ---- helpers -------------------------------------------------------------
-    def _squeue(self) -> list[JobInfo]:
+    def _account_name(self, spec: LaunchSpec) -> str:
+        """The account an attempt runs as; "" for the service's own, or when
+        it cannot be found now (then the job is followed by its recorded id)."""
+        if self.accounts is None:
+            return ""
+        try:
+            return self.accounts.ensure(spec.user).name
+        except (AccountError, OSError, ValueError) as e:
+            self.log.warning("attempt %s/%s: no account for user %r: %s", spec.workload_id,
+                             spec.attempt, spec.user, e)
+            return ""
+
+    def _squeue(self, users: set[str]) -> list[JobInfo]:
+        """Our jobs: the service's own, or with accounts those of ``users``."""
+        users = {u for u in users if u}
+        if self.accounts is None:
+            who = "--me"
+        elif users:
+            who = "--user=" + ",".join(sorted(users))
+        else:
+            return []
         # --states=all: ended jobs too, while slurmctld remembers them (MinJobAge).
-        out = self._run(["squeue", "--me", "--states=all", "--noheader",
+        out = self._run(["squeue", who, "--states=all", "--noheader",
                          f"--format={SQUEUE_FORMAT}"])
         return [j for j in parse_squeue(out) if parse_job_name(j.name)]
 

@@ -48,7 +48,9 @@ class Inventory(LoggingConfigurable):
         "auto" on a host without NVML).
 
         Each entry gives `model`, `count` and `memory_mib` (per GPU), and
-        optionally `pool` (default: a slug of the model, e.g. "a100-sxm4-80gb").
+        optionally `pool` (default: a slug of the model, e.g. "a100-sxm4-80gb")
+        and `uuids` (one CUDA UUID per GPU, as `nvidia-smi -L` prints them:
+        then CUDA_VISIBLE_DEVICES names the GPUs by UUID, as with NVML).
         Indices are numbered on across entries. The default is four 16 GiB fake
         GPUs in the pool "default", enough to try the hub on a laptop.
 

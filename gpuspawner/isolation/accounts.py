@@ -201,6 +201,52 @@ class Accounts:
         return account
 
 
+class DirectoryAccounts:
+    """The accounts of a cluster whose users come from a directory (LDAP,
+    SSSD): nothing is created. A hub user's account is ``user_map[name]``,
+    else ``template`` with ``{username}`` (the hub name); it must exist (as
+    NSS sees it) and not be root. ``ensure`` hands it the workspace as
+    ``Accounts.ensure`` does."""
+
+    def __init__(self, user_map: dict[str, str], template: str,
+                 home_for: Callable[[str], str]):
+        if "{username}" not in template and not user_map:
+            raise ValueError(f"account template {template!r} names no {{username}}: every hub "
+                             f"user would share one account")
+        self.user_map, self.template, self.home_for = dict(user_map), template, home_for
+        self._known: dict[str, Account] = {}
+
+    def name_of(self, hub_name: str) -> str:
+        return self.user_map.get(hub_name) or self.template.format(username=hub_name)
+
+    def ensure(self, hub_name: str) -> Account:
+        account = self._known.get(hub_name)
+        if account is None:
+            name = self.name_of(hub_name)
+            entry = lookup(name)
+            if entry is None:
+                raise AccountError(f"no account {name!r} for hub user {hub_name!r} in the "
+                                   f"directory (SlurmBackend.user_map / user_template)")
+            if entry.pw_uid == 0:
+                raise AccountError(f"hub user {hub_name!r} maps to {name!r}, uid 0: refused")
+            account = Account(name, entry.pw_uid, entry.pw_gid, self.home_for(hub_name))
+            hand_over(account.home, account)
+            self._known[hub_name] = account
+        return account
+
+
+def prepare_checkpoint(checkpoint: str, account: Account) -> bool:
+    """Get a job's checkpoint directory ready for ``account``. One outside
+    the user's workspace (the data directory's default, a replica's) is
+    made and handed over here; one inside it is left to the job to make as
+    the account (True), so that root never follows a link the user left."""
+    home = os.path.realpath(account.home)
+    if os.path.commonpath([home, os.path.realpath(checkpoint)]) == home:
+        return True
+    hand_over(checkpoint, account)
+    return False
+
+
 # ---- the data directory ---------------------------------------------------
 # Directories under the data directory whose entries belong to users: others
 # may pass through them (to reach their own) but not list them.

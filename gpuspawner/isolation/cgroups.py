@@ -163,8 +163,10 @@ class GpuEnforcement(LoggingConfigurable):
         self._parents: dict[str, str] = {}
 
     # ---- what this host allows -------------------------------------------
-    def detect(self) -> "GpuEnforcement":
-        """Find the modes; raises LimitError when ``mode`` insists on one this host lacks."""
+    def detect(self, processes_as_root: bool = False) -> "GpuEnforcement":
+        """Find the modes; raises LimitError when ``mode`` insists on one this
+        host lacks. ``processes_as_root``: the servers or jobs run as root
+        (user accounts off), which device groups do not bind."""
         root = os.geteuid() == 0
         mine = own_cgroups()
         probe = root and self.mode != "off"
@@ -174,7 +176,10 @@ class GpuEnforcement(LoggingConfigurable):
         elif os.path.exists(os.path.join(self.cgroup_root, "cgroup.controllers")):
             self.notes.append("cgroup v2: the eBPF device program is not implemented")
         nodes = self.gpu_nodes()
-        groups_possible = root and bool(nodes)
+        groups_possible = root and bool(nodes) and not processes_as_root
+        if root and nodes and processes_as_root and not usable.get("devices"):
+            self.notes.append("device groups would bind nothing: with user accounts off "
+                              "everything runs as root")
         self.gpu_mode = rules.choose_gpu_mode(self.mode, bool(usable.get("devices")),
                                               groups_possible)
         if self.gpu_mode == DEVICE_GROUPS and self._driver_resets_modes():

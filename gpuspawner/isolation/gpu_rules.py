@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 NVIDIA_MAJOR = 195
+# What NVML and CUDA call a GPU (or a MIG instance) by, whatever its number.
+CUDA_UUID = re.compile(r"(GPU|MIG)-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 GPU_MINORS = range(0, 254)   # 254: nvidia-modeset, 255: nvidiactl
 CONTROL_NODES = ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")
 
@@ -50,6 +52,19 @@ def classify_node(name: str) -> Optional[tuple[str, Optional[int]]]:
     if top in CONTROL_NODES:
         return "control", None
     return None
+
+
+def visible_devices(indices: Sequence[int], uuids: Sequence[str] = ()) -> dict[str, str]:
+    """The environment that shows a process exactly the host GPUs
+    ``indices``: by UUID where each one's is known (``uuids``, in the same
+    order), because CUDA numbers only the devices a process may open, so
+    under a device cgroup host GPU 3 is CUDA's device 0; by index where not.
+    ``GPUHUB_GPU_INDICES`` always says the host indices. No GPUs: none."""
+    by_index = ",".join(str(i) for i in indices)
+    known = len(uuids) == len(indices) and all(CUDA_UUID.fullmatch(u) for u in uuids)
+    names = ",".join(uuids) if known else by_index
+    return {"CUDA_VISIBLE_DEVICES": names, "NVIDIA_VISIBLE_DEVICES": names or "none",
+            "GPUHUB_GPU_INDICES": by_index}
 
 
 def device_deny_rules(placed: Iterable[int]) -> list[str]:
@@ -80,7 +95,8 @@ def choose_gpu_mode(wanted: str, devices_v1: bool, groups_possible: bool) -> str
         return CGROUP_V1
     if wanted == "groups":
         if not groups_possible:
-            raise LimitError("GpuEnforcement.mode: 'groups' needs root and the GPU device nodes")
+            raise LimitError("GpuEnforcement.mode: 'groups' needs root, the GPU device nodes "
+                             "and users' accounts (device groups do not bind root)")
         return DEVICE_GROUPS
     if devices_v1:
         return CGROUP_V1

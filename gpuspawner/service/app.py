@@ -281,8 +281,11 @@ class GpuHubService(Application):
         Run every job and model replica of the local backend as its user's
         own system account (``account_prefix`` + the hub name), created with
         useradd at the first submission, with the workspace handed to it
-        (mode 0700); the data directory is kept out of users' reach. Needs
-        root; the default is on exactly when the service runs as root.
+        (mode 0700); the data directory is kept out of users' reach. With the
+        Slurm backend, every job runs as its user's cluster account
+        (``sbatch --uid``; where the accounts come from:
+        ``SlurmBackend.accounts_from``). Needs root; the default is on
+        exactly when the service runs as root.
         Started as another user, the service says at start, in ``/health``
         and on the admin panel that users are not isolated.
         """).tag(config=True)
@@ -394,7 +397,8 @@ class GpuHubService(Application):
         if os.path.exists(self.config_file):
             self.load_config_file(self.config_file)
         os.makedirs(self.data_dir, exist_ok=True)
-        accounts = self._accounts()
+        slurm = SlurmBackend(parent=self) if self.backend == "slurm" else None
+        accounts = self._accounts(slurm)
         self.sockets = self._listen()
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
@@ -403,13 +407,15 @@ class GpuHubService(Application):
             self.source = "kubernetes"
             record_nodes(self.store, nodes, self.source)
         elif self.backend == "slurm":  # Slurm runs the jobs and says which GPU nodes there are
-            backend, self.source = SlurmBackend(parent=self), "slurm"
+            backend, self.source = slurm, "slurm"
             found = backend.discover()
             gpus = [g for _, node_gpus in found for g in node_gpus]
             nodes = [LocalNode(n, [g.index for g in node_gpus]) for n, node_gpus in found]
             self._record_inventory(nodes, gpus)
         else:
-            self.enforcement = GpuEnforcement(parent=self).detect()
+            # Without accounts, as root, jobs run as root: device groups bind nothing.
+            self.enforcement = GpuEnforcement(parent=self).detect(
+                processes_as_root=accounts is None and isolating())
             if self.enforcement.gpu_mode == DEVICE_GROUPS:
                 self.enforcement.setup_device_groups(self._device_groups_file)
             backend = LocalBackend(enforcement=self.enforcement, accounts=accounts)
@@ -472,11 +478,11 @@ class GpuHubService(Application):
     def _device_groups_file(self) -> str:
         return os.path.join(self.data_dir, "device-groups.json")
 
-    def _accounts(self) -> Optional[Accounts]:
-        """The users' accounts when jobs run as them (local backend, root),
-        with the data directory made private; else None, said loudly."""
-        if self.backend != "local":
-            self.users_isolated = None  # up to Slurm's and Kubernetes' own means
+    def _accounts(self, slurm: Optional[SlurmBackend]):
+        """The users' accounts when jobs run as them (local or Slurm backend,
+        root), with the data directory made private; else None, said loudly."""
+        if self.backend == "kubernetes":
+            self.users_isolated = None  # up to Kubernetes' own means
             return None
         self.users_isolated = self.user_accounts
         if not self.user_accounts:
@@ -488,6 +494,11 @@ class GpuHubService(Application):
         secure_data_dir(self.data_dir)
         if self.db_url == f"sqlite:///{self.data_dir}/gpuhub.sqlite":
             private_file(os.path.join(self.data_dir, "gpuhub.sqlite"))
+        if slurm is not None:
+            accounts = slurm.make_accounts(self.account_prefix, self.workspace_path)
+            self.log.info("users are isolated: Slurm jobs run as their users' accounts (%s)",
+                          slurm.accounts_from)
+            return accounts
         self.log.info("users are isolated: jobs run as system accounts %s<name>",
                       self.account_prefix)
         return Accounts(self.account_prefix, self.workspace_path)
@@ -534,7 +545,8 @@ class GpuHubService(Application):
             n = ln.node
             extra = frozenset(i for (node, i) in marked if node == n.name)
             out.append(LocalNode(replace(n, drained=n.name in drained,
-                                         unhealthy_gpus=n.unhealthy_gpus | extra), ln.devices))
+                                         unhealthy_gpus=n.unhealthy_gpus | extra),
+                                 ln.devices, ln.uuids))
         return out
 
     def _seed_teams(self) -> None:

@@ -22,6 +22,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from ..backends.base import EXITED, LOST, TIME_LIMIT, AttemptExit, LaunchSpec
+from ..isolation.accounts import AccountError
 from ..scheduler import events as ev
 from ..scheduler.model import Node, Quota
 from ..scheduler.policy import Policy
@@ -59,6 +60,10 @@ class LocalNode:
 
     node: Node
     devices: list[int] = field(default_factory=list)
+    uuids: list[str] = field(default_factory=list)  # the devices' (inventory), if known
+
+    def uuid(self, gpu: int) -> str:
+        return self.uuids[gpu] if gpu < len(self.uuids) else ""
 
 
 def local_nodes(gpus, host: str) -> list[LocalNode]:
@@ -72,7 +77,7 @@ def local_nodes(gpus, host: str) -> list[LocalNode]:
         name = host if len(by_pool) == 1 else f"{host}/{pool}"
         unhealthy = frozenset(i for i, g in enumerate(members) if not g.healthy)
         out.append(LocalNode(Node(name, pool, len(members), unhealthy_gpus=unhealthy),
-                             [g.index for g in members]))
+                             [g.index for g in members], [g.uuid for g in members]))
     return out
 
 
@@ -361,6 +366,11 @@ class Engine:
     def devices(self, placement) -> list[int]:
         """The host device indices behind a placement (local nodes)."""
         return [self.nodes[node].devices[g] for node, gpus in placement
+                if node in self.nodes for g in gpus]
+
+    def device_uuids(self, placement) -> list[str]:
+        """The UUIDs the inventory gave a placement's GPUs ("" where unknown)."""
+        return [self.nodes[node].uuid(g) for node, gpus in placement
                 if node in self.nodes for g in gpus]
 
     def set_team(self, who: Identity, name: str, weight: Optional[float],
@@ -746,7 +756,10 @@ class Engine:
     def workspace(self, user: str) -> str:
         home = self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)
         if self.config.prepare_workspace is not None:
-            self.config.prepare_workspace(user)
+            try:
+                self.config.prepare_workspace(user)
+            except AccountError as e:  # a directory without the user's account, say
+                raise Forbidden(f"your work cannot run: {e}") from e
         else:
             os.makedirs(home, exist_ok=True)
         return home
@@ -774,8 +787,6 @@ class Engine:
     def _launch_spec(self, s: Session, row: WorkloadRow) -> LaunchSpec:
         attempt = s.get(Attempt, (row.id, row.attempt))
         placement = placement_from_json(attempt.placement if attempt else ())
-        devices = tuple(self.nodes[node].devices[g] for node, gpus in placement
-                        if node in self.nodes for g in gpus)
         spec = row.spec
         cwd = spec.get("working_dir") or self.config.data_dir
         attempt_dir = self._attempt_dir(row.id, row.attempt)
@@ -783,7 +794,9 @@ class Engine:
                "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool}
         return LaunchSpec(workload_id=row.id, attempt=row.attempt,
                           argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
-                          cwd=cwd, env=env, gpus=devices, time_limit=row.time_limit,
+                          cwd=cwd, env=env, gpus=tuple(self.devices(placement)),
+                          gpu_uuids=tuple(self.device_uuids(placement)),
+                          time_limit=row.time_limit,
                           grace_period=self._grace(row),
                           checkpoint_dir=spec["checkpoint_dir"], placement=placement,
                           pool=row.pool, team=row.team, user=row.user, priority=row.priority,

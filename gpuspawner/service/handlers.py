@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from ..safefiles import read_own
 from ..scheduler.model import Quota
 from ..store import Attempt, AuditEntry, EventRow, NoticeRow, WorkloadRow
 from . import views
@@ -219,7 +220,9 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
     out = views.workload(row, attempts[-1] if attempts else None)
     out["attempts"] = [views.attempt_view(a) for a in attempts]
     if "placement" in out:
-        out["devices"] = engine.devices([(p["node"], p["gpus"]) for p in out["placement"]])
+        placement = [(p["node"], p["gpus"]) for p in out["placement"]]
+        out["devices"] = engine.devices(placement)
+        out["device_uuids"] = engine.device_uuids(placement)
     if row.state == "queued":
         out["queue_position"] = engine.queue_position(row.id)
         out["expected_start"] = engine.estimates.view(row.id)
@@ -390,12 +393,9 @@ class LogsHandler(APIHandler):
 
 
 def _read_from(path: str, offset: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(1 << 20)
-    except FileNotFoundError:
-        return b""
+    # In a directory the job can write to: only the backend's own log file
+    # is read, never a link or FIFO the job left in its place.
+    return read_own(path, offset) or b""
 
 
 class PoolsHandler(APIHandler):

@@ -19,6 +19,10 @@ DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
 # The service sets these; a job may not override them.
 RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 RESERVED_ENV_PREFIX = "GPUHUB_"
+# The dynamic loader's (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...): never
+# taken from a request, whoever ends up running with it (a command may set
+# them for itself).
+LOADER_ENV_PREFIX = "LD_"
 MAX_GPUS_PER_NODE = 64
 MAX_NODES = 1024
 MAX_ENV = 256
@@ -159,6 +163,10 @@ def _env(body: dict) -> dict[str, str]:
             raise SpecError(f"env.{name}", "is not a valid environment variable name")
         if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
             raise SpecError(f"env.{name}", "is set by GPU Hub and cannot be overridden")
+        if name.startswith(LOADER_ENV_PREFIX):
+            raise SpecError(f"env.{name}", "is a dynamic-loader variable (LD_*), which GPU Hub "
+                                           "does not take from a job's env: set it in the "
+                                           "command itself (env LD_PRELOAD=... python train.py)")
         if not isinstance(val, str) or "\x00" in val or len(val) > MAX_TEXT:
             raise SpecError(f"env.{name}", "must be a string")
     return dict(value)

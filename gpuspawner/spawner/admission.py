@@ -76,18 +76,21 @@ class GPUSpawnerMixin(Configurable):
     # ---- state that belongs to one spawn ------------------------------
     workload_id: Optional[str] = None
     devices: Optional[list] = None
+    device_uuids: Optional[list] = None
     gpu_request: Optional[GpuRequest] = None
 
     def load_state(self, state):
         super().load_state(state)
         self.workload_id = state.get("gpuhub_workload_id")
         self.devices = state.get("gpuhub_devices")
+        self.device_uuids = state.get("gpuhub_device_uuids")
 
     def get_state(self):
         state = super().get_state()
         if self.workload_id:
             state["gpuhub_workload_id"] = self.workload_id
             state["gpuhub_devices"] = self.devices
+            state["gpuhub_device_uuids"] = self.device_uuids
         return state
 
     def clear_state(self):
@@ -95,6 +98,7 @@ class GPUSpawnerMixin(Configurable):
         super().clear_state()
         self.workload_id = None
         self.devices = None
+        self.device_uuids = None
         self.gpu_request = None
         self._progress_messages = []
 
@@ -182,7 +186,7 @@ class GPUSpawnerMixin(Configurable):
             raise web.HTTPError(400, str(e))
         self.gpu_request = request
         if request.cpu_only:
-            self.devices = []
+            self.devices, self.device_uuids = [], []
             return None
         w = await self._service("POST", "/workloads", {
             "kind": "notebook", "user": self.user.name, "team": request.team,
@@ -217,6 +221,7 @@ class GPUSpawnerMixin(Configurable):
             await self.release("the spawn was cancelled or failed while queued")
             raise
         self.devices = w.get("devices", [])
+        self.device_uuids = w.get("device_uuids", [])
         self._say(f"got {want} (devices {', '.join(map(str, self.devices))}); starting the "
                   f"server", 50)
         return w
@@ -252,7 +257,9 @@ class GPUSpawnerMixin(Configurable):
         return f"its GPUs were taken back ({w['state']}: {w['reason']})"
 
     def gpu_env(self) -> dict[str, str]:
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in (self.devices or []))}
+        """What a server learns of its admission (its GPUs are the spawner's
+        to show: visible_devices locally, the device plugin on Kubernetes)."""
+        env = {}
         if self.workload_id:
             env["GPUHUB_WORKLOAD_ID"] = self.workload_id
         if self.gpu_request is not None:

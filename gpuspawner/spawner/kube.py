@@ -320,11 +320,9 @@ class KubeGPUSpawner(GPUSpawnerMixin, KubeSpawner):
 
     def get_env(self):
         env = super().get_env()
-        gpu = self.gpu_env()
         # The device plugin gives the container its GPUs, numbered from 0:
         # the scheduler's host device indices mean nothing inside it.
-        gpu.pop("CUDA_VISIBLE_DEVICES", None)
-        env.update(gpu)
+        env.update(self.gpu_env())
         if self.gpu_request is not None and self.gpu_request.cpu_only:
             # With the NVIDIA runtime as the default, a CUDA image's own
             # NVIDIA_VISIBLE_DEVICES=all would show a CPU-only pod every GPU

@@ -11,6 +11,7 @@ from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import Bool, Unicode, default
 
 from ..isolation import cgroups
+from ..isolation.gpu_rules import visible_devices
 from ..isolation.accounts import (DEFAULT_PREFIX, Accounts, account_env, compose,
                                   drop_privileges, isolating)
 from .admission import GPUSpawnerMixin
@@ -21,9 +22,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
 
     Servers run in per-user workspaces (``home_dir_template``). With
     ``user_accounts`` (the hub runs as root) each runs as its user's own
-    system account, created on first spawn, through JupyterHub's
-    LocalProcessSpawner setuid path; otherwise as the hub's user, like
-    JupyterHub's SimpleLocalProcessSpawner. Each server joins a cgroup that
+    system account, created on first spawn: ``make_preexec_fn`` drops to it
+    (in place of JupyterHub's ``set_user_setuid``), so the server's
+    environment is applied by its exec, as the account; otherwise as the
+    hub's user, like JupyterHub's SimpleLocalProcessSpawner. Each server joins a cgroup that
     allows exactly its GPUs' device nodes, with its team's or pool's memory
     and CPU limits (``c.GpuEnforcement``), first thing in its preexec step,
     before the privilege drop; the cgroup is removed when it stops.
@@ -60,7 +62,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     def enforcement(self) -> cgroups.GpuEnforcement:
         cls = LocalGPUSpawner
         if cls._enforcement is None:
-            cls._enforcement = cgroups.GpuEnforcement(parent=self).detect()
+            cls._enforcement = cgroups.GpuEnforcement(parent=self).detect(
+                processes_as_root=isolating() and not self.user_accounts)
             self.log.info("notebook servers: GPU enforcement: %s; limits: %s",
                           cls._enforcement.gpu_mode, cls._enforcement.limits_mode)
         return cls._enforcement
@@ -130,6 +133,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     def get_env(self):
         env = super().get_env()
         env.update(self.gpu_env())
+        env.update(visible_devices(self.devices or [], self.device_uuids or []))
         return env
 
     async def poll(self):
