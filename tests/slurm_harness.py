@@ -19,12 +19,13 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 
 import pytest
+
+from gpuspawner.serving.ports import ports_below_ephemeral
 
 NODE = "localhost"
 PARTITION = "gpu"
@@ -39,9 +40,9 @@ class SlurmUnavailable(RuntimeError):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """Below the ephemeral range: a port the kernel may hand out as the source
+    of an outgoing connection could be taken before the daemon binds it."""
+    return ports_below_ephemeral(1)
 
 
 def slurm_conf(d: str, ctld_port: int, slurmd_port: int, cpus: int = 16) -> str:

@@ -13,7 +13,9 @@ from sqlalchemy import func, select
 from gpuspawner.backends.local import LocalBackend
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.engine import Engine, EngineConfig, LocalNode
+from gpuspawner.service.engine import Engine, EngineConfig
+from gpuspawner.service.operations import set_team
+from gpuspawner.service.launch import LocalNode
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import parse_job
 from gpuspawner.store import Allocation, Attempt, Store, WorkloadRow
@@ -112,8 +114,8 @@ def test_preempted_job_stopping_at_restart_is_stopped_and_requeued(db_url, tmp_p
     stopped after the restart, requeued, and its preemptor then runs."""
     engine = make_engine(db_url, tmp_path)
     admin = Identity("root", admin=True)
-    engine.set_team(admin, "a", None, {"default": Quota(0, None, None)})
-    engine.set_team(admin, "b", None, {"default": Quota(4, 0, None)})
+    set_team(engine, admin, "a", None, {"default": Quota(0, None, None)})
+    set_team(engine, admin, "b", None, {"default": Quota(4, 0, None)})
     victim = engine.submit(ALICE, parse_job({
         "command": [sys.executable, "-c", "import signal, time\n"
                     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"],

@@ -16,7 +16,9 @@ from gpuspawner.backends.local import LocalBackend
 from gpuspawner.hub.up import DEMO_TEAMS, banner, initial_users
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.engine import Engine, EngineConfig, LocalNode
+from gpuspawner.service.engine import Engine, EngineConfig
+from gpuspawner.service.operations import set_team
+from gpuspawner.service.launch import LocalNode
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import SpecError
 from gpuspawner.store import QuotaRow, Store, TeamRow
@@ -73,15 +75,15 @@ def test_default_team_guarantees_what_no_other_team_owns(tmp_path):
                     EngineConfig(data_dir=str(tmp_path), default_team="default"))
     engine.start()
     assert nominal(engine, "default") == 4                      # the whole pool at first
-    engine.set_team(ADMIN, "vision", None, {"default": Quota(3, 0, None)})
+    set_team(engine, ADMIN, "vision", None, {"default": Quota(3, 0, None)})
     assert nominal(engine, "default") == 1                      # less as teams get quotas
     assert engine.scheduler.state.teams["default"].quotas["default"].nominal == 1
-    engine.set_team(ADMIN, "vision", None, {"default": Quota(1, 0, None)})
+    set_team(engine, ADMIN, "vision", None, {"default": Quota(1, 0, None)})
     assert nominal(engine, "default") == 3
     with pytest.raises(SpecError) as e:                         # its own quota is not set
-        engine.set_team(ADMIN, "default", None, {"default": Quota(2, 0, None)})
+        set_team(engine, ADMIN, "default", None, {"default": Quota(2, 0, None)})
     assert e.value.field == "quotas" and e.value.status == 409
-    engine.set_team(ADMIN, "default", 2.0, None)                # its weight is
+    set_team(engine, ADMIN, "default", 2.0, None)                # its weight is
     # A restart computes the same.
     engine = Engine(store, LocalBackend(), [LocalNode(Node("host", "default", 4), [0, 1, 2, 3])],
                     get_policy("gpuhub"),

@@ -35,6 +35,7 @@ from gpuspawner.backends.kube_status import attempt_exit, nodes_from_k8s
 from gpuspawner.backends.kubernetes import KubeApi, KubernetesBackend
 from gpuspawner.scheduler.model import Quota, Team
 from gpuspawner.serving.ports import ports_below_ephemeral
+from gpuspawner.service import queries
 
 K8S = kubernetes_validate.latest_version()
 POOLS = {"a100": {"resource": "nvidia.com/gpu",
@@ -623,7 +624,7 @@ def test_service_takes_its_nodes_from_the_cluster_and_runs_jobs_there(tmp_path, 
         raise
     try:
         assert sorted(app.engine.nodes) == ["gpu-1", "gpu-2"]
-        [pool] = app.pools_view(Identity("root", admin=True))
+        [pool] = queries.pools_view(app.engine, Identity("root", admin=True))
         assert (pool["name"], pool["capacity"], pool["total"]) == ("a100-sxm4-80gb", 8, 16)
         alice = Identity("alice", teams=frozenset({"a"}), can_submit=True)
         wid = app.engine.submit(alice, parse_job({"command": ["python", "train.py"], "gpus": 4,

@@ -15,8 +15,9 @@ import pytest
 from sqlalchemy import select
 
 from gpuspawner.backends.local import LocalBackend
-from gpuspawner.service import engine as engine_module
+from gpuspawner.service import launch
 from gpuspawner.service.engine import Engine
+from gpuspawner.service.launch import Launcher
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import parse_job
 from gpuspawner.store import Allocation, WorkloadRow
@@ -36,7 +37,7 @@ def sleeper(seconds: float, gpus: int = 1):
 
 
 def ignoring_sigterm(eng: Engine, wid: str) -> bool:
-    return os.path.exists(os.path.join(eng._attempt_dir(wid, 0), "ignoring"))
+    return os.path.exists(os.path.join(eng.launcher.attempt_dir(wid, 0), "ignoring"))
 
 
 def allocations(engine: Engine, wid: str) -> int:
@@ -59,8 +60,8 @@ def fail_for(bad: set, original, key):
 
 # Each step of a launch: (where, attribute, which argument names the workload).
 LAUNCH_STEPS = {
-    "launch spec": (Engine, "_launch_spec", lambda self, s, row: row.id),
-    "command line": (engine_module, "job_argv", lambda spec, attempt_dir: attempt_dir.split("/")[-2]),
+    "launch spec": (Launcher, "launch_spec", lambda self, s, row: row.id),
+    "command line": (launch, "job_argv", lambda spec, attempt_dir: attempt_dir.split("/")[-2]),
     "backend start": (LocalBackend, "start", lambda self, spec: spec.workload_id),
 }
 RECOVERY_STEPS = {

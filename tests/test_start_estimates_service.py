@@ -8,10 +8,12 @@ import sys
 
 import pytest
 
-from gpuspawner.backends.base import EXITED, AttemptExit
+from gpuspawner.backends.base import EXITED, AttemptExit, Backend
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.engine import Engine, EngineConfig, LocalNode
+from gpuspawner.service.engine import Engine, EngineConfig
+from gpuspawner.service.operations import set_team
+from gpuspawner.service.launch import LocalNode
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import parse_job
 from gpuspawner.service.views import iso
@@ -30,7 +32,7 @@ class Clock:
         return self.t
 
 
-class Scripted:
+class Scripted(Backend):
     """Starts nothing; an attempt ends when the test says (``end``)."""
 
     def __init__(self):
@@ -63,7 +65,7 @@ def make_engine(url, tmp_path, clock):
                     get_policy("gpuhub"), EngineConfig(data_dir=str(tmp_path)), clock=clock)
     engine.start()
     for team in ("a", "b"):
-        engine.set_team(Identity("root", admin=True), team, None,
+        set_team(engine, Identity("root", admin=True), team, None,
                         {"default": Quota(nominal=2, borrowing_limit=2)})
     return engine
 

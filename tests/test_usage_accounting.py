@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-from gpuspawner.backends.base import EXITED, STOPPED, AttemptExit
+from gpuspawner.backends.base import EXITED, STOPPED, AttemptExit, Backend
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service import accounting
 from gpuspawner.service import operations as ops
 from gpuspawner.service.accounting import Interval
-from gpuspawner.service.engine import Engine, EngineConfig, LocalNode
+from gpuspawner.service.engine import Engine, EngineConfig
+from gpuspawner.service.launch import LocalNode
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import parse_job
 from gpuspawner.service.usage import usage_report
@@ -108,7 +109,7 @@ class Clock:
         return self.t
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """Starts nothing; a job "exits" when the test says so."""
 
     def __init__(self, clock: Clock):

@@ -7,6 +7,7 @@ in the ``LaunchSpec`` the service persisted.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -83,3 +84,74 @@ class AttemptExit:
     @property
     def succeeded(self) -> bool:
         return self.reason == EXITED and self.returncode == 0
+
+
+class BackendError(RuntimeError):
+    """An attempt that could not be started (its runner, pod or batch job
+    could not be launched)."""
+
+
+class Backend:
+    """What the engine asks of a backend, and nothing else: the contract
+    every backend subclasses (a base class rather than a ``typing.Protocol``
+    so that the defaults below are inherited, and so that a traitlets-
+    configurable backend can subclass it: a Protocol's metaclass conflicts
+    with traitlets').
+
+    A backend implements ``start``, ``stop``, ``kill``, ``poll`` and
+    ``recover``; the other capabilities have defaults a backend overrides
+    when it has them. The engine calls every method from the service's
+    event loop thread, except ``start`` when ``starts_off_loop`` is True:
+    then a worker thread calls it (while the loop may call ``poll``,
+    ``stop`` and ``kill`` for other attempts), so such a backend keeps its
+    start to the attempt it starts.
+    """
+
+    # Its start blocks (forks, runs sbatch): the engine runs it off the loop.
+    starts_off_loop: bool = False
+
+    def start(self, spec: LaunchSpec) -> None:
+        """Launch the attempt (on ``spec.placement``'s GPUs); raise BackendError
+        if it cannot be launched. Its exit comes through ``poll``."""
+        raise NotImplementedError
+
+    def stop(self, workload_id: str, attempt: int, grace: float) -> None:
+        """Ask it to stop (SIGTERM or the like) and kill it after ``grace`` seconds."""
+        raise NotImplementedError
+
+    def kill(self, workload_id: str, attempt: int) -> None:
+        """End it now."""
+        raise NotImplementedError
+
+    def poll(self) -> list[AttemptExit]:
+        """Attempts that ended since the last call, each reported once."""
+        raise NotImplementedError
+
+    def recover(self, specs: list[LaunchSpec]) -> list[AttemptExit]:
+        """After a restart: adopt the attempts of ``specs`` that still run, and
+        report those that ended meanwhile (LOST if nothing says how)."""
+        raise NotImplementedError
+
+    def blocking_start(self, spec: LaunchSpec) -> bool:
+        """Whether starting ``spec`` blocks (so the engine runs it off the loop)."""
+        return self.starts_off_loop
+
+    def take_node_changes(self) -> list:
+        """Nodes (scheduler ``Node``) whose health or state changed since the
+        last call; a cluster backend learns of those, a local host does not."""
+        return []
+
+    def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
+        """Where a serving replica that listens on ``port`` is reached, or None
+        while that is not known yet."""
+        return local_replica_address(port)
+
+    @staticmethod
+    def log_path(attempt_dir: str) -> str:
+        """The attempt's log, as the service reads it."""
+        return os.path.join(attempt_dir, "output.log")
+
+    async def run(self) -> None:
+        """Background work on the event loop for as long as the service runs
+        (a cluster backend's watch); nothing by default."""
+        return None

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Optional
 
 from ..scheduler.model import Node
-from .base import EXITED, AttemptExit, LaunchSpec
+from .base import EXITED, AttemptExit, Backend, LaunchSpec
 from .kube_manifests import (MANAGED_BY, KubeSettings, job_manifest, job_name, namespace_for,
                              rendezvous_service)
 from .kube_serving import (LABEL_REPLICA, replica_address, replica_exit, replica_manifests,
@@ -125,7 +125,10 @@ class _Attempt:
     replica: bool = False       # a model replica: a Deployment, not a Job
 
 
-class KubernetesBackend:
+class KubernetesBackend(Backend):
+    """Attempts as Kubernetes Jobs (and replica Deployments) on the nodes the
+    scheduler chose; its API calls run as tasks on the event loop."""
+
     def __init__(self, settings: KubeSettings, api, clock: Callable[[], float] = time.time,
                  refresh_interval: float = 2.0, nodes: Iterable[Node] = ()):
         self.settings = settings

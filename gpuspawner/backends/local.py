@@ -59,8 +59,9 @@ from ..isolation.accounts import (Account, AccountError, Accounts, account_env,
 from ..isolation.gpu_rules import visible_devices
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
-from .base import LOST, STOPPED, AttemptExit, LaunchSpec, kept_environment, local_replica_address
-from .runner import ENV_FILE, EXIT_FILE, LOG_FILE, RUNNER_FILE, proc_stat
+from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec,
+                   kept_environment)
+from .runner import ENV_FILE, EXIT_FILE, RUNNER_FILE, proc_stat
 
 LAUNCH_FILE = "launch.json"
 CGROUP_FILE = "cgroup.json"
@@ -78,10 +79,6 @@ def runner_environment(environ) -> dict:
     return env
 
 
-class BackendError(RuntimeError):
-    """An attempt that could not be started (its runner could not be launched)."""
-
-
 @dataclass
 class _Attempt:
     spec: LaunchSpec
@@ -93,7 +90,12 @@ class _Attempt:
     swept_at: Optional[float] = None  # when the runner was told to kill everything
 
 
-class LocalBackend:
+class LocalBackend(Backend):
+    """Attempts as process groups of this host, each under a supervisor
+    (runner.py) that drops to its user's account and records its exit."""
+
+    starts_off_loop = True
+
     def __init__(self, clock: Callable[[], float] = time.time,
                  enforcement: Optional[cgroups.GpuEnforcement] = None,
                  accounts: Optional[Accounts] = None):
@@ -102,15 +104,8 @@ class LocalBackend:
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self.accounts = accounts
 
-    @staticmethod
-    def log_path(attempt_dir: str) -> str:
-        return os.path.join(attempt_dir, LOG_FILE)
-
     def running(self) -> set[tuple[str, int]]:
         return set(self._attempts)
-
-    def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
-        return local_replica_address(port)
 
     def start(self, spec: LaunchSpec) -> int:
         """Launch the attempt's runner and return its pid (= its process group id).

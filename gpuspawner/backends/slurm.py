@@ -50,9 +50,8 @@ from ..isolation.accounts import (Account, AccountError, Accounts, DirectoryAcco
                                   account_env, prepare_checkpoint)
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
-from .base import (EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, LaunchSpec,
-                   kept_environment, local_replica_address)
-from .local import BackendError
+from .base import (EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, Backend, BackendError,
+                   LaunchSpec, kept_environment, local_replica_address)
 
 JOB_FILE = "slurm-job.json"
 SCRIPT_FILE = "slurm-job.sh"
@@ -344,9 +343,11 @@ class _Job:
     user: str = ""                   # the account it runs as ("": the service's own)
 
 
-class SlurmBackend(LoggingConfigurable):
+class SlurmBackend(LoggingConfigurable, Backend):
     """Runs jobs on a Slurm cluster. The service uses it with
     ``c.GpuHubService.backend = "slurm"``."""
+
+    starts_off_loop = True  # sbatch is a process to wait for
 
     partitions = Dict(help="""
         The Slurm partition of each pool, ``{pool: partition}``. A pool not named

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from . import events as ev
-from .cycle import CycleResult, plan_cycle
+from .cycle import CycleResult, plan_cycle, plan_cycle_steps
 from .model import (TOPOLOGY_REQUIRED, Node, RunState, Team, Workload, combined_selector,
                     selector_conflict)
 from .policy import Policy
@@ -142,6 +142,12 @@ class Scheduler:
         """Decide what to do now. Changes nothing. ``explain=False`` leaves
         out the waiting reasons, which costs less with long queues."""
         return plan_cycle(self.state, self.policy, now, explain)
+
+    def cycle_steps(self, now: float, explain: bool = True):
+        """``cycle`` step by step: a generator that yields now and then and
+        returns the result (``result = yield from sched.cycle_steps(now)``).
+        Nothing may change the state until it has returned."""
+        return (yield from plan_cycle_steps(self.state, self.policy, now, explain))
 
     def apply(self, events: Iterable[ev.Event], now: float) -> list[ev.Event]:
         """Record decisions as carried out; returns the follow-up events

@@ -25,11 +25,14 @@ from .placement import find_placement
 from .policy import Policy
 from .preemption import PRIORITY, VictimCatalog, candidates, plan_preemption
 from .state import ClusterState
+from .steps import drain
 
 
 # Aged workloads considered ahead of the regular order per cycle and pool
 # (bounds the cost when a long queue has aged).
 AGED_PER_CYCLE = 16
+# A cycle run step by step (``_Cycle.steps``) yields after this many workloads.
+STEP = 64
 
 
 @dataclass
@@ -227,6 +230,13 @@ class _Cycle:
 
     # ---- the cycle -------------------------------------------------------
     def run(self) -> CycleResult:
+        return drain(self.steps())
+
+    def steps(self):
+        """The cycle as a generator: it yields every ``STEP`` workloads it
+        considers (the caller may let other work run in between, as long as
+        nothing changes the state meanwhile) and returns the result."""
+        considered = 0
         self.evict_from_unhealthy()
         # Preempting work on a drained node would free GPUs nobody may use.
         self.not_victims = set(self.state.on_drained_nodes())
@@ -253,6 +263,9 @@ class _Cycle:
                 promised.add(w.id)
                 self.consider(w)
         for w in self.ordered():
+            considered += 1
+            if considered % STEP == 0:
+                yield
             if self.stopped is not None:
                 self.wait(w, self.stopped)
                 continue
@@ -621,3 +634,8 @@ def plan_cycle(state: ClusterState, policy: Policy, now: float,
     """Decide this cycle. ``explain=False`` skips the waiting reasons (and the
     work that only they need), for callers that do not show them."""
     return _Cycle(state, policy, now, explain).run()
+
+
+def plan_cycle_steps(state: ClusterState, policy: Policy, now: float, explain: bool = True):
+    """``plan_cycle`` as a generator (``yield from`` it: it returns the result)."""
+    return (yield from _Cycle(state, policy, now, explain).steps())

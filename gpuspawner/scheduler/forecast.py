@@ -25,10 +25,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .cycle import ConsiderationOrder
+from .cycle import STEP, ConsiderationOrder
 from .model import JOB, TOPOLOGY_REQUIRED, Running, RunState, Workload, combined_selector
 from .policy import Policy
 from .state import ClusterState
+from .steps import drain
 
 INF = math.inf
 
@@ -388,12 +389,18 @@ def forecast(state: ClusterState, policy: Policy, now: float,
              limit: Optional[int] = None) -> dict[str, Estimate]:
     """Expected start of every pending workload (or of those in ``only``:
     everything ahead of them is still booked). ``limit`` bounds how many are
-    booked; the rest are unknown, with that reason.
+    booked; the rest are unknown, with that reason."""
+    return drain(forecast_steps(state, policy, now, runtime, only, limit))
 
-    With aging, a workload still waiting ``aging_after`` after its submission
+
+def forecast_steps(state: ClusterState, policy: Policy, now: float,
+                   runtime: RunTime = limit_runtime, only: Optional[set[str]] = None,
+                   limit: Optional[int] = None):
+    """``forecast`` as a generator that yields now and then (as
+    ``Scheduler.cycle_steps``). With aging, a workload still waiting ``aging_after`` after its submission
     moves up, right after the reservation holders: a first plan finds which
     will, a second books those first, each from the time it ages."""
-    out = _plan(state, policy, now, runtime, only, limit, ())
+    out = yield from _plan(state, policy, now, runtime, only, limit, ())
     after = policy.aging_after
     if after is None:
         return out
@@ -403,7 +410,7 @@ def forecast(state: ClusterState, policy: Policy, now: float,
                    key=lambda w: (w.submit_time, w.id))
     if not aging:
         return out
-    return _plan(state, policy, now, runtime, only, limit, aging)
+    return (yield from _plan(state, policy, now, runtime, only, limit, aging))
 
 
 def _plan(state, policy, now, runtime, only, limit, aging) -> dict[str, Estimate]:
@@ -425,6 +432,8 @@ def _plan(state, policy, now, runtime, only, limit, aging) -> dict[str, Estimate
             continue
         if remaining is not None and not remaining:
             break
+        if booked % STEP == STEP - 1:
+            yield
         if limit is not None and booked >= limit:
             out[w.id] = Estimate(w.id, None, "unknown",
                                  f"more than {limit} workloads are ahead of it")

@@ -8,25 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import os
 import signal
 import socket
 import time
 from dataclasses import replace
 from typing import Optional
-from urllib.parse import quote, urlparse
+from urllib.parse import urlparse
 
 import yaml
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from sqlalchemy import select
-from tornado import httpclient, ioloop, web
+from tornado import ioloop, web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
-from traitlets import Bool, Dict, Enum, Float, Integer, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode, default
 from traitlets.config import Application
 
-from ..backends.local import LocalBackend
 from ..backends.slurm import SlurmBackend
 from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
@@ -40,17 +38,25 @@ from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow
 from . import admin_api, endpoints
 from . import handlers as h
 from ..backends.kube_config import KubernetesJobs
-from .cluster import kubernetes_backend, record_nodes
-from .engine import Engine, EngineConfig, LocalNode, local_nodes
+from .engine import Engine, EngineConfig
+from .launch import LocalNode
+from .hub_api import HubApi
 from .identity import Identity, identity_from_model
+from .kinds import KINDS
+from .states import HOLDING_STATES
 from .job_tokens import JobTokens
 from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
 from .panel.pages import PANEL_ROUTES, OverviewPage
 from .serving_controller import ServingController
 from .specs import Limits
+from .wiring import ENFORCED_ELSEWHERE, FACTORIES, combine, record_inventory
 
 OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
+# Kinds the hub's spawner runs: the hub says whether they still exist.
+HUB_KINDS = tuple(k.name for k in KINDS.values() if not k.run_by_backend)
+# A cycle gives the event loop back at least this often (seconds).
+CYCLE_SLICE = 0.005
 
 
 # The REST API, as the OpenAPI document names its paths.
@@ -364,6 +370,13 @@ class GpuHubService(Application):
         the hub does not check anyway).
         """).tag(config=True)
 
+    start_threads = Integer(2, help="""
+        Threads that start jobs and replicas, off the event loop: a local start
+        forks a supervisor and writes its cgroups, a Slurm one runs sbatch,
+        and API requests would wait behind each. 0 starts them in the
+        scheduling loop itself.
+        """).tag(config=True)
+
     bind_wait_seconds = Float(20.0, help="""
         How long to wait for the service's port when another process holds it
         (the service of a hub that was killed, exiting), before giving up.
@@ -388,6 +401,19 @@ class GpuHubService(Application):
             c.SlurmBackend.partitions = {"a100": "gpu"}
         """).tag(config=True)
 
+    backends = List(Enum(["local", "kubernetes", "slurm"]), help="""
+        Several backends at once (instead of ``backend``), each with the pools
+        its nodes make up: work in a pool runs on that pool's backend. The
+        hybrid a platform team runs: notebooks and serving on this host or on
+        Kubernetes, large training on Slurm. A pool that two backends both
+        report stops the start.
+
+        Example::
+
+            c.GpuHubService.backends = ["local", "slurm"]
+            c.SlurmBackend.partitions = {"a100": "gpu"}
+        """).tag(config=True)
+
     # ---- start -----------------------------------------------------------
     def initialize(self, argv=None) -> None:
         super().initialize(argv)
@@ -397,31 +423,20 @@ class GpuHubService(Application):
         if os.path.exists(self.config_file):
             self.load_config_file(self.config_file)
         os.makedirs(self.data_dir, exist_ok=True)
-        slurm = SlurmBackend(parent=self) if self.backend == "slurm" else None
-        accounts = self._accounts(slurm)
+        self.backend_names = list(dict.fromkeys(self.backends or [self.backend]))
+        self.slurm = SlurmBackend(parent=self) if "slurm" in self.backend_names else None
+        accounts = self._accounts(self.slurm)
         self.sockets = self._listen()
         self.store = Store(self.db_url)
         self.inventory = Inventory(parent=self)
-        if self.backend == "kubernetes":
-            backend, nodes = kubernetes_backend(self)
-            self.source = "kubernetes"
-            record_nodes(self.store, nodes, self.source)
-        elif self.backend == "slurm":  # Slurm runs the jobs and says which GPU nodes there are
-            backend, self.source = slurm, "slurm"
-            found = backend.discover()
-            gpus = [g for _, node_gpus in found for g in node_gpus]
-            nodes = [LocalNode(n, [g.index for g in node_gpus]) for n, node_gpus in found]
-            self._record_inventory(nodes, gpus)
-        else:
-            # Without accounts, as root, jobs run as root: device groups bind nothing.
-            self.enforcement = GpuEnforcement(parent=self).detect(
-                processes_as_root=accounts is None and isolating())
-            if self.enforcement.gpu_mode == DEVICE_GROUPS:
-                self.enforcement.setup_device_groups(self._device_groups_file)
-            backend = LocalBackend(enforcement=self.enforcement, accounts=accounts)
-            self.source, gpus = self.inventory.discover()
-            nodes = local_nodes(gpus, self.node_name)
-            self._record_inventory(nodes, gpus)
+        wired = [FACTORIES[name](self, accounts) for name in self.backend_names]
+        for w in wired:
+            record_inventory(self.store, w)
+            if w.enforcement is not None:
+                self.enforcement = w.enforcement
+        self.source = "+".join(w.source for w in wired)
+        backend = combine(wired)
+        nodes = [ln for w in wired for ln in w.nodes]
         nodes = self._with_admin_state(nodes)
         if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
             self.default_pool = nodes[0].node.pool
@@ -437,14 +452,14 @@ class GpuHubService(Application):
                                           max_lost_attempts=self.max_lost_attempts,
                                           prepare_workspace=accounts and accounts.ensure,
                                           job_tokens=self._job_tokens(),
-                                          default_team=self.default_team))
+                                          default_team=self.default_team,
+                                          start_threads=self.start_threads))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine,
                                          unready_seconds=self.replica_unready_seconds)
         self.engine.metrics.watch_serving(self.serving)
-        self._groups: dict[str, tuple[float, list[str]]] = {}
-        self._hub_admins: dict[str, bool] = {}
+        self.hub = HubApi(self.group_cache_seconds)
 
     def _listen(self) -> list[socket.socket]:
         """Bind the service's port, waiting up to ``bind_wait_seconds`` for a
@@ -461,27 +476,28 @@ class GpuHubService(Application):
                                  "waiting", url.port)
                 time.sleep(0.2)
 
-    # Not a local host's to enforce: said as where it is enforced.
+    # This host's, with the local backend; cluster backends enforce by their own means.
     enforcement: Optional[GpuEnforcement] = None
-    _ELSEWHERE = {"kubernetes": {"gpu_enforcement": "kubernetes device plugin",
-                                 "limits": "kubernetes resources"},
-                  "slurm": {"gpu_enforcement": "slurm (ConstrainDevices in cgroup.conf)",
-                            "limits": "slurm (cgroup.conf)"}}
 
     def enforcement_report(self) -> dict:
-        """How GPUs and memory/CPU limits are held (/health, the heat map, the log)."""
+        """How GPUs and memory/CPU limits are held (/health, the heat map, the
+        log): this host's, and where other backends hold them."""
+        elsewhere = [ENFORCED_ELSEWHERE[n] for n in self.backend_names if n in ENFORCED_ELSEWHERE]
         if self.enforcement is None:
-            return {**self._ELSEWHERE[self.backend], "notes": []}
-        return self.enforcement.report()
+            return {**elsewhere[0], "notes": [f"also: {e['gpu_enforcement']}"
+                                              for e in elsewhere[1:]]}
+        report = self.enforcement.report()
+        return {**report, "notes": report["notes"] + [
+            f"other pools: {e['gpu_enforcement']}" for e in elsewhere]}
 
     @property
-    def _device_groups_file(self) -> str:
+    def device_groups_file(self) -> str:
         return os.path.join(self.data_dir, "device-groups.json")
 
     def _accounts(self, slurm: Optional[SlurmBackend]):
         """The users' accounts when jobs run as them (local or Slurm backend,
         root), with the data directory made private; else None, said loudly."""
-        if self.backend == "kubernetes":
+        if self.backend_names == ["kubernetes"]:
             self.users_isolated = None  # up to Kubernetes' own means
             return None
         self.users_isolated = self.user_accounts
@@ -514,19 +530,6 @@ class GpuHubService(Application):
 
     def workspace_path(self, user: str) -> str:
         return self.workspace_root.format(data_dir=self.data_dir, username=user)
-
-    def _record_inventory(self, nodes: list[LocalNode], gpus) -> None:
-        """This host's nodes, then what NVML (or the declared list) says of
-        each GPU behind them."""
-        record_nodes(self.store, nodes, self.source)
-        by_index = {g.index: g for g in gpus}
-        with self.store.transaction() as s:
-            for ln in nodes:
-                for i, device in enumerate(ln.devices):
-                    g = by_index[device]
-                    gr = s.get(GpuRow, (ln.node.name, i))
-                    gr.uuid, gr.model, gr.memory_mib = g.uuid, g.model, g.memory_mib
-                    gr.healthy, gr.health_reason = g.healthy, g.health_reason
 
     def _with_admin_state(self, nodes: list[LocalNode]) -> list[LocalNode]:
         """The nodes as admins left them: drains and GPUs taken out of
@@ -606,159 +609,26 @@ class GpuHubService(Application):
         with self.store.session() as s:
             return s.get(TeamRow, self.default_team) is not None
 
-    async def hub_api(self, method: str, path: str, body=None) -> dict:
-        """Call the hub's REST API with the service's own token (teams are
-        hub groups); raises HTTPClientError with the hub's answer."""
-        auth = HubOAuth.instance()
-        req = httpclient.HTTPRequest(f"{auth.api_url}{path}", method=method,
-                                     headers={"Authorization": f"token {auth.api_token}"},
-                                     body=None if body is None else json.dumps(body),
-                                     allow_nonstandard_methods=True)
-        resp = await httpclient.AsyncHTTPClient().fetch(req)
-        return json.loads(resp.body) if resp.body else {}
-
-    def forget_groups(self, user: str) -> None:
-        """After a membership change: ask the hub again next time."""
-        self._groups.pop(user, None)
-
-    async def groups_of(self, model: dict) -> list[str]:
-        """The user's groups, asked of the hub with the service's own token
-        (the caller's token may not be allowed to read them)."""
-        name = model["name"]
-        cached = self._groups.get(name)
-        if cached and cached[0] > time.monotonic():
-            return cached[1]
-        auth = HubOAuth.instance()
-        req = httpclient.HTTPRequest(f"{auth.api_url}/users/{quote(name)}",
-                                     headers={"Authorization": f"token {auth.api_token}"})
-        try:
-            resp = await httpclient.AsyncHTTPClient().fetch(req)
-            user = json.loads(resp.body)
-            groups = user.get("groups") or []
-            self._hub_admins[name] = bool(user.get("admin"))
-        except (httpclient.HTTPClientError, OSError) as e:
-            self.log.warning("could not read groups of %s from the hub: %s", name, e)
-            groups = model.get("groups") or []
-        self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
-        return groups
-
-    def hub_admin(self, name: str) -> bool:
-        """Whether the hub said (when asked for the user's groups) that this
-        user is one of its admins."""
-        return self._hub_admins.get(name, False)
-
-    async def group_members(self, group: str) -> list[str]:
-        """Who is in a hub group (a team's members), [] if the hub does not say."""
-        auth = HubOAuth.instance()
-        req = httpclient.HTTPRequest(f"{auth.api_url}/groups/{quote(group)}",
-                                     headers={"Authorization": f"token {auth.api_token}"})
-        try:
-            resp = await httpclient.AsyncHTTPClient().fetch(req)
-        except (httpclient.HTTPClientError, OSError) as e:
-            self.log.warning("could not read group %s from the hub: %s", group, e)
-            return []
-        return sorted(json.loads(resp.body).get("users") or [])
-
     async def reconcile_servers(self) -> list[str]:
         """Release notebook workloads whose server the hub no longer has."""
         now = time.time()
         with self.store.session() as s:
             rows = s.scalars(select(WorkloadRow).where(
-                WorkloadRow.kind == "notebook", WorkloadRow.state.in_(("running", "stopping")),
+                WorkloadRow.kind.in_(HUB_KINDS), WorkloadRow.state.in_(HOLDING_STATES),
                 WorkloadRow.started_at < now - self.reconcile_grace)).all()
-        auth = HubOAuth.instance()
         released = []
         for row in rows:
-            req = httpclient.HTTPRequest(f"{auth.api_url}/users/{quote(row.user)}",
-                                         headers={"Authorization": f"token {auth.api_token}"})
-            try:
-                resp = await httpclient.AsyncHTTPClient().fetch(req)
-                servers = json.loads(resp.body).get("servers") or {}
-            except httpclient.HTTPClientError as e:
-                if e.code != 404:
-                    continue  # the hub does not answer: decide nothing
-                servers = {}
-            except OSError:
-                continue
-            if row.name not in servers:
+            servers = await self.hub.servers_of(row.user)
+            if servers is not None and row.name not in servers:  # None: decide nothing
                 self.engine.release(SERVICE_IDENTITY, row.id,
                                     "the hub has no such server any more (reconciled)")
                 released.append(row.id)
         return released
 
-    def gpus_view(self) -> list[dict]:
-        state = self.engine.scheduler.state
-        # Utilisation comes from this host's NVML; cluster nodes report none.
-        sample = self.inventory.sample() if self.backend == "local" else {}
-        owners = {wid for wid in state.owner.values()}
-        with self.store.session() as s:
-            rows = {r.id: r for r in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(owners)))}
-        out = []
-        for ln in self.engine.nodes.values():
-            for g, device in enumerate(ln.devices):
-                util, mem = sample.get(device, (None, None))
-                row = rows.get(state.owner.get((ln.node.name, g)))
-                out.append({"node": ln.node.name, "gpu": g, "device": device, "pool": ln.node.pool,
-                            "utilization_pct": util, "memory_used_mib": mem,
-                            "workload": None if row is None else {
-                                "id": row.id, "kind": row.kind, "user": row.user,
-                                "team": row.team, "name": row.name}})
-        return out
-
-    def pools_view(self, who) -> list[dict]:
-        state = self.engine.scheduler.state
-        held = state.held_gpus()
-        queued: dict[str, list[int]] = {}
-        for w in state.pending.values():
-            q = queued.setdefault(w.pool, [0, 0])
-            q[0] += 1
-            q[1] += w.gpus
-        with self.store.session() as s:
-            nodes = s.scalars(select(NodeRow)).all()
-            gpus = s.scalars(select(GpuRow)).all()
-        out = []
-        for pool in sorted(state.capacity):
-            used = {team: n for (team, p), n in held.items() if p == pool and n}
-            pool_nodes = [n for n in nodes if n.pool == pool]
-            out.append({
-                "name": pool, "capacity": state.capacity[pool],
-                "total": sum(n.gpus for n in pool_nodes),
-                "used": sum(used.values()),
-                "free": state.index.pool_free[pool],
-                "queued_workloads": queued.get(pool, [0, 0])[0],
-                "queued_gpus": queued.get(pool, [0, 0])[1],
-                "teams": used if who.admin else {t: n for t, n in used.items() if who.sees_team(t)},
-                "nodes": [{"name": n.name, "gpus": n.gpus, "drained": n.drained,
-                           "source": n.source,
-                           "devices": [{"index": g.index, "uuid": g.uuid, "model": g.model,
-                                        "memory_mib": g.memory_mib, "healthy": g.healthy,
-                                        "health_reason": g.health_reason,
-                                        "admin_mark": g.admin_mark}
-                                       for g in gpus if g.node == n.name]}
-                          for n in pool_nodes],
-            })
-        return out
-
-    def teams_view(self, who) -> list[dict]:
-        held = self.engine.scheduler.state.held_gpus()
-        with self.store.session() as s:
-            teams = s.scalars(select(TeamRow).order_by(TeamRow.name)).all()
-            quotas = s.scalars(select(QuotaRow)).all()
-        out = []
-        for t in teams:
-            if not who.sees_team(t.name):
-                continue
-            limits = {pool: self.engine.notebook_gpu_limit(t.name, pool)
-                      for pool in self.engine.scheduler.state.capacity}
-            out.append({"name": t.name, "group": t.group, "weight": t.weight,
-                        "default": t.name == self.default_team,
-                        "notebook_gpu_limits": {p: n for p, n in limits.items() if n is not None},
-                        "quotas": {q.pool: {"nominal": q.nominal,
-                                            "borrowing_limit": q.borrowing_limit,
-                                            "lending_limit": q.lending_limit,
-                                            "used": held.get((t.name, q.pool), 0)}
-                                   for q in quotas if q.team == t.name}})
-        return out
+    def gpu_sample(self) -> dict:
+        """device -> (utilisation %, memory MiB) of this host's GPUs (NVML, or
+        the declared ones' file); cluster nodes report none here."""
+        return self.inventory.sample() if "local" in self.backend_names else {}
 
     def openapi(self) -> dict:
         with open(OPENAPI) as f:
@@ -808,10 +678,13 @@ class GpuHubService(Application):
 
     async def _loop(self) -> None:
         wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
         self.engine.wake = wake.set
+        # Starts finish in worker threads: they wake the loop through it.
+        self.engine.starter.wake = lambda: loop.call_soon_threadsafe(wake.set)
         while True:
             try:
-                self.engine.tick()
+                await self._cycle()
             except Exception:
                 self.log.exception("scheduling cycle failed")
             if self._cycled is not None:
@@ -824,6 +697,15 @@ class GpuHubService(Application):
             wake.clear()
             # Let a burst of requests land before the next cycle.
             await asyncio.sleep(0.02)
+
+    async def _cycle(self) -> None:
+        """One scheduling cycle in slices of at most ``CYCLE_SLICE`` seconds,
+        with API requests, log streams and the router served in between."""
+        until = time.perf_counter() + CYCLE_SLICE
+        for _ in self.engine.tick_steps():
+            if time.perf_counter() > until:
+                await asyncio.sleep(0)
+                until = time.perf_counter() + CYCLE_SLICE
 
     def _configure_hub_auth(self) -> None:
         """The handlers' HubOAuth (one per process) caches tokens for
@@ -864,15 +746,15 @@ class GpuHubService(Application):
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self.serving.run)
         loop.add_callback(exit_with_parent, loop.stop, self.hub_watch_interval)
-        if hasattr(self.engine.backend, "run"):
-            loop.add_callback(self.engine.backend.run)
+        loop.add_callback(self.engine.backend.run)
         for sig in (signal.SIGINT, signal.SIGTERM):
             # Jobs run on by design; state is in the database. Just stop.
             asyncio.get_event_loop().add_signal_handler(sig, loop.stop)
         loop.start()
         if self.enforcement is not None and self.enforcement.gpu_mode == DEVICE_GROUPS:
             # A clean stop gives the device nodes back as they were.
-            GpuEnforcement.restore_device_groups(self._device_groups_file)
+            GpuEnforcement.restore_device_groups(self.device_groups_file)
+        self.engine.starter.close(wait=False)
         self.store.close()
 
 

@@ -12,7 +12,10 @@ from sqlalchemy import delete, select
 
 from ..serving.replica import RUNTIMES
 from ..store import DeploymentRow, RevisionRow
-from .engine import Conflict, Engine, Forbidden, NotFound, in_workspace
+from . import journal
+from .engine import Engine
+from .errors import Conflict, Forbidden, NotFound
+from .launch import in_workspace
 from .identity import Identity
 from .specs import SpecError
 
@@ -149,7 +152,7 @@ class Deployments:
         if not who.can_submit:
             raise Forbidden("you may not deploy (scope custom:gpuhub:submit)")
         eng = self.engine
-        team = eng._team_for(who, spec.team or None)
+        team = eng.teams.team_for(who, spec.team or None)
         if spec.pool not in eng.scheduler.state.capacity:
             raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
                                     f"{', '.join(sorted(eng.scheduler.state.capacity))}")
@@ -187,14 +190,14 @@ class Deployments:
                 dep.traffic = {str(dep.stable_revision): 100 - spec.canary_percent,
                                str(number): spec.canary_percent}
                 dep.message = f"revision {number} is a {spec.canary_percent}% canary"
-            eng._audit(s, now, who.name, "deploy", f"{team}/{spec.name}",
+            journal.audit(s, now, who.name, "deploy", f"{team}/{spec.name}",
                        {"revision": number, "model_dir": model_dir, "runtime": spec.runtime,
                         "traffic": dict(dep.traffic), "gpus": spec.gpus})
         eng.wake()
         return dep, number
 
     def _model_dir(self, user: str, path: str) -> str:
-        home = self.engine.workspace(user)
+        home = self.engine.launcher.workspace(user)
         full = in_workspace(home, os.path.join(home, path), "model_dir")
         if not os.path.isdir(full):
             raise SpecError("model_dir", f"{path!r} is not a directory (relative paths start "
@@ -229,7 +232,7 @@ class Deployments:
             if len(dep.traffic) == 1:
                 dep.stable_revision = int(next(iter(dep.traffic)))
             dep.message, dep.updated_at = message, now
-            self.engine._audit(s, now, who.name, action, f"{team}/{name}",
+            journal.audit(s, now, who.name, action, f"{team}/{name}",
                                {"before": before, "after": dict(dep.traffic), "why": message})
         self.engine.wake()
         return dep
@@ -289,7 +292,7 @@ class Deployments:
             before = [dep.min_replicas, dep.max_replicas, dep.scale_to_zero_after]
             dep.min_replicas, dep.max_replicas, dep.updated_at = lo, hi, now
             dep.scale_to_zero_after = idle
-            self.engine._audit(s, now, who.name, "scale", f"{team}/{name}",
+            journal.audit(s, now, who.name, "scale", f"{team}/{name}",
                                {"before": before, "after": [lo, hi, idle]})
         self.engine.wake()
         return dep
@@ -299,7 +302,7 @@ class Deployments:
         with self.engine.store.transaction() as s:
             dep = self.find(s, who, team, name)
             self._may_change(who, dep)
-            self.engine._audit(s, now, who.name, "delete-deployment", f"{team}/{name}",
+            journal.audit(s, now, who.name, "delete-deployment", f"{team}/{name}",
                                {"revisions": [r.number for r in self.revisions(s, dep)]})
             s.execute(delete(RevisionRow).where(RevisionRow.deployment_id == dep.id))
             s.delete(dep)

@@ -23,7 +23,7 @@ from yarl import URL
 from ..serving.traffic import Series
 from ..store import DeploymentRow, RevisionRow
 from .deployments import parse_deploy
-from .engine import Forbidden, NotFound
+from .errors import Forbidden, NotFound
 from .handlers import APIHandler
 from .identity import INVOKE
 from .serving_controller import ServingController

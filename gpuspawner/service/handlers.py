@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import os
 import re
 import time
 from typing import Any, Optional
@@ -19,12 +18,13 @@ from tornado.iostream import StreamClosedError
 from ..safefiles import read_own
 from ..scheduler.model import Quota
 from ..store import Attempt, AuditEntry, EventRow, NoticeRow, WorkloadRow
-from . import views
-from .engine import Conflict, Forbidden, NotFound
-from .identity import Identity
-from .rebuild import STATES
-from .specs import SpecError, parse_job, parse_server
+from . import operations, queries, views
 from .accounting import to_csv
+from .errors import Conflict, Forbidden, NotFound
+from .identity import Identity
+from .kinds import KINDS, kind
+from .specs import SpecError, parse_workload
+from .states import QUEUED, STATES
 from .usage import culls, usage_report
 
 
@@ -139,7 +139,7 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         if self._hub_auth_user_cache is None:
             raise web.HTTPError(401, "authentication required: send 'Authorization: token <TOKEN>'")
         if self._hub_auth_user_cache.get("kind") == "user":
-            groups = await self.gpuhub.groups_of(self._hub_auth_user_cache)
+            groups = await self.gpuhub.hub.groups_of(self._hub_auth_user_cache)
         else:
             groups = []
         self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
@@ -164,7 +164,6 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
 
 
 DOMAIN_ERRORS = {NotFound: 404, Forbidden: 403, Conflict: 409}
-KINDS = ("job", "notebook", "deployment")
 # Deeper than any request of this API needs; far below Python's recursion limit.
 MAX_JSON_DEPTH = 64
 
@@ -221,10 +220,10 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
     out["attempts"] = [views.attempt_view(a) for a in attempts]
     if "placement" in out:
         placement = [(p["node"], p["gpus"]) for p in out["placement"]]
-        out["devices"] = engine.devices(placement)
-        out["device_uuids"] = engine.device_uuids(placement)
-    if row.state == "queued":
-        out["queue_position"] = engine.queue_position(row.id)
+        out["devices"] = engine.launcher.devices(placement)
+        out["device_uuids"] = engine.launcher.device_uuids(placement)
+    if row.state == QUEUED:
+        out["queue_position"] = queries.queue_position(engine.scheduler.state, row.id)
         out["expected_start"] = engine.estimates.view(row.id)
     return out
 
@@ -276,18 +275,15 @@ class WorkloadsHandler(APIHandler):
 
     def post(self):
         body = self.json_body()
-        if isinstance(body, dict) and body.get("kind", "job") != "job":
-            spec = parse_server(body, self.gpuhub.limits())
-            row = self.engine.submit(self.identity, spec, on_behalf_of=body.get("user"))
-        else:
-            row = self.engine.submit(self.identity, parse_job(body, self.gpuhub.limits()))
+        spec = parse_workload(body, self.gpuhub.limits())
+        row = self.engine.submit(self.identity, spec, on_behalf_of=body.get("user"))
         self.set_header("Location", f"{self.gpuhub.api_prefix}workloads/{row.id}")
         self.write_json(views.workload(row), status=201)
 
 
 class WorkloadHandler(APIHandler):
     async def get(self, wid: str):
-        row = self.engine.get(self.identity, wid)
+        row = queries.get(self.engine.store, self.identity, wid)
         # A long poll (the spawner's): answer once it is no longer in the
         # state ``wait_while`` names, or after ``timeout`` seconds.
         waiting = self.get_argument("wait_while", None)
@@ -298,7 +294,7 @@ class WorkloadHandler(APIHandler):
             deadline = time.monotonic() + self.int_arg("timeout", 10, 0, 20)
             while row.state == waiting and time.monotonic() < deadline:
                 await self.gpuhub.cycle_done(deadline - time.monotonic())
-                row = self.engine.get(self.identity, wid)
+                row = queries.get(self.engine.store, self.identity, wid)
         with self.engine.store.session() as s:
             attempts = s.scalars(select(Attempt).where(Attempt.workload_id == wid)
                                  .order_by(Attempt.number)).all()
@@ -331,7 +327,7 @@ class ReleaseHandler(APIHandler):
 
 class EventsHandler(APIHandler):
     def get(self, wid: str):
-        self.engine.get(self.identity, wid)
+        queries.get(self.engine.store, self.identity, wid)
         with self.engine.store.session() as s:
             rows = s.scalars(select(EventRow).where(EventRow.workload_id == wid)
                              .order_by(EventRow.id)).all()
@@ -343,15 +339,15 @@ class LogsHandler(APIHandler):
     a server-sent event stream that ends when the attempt does."""
 
     async def get(self, wid: str):
-        row = self.engine.get(self.identity, wid)
+        row = queries.get(self.engine.store, self.identity, wid)
         attempt = self.int_arg("attempt", row.attempt, 0, row.attempt)
         follow = {"true": True, "false": False}.get(self.get_argument("follow", "false"))
         if follow is None:
             raise SpecError("follow", "must be true or false")
-        if row.kind == "notebook":
-            raise Conflict(f"workload {wid} is a notebook server, run by the hub's spawner: "
+        if not kind(row.kind).run_by_backend:
+            raise Conflict(f"workload {wid} is a {row.kind} server, run by the hub's spawner: "
                            f"its output is in the server's own log, not here")
-        path = os.path.join(self.engine._attempt_dir(wid, attempt), "output.log")
+        path = self.engine.backend.log_path(self.engine.launcher.attempt_dir(wid, attempt))
         if not follow and "text/event-stream" not in self.request.headers.get("Accept", ""):
             self.set_header("Content-Type", "text/plain; charset=UTF-8")
             self.finish(_read_from(path, 0))
@@ -400,17 +396,17 @@ def _read_from(path: str, offset: int) -> bytes:
 
 class PoolsHandler(APIHandler):
     def get(self):
-        self.write_json({"pools": self.gpuhub.pools_view(self.identity)})
+        self.write_json({"pools": queries.pools_view(self.engine, self.identity)})
 
 
 class TeamsHandler(APIHandler):
     def get(self):
-        self.write_json({"teams": self.gpuhub.teams_view(self.identity)})
+        self.write_json({"teams": queries.teams_view(self.engine, self.identity)})
 
 
 class TeamHandler(APIHandler):
     def get(self, name: str):
-        teams = [t for t in self.gpuhub.teams_view(self.identity) if t["name"] == name]
+        teams = [t for t in queries.teams_view(self.engine, self.identity) if t["name"] == name]
         if not teams:
             raise NotFound(f"no team {name}")
         self.write_json(teams[0])
@@ -419,8 +415,8 @@ class TeamHandler(APIHandler):
         if not self.identity.admin:
             raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
         weight, quotas = parse_team(self.json_body())
-        warnings = self.engine.set_team(self.identity, name, weight, quotas)
-        team = next(t for t in self.gpuhub.teams_view(self.identity) if t["name"] == name)
+        warnings = operations.set_team(self.engine, self.identity, name, weight, quotas)
+        team = next(t for t in queries.teams_view(self.engine, self.identity) if t["name"] == name)
         self.write_json({**team, "warnings": warnings})
 
     patch = put
@@ -534,7 +530,7 @@ class GpusHandler(AdminHandler):
 
     def get(self):
         self.write_json({"sampled_at": views.iso(self.engine.clock()),
-                         "gpus": self.gpuhub.gpus_view()})
+                         "gpus": queries.gpus_view(self.engine, self.gpuhub.gpu_sample())})
 
 
 def optional(body: dict, key: str, default: Any) -> Any:

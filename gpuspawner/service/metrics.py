@@ -87,6 +87,14 @@ class ServiceMetrics:
             ["team", "deployment", "revision"], registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 
+    def count_decisions(self, events, state, now: float) -> None:
+        """A cycle's decisions, and the queue wait of first admissions."""
+        for e in events:
+            self.events.labels(e.type).inc()
+            w = state.pending.get(e.workload_id)
+            if e.type == "admitted" and w is not None and w.attempt == 0:
+                self.queue_wait.labels(w.team, w.kind).observe(now - w.submit_time)
+
     def watch_serving(self, serving) -> None:
         self.registry.register(ReplicaCollector(serving))
         serving.metrics = self

@@ -1,9 +1,10 @@
-"""Admin operations on the cluster and the queue: drain a node, take a GPU
-out of service, set a pool's price, change a queued workload's priority,
-hold and release it.
+"""Admin operations on the cluster and the queue: change a team's quotas,
+drain a node, take a GPU out of service, set a pool's price, change a
+queued workload's priority, hold and release it.
 
 Each one checks who asks, changes the database (with an audit entry) and
-then tells the scheduler core, like the engine's own requests.
+then tells the scheduler core (``Engine.change``), like the engine's own
+requests (requests.py).
 """
 from __future__ import annotations
 
@@ -12,12 +13,19 @@ from dataclasses import replace
 
 from sqlalchemy import select
 
-from ..scheduler.model import Node
-from ..store import GpuRow, NodeRow, PoolRow, PriceRow, WorkloadRow
-from .engine import Conflict, Engine, Forbidden, NotFound
+from typing import Optional
+
+from ..scheduler.model import Node, Quota
+from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, WorkloadRow
+from . import journal, queries
+from .engine import Engine
+from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
-from .rebuild import HELD, QUEUED, to_workload
+from .kinds import kind
+from .rebuild import to_team, to_workload
 from .specs import SpecError
+from .states import HELD, QUEUED
+from .teams import quota_rows
 
 
 def _need_admin(who: Identity, what: str) -> None:
@@ -43,8 +51,64 @@ def admin_marks(engine: Engine, node: str) -> frozenset[int]:
 
 def _update_node(engine: Engine, node: Node) -> None:
     engine.nodes[node.name].node = node
-    engine.scheduler.set_node(node)
+    engine.change(lambda sched: sched.set_node(node))
     engine.wake()
+
+
+def set_team(engine: Engine, who: Identity, name: str, weight: Optional[float],
+             quotas: Optional[dict[str, Quota]]) -> list[str]:
+    """Change a team's weight and quotas; returns warnings (the change is
+    made) and raises SpecError for a change that cannot work."""
+    if not who.admin:
+        raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
+    now = engine.clock()
+    capacity = engine.scheduler.state.capacity
+    sizes = engine.pool_sizes()
+    if quotas and name == engine.teams.default_team:
+        raise SpecError("quotas", f"team {name} is the default team: its nominal quota is "
+                                  f"what the other teams do not own; change theirs instead",
+                        status=409)
+    for pool, q in (quotas or {}).items():
+        if pool not in capacity:
+            raise SpecError(f"quotas.{pool}", f"unknown pool {pool!r}; known pools: "
+                            f"{', '.join(sorted(capacity))}")
+        if q.nominal > sizes[pool]:
+            raise SpecError(f"quotas.{pool}.nominal", f"{q.nominal} GPUs cannot be "
+                            f"guaranteed: pool {pool} has {sizes[pool]} GPUs in all")
+        if q.lending_limit is not None and q.lending_limit > q.nominal:
+            raise SpecError(f"quotas.{pool}.lending_limit", f"{q.lending_limit} is more "
+                            f"than the team's nominal quota ({q.nominal}): a team lends "
+                            f"only from its own idle nominal quota")
+
+    def described(team, rows) -> dict:
+        return {"weight": team.weight, "quotas": {
+            q.pool: [q.nominal, q.borrowing_limit, q.lending_limit] for q in rows}}
+
+    with engine.store.transaction() as s:
+        team = engine.teams.ensure(name, now, s)
+        before = described(team, quota_rows(s, name))
+        if weight is not None:
+            team.weight = weight
+        for pool, q in (quotas or {}).items():
+            row = s.get(QuotaRow, (name, pool)) or QuotaRow(team=name, pool=pool)
+            row.nominal, row.borrowing_limit, row.lending_limit = (
+                q.nominal, q.borrowing_limit, q.lending_limit)
+            s.add(row)
+        s.flush()
+        after_rows = quota_rows(s, name)
+        journal.audit(s, now, who.name, "set-team", name,
+                      {"before": before, "after": described(team, after_rows)})
+        core_team = to_team(team, after_rows)
+        engine.change(lambda sched: sched.set_team(core_team))
+        engine.teams.refresh_default(s)
+        nominal: dict[str, int] = {}
+        for q in s.scalars(select(QuotaRow)):
+            nominal[q.pool] = nominal.get(q.pool, 0) + q.nominal
+    warnings = [f"the nominal quotas of pool {pool} add up to {nominal[pool]} GPUs but it has "
+                f"{capacity.get(pool, 0)} healthy: not every team can have its guarantee at once"
+                for pool in sorted(quotas or {}) if nominal.get(pool, 0) > capacity.get(pool, 0)]
+    engine.wake()
+    return warnings
 
 
 def set_drained(engine: Engine, who: Identity, name: str, drained: bool, reason: str = "") -> dict:
@@ -57,7 +121,7 @@ def set_drained(engine: Engine, who: Identity, name: str, drained: bool, reason:
     with engine.store.transaction() as s:
         row = s.get(NodeRow, name)
         row.drained = drained
-        engine._audit(s, now, who.name, "drain" if drained else "undrain", name,
+        journal.audit(s, now, who.name, "drain" if drained else "undrain", name,
                       {"reason": reason})
     _update_node(engine, replace(engine.nodes[name].node, drained=drained))
     return {"name": name, "drained": drained}
@@ -77,7 +141,7 @@ def set_gpu_in_service(engine: Engine, who: Identity, node: str, index: int, in_
         if row is None:
             raise NotFound(f"node {node} has no GPU {index}")
         row.admin_mark = "" if in_service else f"by {who.name}: {reason}"
-        engine._audit(s, now, who.name, "gpu-in-service" if in_service else "gpu-out-of-service",
+        journal.audit(s, now, who.name, "gpu-in-service" if in_service else "gpu-out-of-service",
                       f"{node}/{index}", {"reason": reason, "uuid": row.uuid})
     _update_node(engine, replace(engine.nodes[node].node, unhealthy_gpus=admin_marks(engine, node)))
     return {"node": node, "index": index, "in_service": in_service}
@@ -95,14 +159,14 @@ def set_price(engine: Engine, who: Identity, pool: str, price: float) -> dict:
             raise NotFound(f"no pool {pool}")
         before, row.price_per_gpu_hour = row.price_per_gpu_hour, float(price)
         s.add(PriceRow(pool=pool, since=now, price_per_gpu_hour=float(price)))
-        engine._audit(s, now, who.name, "set-price", pool,
+        journal.audit(s, now, who.name, "set-price", pool,
                       {"before": before, "after": float(price)})
     return {"pool": pool, "price_per_gpu_hour": float(price)}
 
 
 def _queued_job(s, engine: Engine, who: Identity, wid: str, states: tuple[str, ...],
                 what: str) -> WorkloadRow:
-    row = engine._visible(s, who, wid)
+    row = queries.visible(s, who, wid)
     if row.state not in states:
         raise Conflict(f"workload {wid} is {row.state}: only a {' or '.join(states)} "
                        f"workload can be {what}")
@@ -125,12 +189,16 @@ def set_priority(engine: Engine, who: Identity, wid: str, priority: str) -> Work
             raise Forbidden(f"changing the priority of {wid} needs a lead of team {row.team} "
                             f"or an admin")
         before, row.priority = row.priority, priority
-        engine._event(s, wid, "priority-changed", now, f"priority {before} → {priority} "
+        journal.event(s, wid, "priority-changed", now, f"priority {before} → {priority} "
                       f"by {who.name}", attempt=row.attempt)
-        engine._audit(s, now, who.name, "set-priority", wid, {"before": before, "after": priority})
+        journal.audit(s, now, who.name, "set-priority", wid, {"before": before, "after": priority})
     if row.state == QUEUED:
-        engine.scheduler.state.remove_pending(wid)
-        engine.scheduler.state.add_pending(to_workload(row))
+        w = to_workload(row)
+
+        def requeue(sched) -> None:
+            sched.state.remove_pending(wid)
+            sched.state.add_pending(w)
+        engine.change(requeue)
     engine.wake()
     return row
 
@@ -143,10 +211,10 @@ def hold(engine: Engine, who: Identity, wid: str) -> WorkloadRow:
         row = _queued_job(s, engine, who, wid, (QUEUED,), "held")
         _check_acts_on(who, row, "hold")
         row.state, row.reason = HELD, f"held by {who.name}"
-        engine._event(s, wid, "held", now, row.reason, attempt=row.attempt)
-        engine._audit(s, now, who.name, "hold", wid, {})
-    engine.scheduler.cancel(wid, now)
-    engine._reasons.pop(wid, None)
+        journal.event(s, wid, "held", now, row.reason, attempt=row.attempt)
+        journal.audit(s, now, who.name, "hold", wid, {})
+    engine.change(lambda sched: sched.cancel(wid, now))
+    engine.forget_reason(wid)
     return row
 
 
@@ -155,12 +223,14 @@ def release_hold(engine: Engine, who: Identity, wid: str) -> WorkloadRow:
     with engine.store.transaction() as s:
         row = _queued_job(s, engine, who, wid, (HELD,), "released")
         _check_acts_on(who, row, "release")
-        e = engine.scheduler.submit(to_workload(row), now)
-        if e.type != "queued":
-            raise Conflict(f"workload {wid} can no longer run: {e.message}")
+        w = to_workload(row)
+        why = engine.scheduler.validate(w)
+        if why is not None:
+            raise Conflict(f"workload {wid} can no longer run: {why}")
         row.state, row.reason = QUEUED, f"released by {who.name}"
-        engine._event(s, wid, "released", now, row.reason, attempt=row.attempt)
-        engine._audit(s, now, who.name, "release-hold", wid, {})
+        journal.event(s, wid, "released", now, row.reason, attempt=row.attempt)
+        journal.audit(s, now, who.name, "release-hold", wid, {})
+    engine.change(lambda sched: sched.submit(w, now))
     engine.wake()
     return row
 
@@ -169,5 +239,5 @@ def _check_acts_on(who: Identity, row: WorkloadRow, verb: str) -> None:
     if not who.acts_on(row.user, row.team):
         raise Forbidden(f"workload {row.id} belongs to {row.user}; only they, a lead of team "
                         f"{row.team} or an admin may {verb} it")
-    if row.kind != "job":
+    if not kind(row.kind).submitted_by_users:
         raise Conflict(f"workload {row.id} is a {row.kind}: only jobs can be held")

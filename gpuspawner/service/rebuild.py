@@ -12,18 +12,7 @@ from ..scheduler.fairshare import DecayedUsage
 from ..scheduler.model import Node, Quota, Team, Workload
 from ..store import Attempt, QuotaRow, TeamRow, UsageRow, WorkloadRow
 
-QUEUED = "queued"
-HELD = "held"  # queued, but not considered until released
-RUNNING = "running"
-STOPPING = "stopping"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-CANCELLED = "cancelled"
-STOPPED = "stopped"  # a notebook server or deployment that was shut down
-ACTIVE_STATES = (QUEUED, HELD, RUNNING, STOPPING)
-HOLDING_STATES = (RUNNING, STOPPING)
-FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, STOPPED)
-STATES = ACTIVE_STATES + FINAL_STATES
+from .states import HOLDING_STATES, QUEUED, STOPPING
 
 
 def placement_to_json(placement) -> list:

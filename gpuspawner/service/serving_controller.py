@@ -25,6 +25,7 @@ from typing import Optional
 from sqlalchemy import select
 from tornado import httpclient
 
+from ..scheduler.model import DEPLOYMENT
 from ..serving.autoscale import ScalePolicy, desired_replicas, split
 from ..serving.ports import ports_below_ephemeral
 from ..serving.replica import (model_ready_path, model_settings, server_settings,
@@ -35,7 +36,7 @@ from ..store import DeploymentRow, RevisionRow, WorkloadRow
 from .deployments import Deployments
 from .engine import Engine
 from .identity import Identity
-from .rebuild import QUEUED, RUNNING, STOPPING
+from .states import QUEUED, RUNNING, STOPPING
 
 log = logging.getLogger("gpuhub.serving")
 CONTROLLER = Identity("gpuhub-deployments", admin=True, can_submit=True)
@@ -158,7 +159,7 @@ class ServingController:
             self.by_name = {(d.team, d.name): d for d in deps.values()}
             revisions = {(r.deployment_id, r.number): r for r in s.scalars(select(RevisionRow))}
             rows = list(s.scalars(select(WorkloadRow).where(
-                WorkloadRow.kind == "deployment",
+                WorkloadRow.kind == DEPLOYMENT,
                 WorkloadRow.state.in_((QUEUED, RUNNING, STOPPING)))))
         by_rev: dict[tuple[int, int], list[WorkloadRow]] = {}
         for row in rows:
@@ -261,7 +262,7 @@ class ServingController:
         server = server_settings(port)
         argv = write_replica_dir(rdir, model, server)
         row = WorkloadRow(
-            id=wid, name=f"{dep.name}-r{rev.number}", kind="deployment", team=dep.team,
+            id=wid, name=f"{dep.name}-r{rev.number}", kind=DEPLOYMENT, team=dep.team,
             user=dep.user, project=f"deployment:{dep.name}", pool=dep.pool,
             gpus_per_node=dep.gpus, num_nodes=1, priority="production", time_limit=None,
             grace_period=10.0, state=QUEUED, reason="queued", attempt=0, preempted_by=[],

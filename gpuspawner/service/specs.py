@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..scheduler.model import JOB, NOTEBOOK
+
 # Matched with fullmatch: a pattern's "$" would let a trailing newline through.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -187,7 +189,7 @@ def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
     name = _text(body, "name") or ""
     if name and not NAME_RE.fullmatch(name):
         raise SpecError("name", "may use letters, digits, '.', '_' and '-' (at most 128)")
-    return JobSpec(kind="notebook", pool=_text(body, "pool", 64) or limits.default_pool,
+    return JobSpec(kind=NOTEBOOK, pool=_text(body, "pool", 64) or limits.default_pool,
                    gpus=_int(body, "gpus", 1, 0, MAX_GPUS_PER_NODE), nodes=1, name=name,
                    time_limit=None, priority=_text(body, "priority", 64) or "interactive",
                    project=_text(body, "project", 255) or "", team=_text(body, "team", 128))
@@ -200,8 +202,8 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:
         raise SpecError(unknown[0], f"is not a known field; known fields: {', '.join(FIELDS)}")
-    kind = body.get("kind", "job")
-    if kind != "job":
+    kind = body.get("kind", JOB)
+    if kind != JOB:
         raise SpecError("kind", f"only 'job' can be submitted by users; {kind!r} workloads are "
                                 f"started by the hub's spawner or the deployments API")
     name = _text(body, "name") or ""
@@ -252,3 +254,11 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
         checkpoint_dir=_text(body, "checkpoint_dir", 4096),
         project=_text(body, "project", 255) or "",
         team=_text(body, "team", 128), grace_period=grace)
+
+
+def parse_workload(body: Any, limits: Limits = Limits()) -> JobSpec:
+    """A ``POST /workloads`` body, by its kind: a user's job, or (any other
+    kind) the GPUs of a notebook server asked by the hub's spawner."""
+    if isinstance(body, dict) and body.get("kind", JOB) != JOB:
+        return parse_server(body, limits)
+    return parse_job(body, limits)

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..scheduler.calibration import Calibration, StartRange, say
-from ..scheduler.forecast import Estimate, forecast
+from ..scheduler.forecast import Estimate, forecast_steps
 from ..scheduler.model import Workload
 from ..scheduler.runtimes import RuntimeModel, workload_keys
 from ..store import Attempt, WorkloadRow
@@ -36,14 +36,15 @@ def runtime_subject(row: WorkloadRow) -> str:
 
 
 class StartEstimates:
-    def __init__(self, policy, coverage: float = 0.8, limit: int = 2000):
+    def __init__(self, policy, coverage: float = 0.8, limit: int = 2000, every: float = 2.0):
         self.policy = policy
         self.limit = limit
+        self.every = every
         self.runtimes = RuntimeModel()
         self.calibration = Calibration(coverage)
         self.subjects: dict[str, str] = {}
         self.current: dict[str, tuple[Estimate, Optional[StartRange]]] = {}
-        self.made_at = 0.0
+        self.made_at = float("-inf")
 
     # ---- history --------------------------------------------------------
     def load(self, s: Session) -> None:
@@ -86,9 +87,13 @@ class StartEstimates:
         return self.runtimes.predict(keys, w.time_limit, elapsed)
 
     # ---- the current estimates ------------------------------------------
-    def refresh(self, state, now: float) -> None:
-        """Remake every pending workload's estimate (after a cycle)."""
-        estimates = forecast(state, self.policy, now, self.runtime, limit=self.limit)
+    def refresh_steps(self, state, now: float):
+        """Remake every pending workload's estimate, in steps (a generator):
+        after a cycle, when ``every`` seconds have passed or what waits changed."""
+        if now - self.made_at < self.every and self.current.keys() == state.pending.keys():
+            return
+        estimates = yield from forecast_steps(state, self.policy, now, self.runtime,
+                                              limit=self.limit)
         current = {}
         for wid, e in estimates.items():
             w = state.pending[wid]

@@ -22,7 +22,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
 from tornado import web
 
 from ...store import AuditEntry
-from ..engine import Conflict, Forbidden, NotFound
+from ..errors import Conflict, Forbidden, NotFound
 from ..handlers import INVOKE_ONLY_REFUSAL, ServiceAccess, hub_user
 from ..identity import Identity
 from ..specs import SpecError
@@ -78,7 +78,7 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
                 self.redirect(self.get_login_url())
                 return
             raise web.HTTPError(401, "log in again")
-        groups = await self.gpuhub.groups_of(model) if model.get("kind") == "user" else []
+        groups = await self.gpuhub.hub.groups_of(model) if model.get("kind") == "user" else []
         self.identity: Identity = self.gpuhub.identity(model, groups)
         self.scopes = model.get("scopes") or []
         if self.identity.invoke_only:  # a client's token: it shows no page at all
@@ -119,7 +119,7 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         auth = HubOAuth.instance()
         hub = auth.hub_prefix
         scopes = {s.partition("!")[0]: True for s in self.scopes}
-        if self.gpuhub.hub_admin(self.identity.name):
+        if self.gpuhub.hub.is_admin(self.identity.name):
             scopes["admin-ui"] = True  # the hub's own Admin entry in the navbar
         service = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpuhub")
         ctx = dict(

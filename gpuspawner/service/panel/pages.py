@@ -20,11 +20,11 @@ from ...scheduler.model import Quota
 from ...store import Attempt, AuditEntry, EventRow, QuotaRow, WorkloadRow
 from ...store.audit import verify
 from .. import operations as ops
-from .. import views
+from .. import journal, queries, views
 from ..accounting import GROUPS
-from ..engine import Conflict, Forbidden
+from ..errors import Conflict, Forbidden
 from ..handlers import parse_time
-from ..rebuild import HELD, QUEUED, RUNNING, STOPPING
+from ..states import HELD, QUEUED, RUNNING, STOPPING
 from ..specs import SpecError
 from ..usage import culls, usage_report
 from . import charts
@@ -54,7 +54,8 @@ class ClusterPage(PanelHandler):
         await self.show()
 
     async def show(self, status: int = 200, **extra):
-        model = cluster_model(self.gpuhub.pools_view(self.identity), self.gpuhub.gpus_view())
+        model = cluster_model(queries.pools_view(self.engine, self.identity),
+                              queries.gpus_view(self.engine, self.gpuhub.gpu_sample()))
         template = "_heatmap.html" if self.get_argument("fragment", "") else "cluster.html"
         self.render_page(template, status, pools=model,
                          enforcement=self.gpuhub.enforcement_report(), **extra)
@@ -131,9 +132,9 @@ class TeamsPage(PanelHandler):
         await self.show()
 
     async def show(self, status: int = 200, **extra):
-        teams = self.gpuhub.teams_view(self.identity)
+        teams = queries.teams_view(self.engine, self.identity)
         for t in teams:
-            t["members"] = [] if t["default"] else await self.gpuhub.group_members(t["group"])
+            t["members"] = [] if t["default"] else await self.gpuhub.hub.group_members(t["group"])
         capacity = dict(self.engine.scheduler.state.capacity)
         with self.engine.store.session() as s:
             nominal = dict(s.execute(select(QuotaRow.pool, func.sum(QuotaRow.nominal))
@@ -159,7 +160,7 @@ class TeamsPage(PanelHandler):
             def act():
                 weight, quotas = parse_quota_form(pools, typed, weight_only=is_default)
                 warnings.extend(("warning", w) for w in
-                                self.engine.set_team(self.identity, team, weight, quotas))
+                                ops.set_team(self.engine, self.identity, team, weight, quotas))
                 return f"team {team} saved; the next scheduling cycle uses it"
 
             await self.form_action(act, again, warnings)
@@ -180,14 +181,14 @@ class TeamsPage(PanelHandler):
             if not TEAM_NAME.fullmatch(team):
                 raise SpecError("team", "a team name is 1 to 63 lowercase letters, digits, '.', "
                                         "'_' or '-', starting with a letter or digit")
-            if any(t["name"] == team for t in self.gpuhub.teams_view(self.identity)):
+            if any(t["name"] == team for t in queries.teams_view(self.engine, self.identity)):
                 raise Conflict(f"team {team} exists already")
             try:
-                await self.gpuhub.hub_api("POST", f"/groups/{quote(group)}")
+                await self.gpuhub.hub.call("POST", f"/groups/{quote(group)}")
             except HTTPClientError as e:
                 if e.code != 409:  # the group may exist without a team
                     raise Conflict(f"the hub did not create group {group}: {_hub_error(e)}")
-            self.engine.set_team(self.identity, team, None, None)
+            ops.set_team(self.engine, self.identity, team, None, None)
             self._audit("create-team", team, {"group": group})
             return (f"team {team} created (hub group {group}); add its members and give it a "
                     f"nominal quota below")
@@ -195,25 +196,25 @@ class TeamsPage(PanelHandler):
         if not USER_NAME.fullmatch(user):
             raise SpecError("user", "name the user to add or remove")
         if team == self.gpuhub.default_team or not any(
-                t["name"] == team for t in self.gpuhub.teams_view(self.identity)):
+                t["name"] == team for t in queries.teams_view(self.engine, self.identity)):
             raise SpecError("team", f"{team!r} is not a team whose members can change")
         method = "POST" if action == "add-member" else "DELETE"
         try:
-            await self.gpuhub.hub_api(method, f"/groups/{quote(group)}/users", {"users": [user]})
+            await self.gpuhub.hub.call(method, f"/groups/{quote(group)}/users", {"users": [user]})
         except HTTPClientError as e:
             if e.code in (400, 404):
                 raise SpecError("user", f"the hub has no user {user!r} (a user exists once "
                                         f"an admin approved them and they logged in, or an "
                                         f"admin added them at /hub/admin)")
             raise Conflict(f"the hub did not change group {group}: {_hub_error(e)}")
-        self.gpuhub.forget_groups(user)
+        self.gpuhub.hub.forget_groups(user)
         self._audit(action, team, {"user": user})
         return (f"{user} added to team {team}" if action == "add-member"
                 else f"{user} removed from team {team}")
 
     def _audit(self, action: str, target: str, detail: dict) -> None:
         with self.engine.store.transaction() as s:
-            self.engine._audit(s, self.engine.clock(), self.identity.name, action, target, detail)
+            journal.audit(s, self.engine.clock(), self.identity.name, action, target, detail)
 
 
 def _hub_error(e: HTTPClientError) -> str:
@@ -254,7 +255,7 @@ class QueuePage(PanelHandler):
         for r in rows:
             item = {**views.workload(r), "waited": ago(now - r.submitted_at)}
             if r.state == QUEUED:
-                item["position"] = self.engine.queue_position(r.id)
+                item["position"] = queries.queue_position(self.engine.scheduler.state, r.id)
                 queued.append(item)
             elif r.state == HELD:
                 held.append(item)
@@ -431,7 +432,7 @@ class OverviewPage(PanelHandler):
 
     def get(self):
         who = self.identity
-        teams = [t for t in self.gpuhub.teams_view(who) if t["name"] in who.teams]
+        teams = [t for t in queries.teams_view(self.engine, who) if t["name"] in who.teams]
         with self.engine.store.session() as s:
             rows = s.scalars(select(WorkloadRow).where(
                 WorkloadRow.user == who.name,

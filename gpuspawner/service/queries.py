@@ -1,0 +1,118 @@
+"""Reads: what the API, the panel and the CLI show, from the database and
+the scheduler core. Nothing here changes anything (not even the core's lazy
+queue compaction: a cycle may be walking those queues)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..store import GpuRow, NodeRow, QuotaRow, Store, TeamRow, WorkloadRow
+from .errors import NotFound
+from .identity import Identity
+
+
+def visible(s: Session, who: Identity, wid: str) -> WorkloadRow:
+    """The workload, if the caller may see it (else the same 404 as for none)."""
+    row = s.get(WorkloadRow, wid)
+    if row is None or not (who.sees_team(row.team) or row.user == who.name):
+        raise NotFound(f"no workload {wid}")
+    return row
+
+
+def get(store: Store, who: Identity, wid: str) -> WorkloadRow:
+    with store.session() as s:
+        return visible(s, who, wid)
+
+
+def queue_position(state, wid: str) -> Optional[int]:
+    """1 for the next of its team's queue to be considered."""
+    w = state.pending.get(wid)
+    if w is None:
+        return None
+    pending = state.pending
+    position = 0
+    for q in state.queues.get(state.group_of(w), ()):
+        if pending.get(q.id) is q:
+            position += 1
+            if q.id == wid:
+                return position
+    return None
+
+
+def gpus_view(engine, sample: dict) -> list[dict]:
+    """Every GPU with its utilisation (``sample``: device -> (util %, MiB))
+    and the workload holding it."""
+    state = engine.scheduler.state
+    owners = set(state.owner.values())
+    with engine.store.session() as s:
+        rows = {r.id: r for r in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(owners)))}
+    out = []
+    for ln in engine.nodes.values():
+        for g, device in enumerate(ln.devices):
+            util, mem = sample.get(device, (None, None))
+            row = rows.get(state.owner.get((ln.node.name, g)))
+            out.append({"node": ln.node.name, "gpu": g, "device": device, "pool": ln.node.pool,
+                        "utilization_pct": util, "memory_used_mib": mem,
+                        "workload": None if row is None else {
+                            "id": row.id, "kind": row.kind, "user": row.user,
+                            "team": row.team, "name": row.name}})
+    return out
+
+
+def pools_view(engine, who: Identity) -> list[dict]:
+    state = engine.scheduler.state
+    held = state.held_gpus()
+    queued: dict[str, list[int]] = {}
+    for w in list(state.pending.values()):
+        q = queued.setdefault(w.pool, [0, 0])
+        q[0] += 1
+        q[1] += w.gpus
+    with engine.store.session() as s:
+        nodes = s.scalars(select(NodeRow)).all()
+        gpus = s.scalars(select(GpuRow)).all()
+    out = []
+    for pool in sorted(state.capacity):
+        used = {team: n for (team, p), n in held.items() if p == pool and n}
+        pool_nodes = [n for n in nodes if n.pool == pool]
+        out.append({
+            "name": pool, "capacity": state.capacity[pool],
+            "total": sum(n.gpus for n in pool_nodes),
+            "used": sum(used.values()),
+            "free": state.index.pool_free[pool],
+            "queued_workloads": queued.get(pool, [0, 0])[0],
+            "queued_gpus": queued.get(pool, [0, 0])[1],
+            "teams": used if who.admin else {t: n for t, n in used.items() if who.sees_team(t)},
+            "nodes": [{"name": n.name, "gpus": n.gpus, "drained": n.drained,
+                       "source": n.source,
+                       "devices": [{"index": g.index, "uuid": g.uuid, "model": g.model,
+                                    "memory_mib": g.memory_mib, "healthy": g.healthy,
+                                    "health_reason": g.health_reason,
+                                    "admin_mark": g.admin_mark}
+                                   for g in gpus if g.node == n.name]}
+                      for n in pool_nodes],
+        })
+    return out
+
+
+def teams_view(engine, who: Identity) -> list[dict]:
+    held = engine.scheduler.state.held_gpus()
+    with engine.store.session() as s:
+        teams = s.scalars(select(TeamRow).order_by(TeamRow.name)).all()
+        quotas = s.scalars(select(QuotaRow)).all()
+    out = []
+    for t in teams:
+        if not who.sees_team(t.name):
+            continue
+        limits = {pool: engine.teams.notebook_gpu_limit(t.name, pool)
+                  for pool in engine.scheduler.state.capacity}
+        out.append({"name": t.name, "group": t.group, "weight": t.weight,
+                    "default": t.name == engine.teams.default_team,
+                    "notebook_gpu_limits": {p: n for p, n in limits.items() if n is not None},
+                    "quotas": {q.pool: {"nominal": q.nominal,
+                                        "borrowing_limit": q.borrowing_limit,
+                                        "lending_limit": q.lending_limit,
+                                        "used": held.get((t.name, q.pool), 0)}
+                               for q in quotas if q.team == t.name}})
+    return out

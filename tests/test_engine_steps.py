@@ -1,0 +1,214 @@
+"""The engine's cycle in steps, and what may happen between them: requests
+are served while a cycle is planned, their changes to the core wait until it
+is applied, and a decision about a workload that changed meanwhile is
+dropped. Also the kinds table, the end of an attempt (``exits.ending``) and
+starts off the event loop (``Starter``). A real database (SQLite and
+PostgreSQL); a backend that runs nothing, so that the test says what ends."""
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+from sqlalchemy import select
+
+from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, Backend
+from gpuspawner.scheduler.model import Node
+from gpuspawner.scheduler.policy import get_policy
+from gpuspawner.service.engine import Engine, EngineConfig
+from gpuspawner.service.exits import Asked, ending
+from gpuspawner.service.identity import Identity
+from gpuspawner.service.kinds import BACKEND_KINDS, KINDS, kind
+from gpuspawner.service.launch import LocalNode
+from gpuspawner.service.specs import parse_job
+from gpuspawner.service.starts import Starter
+from gpuspawner.store import Allocation, Attempt, Store, WorkloadRow
+
+ALICE = Identity("alice", teams=frozenset({"a"}), can_submit=True)
+
+
+class Scripted(Backend):
+    """Starts nothing; records what it was asked."""
+
+    def __init__(self):
+        self.started: list[str] = []
+        self.stopped: list[str] = []
+        self.exits: list[AttemptExit] = []
+
+    def start(self, spec):
+        self.started.append(spec.workload_id)
+
+    def stop(self, wid, attempt, grace):
+        self.stopped.append(wid)
+
+    def kill(self, wid, attempt):
+        self.stopped.append(wid)
+
+    def poll(self):
+        out, self.exits = self.exits, []
+        return out
+
+    def recover(self, specs):
+        return []
+
+
+def make_engine(url, tmp_path, gpus=4):
+    engine = Engine(Store(url), Scripted(), [LocalNode(Node("host", "default", gpus),
+                                                       list(range(gpus)))],
+                    get_policy("gpuhub"), EngineConfig(data_dir=str(tmp_path)))
+    engine.start()
+    return engine
+
+
+def job(gpus=1):
+    return parse_job({"command": [sys.executable, "-c", "pass"], "gpus": gpus,
+                      "pool": "default"})
+
+
+def row_of(engine, wid) -> WorkloadRow:
+    with engine.store.session() as s:
+        return s.get(WorkloadRow, wid)
+
+
+def test_a_long_cycle_gives_the_loop_back_and_changes_wait_for_its_end(db_url, tmp_path):
+    engine = make_engine(db_url, tmp_path)
+    engine.submit(ALICE, job(gpus=4))  # holds the pool
+    engine.tick()
+    for _ in range(300):
+        engine.submit(ALICE, job())
+    steps = engine.tick_steps()
+    next(steps)  # the cycle is being planned now: a request comes in
+    late = engine.submit(ALICE, job()).id
+    assert late not in engine.scheduler.state.pending  # not yet: the cycle walks the queue
+    yielded = 1 + sum(1 for _ in steps)
+    assert yielded > 1, "a 300-workload cycle should give the loop back more than once"
+    assert late in engine.scheduler.state.pending  # made once the cycle was applied
+    engine.store.close()
+
+
+def test_a_workload_cancelled_while_its_admission_was_planned_does_not_start(db_url, tmp_path):
+    engine = make_engine(db_url, tmp_path, gpus=8)
+    engine.submit(ALICE, job(gpus=4))
+    engine.tick()
+    for _ in range(100):  # enough waiting work that the cycle steps
+        engine.submit(ALICE, job(gpus=5))
+    fits = engine.submit(ALICE, job(gpus=2)).id
+    steps = engine.tick_steps()
+    next(steps)
+    engine.cancel(ALICE, fits)  # between the plan and its application
+    for _ in steps:
+        pass
+    row = row_of(engine, fits)
+    assert row.state == "cancelled"
+    with engine.store.session() as s:
+        assert s.scalars(select(Attempt).where(Attempt.workload_id == fits)).all() == []
+        assert s.scalars(select(Allocation).where(Allocation.workload_id == fits)).all() == []
+    assert fits not in engine.backend.started
+    assert fits not in engine.scheduler.state.pending and fits not in engine.scheduler.state.running
+    # Its GPUs were never taken: a job as large fits.
+    other = engine.submit(ALICE, job(gpus=2)).id
+    engine.tick()
+    assert row_of(engine, other).state == "running"
+    engine.store.close()
+
+
+# ---- the kinds table -----------------------------------------------------------
+def test_every_kind_is_described_and_only_backend_kinds_are_run_by_the_backend():
+    assert set(KINDS) == {"job", "notebook", "deployment"}
+    assert set(BACKEND_KINDS) == {"job", "deployment"}
+    assert kind("job").refusal("w1", admin=False) is None
+    assert "stop it where it was started" in kind("notebook").refusal("w1", admin=True)
+    assert "scale or delete the deployment" in kind("deployment").refusal("w1", admin=False)
+    assert kind("deployment").refusal("w1", admin=True) is None
+
+
+# ---- what the end of an attempt means -----------------------------------------------
+JOB, NOTEBOOK, REPLICA = kind("job"), kind("notebook"), kind("deployment")
+
+
+@pytest.mark.parametrize("rules,attempt,reason,code,asked,lost_before,expected", [
+    (JOB, 0, EXITED, 0, Asked(), 0, (False, "succeeded", "succeeded", "exited with code 0")),
+    (JOB, 0, EXITED, 3, Asked(), 0, (False, "failed", "failed", "exited with code 3")),
+    (JOB, 0, EXITED, -9, Asked(), 0, (False, "failed", "failed", "killed by signal 9")),
+    (JOB, 0, TIME_LIMIT, -15, Asked(), 0,
+     (False, "failed", "failed", "killed at its time limit of 60 s")),
+    (JOB, 1, STOPPED, -15, Asked(cancelled=True), 0,
+     (False, "cancelled", "cancelled", "cancelled; stopped")),
+    # cancelled wins over preempted: the user asked
+    (JOB, 1, STOPPED, -15, Asked(cancelled=True, preempted_for="w9"), 0,
+     (False, "cancelled", "cancelled", "cancelled; stopped")),
+    (JOB, 1, STOPPED, -15, Asked(preempted_for="w9"), 0,
+     (True, None, "preempted", "preempted for w9; requeued as attempt 2")),
+    (JOB, 0, LOST, None, Asked(), 0,
+     (True, None, "lost", "attempt 0 was lost; requeued as attempt 1")),
+    (JOB, 2, LOST, None, Asked(), 2,
+     (False, "failed", "lost", "attempt 2 was lost; lost 3 times, so it is not requeued again")),
+    (REPLICA, 0, EXITED, 1, Asked(), 0,
+     (True, None, "failed", "replica ended (exited with code 1); replaced by attempt 1")),
+    (REPLICA, 0, STOPPED, -15, Asked(replaced="served, then was not ready for 30 s"), 0,
+     (True, None, "failed",
+      "replica ended (served, then was not ready for 30 s); replaced by attempt 1")),
+    (REPLICA, 4, EXITED, 1, Asked(), 0,
+     (False, "failed", "failed", "replica ended (exited with code 1) 5 times; not restarted "
+                                 "again")),
+    (NOTEBOOK, 0, EXITED, 0, Asked(), 0, (False, "succeeded", "succeeded", "exited with code 0")),
+])
+def test_the_end_of_an_attempt(rules, attempt, reason, code, asked, lost_before, expected):
+    end = ending(rules, attempt, reason, code, asked, lost_before=lost_before, time_limit=60,
+                 max_replica_restarts=5, max_lost_attempts=3)
+    assert (end.requeue, end.state, end.outcome, end.message) == expected
+
+
+# ---- starts off the loop ---------------------------------------------------------------
+class Slow(Scripted):
+    starts_off_loop = True
+
+    def __init__(self):
+        super().__init__()
+        self.go = threading.Event()
+        self.failing: set[str] = set()
+
+    def start(self, spec):
+        assert self.go.wait(10)
+        if spec.workload_id in self.failing:
+            raise RuntimeError("no such command")
+        super().start(spec)
+
+
+def spec_of(wid):
+    from gpuspawner.backends.base import LaunchSpec
+    return LaunchSpec(wid, 0, ("true",), "/tmp", "/tmp")
+
+
+def test_a_stop_asked_while_the_start_runs_is_carried_out_once_it_has_started():
+    backend = Slow()
+    woke = threading.Event()
+    starter = Starter(backend, threads=1, wake=woke.set)
+    starter.start(spec_of("w1"))
+    starter.stop("w1", 0, 5.0)  # the start is still blocked in its thread
+    assert backend.stopped == []
+    backend.go.set()
+    assert woke.wait(10)
+    assert starter.take() == [] and backend.stopped == ["w1"]
+    starter.close()
+
+
+def test_a_start_that_fails_in_its_thread_is_reported_at_the_next_take():
+    backend = Slow()
+    backend.failing.add("w2")
+    woke = threading.Event()
+    starter = Starter(backend, threads=1, wake=woke.set)
+    backend.go.set()
+    starter.start(spec_of("w2"))
+    assert woke.wait(10)
+    [(wid, attempt, why)] = starter.take()
+    assert (wid, attempt) == ("w2", 0) and "no such command" in why
+    starter.close()
+
+
+def test_a_backend_whose_start_does_not_block_starts_inline():
+    backend = Scripted()  # starts_off_loop is False
+    starter = Starter(backend, threads=2)
+    starter.start(spec_of("w3"))
+    assert backend.started == ["w3"]
+    starter.close()
