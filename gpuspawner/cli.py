@@ -158,8 +158,8 @@ def cmd_kube_manifests(args) -> int:
     from sqlalchemy import func, select
     from traitlets.config import Config, PyFileConfigLoader
 
-    from .backends.kube_config import KubernetesJobs
-    from .backends.kube_manifests import kueue_queues, team_namespace
+    from .backends.kubernetes.config import KubernetesJobs
+    from .backends.kubernetes.manifests import kueue_queues, team_namespace
     from .service.rebuild import load_teams
     from .store import NodeRow, Store
     config = Config()

@@ -12,7 +12,6 @@ they can be tested without a hub.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import re
 import shutil
@@ -20,6 +19,8 @@ import sys
 import textwrap
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
+
+from .times import from_iso
 
 from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
                      resolve_token, resolve_url)
@@ -134,12 +135,8 @@ def quota_change(team: Optional[dict], pool: Optional[str], nominal: Optional[in
 
 def parse_time(value: Optional[str]) -> Optional[float]:
     """UNIX seconds from the API's ISO 8601 times (``…Z``)."""
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    t = from_iso(value)
+    return None if t is None else t.timestamp()
 
 
 # ---- pure helpers: formatting ------------------------------------------------------------

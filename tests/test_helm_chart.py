@@ -42,7 +42,7 @@ HEALTH = "/services/gpuhub/api/v1/health"
 # The least a real install needs: the database Secret; the z2jh dependency
 # is not here to render.
 BASE = {"jupyterhub": {"enabled": False}, "scheduler": {"database": {"secretName": "gpuhub-db"}}}
-# What gpuspawner/backends/kubernetes.py calls: in the jobs' namespaces ...
+# What gpuspawner/backends/kubernetes/backend.py calls: in the jobs' namespaces ...
 BACKEND_VERBS = {
     ("batch", "jobs"): {"create", "delete"},
     ("apps", "deployments"): {"create", "delete"},
@@ -265,8 +265,8 @@ def api_calls() -> set[tuple[str, str, str, str]]:
     kubernetes backend, read from its source."""
     import re
 
-    from gpuspawner.backends import kubernetes
-    source = open(kubernetes.__file__).read()
+    from gpuspawner.backends.kubernetes import backend
+    source = open(backend.__file__).read()
     groups = {"_batch": "batch", "_apps": "apps", "_core": ""}
     verbs = {"create": "create", "delete": "delete", "list": "list", "read": "get",
              "patch": "patch", "replace": "update"}
@@ -278,7 +278,7 @@ def api_calls() -> set[tuple[str, str, str, str]]:
             r"([a-z_]+?)(_for_all_namespaces)?\(", source):
         scope = "namespace" if namespaced else "cluster"
         out.add((scope, groups[api], plural[kind], verbs[verb]))
-    assert out, "no API call found in gpuspawner/backends/kubernetes.py"
+    assert out, "no API call found in gpuspawner/backends/kubernetes/backend.py"
     return out
 
 
@@ -298,7 +298,7 @@ def test_rbac_per_team_namespace():
     roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
     bindings = {b["metadata"]["namespace"]: b for b in by_kind(docs, "RoleBinding")}
     # the backend's own naming of team namespaces
-    from gpuspawner.backends.kube_manifests import KubeSettings, namespace_for
+    from gpuspawner.backends.kubernetes.manifests import KubeSettings, namespace_for
     settings = json.loads(config_files(docs)["settings.json"])["KubernetesJobs"]
     assert settings["team_namespaces"] is True and settings["hub_namespace"] == NAMESPACE
     ks = KubeSettings(namespace=settings["namespace"], image="x", pools={},
@@ -476,7 +476,7 @@ def test_service_config_loads_with_the_values(tmp_path):
     assert app.log_level == 20  # INFO, as docs/deploy-kubernetes.md suggests
     assert app.backend == "kubernetes"
     # every option given is one the service has
-    from gpuspawner.backends.kube_config import KubernetesJobs
+    from gpuspawner.backends.kubernetes.config import KubernetesJobs
     classes = {"GpuHubService": GpuHubService, "KubernetesJobs": KubernetesJobs}
     for section, traits in json.loads(config_files(docs)["settings.json"]).items():
         known = set(classes[section].class_trait_names(config=True))
@@ -748,8 +748,8 @@ def test_model_replicas_read_the_workspaces_the_service_mounts():
     """With the documented values, the service sees the workspaces where the
     replicas it makes mount them."""
     from gpuspawner.backends.base import LaunchSpec
-    from gpuspawner.backends.kube_manifests import KubeSettings
-    from gpuspawner.backends.kube_serving import replica_manifests
+    from gpuspawner.backends.kubernetes.manifests import KubeSettings
+    from gpuspawner.backends.kubernetes.serving import replica_manifests
     from gpuspawner.serving.replica import model_settings, server_settings
     docs = manifests(merged(VALUE_SETS["model-deployments"]))
     settings = json.loads(config_files(docs)["settings.json"])

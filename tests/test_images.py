@@ -171,6 +171,8 @@ def test_notebook_pins_satisfy_the_lab_extension():
              if canonicalize_name(Requirement(r).name) == "jupyterlab"]
     for req in reqs:
         key = canonicalize_name(req.name)
+        if key == "gpuhub":
+            continue  # installed from the source tree beside it (the Dockerfile's pip install)
         assert key in notebook, f"images/notebook/requirements.txt does not pin {req.name}"
         assert req.specifier.contains(pinned_version(notebook[key]), prereleases=True), \
             f"{notebook[key]} does not satisfy the lab extension's {req}"

@@ -29,10 +29,10 @@ from tornado import httpserver, web
 
 from gpuspawner import cli
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
-from gpuspawner.backends.kube_manifests import (KUEUE_QUEUE, KubeSettings, job_manifest, job_name,
+from gpuspawner.backends.kubernetes.manifests import (KUEUE_QUEUE, KubeSettings, job_manifest, job_name,
                                                 kueue_queues, rendezvous_service, team_namespace)
-from gpuspawner.backends.kube_status import attempt_exit, nodes_from_k8s
-from gpuspawner.backends.kubernetes import KubeApi, KubernetesBackend
+from gpuspawner.backends.kubernetes.status import attempt_exit, nodes_from_k8s
+from gpuspawner.backends.kubernetes.backend import KubeApi, KubernetesBackend
 from gpuspawner.scheduler.model import Quota, Team
 from gpuspawner.serving.ports import ports_below_ephemeral
 from gpuspawner.service import queries

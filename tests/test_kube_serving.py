@@ -22,11 +22,11 @@ import pytest
 from tornado import web
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED
-from gpuspawner.backends.kube_manifests import KubeSettings
-from gpuspawner.backends.kube_serving import (LABEL_REPLICA, MAX_POD_RESTARTS, REPLICA_PORT,
+from gpuspawner.backends.kubernetes.manifests import KubeSettings
+from gpuspawner.backends.kubernetes.serving import (LABEL_REPLICA, MAX_POD_RESTARTS, REPLICA_PORT,
                                               SETTINGS_MOUNT, replica_address, replica_exit,
                                               replica_manifests, revision_service)
-from gpuspawner.backends.kubernetes import KubernetesBackend
+from gpuspawner.backends.kubernetes.backend import KubernetesBackend
 from gpuspawner.service.deployments import parse_deploy
 from gpuspawner.service.identity import Identity
 from gpuspawner.serving.replica import model_settings, server_settings

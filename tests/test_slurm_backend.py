@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
-from gpuspawner.backends.slurm import SlurmBackend, SlurmError
+from gpuspawner.backends.slurm import SlurmBackend
+from gpuspawner.backends.slurm.commands import SlurmError
 from gpuspawner.isolation.accounts import Accounts, isolating
 from hub_harness import traversable
 from procs import environ_of, uid_of

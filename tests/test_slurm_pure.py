@@ -10,10 +10,12 @@ from datetime import datetime
 import pytest
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
-from gpuspawner.backends.slurm import (JOB_FILE, JobInfo, expand_hostlist, SlurmBackend, SlurmError, batch_script,
-                                       exit_from_state, job_name, parse_job_name, parse_sacct,
-                                       parse_scontrol_job, parse_squeue, returncode_of,
-                                       run_command, sbatch_args, time_limit_minutes)
+from gpuspawner.backends.slurm import SlurmBackend
+from gpuspawner.backends.slurm.commands import (JOB_FILE, JobInfo, SlurmError, batch_script,
+                                                exit_from_state, expand_hostlist, job_name,
+                                                parse_job_name, parse_sacct, parse_scontrol_job,
+                                                parse_squeue, returncode_of, run_command,
+                                                sbatch_args, time_limit_minutes)
 from gpuspawner.inventory.slurm import (parse_gres, parse_nodes, pool_of, to_scheduler,
                                         unhealthy_flags)
 from gpuspawner.isolation.accounts import Account, DirectoryAccounts, isolating

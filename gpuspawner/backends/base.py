@@ -91,6 +91,19 @@ class BackendError(RuntimeError):
     could not be launched)."""
 
 
+def account_of(accounts, spec: LaunchSpec):
+    """The system account ``spec``'s user's work runs as (made on first use),
+    None without accounts; BackendError when there is none to be had."""
+    if accounts is None:
+        return None
+    from ..isolation.accounts import AccountError
+    try:
+        return accounts.ensure(spec.user)
+    except (AccountError, OSError, ValueError) as e:
+        raise BackendError(f"attempt {(spec.workload_id, spec.attempt)}: no account for user "
+                           f"{spec.user!r}: {e}") from e
+
+
 class Backend:
     """What the engine asks of a backend, and nothing else: the contract
     every backend subclasses (a base class rather than a ``typing.Protocol``

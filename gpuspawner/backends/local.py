@@ -54,12 +54,12 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..isolation import cgroups
-from ..isolation.accounts import (Account, AccountError, Accounts, account_env,
+from ..isolation.accounts import (Account, Accounts, account_env,
                                   prepare_checkpoint)
 from ..isolation.gpu_rules import visible_devices
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
-from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec,
+from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of,
                    kept_environment)
 from .runner import ENV_FILE, EXIT_FILE, RUNNER_FILE, proc_stat
 
@@ -123,12 +123,7 @@ class LocalBackend(Backend):
         if any(os.path.exists(os.path.join(attempt_dir, f)) for f in (RUNNER_FILE, LAUNCH_FILE)):
             # Its old exit.json would be taken for this run's.
             raise BackendError(f"attempt directory {attempt_dir} was already used")
-        account = None
-        if self.accounts is not None:
-            try:
-                account = self.accounts.ensure(spec.user)
-            except (AccountError, OSError, ValueError) as e:
-                raise BackendError(f"attempt {key}: no account for user {spec.user!r}: {e}") from e
+        account = account_of(self.accounts, spec)
         env = {**kept_environment(os.environ, login=account is None),
                **(account_env(account) if account else {}),
                # "python" in a job is this environment's, as in the notebooks

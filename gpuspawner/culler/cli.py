@@ -49,13 +49,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import yaml
 
+from ..durations import seconds_of
 from .decide import POLICY_FIELDS, Policy, PolicyRule
 
 #: jupyterhub-idle-culler 2.x defaults of the flags we share (``url`` defaults to
@@ -84,8 +84,6 @@ _RULE_KEYS = ("team", "pool", "exempt") + _SCALAR_FIELDS
 
 _TRUE = {"true", "1", "yes", "on", "t", "y"}
 _FALSE = {"false", "0", "no", "off", "f", "n"}
-_DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?"
-                          r"(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
 
 
 class PolicyFileError(ValueError):
@@ -109,28 +107,9 @@ class CullerOptions:
 # ------------------------------------------------------------------------------------ value types
 
 def parse_duration(value: Any) -> float:
-    """Seconds from ``600``, ``600.5``, ``"600"``, ``"30s"``, ``"15m"``, ``"2h"``, ``"1d"``,
-    ``"1h30m"``; ValueError otherwise (negative, bool, empty, unknown unit)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration, got the boolean {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip().lower()
-        match = _DURATION_RE.fullmatch(text)
-        try:
-            seconds = float(text)
-        except ValueError:
-            if not text or not match:
-                raise ValueError(f"expected a duration in seconds or like '30m', '2h', '1h30m', "
-                                 f"got {value!r}") from None
-            d, h, m, s = (float(g or 0) for g in match.groups())
-            seconds = d * 86400 + h * 3600 + m * 60 + s
-    else:
-        raise ValueError(f"expected a duration, got {type(value).__name__} {value!r}")
-    if not seconds >= 0 or seconds == float("inf"):
-        raise ValueError(f"expected a duration >= 0, got {value!r}")
-    return seconds
+    """Seconds from ``600``, ``"30s"``, ``"15m"``, ``"2h"``, ``"1d"``, ``"1h30m"``
+    (``durations.seconds_of``); ValueError otherwise."""
+    return seconds_of(value)
 
 
 def parse_bool(value: Any) -> bool:

@@ -19,6 +19,7 @@ from collections import deque
 from typing import Awaitable, Callable, Optional
 from urllib.parse import quote
 
+from ..times import from_iso
 from .decide import (Decision, GpuSample, Policy, PolicyRule, Server, decide, required_history,
                      resolve_policy, utcnow)
 
@@ -27,12 +28,6 @@ WARNING_KIND = "cull-warning"
 
 # fetch(method, url, body) -> parsed JSON (None for an empty body); raises on HTTP errors.
 Fetch = Callable[[str, str, Optional[dict]], Awaitable[object]]
-
-
-def parse_time(text: Optional[str]) -> Optional[dt.datetime]:
-    if not text:
-        return None
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 class Culler:
@@ -75,7 +70,7 @@ class Culler:
         notices = (await self._call("GET", f"{self.gpuhub_api}/notices"))["notices"]
         for n in notices:
             if n["kind"] == WARNING_KIND:
-                self.warned[(n["user"], n["server"])] = (n["id"], parse_time(n["created_at"]))
+                self.warned[(n["user"], n["server"])] = (n["id"], from_iso(n["created_at"]))
 
     def _record(self, gpus: list[dict], now: dt.datetime) -> dict[str, tuple[int, ...]]:
         """Keep utilization samples per workload; returns workload -> its GPUs."""
@@ -114,8 +109,8 @@ class Culler:
             server = Server(user=user["name"], name=name, groups=frozenset(user.get("groups") or ()),
                             team=w["team"] if w else None, pool=w["pool"] if w else None,
                             gpus=devices.get(w["id"], ()) if w else (),
-                            started=parse_time(model.get("started")) or now,
-                            last_activity=parse_time(model.get("last_activity")),
+                            started=from_iso(model.get("started")) or now,
+                            last_activity=from_iso(model.get("last_activity")),
                             pending=model.get("pending"))
             policy = resolve_policy(self.policy, self.rules, server)
             samples = list(self.samples.get(w["id"], ())) if w else []

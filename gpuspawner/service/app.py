@@ -37,7 +37,7 @@ from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
 from . import admin_api, endpoints
 from . import handlers as h
-from ..backends.kube_config import KubernetesJobs
+from ..backends.kubernetes.config import KubernetesJobs
 from .engine import Engine, EngineConfig
 from .launch import LocalNode
 from .hub_api import HubApi

@@ -11,13 +11,12 @@ from typing import Any, Optional
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import func, select
 from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..safefiles import read_own
 from ..scheduler.model import Quota
-from ..store import Attempt, AuditEntry, EventRow, NoticeRow, WorkloadRow
+from ..store import Attempt, WorkloadRow
 from . import operations, queries, views
 from .accounting import to_csv
 from .errors import Conflict, Forbidden, NotFound
@@ -230,42 +229,22 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
 
 class WorkloadsHandler(APIHandler):
     def get(self):
-        who = self.identity
-        q = select(WorkloadRow)
-        for name, column in (("team", WorkloadRow.team), ("user", WorkloadRow.user),
-                             ("kind", WorkloadRow.kind), ("pool", WorkloadRow.pool),
-                             ("project", WorkloadRow.project)):
-            values = self.get_arguments(name)
-            if values:
-                q = q.where(column.in_(values))
-        kinds = sorted(set(self.get_arguments("kind")) - set(KINDS))
-        if kinds:
-            raise SpecError("kind", f"unknown kind {kinds[0]!r}; known: {', '.join(KINDS)}")
-        states = self.get_arguments("state")
-        bad = sorted(set(states) - set(STATES))
-        if bad:
-            raise SpecError("state", f"unknown state {bad[0]!r}; known: {', '.join(STATES)}")
-        if states:
-            q = q.where(WorkloadRow.state.in_(states))
-        if not who.admin:
-            q = q.where(WorkloadRow.team.in_(sorted(who.teams | who.leads)))
+        filters = {name: self.get_arguments(name) for name in queries.LIST_FILTERS}
+        for name, known in (("kind", KINDS), ("state", STATES)):
+            bad = sorted(set(filters[name]) - set(known))
+            if bad:
+                raise SpecError(name, f"unknown {name} {bad[0]!r}; known: {', '.join(known)}")
         limit = self.int_arg("limit", 100, 1, 1000)
         detail = self.get_argument("detail", "0")
         if detail not in ("0", "1"):
             raise SpecError("detail", "must be 0 or 1")
-        q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id).limit(limit)
-        with self.engine.store.session() as s:
-            rows = s.scalars(q).all()
-            if detail == "0":
-                self.write_json({"workloads": [self._listed(r) for r in rows]})
-                return
-            # One query for every listed workload's attempts, not one per workload.
-            attempts: dict[str, list[Attempt]] = {}
-            for a in s.scalars(select(Attempt).where(Attempt.workload_id.in_([r.id for r in rows]))
-                               .order_by(Attempt.workload_id, Attempt.number)):
-                attempts.setdefault(a.workload_id, []).append(a)
-        self.write_json({"workloads": [detailed(self.engine, r, attempts.get(r.id, []))
-                                       for r in rows]})
+        rows, attempts = queries.workloads(self.engine.store, self.identity, filters, limit,
+                                           with_attempts=detail == "1")
+        if detail == "0":
+            self.write_json({"workloads": [self._listed(r) for r in rows]})
+        else:
+            self.write_json({"workloads": [detailed(self.engine, r, attempts.get(r.id, []))
+                                           for r in rows]})
 
     def _listed(self, row: WorkloadRow) -> dict:
         out = views.workload(row)
@@ -287,18 +266,16 @@ class WorkloadHandler(APIHandler):
         # A long poll (the spawner's): answer once it is no longer in the
         # state ``wait_while`` names, or after ``timeout`` seconds.
         waiting = self.get_argument("wait_while", None)
+        timeout = self.int_arg("timeout", 10, 0, 10)
         if waiting is not None:
             if waiting not in STATES:
                 raise SpecError("wait_while", f"unknown state {waiting!r}; known: "
                                               f"{', '.join(STATES)}")
-            deadline = time.monotonic() + self.int_arg("timeout", 10, 0, 20)
+            deadline = time.monotonic() + timeout
             while row.state == waiting and time.monotonic() < deadline:
                 await self.gpuhub.cycle_done(deadline - time.monotonic())
                 row = queries.get(self.engine.store, self.identity, wid)
-        with self.engine.store.session() as s:
-            attempts = s.scalars(select(Attempt).where(Attempt.workload_id == wid)
-                                 .order_by(Attempt.number)).all()
-        self.write_json(detailed(self.engine, row, list(attempts)))
+        self.write_json(detailed(self.engine, row, queries.attempts_of(self.engine.store, wid)))
 
     def delete(self, wid: str):
         row = self.engine.cancel(self.identity, wid)
@@ -328,10 +305,8 @@ class ReleaseHandler(APIHandler):
 class EventsHandler(APIHandler):
     def get(self, wid: str):
         queries.get(self.engine.store, self.identity, wid)
-        with self.engine.store.session() as s:
-            rows = s.scalars(select(EventRow).where(EventRow.workload_id == wid)
-                             .order_by(EventRow.id)).all()
-        self.write_json({"events": [views.event(e) for e in rows]})
+        self.write_json({"events": [views.event(e)
+                                    for e in queries.events_of(self.engine.store, wid)]})
 
 
 class LogsHandler(APIHandler):
@@ -364,7 +339,7 @@ class LogsHandler(APIHandler):
                 offset += len(chunk)
                 text = chunk.decode("utf-8", "replace")
                 self.write(f"id: {offset}\nevent: log\ndata: {json.dumps({'text': text})}\n\n")
-            state = self._attempt_state(wid, attempt)
+            state = queries.attempt_state(self.engine.store, wid, attempt)
             try:
                 if state not in ("running", "queued") and not chunk:
                     self.write(f"event: end\ndata: {json.dumps({'attempt_state': state})}\n\n")
@@ -378,14 +353,6 @@ class LogsHandler(APIHandler):
             await asyncio.sleep(0.25 if chunk else 0.5)
         self.finish()
 
-    def _attempt_state(self, wid: str, attempt: int) -> str:
-        with self.engine.store.session() as s:
-            a = s.get(Attempt, (wid, attempt))
-            if a is not None:
-                return a.state
-            row = s.get(WorkloadRow, wid)
-            waiting = row is not None and row.state == "queued" and row.attempt == attempt
-            return "queued" if waiting else (row.state if row is not None else "none")
 
 
 def _read_from(path: str, offset: int) -> bytes:
@@ -549,15 +516,8 @@ class NoticesHandler(APIHandler):
     own; admins (the culler) post and read anyone's."""
 
     def get(self):
-        now = self.engine.clock()
-        q = select(NoticeRow).where(NoticeRow.cleared_at.is_(None)).order_by(NoticeRow.id)
-        user = self.get_argument("user", None)
-        if not self.identity.admin:
-            user = self.identity.name
-        if user:
-            q = q.where(NoticeRow.user == user)
-        with self.engine.store.session() as s:
-            rows = [n for n in s.scalars(q) if n.expires_at is None or n.expires_at > now]
+        user = self.get_argument("user", None) if self.identity.admin else self.identity.name
+        rows = queries.notices(self.engine.store, user, self.engine.clock())
         self.write_json({"notices": [views.notice(n) for n in rows]})
 
     def post(self):
@@ -582,32 +542,15 @@ class NoticesHandler(APIHandler):
         if unknown:
             raise SpecError(unknown[0], "is not a known field; known fields: user, server, kind, "
                                         "message, expires_at, data")
-        now = self.engine.clock()
-        with self.engine.store.transaction() as s:
-            row = NoticeRow(user=body["user"], server=server, kind=body["kind"],
-                            message=body["message"], created_at=now, expires_at=expires, data=data)
-            s.add(row)
-            s.flush()
-            s.add(AuditEntry(time=now, actor=self.identity.name, action="notice",
-                             target=f"{row.user}/{row.server}"[:255],  # the column
-                             detail={"kind": row.kind, "message": row.message, **row.data}))
+        row = operations.post_notice(self.engine, self.identity, body["user"], server,
+                                     body["kind"], body["message"], expires, data)
         self.write_json(views.notice(row), status=201)
-
-
-# The largest id an integer column holds (PostgreSQL's INTEGER).
-MAX_ID = 2 ** 31 - 1
 
 
 class NoticeHandler(APIHandler):
     def delete(self, nid: str):
-        if not self.identity.admin:
-            raise Forbidden("clearing notices needs the scope custom:gpuhub:admin")
-        with self.engine.store.transaction() as s:
-            row = s.get(NoticeRow, int(nid)) if int(nid) <= MAX_ID else None
-            if row is None:
-                raise NotFound(f"no notice {nid}")
-            row.cleared_at = row.cleared_at or self.engine.clock()
-        self.write_json(views.notice(row))
+        self.write_json(views.notice(operations.clear_notice(self.engine, self.identity,
+                                                             int(nid))))
 
 
 class AuditHandler(AdminHandler):
@@ -616,14 +559,9 @@ class AuditHandler(AdminHandler):
 
     def get(self):
         limit = self.int_arg("limit", 200, 1, 5000)
-        q = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
-        for key, column in (("action", AuditEntry.action), ("actor", AuditEntry.actor),
-                            ("target", AuditEntry.target)):
-            if self.get_argument(key, None):
-                q = q.where(column == self.get_argument(key))
-        with self.engine.store.session() as s:
-            rows = s.scalars(q).all()
-        self.write_json({"entries": [views.audit(a) for a in rows]})
+        filters = {key: self.get_argument(key, None) for key in queries.AUDIT_FILTERS}
+        self.write_json({"entries": [views.audit(a) for a in
+                                     queries.audit_entries(self.engine.store, limit, filters)]})
 
     def post(self):
         body = self.json_body()
@@ -636,13 +574,7 @@ class AuditHandler(AdminHandler):
         target = optional(body, "target", "")
         if not isinstance(target, str) or len(target) > 255:
             raise SpecError("target", "must be a string of at most 255 characters")
-        with self.engine.store.transaction() as s:
-            row = AuditEntry(time=self.engine.clock(), actor=self.identity.name,
-                             action=body["action"], target=target,
-                             detail=detail)
-            s.add(row)
-        if row.action == "cull" and self.engine.metrics is not None:
-            self.engine.metrics.culls.inc()
+        row = operations.record(self.engine, self.identity, body["action"], target, detail)
         self.write_json(views.audit(row), status=201)
 
 
@@ -666,8 +598,7 @@ class OpenAPIHandler(JSONErrors):
 
 class HealthHandler(JSONErrors):
     def get(self):
-        with self.settings["engine"].store.session() as s:
-            s.execute(select(func.count()).select_from(WorkloadRow)).scalar()
+        queries.database_answers(self.settings["engine"].store)
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         # How GPUs and limits are held, and whether users' processes are kept
         # apart (system accounts): a monitor, and the admin panel, can tell an

@@ -16,7 +16,8 @@ from sqlalchemy import select
 from typing import Optional
 
 from ..scheduler.model import Node, Quota
-from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, WorkloadRow
+from ..store import (AuditEntry, GpuRow, NodeRow, NoticeRow, PoolRow, PriceRow, QuotaRow,
+                     WorkloadRow)
 from . import journal, queries
 from .engine import Engine
 from .errors import Conflict, Forbidden, NotFound
@@ -241,3 +242,44 @@ def _check_acts_on(who: Identity, row: WorkloadRow, verb: str) -> None:
                         f"{row.team} or an admin may {verb} it")
     if not kind(row.kind).submitted_by_users:
         raise Conflict(f"workload {row.id} is a {row.kind}: only jobs can be held")
+
+
+# ---- notices and the audit log ------------------------------------------------------
+def post_notice(engine: Engine, who: Identity, user: str, server: str, kind_: str, message: str,
+                expires_at: Optional[float], data: dict) -> NoticeRow:
+    """A message for a user's server (the culler's warnings), audited."""
+    _need_admin(who, "posting notices")
+    now = engine.clock()
+    with engine.store.transaction() as s:
+        row = NoticeRow(user=user, server=server, kind=kind_, message=message, created_at=now,
+                        expires_at=expires_at, data=data)
+        s.add(row)
+        s.flush()
+        journal.audit(s, now, who.name, "notice", f"{row.user}/{row.server}"[:255],  # the column
+                      {"kind": row.kind, "message": row.message, **row.data})
+    return row
+
+
+# The largest id an integer column holds (PostgreSQL's INTEGER).
+MAX_ID = 2 ** 31 - 1
+
+
+def clear_notice(engine: Engine, who: Identity, nid: int) -> NoticeRow:
+    _need_admin(who, "clearing notices")
+    with engine.store.transaction() as s:
+        row = s.get(NoticeRow, nid) if nid <= MAX_ID else None
+        if row is None:
+            raise NotFound(f"no notice {nid}")
+        row.cleared_at = row.cleared_at or engine.clock()
+    return row
+
+
+def record(engine: Engine, who: Identity, action: str, target: str, detail: dict) -> AuditEntry:
+    """An audit entry of a hub-side service (a cull and its reasons, say)."""
+    with engine.store.transaction() as s:
+        row = AuditEntry(time=engine.clock(), actor=who.name, action=action, target=target,
+                         detail=detail)
+        s.add(row)
+    if action == "cull" and engine.metrics is not None:
+        engine.metrics.culls.inc()
+    return row

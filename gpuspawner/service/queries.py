@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ..store import GpuRow, NodeRow, QuotaRow, Store, TeamRow, WorkloadRow
+from ..store import (Attempt, AuditEntry, EventRow, GpuRow, NodeRow, NoticeRow, QuotaRow, Store,
+                     TeamRow, WorkloadRow)
 from .errors import NotFound
 from .identity import Identity
+from .states import QUEUED
 
 
 def visible(s: Session, who: Identity, wid: str) -> WorkloadRow:
@@ -116,3 +118,84 @@ def teams_view(engine, who: Identity) -> list[dict]:
                                         "used": held.get((t.name, q.pool), 0)}
                                for q in quotas if q.team == t.name}})
     return out
+
+
+# ---- workloads, their attempts and events ---------------------------------------
+LIST_FILTERS = {"team": WorkloadRow.team, "user": WorkloadRow.user, "kind": WorkloadRow.kind,
+                "pool": WorkloadRow.pool, "project": WorkloadRow.project,
+                "state": WorkloadRow.state}
+
+
+def workloads(store: Store, who: Identity, filters: dict[str, list[str]], limit: int,
+              with_attempts: bool) -> tuple[list[WorkloadRow], dict[str, list[Attempt]]]:
+    """The newest workloads the caller may see that match ``filters``
+    (``LIST_FILTERS`` names -> values), and with ``with_attempts`` their
+    attempts (one query for all of them, not one per workload)."""
+    q = select(WorkloadRow)
+    for name, values in filters.items():
+        if values:
+            q = q.where(LIST_FILTERS[name].in_(values))
+    if not who.admin:
+        q = q.where(WorkloadRow.team.in_(sorted(who.teams | who.leads)))
+    q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id).limit(limit)
+    attempts: dict[str, list[Attempt]] = {}
+    with store.session() as s:
+        rows = s.scalars(q).all()
+        if with_attempts:
+            for a in s.scalars(select(Attempt).where(Attempt.workload_id.in_([r.id for r in rows]))
+                               .order_by(Attempt.workload_id, Attempt.number)):
+                attempts.setdefault(a.workload_id, []).append(a)
+    return rows, attempts
+
+
+def attempts_of(store: Store, wid: str) -> list[Attempt]:
+    with store.session() as s:
+        return list(s.scalars(select(Attempt).where(Attempt.workload_id == wid)
+                              .order_by(Attempt.number)))
+
+
+def events_of(store: Store, wid: str) -> list[EventRow]:
+    with store.session() as s:
+        return list(s.scalars(select(EventRow).where(EventRow.workload_id == wid)
+                              .order_by(EventRow.id)))
+
+
+def attempt_state(store: Store, wid: str, attempt: int) -> str:
+    """An attempt's state, "queued" while it waits to be admitted."""
+    with store.session() as s:
+        a = s.get(Attempt, (wid, attempt))
+        if a is not None:
+            return a.state
+        row = s.get(WorkloadRow, wid)
+        waiting = row is not None and row.state == QUEUED and row.attempt == attempt
+        return "queued" if waiting else (row.state if row is not None else "none")
+
+
+# ---- notices and the audit log ------------------------------------------------------
+def notices(store: Store, user: Optional[str], now: float) -> list[NoticeRow]:
+    """Notices not cleared and not expired (of ``user``, or everyone's)."""
+    q = select(NoticeRow).where(NoticeRow.cleared_at.is_(None)).order_by(NoticeRow.id)
+    if user:
+        q = q.where(NoticeRow.user == user)
+    with store.session() as s:
+        return [n for n in s.scalars(q) if n.expires_at is None or n.expires_at > now]
+
+
+AUDIT_FILTERS = {"action": AuditEntry.action, "actor": AuditEntry.actor,
+                 "target": AuditEntry.target}
+
+
+def audit_entries(store: Store, limit: int, filters: dict[str, Optional[str]]) -> list[AuditEntry]:
+    """The newest audit entries, matching ``filters`` (``AUDIT_FILTERS`` names)."""
+    q = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
+    for key, value in filters.items():
+        if value:
+            q = q.where(AUDIT_FILTERS[key] == value)
+    with store.session() as s:
+        return list(s.scalars(q))
+
+
+def database_answers(store: Store) -> None:
+    """Raises when the database does not answer (the health check)."""
+    with store.session() as s:
+        s.execute(select(func.count()).select_from(WorkloadRow)).scalar()

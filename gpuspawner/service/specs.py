@@ -11,13 +11,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..durations import seconds_of
 from ..scheduler.model import JOB, NOTEBOOK
 
 # Matched with fullmatch: a pattern's "$" would let a trailing newline through.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
-                         r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 # The service sets these; a job may not override them.
 RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 RESERVED_ENV_PREFIX = "GPUHUB_"
@@ -88,25 +87,14 @@ class JobSpec:
 
 
 def parse_duration(value: Any, field_name: str) -> float:
-    """Seconds from a number or a string such as "90", "45m", "2h30m", "1d"."""
-    if isinstance(value, bool):
-        raise SpecError(field_name, "must be a number of seconds or a duration such as '2h30m'")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        text = value.strip()
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            seconds = float(text)
-        else:
-            m = DURATION_RE.match(text)
-            if not m or not any(m.groups()):
-                raise SpecError(field_name, f"{value!r} is not a duration (examples: 600, '45m', "
-                                            f"'2h30m', '1d')")
-            d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-            seconds = d * 86400 + h * 3600 + mi * 60 + s
-    else:
-        raise SpecError(field_name, "must be a number of seconds or a duration such as '2h30m'")
-    if seconds != seconds or seconds <= 0:
+    """Seconds from a number or a string such as "90", "45m", "2h30m", "1d"
+    (``durations.seconds_of``), more than none."""
+    try:
+        seconds = seconds_of(value)
+    except ValueError as e:
+        raise SpecError(field_name, f"must be a number of seconds or a duration such as "
+                                    f"'2h30m' ({e})") from None
+    if seconds <= 0:
         raise SpecError(field_name, f"must be positive, got {value!r}")
     return seconds
 

@@ -1,17 +1,11 @@
 """JSON views of rows, as the REST API shows them."""
 from __future__ import annotations
 
-import datetime as dt
 import os
 from typing import Optional
 
 from ..store import Attempt, EventRow, WorkloadRow
-
-
-def iso(t: Optional[float]) -> Optional[str]:
-    if t is None:
-        return None
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+from ..times import iso
 
 
 def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:

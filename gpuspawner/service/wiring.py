@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..backends.base import Backend
-from ..backends.kube_config import KubernetesJobs
-from ..backends.kube_status import nodes_from_k8s
-from ..backends.kubernetes import KubeApi, KubernetesBackend
+from ..backends.kubernetes.config import KubernetesJobs
+from ..backends.kubernetes.status import nodes_from_k8s
+from ..backends.kubernetes.backend import KubeApi, KubernetesBackend
 from ..backends.local import LocalBackend
 from ..backends.pools import PoolBackends
 from ..isolation.accounts import isolating

@@ -70,7 +70,7 @@ class GPUSpawnerMixin(Configurable):
         Longest wait (seconds) of one long poll of a queued server's workload:
         the service answers as soon as the scheduler admits it, so this only
         bounds how often the progress page's message is refreshed while it
-        waits (1 to 20).
+        waits (1 to 10).
         """).tag(config=True)
 
     # ---- state that belongs to one spawn ------------------------------
@@ -201,7 +201,7 @@ class GPUSpawnerMixin(Configurable):
                 # A long poll: the service answers when the scheduler admits it
                 # (or after the poll interval), not a poll interval late.
                 wait = "" if first else \
-                    f"?wait_while=queued&timeout={min(20, max(1, int(self.queue_poll_interval)))}"
+                    f"?wait_while=queued&timeout={min(10, max(1, int(self.queue_poll_interval)))}"
                 first = False
                 w = await self._service("GET", f"/workloads/{self.workload_id}{wait}")
                 if w["state"] == RUNNING:

@@ -25,7 +25,7 @@ from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Bool, Dict, Integer, TraitError, Unicode, default, validate
 
-from ..backends.kube_labels import label_value
+from ..backends.kubernetes.labels import label_value
 from .admission import GPUSpawnerMixin
 from .options import GpuRequest
 

@@ -7,22 +7,8 @@ from urllib.parse import urlsplit
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
-SERVICE_PREFIX = "/services/gpuhub"
-API_PATH = "/api/v1"
-
-
-def normalize_url(url: str) -> str:
-    """The service's base URL (``…/services/gpuhub``) from a service URL, an
-    API URL (``…/api/v1``) or a bare hub URL (as the gpuhub CLI reads it)."""
-    url = url.strip().rstrip("/")
-    if url.endswith(API_PATH):
-        url = url[: -len(API_PATH)].rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    parts = urlsplit(url)
-    if parts.path.rstrip("/") in ("", "/hub"):
-        url = f"{parts.scheme}://{parts.netloc}{SERVICE_PREFIX}"
-    return url
+# As the gpuhub CLI reads a URL: the same rules wherever a user types one.
+from gpuspawner.client import SERVICE_PREFIX, normalize_url
 
 
 class GpuHubLab(Configurable):

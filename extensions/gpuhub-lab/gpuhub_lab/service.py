@@ -8,7 +8,7 @@ from urllib.parse import quote, urlencode
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from .config import API_PATH
+from gpuspawner.client import API_PATH
 
 
 class ServiceError(Exception):

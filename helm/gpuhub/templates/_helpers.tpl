@@ -28,7 +28,7 @@ app.kubernetes.io/component: scheduler
 
 {{/* The namespaces the kubernetes backend creates workloads in, one a line:
 the jobs' namespace, or with team namespaces "<namespace>-<team>" per team
-(as gpuspawner.backends.kube_manifests.namespace_for names them). */}}
+(as gpuspawner.backends.kubernetes.manifests.namespace_for names them). */}}
 {{- define "gpuhub.backendNamespaces" -}}
 {{- $ns := include "gpuhub.jobsNamespace" . -}}
 {{- if .Values.backend.teams }}

@@ -1,6 +1,6 @@
-"""Runs attempts as Kubernetes Jobs (``kube_manifests``) and model replicas
-as Deployments (``kube_serving``), and reports how they end
-(``kube_status``), through a thin asynchronous API layer (``KubeApi``, on
+"""Runs attempts as Kubernetes Jobs (``manifests``) and model replicas
+as Deployments (``serving``), and reports how they end
+(``status``), through a thin asynchronous API layer (``KubeApi``, on
 ``kubernetes_asyncio`` like KubeSpawner).
 
 The engine calls backends synchronously from the event loop, so the API
@@ -23,13 +23,13 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Optional
 
-from ..scheduler.model import Node
-from .base import EXITED, AttemptExit, Backend, LaunchSpec
-from .kube_manifests import (MANAGED_BY, KubeSettings, job_manifest, job_name, namespace_for,
+from ...scheduler.model import Node
+from ..base import EXITED, AttemptExit, Backend, LaunchSpec
+from .manifests import (MANAGED_BY, KubeSettings, job_manifest, job_name, namespace_for,
                              rendezvous_service)
-from .kube_serving import (LABEL_REPLICA, replica_address, replica_exit, replica_manifests,
+from .serving import (LABEL_REPLICA, replica_address, replica_exit, replica_manifests,
                            revision_service, revision_service_name)
-from .kube_status import attempt_exit, nodes_from_k8s
+from .status import attempt_exit, nodes_from_k8s
 
 log = logging.getLogger("gpuhub.kubernetes")
 SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Optional
 
-from ..inventory.model import pool_name
-from ..scheduler.model import Node
-from .base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit
+from ...inventory.model import pool_name
+from ...scheduler.model import Node
+from ..base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"

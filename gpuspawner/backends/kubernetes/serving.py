@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from ..serving.replica import model_ready_path
-from .kube_labels import label_value
-from .base import EXITED, LOST, STOPPED, AttemptExit, LaunchSpec
-from .kube_manifests import (LABEL_TEAM, MANAGED_BY, KubeSettings, job_manifest, job_name, labels,
+from ...serving.replica import model_ready_path
+from .labels import label_value
+from ..base import EXITED, LOST, STOPPED, AttemptExit, LaunchSpec
+from .manifests import (LABEL_TEAM, MANAGED_BY, KubeSettings, job_manifest, job_name, labels,
                              namespace_for)
-from .kube_status import pod_lost
+from .status import pod_lost
 
 REPLICA_PORT = 8080
 SETTINGS_MOUNT = "/etc/gpuhub/replica"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from traitlets import Bool, Dict, Float, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .kube_manifests import KubeSettings
+from .manifests import KubeSettings
 
 
 class KubernetesJobs(LoggingConfigurable):

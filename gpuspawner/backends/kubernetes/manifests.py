@@ -21,9 +21,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
-from ..scheduler.model import Team
-from .base import LaunchSpec
-from .kube_labels import label_value
+from ...scheduler.model import Team
+from ..base import LaunchSpec
+from .labels import label_value
 
 MANAGED_BY = "gpuhub"
 LABEL_WORKLOAD = "gpuhub.jupyter.org/workload"
