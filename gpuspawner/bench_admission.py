@@ -72,7 +72,7 @@ def job_seconds(api: str, token: str, gpus: int, team: Optional[str]) -> float:
     t0 = time.perf_counter()
     wid = _ok(requests.post(f"{api}/workloads", json=body, headers=headers, timeout=30)).json()["id"]
     while True:
-        w = requests.get(f"{api}/workloads/{wid}?wait_while=queued&timeout=10",
+        w = requests.get(f"{api}/workloads/{wid}?wait_while=queued&timeout=5",
                          headers=headers, timeout=30).json()
         if w["state"] != "queued":
             took = time.perf_counter() - t0

@@ -23,7 +23,7 @@ from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .kinds import KINDS, kind
 from .specs import SpecError, parse_workload
-from .states import QUEUED, STATES
+from .states import FINAL_STATES, QUEUED, STATES
 from .usage import culls, usage_report
 
 
@@ -266,13 +266,15 @@ class WorkloadHandler(APIHandler):
         # A long poll (the spawner's): answer once it is no longer in the
         # state ``wait_while`` names, or after ``timeout`` seconds.
         waiting = self.get_argument("wait_while", None)
-        timeout = self.int_arg("timeout", 10, 0, 10)
+        timeout = self.int_arg("timeout", 5, 0, 5)
         if waiting is not None:
             if waiting not in STATES:
                 raise SpecError("wait_while", f"unknown state {waiting!r}; known: "
                                               f"{', '.join(STATES)}")
             deadline = time.monotonic() + timeout
-            while row.state == waiting and time.monotonic() < deadline:
+            # A workload that has ended stays so: no waiting on it.
+            while row.state == waiting and row.state not in FINAL_STATES \
+                    and time.monotonic() < deadline:
                 await self.gpuhub.cycle_done(deadline - time.monotonic())
                 row = queries.get(self.engine.store, self.identity, wid)
         self.write_json(detailed(self.engine, row, queries.attempts_of(self.engine.store, wid)))

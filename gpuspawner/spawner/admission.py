@@ -66,11 +66,11 @@ class GPUSpawnerMixin(Configurable):
         Groups named with this prefix are teams (as in the service's config).
         """).tag(config=True)
 
-    queue_poll_interval = Float(10.0, help="""
+    queue_poll_interval = Float(5.0, help="""
         Longest wait (seconds) of one long poll of a queued server's workload:
         the service answers as soon as the scheduler admits it, so this only
         bounds how often the progress page's message is refreshed while it
-        waits (1 to 10).
+        waits (1 to 5).
         """).tag(config=True)
 
     # ---- state that belongs to one spawn ------------------------------
@@ -201,7 +201,7 @@ class GPUSpawnerMixin(Configurable):
                 # A long poll: the service answers when the scheduler admits it
                 # (or after the poll interval), not a poll interval late.
                 wait = "" if first else \
-                    f"?wait_while=queued&timeout={min(10, max(1, int(self.queue_poll_interval)))}"
+                    f"?wait_while=queued&timeout={min(5, max(1, int(self.queue_poll_interval)))}"
                 first = False
                 w = await self._service("GET", f"/workloads/{self.workload_id}{wait}")
                 if w["state"] == RUNNING:
