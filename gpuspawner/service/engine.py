@@ -682,8 +682,14 @@ class Engine:
             in_workspace(home, os.path.join(cwd, spec.output_notebook), "output_notebook")
         return {**spec.stored(), "working_dir": cwd, "checkpoint_dir": checkpoint}
 
+    def workspace_path(self, user: str) -> str:
+        """Where the user's jobs run unless they name a working_dir (as the
+        jobs see it), whether it exists yet or not."""
+        return self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)
+
     def workspace(self, user: str) -> str:
-        home = self.config.workspace_root.format(data_dir=self.config.data_dir, username=user)
+        """The user's workspace, made theirs (created) first."""
+        home = self.workspace_path(user)
         if self.config.prepare_workspace is not None:
             self.config.prepare_workspace(user)
         else:

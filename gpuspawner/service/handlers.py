@@ -206,7 +206,8 @@ class MeHandler(APIHandler):
     def get(self):
         who = self.identity
         self.write_json({"name": who.name, "teams": sorted(who.teams), "leads": sorted(who.leads),
-                         "admin": who.admin, "can_submit": who.can_submit})
+                         "admin": who.admin, "can_submit": who.can_submit,
+                         "workspace": self.engine.workspace_path(who.name)})
 
 
 def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
