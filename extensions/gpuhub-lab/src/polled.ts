@@ -45,6 +45,9 @@ export abstract class PolledModel {
   async refreshNow(): Promise<void> {
     if (this.poll.state.phase === 'refreshed') {
       await this.poll.tick;
+      // The Poll sets its next timer a microtask after the tick; asked again
+      // before that, it would lose that timer's handle and never clear it.
+      await Promise.resolve();
     }
     await this.poll.refresh();
     await this.poll.tick;
