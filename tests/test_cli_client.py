@@ -708,8 +708,8 @@ def places(tmp_path):
     ("ws-link/sub", {"command": "python x.py"}, "sub", []),                  # through a link
     ("ws/sub", {"notebook": "train.ipynb"}, "sub", []),
     ("repo", {"command": ["python", "examples/x.py", "--out", "models"]}, None, ["examples/x.py"]),
-    ("repo", {"command": "python examples/x.py && cat 'examples/x.py'"}, None,
-     ["examples/x.py", "examples/x.py"]),                                    # a shell string's words
+    ("repo", {"command": "python examples/x.py && cat 'examples/x.py'"}, None,  # a shell string
+     ["examples/x.py", "examples/x.py"]),
     ("repo", {"command": ["python", "examples/shared.py"]}, None, []),       # there too
     ("repo", {"command": ["python", "{repo}/examples/x.py"]}, None, []),      # a full path
     ("repo", {"command": ["python", "-c", "print(1)"]}, None, []),

@@ -172,8 +172,6 @@ class LogsHandler(GpuHubHandler):
             if self._client_gone:  # cancelled by on_connection_close
                 return
             raise
-        except StreamClosedError:
-            return
         if not self._client_gone:
             self.finish(set_content_type="text/event-stream")
 
