@@ -64,13 +64,18 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	apt-get update && apt-get install -y chromium
 
+# The docs' command blocks (tests/test_doc_commands.py) pick ids out of JSON with jq.
+JQ := /usr/bin/jq
+$(JQ):
+	apt-get update && apt-get install -y jq
+
 # The Slurm tests start Debian's slurm-wlm (slurmctld + slurmd) with munge
 # on this host (tests/slurm_harness.py).
 SLURMCTLD := /usr/sbin/slurmctld
 $(SLURMCTLD):
 	apt-get update && apt-get install -y slurm-wlm munge
 
-test: $(STAMP) $(PROXY) $(CHROMIUM) $(SLURMCTLD) $(LAB_STAMP)
+test: $(STAMP) $(PROXY) $(CHROMIUM) $(JQ) $(SLURMCTLD) $(LAB_STAMP)
 	cd $(LAB_EXT) && ../../$(BIN)/jlpm test
 	$(BIN)/python -m pytest -q
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -20,8 +21,8 @@ import textwrap
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from .cli_workdir import command_words, elsewhere_warning, job_directory
 from .times import from_iso
-
 from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
                      resolve_token, resolve_url)
 
@@ -341,6 +342,15 @@ def _looked_at(client: GpuHubClient, w: dict, seconds: float = 2.0) -> dict:
 def cmd_submit(args) -> int:
     spec = build_job_spec(args)
     client = _client(args)
+    if args.workdir is None:
+        workspace = client.me().get("workspace")
+        if workspace:
+            cwd = os.getcwd()
+            workdir, missing = job_directory(cwd, workspace, command_words(spec))
+            if workdir:
+                spec["working_dir"] = workdir
+            elif missing:
+                _note(elsewhere_warning(cwd, workspace, missing))
     w = client.submit(spec)
     if args.json:
         _print_json(w)
@@ -529,7 +539,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--team", help="team to charge (default: your only team)")
     p.add_argument("--project", help="label for cost attribution")
     p.add_argument("--name", help="a name for the workload")
-    p.add_argument("--workdir", help="working directory (relative to your workspace)")
+    p.add_argument("--workdir", help="working directory (relative to your workspace). Default: "
+                                      "this directory when it is in your workspace (a notebook "
+                                      "server's terminal), else the workspace")
     p.add_argument("--env", action="append", type=parse_env_pair, metavar="K=V",
                    help="environment variable (repeat)")
     p.add_argument("--checkpoint-dir", help="handed to the job as GPUHUB_CHECKPOINT_DIR")

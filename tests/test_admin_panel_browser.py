@@ -333,6 +333,28 @@ def test_admin_creates_a_team_and_changes_its_members(hub, browser, tmp_path):
     assert hub_group(hub, "team-speech") == ["dave"]
     assert page.locator("#team-speech .members").inner_text() == "dave"
     assert hub.client("dave").get("/me").json()["teams"] == ["speech"]
+    # The new team guarantees nothing yet: dave's spawn page offers only
+    # GPUs borrowed from other teams (preemptible).
+    dave = page_as(browser, hub, "dave")
+    dave.goto(f"{hub.url}/hub/spawn")
+    gpus = dave.locator('.gpuhub-profile[data-pool="default"] select option[value="default:1"]')
+    sync_api.expect(gpus).to_contain_text("borrows idle GPUs of other teams")
+    sync_api.expect(dave.locator("#spawn_form")).to_contain_text("of its 0 default GPUs")
+    # Its quota, set on its form: 1 default GPU guaranteed.
+    form = page.locator("#team-speech")
+    form.locator('input[name="default.nominal"]').fill("1")
+    with page.expect_navigation():
+        form.locator("button.save").click()
+    assert "team speech saved" in page.locator("#done").inner_text()
+    assert page.locator('#team-speech input[name="default.nominal"]').input_value() == "1"
+    # dave's spawn page now offers a GPU of team speech's own.
+    dave.goto(f"{hub.url}/hub/spawn")
+    sync_api.expect(dave.locator('input[name="gpu_choice"][value="default:1"]')).to_have_count(1)
+    assert dave.locator('input[type="hidden"][name="team"]').get_attribute("value") == "speech"
+    sync_api.expect(gpus).not_to_contain_text("borrows")
+    sync_api.expect(dave.locator("#spawn_form")).to_contain_text(
+        "of its 1 default GPU free in its quota")
+    dave.context.close()
     shot(page, tmp_path, "admin-teams-members.png")
     # Someone the hub does not know: refused, naming the field.
     adds = page.locator('.members-forms[data-team="speech"] form.add-member')
@@ -348,7 +370,7 @@ def test_admin_creates_a_team_and_changes_its_members(hub, browser, tmp_path):
     assert hub_group(hub, "team-speech") == []
     entries = hub.client("root-admin").get("/audit", params={"target": "speech"}).json()["entries"]
     actions = [e["action"] for e in entries]
-    assert {"create-team", "add-member", "remove-member"} <= set(actions), actions
+    assert {"create-team", "add-member", "set-team", "remove-member"} <= set(actions), actions
 
 
 def test_non_admin_pages_are_styled_and_say_why(hub, browser, tmp_path):

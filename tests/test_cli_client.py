@@ -25,6 +25,7 @@ from gpuspawner.cli_client import (build_job_spec, command_payload, fmt_age, for
                                    format_pools, format_quotas, format_table, format_workloads,
                                    parse_env_pair, parse_limit, parse_param_value, quota_change,
                                    readable_reason, submitted_note, workload_row)
+from gpuspawner.cli_workdir import command_words, job_directory
 from gpuspawner.client import (DEFAULT_URL, ApiError, GpuHubClient, TokenMissing, hub_url_of,
                                iter_lines, iter_sse, normalize_url, resolve_token, resolve_url)
 
@@ -697,3 +698,73 @@ def test_bench_api_smoke(hub, capsys):
 ])
 def test_submit_tells_the_state_and_how_to_follow(w, following, says):
     assert submitted_note(w, following) == says
+
+
+# ---- where a submitted job runs, seen from the shell that submits it ---------------------------
+
+@pytest.fixture
+def places(tmp_path):
+    """A workspace (with sub/ and its own examples/shared.py) and, outside
+    it, a repository with examples/x.py and examples/shared.py; a link to
+    the workspace."""
+    ws, repo = tmp_path / "ws", tmp_path / "repo"
+    for path in (ws / "sub" / "x.py", ws / "examples" / "shared.py",
+                 repo / "examples" / "x.py", repo / "examples" / "shared.py"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("print('hi')\n")
+    (tmp_path / "ws-link").symlink_to(ws)
+    return tmp_path
+
+
+@pytest.mark.parametrize("cwd, spec, workdir, missing", [
+    ("ws", {"command": ["python", "x.py"]}, None, []),                       # the top: the default
+    ("ws/sub", {"command": ["python", "x.py"]}, "sub", []),                  # runs where you are
+    ("ws-link/sub", {"command": "python x.py"}, "sub", []),                  # through a link
+    ("ws/sub", {"notebook": "train.ipynb"}, "sub", []),
+    ("repo", {"command": ["python", "examples/x.py", "--out", "models"]}, None, ["examples/x.py"]),
+    ("repo", {"command": "python examples/x.py && cat 'examples/x.py'"}, None,  # a shell string
+     ["examples/x.py", "examples/x.py"]),
+    ("repo", {"command": ["python", "examples/shared.py"]}, None, []),       # there too
+    ("repo", {"command": ["python", "{repo}/examples/x.py"]}, None, []),      # a full path
+    ("repo", {"command": ["python", "-c", "print(1)"]}, None, []),
+    ("repo", {"notebook": "examples/x.py"}, None, ["examples/x.py"]),
+    ("repo", {"command": "python 'unbalanced"}, None, []),                   # the service says why
+])
+def test_job_directory(places, cwd, spec, workdir, missing):
+    spec = json.loads(json.dumps(spec).replace("{repo}", str(places / "repo")))
+    assert job_directory(str(places / cwd), str(places / "ws"), command_words(spec)) \
+        == (workdir, missing)
+
+
+def test_a_job_submitted_from_a_workspace_folder_runs_there(hub, svc, capsys, monkeypatch):
+    """A notebook server's terminal is in the workspace: `gpuhub submit --
+    python x.py` there runs x.py there, not at the workspace's top."""
+    folder = hub.workspace_folder("alice")
+    with open(os.path.join(folder, "where.py"), "w") as f:
+        f.write("import os; print('ran in', os.getcwd())\n")
+    hub.give("alice", folder)
+    monkeypatch.chdir(folder)
+    rc, out, err = run(capsys, "submit", *as_user(hub, svc, "alice"), "--gpus", "0", "-f", "--",
+                       "python", "where.py")
+    assert rc == 0, err
+    assert out.splitlines()[1] == f"ran in {folder}"
+    assert "warning" not in err
+
+
+def test_a_repository_path_is_warned_about_before_the_job_is_sent(hub, svc, capsys, monkeypatch,
+                                                                   places):
+    """`gpuhub submit -- python examples/x.py` from a repository outside the
+    workspace: the job would not find the file; the user is told where the
+    job runs and how to give the path, before it is submitted."""
+    monkeypatch.chdir(places / "repo")
+    rc, out, err = run(capsys, "submit", *as_user(hub, svc, "alice"), "--gpus", "0", "--",
+                       "python", "examples/x.py")
+    assert rc == 0, err
+    workspace = os.path.join(hub.data_dir, "workspaces", "alice")
+    warning, submitted = err.splitlines()[:2]
+    assert warning == (
+        f"gpuhub: warning: the job runs in your workspace {workspace}, not here "
+        f"({places / 'repo'}): it will not find examples/x.py there. Give the full path "
+        f"(\"$PWD/examples/x.py\") if your account can read it, or copy it into the workspace "
+        f"and submit from there (or name a directory of it with --workdir).")
+    assert submitted.startswith(f"gpuhub: {out.strip()} queued")

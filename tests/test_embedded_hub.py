@@ -78,7 +78,8 @@ def test_gpuhub_up_demo_secure_default(tmp_path):
         me = api.get(f"{url}/services/gpuhub/api/v1/me", timeout=10).json()
         # the demo makes alice the lead of her team
         assert me == {"name": "alice", "teams": ["vision"], "leads": ["vision"], "admin": False,
-                      "can_submit": True}
+                      "can_submit": True,
+                      "workspace": os.path.join(data_dir, "workspaces", "alice")}
         teams = api.get(f"{url}/services/gpuhub/api/v1/teams", timeout=10).json()["teams"]
         assert [(t["name"], t["quotas"]["default"]["nominal"]) for t in teams] == [("vision", 2)]
         pools = api.get(f"{url}/services/gpuhub/api/v1/pools", timeout=10).json()["pools"]

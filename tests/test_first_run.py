@@ -135,8 +135,9 @@ def test_first_start_gpu_notebook_then_quick_clean_stop_then_demo(tmp_path):
         # The servers stop while the service still answers, then the services.
         assert log.index("releasing admin's workload") < log.index("Cleaning up 2 services")
         # No fixed waits (JupyterHub's 10 s per SIGINT that nobody answers, which made a
-        # stop take 32-37 s): seconds, even on a loaded machine (the figure is printed).
-        assert took < 20, f"stopping took {took:.1f}s"
+        # stop take 32-37 s), no backoff between looks at an exiting server: the
+        # server's own exit, 0.2-2.0 s on the loaded 2-core machine (the figure is printed).
+        assert took < 10, f"stopping took {took:.1f}s"
         assert "AttributeError" not in log
         assert "could not release" not in log
         # Nothing stays booked: the server's GPU was released as it stopped.
@@ -157,7 +158,10 @@ def test_first_start_gpu_notebook_then_quick_clean_stop_then_demo(tmp_path):
                        timeout=10).json()["workloads"] == []
         took = hub.stop()
         print(f"hub stop without running work: {took:.1f} s")
-        assert took < 20
+        # The issue asks for < 5 s. The services' exits, watched closely, and no
+        # interpreter teardown: 0.1-0.2 s measured on the loaded 2-core machine
+        # (1.3-4.1 s before, most of it the hub's teardown and JupyterHub's backoff).
+        assert took < 2, f"stopping took {took:.1f}s"
     except BaseException:
         print(f"---- hub log (tail) ----\n{hub.tail(80)}")
         raise

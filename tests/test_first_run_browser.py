@@ -4,7 +4,8 @@ exactly as the README says: `gpuhub up` (what `make run` runs) on a fresh
 printed password, start a notebook server with 1 GPU from the spawn page,
 write a notebook in JupyterLab, submit it as a job (the lab extension's
 Submit as Job command), follow it in the Jobs panel and open its output
-notebook, then see the server's GPU on the hub's home page. No API call,
+notebook, then see the server's GPU and the job on the hub's home page, and
+open the job's log from there. No API call,
 CLI command or database step in between.
 
 Screenshots are kept in docs/screenshots/firstrun-*.png.
@@ -98,13 +99,24 @@ def test_first_run_to_a_gpu_notebook_and_a_first_job(tmp_path):
                     0, timeout=SLOW_MS)
                 shot(page, tmp_path, "firstrun-output.png")
 
-                # 7. The hub's home page: the GPU the server holds, at a glance.
+                # 7. The hub's home page: the GPU the server holds, the job that
+                # ended (its log and its output notebook a click away), at a glance.
                 page.goto(f"{hub.url}/hub/home")
                 glance = page.frame_locator("#gpuhub-glance-frame")
                 expect(glance.locator("#my-gpus")).to_have_text("1", timeout=SLOW_MS)
                 expect(glance.locator("#my-workloads")).to_contain_text("notebook")
                 expect(glance.locator("#my-teams")).to_contain_text("default")
+                ended = glance.locator("#my-finished tbody tr")
+                expect(ended).to_have_count(1)
+                expect(ended).to_contain_text(name.removesuffix(".ipynb").lower())
+                expect(ended).to_contain_text("succeeded")
+                expect(ended.locator("a.gpuhub-output")).to_have_attribute(
+                    "href", re.compile(r"/hub/user-redirect/lab/tree/outputs/.+\.ipynb$"))
+                expect(glance.locator("#no-deployments")).to_be_visible()
                 shot(page, tmp_path, "firstrun-home.png")
+                with page.expect_navigation():
+                    ended.locator("a.gpuhub-log").click()
+                expect(page.locator("body")).to_contain_text("hello from GPUs")
                 context.close()
             finally:
                 browser.close()

@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 import re
+import time
 import zipfile
 
 import nbformat
@@ -96,12 +97,72 @@ def lab_page(hub: Hub, user: str, pids: set[int], **context_options):
             context.set_default_timeout(60_000)
             context.set_default_navigation_timeout(SLOW_MS)
             page = context.new_page()
+            calls = GpuHubCalls(page)
             login(page, hub, user)
-            yield page
+            try:
+                yield page
+            except BaseException:
+                report_failure(page, hub, user, calls)
+                raise
             pids |= server_pids(hub)
             context.close()
         finally:
             browser.close()
+
+
+class GpuHubCalls:
+    """The extension's calls to its server (/gpuhub/…), as the browser made
+    them: when each ended, how, and how long it took; and those still
+    waiting for an answer. For the report of a failed test."""
+
+    def __init__(self, page) -> None:
+        self.ended: list[str] = []
+        self.sent: dict = {}
+        page.on("request", self._sent)
+        page.on("requestfinished",
+                lambda r: self._ended(r, str(r.response().status) if r.response() else "?"))
+        page.on("requestfailed", lambda r: self._ended(r, f"failed: {r.failure}"))
+
+    @staticmethod
+    def _name(request) -> str:
+        return f"{request.method} {request.url.split('/gpuhub/', 1)[1][:80]}"
+
+    def _sent(self, request) -> None:
+        if "/gpuhub/" in request.url:
+            self.sent[request] = time.monotonic()
+
+    def _ended(self, request, outcome: str) -> None:
+        if request in self.sent:
+            took = time.monotonic() - self.sent.pop(request)
+            self.ended.append(f"{time.strftime('%H:%M:%S')} {self._name(request)} -> {outcome} "
+                              f"in {took:.2f}s")
+
+    def report(self) -> str:
+        now = time.monotonic()
+        waiting = [f"{self._name(r)}: waiting for {now - t:.1f}s" for r, t in self.sent.items()]
+        return "\n".join(["(last 40 ended)", *self.ended[-40:], "(still waiting)", *waiting])
+
+
+def report_failure(page, hub: Hub, user: str, calls: GpuHubCalls) -> None:
+    """What the user saw and what the service holds, printed when a step
+    fails: a screenshot, the notifications, the extension's last calls, the
+    calls still waiting for an answer, and the user's workloads."""
+    try:
+        path = os.path.join(hub.workdir, "failure.png")
+        page.screenshot(path=path, full_page=True)
+        print(f"---- screenshot: {path}")
+        print("---- notifications:", page.locator(".jp-toast-message").all_inner_texts())
+        print("---- dialogs:", page.locator(".jp-Dialog").all_inner_texts())
+    except Exception as e:  # the page itself may be what broke
+        print(f"---- the page could not be read: {e}")
+    print(f"---- the extension's calls ----\n{calls.report()}")
+    try:
+        listed = hub.client("root-admin").get("/workloads", params={"user": user}).json()
+        print("---- the service's workloads of", user, "----")
+        for w in listed.get("workloads", []):
+            print(w["id"], w["name"], w["state"], w.get("reason", ""))
+    except Exception as e:
+        print(f"---- the service could not be asked: {e}")
 
 
 def job_row(page, state: str):
@@ -167,12 +228,16 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
             form.locator('textarea[name="env"]').fill("WANDB_MODE=offline")
             page.locator(".jp-Dialog-body").evaluate("b => b.scrollTop = 0")
             shot(page, tmp_path, "lab-submit-form.png")
-            page.locator(".jp-Dialog-button.jp-mod-accept").click()
-            expect(page.locator(".gpuhub-SubmitForm")).to_have_count(0)
+            with page.expect_response(lambda r: r.request.method == "POST"
+                                      and "/gpuhub/workloads" in r.url) as posted:
+                page.locator(".jp-Dialog-button.jp-mod-accept").click()
+                expect(page.locator(".gpuhub-SubmitForm")).to_have_count(0)
+            assert posted.value.status == 201, posted.value.text()
 
-            # 2. The Jobs panel opens: the job waits behind amy's, first in line.
+            # 2. The Jobs panel opens with the job the submit answered (not
+            # at the next poll): it waits behind amy's, first in line.
             queued = job_row(page, "queued")
-            expect(queued).to_have_count(1, timeout=30_000)
+            expect(queued).to_have_count(1, timeout=5_000)
             expect(queued.locator(".gpuhub-Job-detail")).to_contain_text("#1 in queue")
             # When: behind amy's job, which ends at its default 24 h limit at the latest.
             expect(queued.locator(".gpuhub-Job-detail")).to_contain_text(

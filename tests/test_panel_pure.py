@@ -8,6 +8,8 @@ import pytest
 from gpuspawner.scheduler.model import Quota
 from gpuspawner.service.panel import charts
 from gpuspawner.service.panel.cluster import cluster_model, gpu_state
+from gpuspawner.service.panel.glance import output_in_workspace
+from gpuspawner.store import WorkloadRow
 from gpuspawner.service.panel.pages import parse_quota_form
 from gpuspawner.service.specs import SpecError
 
@@ -111,3 +113,18 @@ def test_cluster_model_counts_and_colours_per_pool():
     cells = pool["nodes"][0]["cells"]
     assert cells[0]["colour"] == charts.heat(97.0) and cells[0]["text_colour"] == "#fff"
     assert cells[1]["colour"] == "#d9d9d9"
+
+
+@pytest.mark.parametrize("spec, output", [
+    ({"notebook": "t.ipynb", "working_dir": "/ws/alice/p", "output_notebook": "out/t-1.ipynb"},
+     "p/out/t-1.ipynb"),
+    ({"notebook": "t.ipynb", "working_dir": "/ws/alice", "output_notebook": "/ws/alice/o.ipynb"},
+     "o.ipynb"),
+    ({"notebook": "t.ipynb", "working_dir": "/ws/alice"}, None),   # in the attempt's directory
+    ({"notebook": "t.ipynb", "working_dir": "/ws/alice", "output_notebook": "/tmp/o.ipynb"}, None),
+    ({"notebook": "t.ipynb", "working_dir": "/ws/alice", "output_notebook": "../bob/o.ipynb"},
+     None),
+    ({"command": ["python", "x.py"], "working_dir": "/ws/alice"}, None),
+])
+def test_the_glance_links_an_output_notebook_only_inside_the_workspace(spec, output):
+    assert output_in_workspace(WorkloadRow(spec=spec), "/ws/alice") == output

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -169,6 +170,32 @@ def test_cli_lists_deployments_and_changes_traffic(hub, capsys):
     assert "no canary to promote" in capsys.readouterr().err
     assert cli.main(["deployments", "a/iris", "rollback", *conn]) == 0
     assert hub.client("alice").get("/deployments/a/iris").json()["traffic"] == {"1": 100}
+
+
+def test_the_glance_lists_jobs_that_ended_and_the_teams_deployments(hub):
+    """The hub's home page embeds the overview's glance (``?embed=1``):
+    besides the active work, alice's jobs that ended in the last day (state,
+    log) and her team's deployments by name, with their endpoint URL and
+    ready replicas."""
+    alice = hub.client("alice")
+    headers = {"Authorization": f"token {hub.token('alice')}"}
+    html = requests.get(f"{hub.url}/services/gpuhub/?embed=1", headers=headers, timeout=10).text
+    row = re.search(r'<tr data-deployment="a/iris">(.*?)</tr>', html, re.S)
+    assert row, html
+    assert f"{hub.url}/services/gpuhub/endpoints/a/iris/v2/models/iris/infer" in row.group(1)
+    ready, total = map(int, re.search(r'gpuhub-ready">(\d+) of (\d+)<', row.group(1)).groups())
+    assert 1 <= ready <= total
+    # the training jobs of the first test, newest first, each with its log
+    trained = [w["id"] for w in alice.get("/workloads", params={"state": "succeeded",
+                                                                "kind": "job"}).json()["workloads"]]
+    listed = re.findall(r'<tr data-id="(\w+)">(.*?)</tr>', html.split('id="my-finished"')[1],
+                        re.S)
+    assert [wid for wid, _ in listed] == trained[:len(listed)] and listed
+    wid, cells = listed[0]
+    assert ">succeeded<" in cells
+    log = re.search(r'class="gpuhub-log" href="([^"]+)"', cells).group(1)
+    r = requests.get(hub.url + log, headers=headers, timeout=10)
+    assert r.status_code == 200 and "accuracy" in r.text, r.text
 
 
 def test_bad_input_gets_clear_errors_and_the_server_stays_up(hub):

@@ -1,6 +1,7 @@
 """The spawn page in a real browser: a user picks GPUs on the hub's form,
 waits in her team's queue on the progress page while a teammate holds the
-team's quota, and lands in JupyterLab once the GPUs are hers.
+team's quota, and lands in JupyterLab once the GPUs are hers; then she makes
+a named server from the home page, whose GPU her team's quota counts.
 
 Chromium is the system's (/usr/bin/chromium), driven by Playwright's sync API;
 the hub is the real embedded one (tests/hub_harness.py). Screenshots of the
@@ -41,11 +42,16 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.3):
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-def server_state(hub: Hub, user: str) -> dict | None:
+def servers(hub: Hub, user: str) -> dict:
+    """The user's servers as the hub's REST API lists them, by name ("": the default)."""
     r = requests.get(f"{hub.url}/hub/api/users/{user}",
                      headers={"Authorization": f"token {hub.token(user)}"}, timeout=10)
     assert r.status_code == 200, r.text
-    return r.json().get("servers", {}).get("")
+    return r.json().get("servers", {})
+
+
+def server_state(hub: Hub, user: str, name: str = "") -> dict | None:
+    return servers(hub, user).get(name)
 
 
 def shot(page, tmp_path, name: str, *, keep: bool = True) -> str:
@@ -65,11 +71,12 @@ def stop_servers(hub: Hub, users) -> None:
     stop its server)."""
     for user in users:
         try:
-            requests.delete(f"{hub.url}/hub/api/users/{user}/server",
-                            headers={"Authorization": f"token {hub.token(user)}"}, timeout=30)
-            wait_for(lambda: server_state(hub, user) is None, 60, f"{user}'s server to stop")
+            for name in servers(hub, user):  # the default one and named ones
+                requests.delete(f"{hub.url}/hub/api/users/{user}/servers/{name}",
+                                headers={"Authorization": f"token {hub.token(user)}"}, timeout=30)
+            wait_for(lambda: not servers(hub, user), 60, f"{user}'s servers to stop")
         except Exception as e:  # cleanup: report, carry on
-            print(f"could not stop {user}'s server: {e}")
+            print(f"could not stop {user}'s servers: {e}")
 
 
 def server_pids(hub: Hub) -> set[int]:
@@ -223,6 +230,39 @@ def test_spawn_form_queue_and_lab(tmp_path):
                 shot(page, tmp_path, "lab.png")
                 assert (server_state(hub, "alice") or {}).get("ready")
                 pids |= server_pids(hub)
+
+                # 5. alice stops that server from the home page, and makes a named
+                # one there ("Add New Server"), started from its row with a card
+                # of the spawn form: it is admitted and counted in her team's quota
+                # like the default one.
+                page.goto(f"{hub.url}/hub/home")
+                page.locator("#stop").click()
+                wait_for(lambda: server_state(hub, "alice") is None, 60, "alice's server to stop")
+                page.goto(f"{hub.url}/hub/home")
+                page.locator(".new-server-name").fill("small")
+                page.locator(".new-server-btn").click()
+                start = page.locator("#start-small")
+                sync_api.expect(start).to_be_visible()
+                start.click()
+                page.wait_for_url(re.compile(r"/hub/spawn/alice/small$"))
+                sync_api.expect(page.locator("#spawn_form")).to_contain_text(
+                    "2 of its 2 default GPUs free in its quota")
+                page.select_option('.gpuhub-profile[data-pool="default"] select', "default:1")
+                page.click('#spawn_form button[type="submit"]')
+                wait_for(lambda: (server_state(hub, "alice", "small") or {}).get("ready"), 120,
+                         "alice's named server to be ready")
+                pids |= server_pids(hub)
+                page.goto(f"{hub.url}/hub/spawn")  # the default server's form: 1 GPU is taken
+                sync_api.expect(page.locator("#spawn_form")).to_contain_text(
+                    "1 of its 2 default GPUs free in its quota")
+                page.goto(f"{hub.url}/hub/home")
+                glance = page.frame_locator("#gpuhub-glance-frame")
+                named = glance.locator("#my-workloads tr", has_text="small")
+                sync_api.expect(named).to_contain_text("1 × default", timeout=SLOW_MS)
+                sync_api.expect(named).to_contain_text("running")
+                sync_api.expect(glance.locator("#my-teams tbody tr").first.locator("td").nth(2)
+                                ).to_have_text("1")
+                shot(page, tmp_path, "named-server.png", keep=False)
                 context.close()
             finally:
                 browser.close()

@@ -9,17 +9,28 @@ also kept running during the shutdown and raised on a service it had just
 stopped; and it stopped the services one after the other, each with SIGINT
 and a 10 s wait for a process that does not exit on it. Here the periodic
 checks stop first, then the servers while the scheduler service still
-answers, then the services together, each with SIGTERM at once.
+answers, then the services together, each with SIGTERM at once and
+watched closely (JupyterHub sends SIGINT first and polls with a backoff that
+grows to seconds), and the process leaves without the interpreter's teardown
+(``exit_now``), once everything is stopped and written.
 
 ``gpuhub up`` runs ``python -m gpuspawner.hub.app -f jupyterhub_config.py``.
 """
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 
 from jupyterhub.app import JupyterHub
 from jupyterhub.objects import Server
 from jupyterhub.utils import AnyTimeoutError
+
+from ..exit_now import exit_now
+
+# Seconds a managed service has to exit on SIGTERM (it takes well under one).
+SERVICE_TERM_TIMEOUT = 5.0
 
 
 class GpuHubApp(JupyterHub):
@@ -40,14 +51,28 @@ class GpuHubApp(JupyterHub):
                 if isinstance(result, Exception):
                     self.log.error("Failed to stop a server: %s", result)
         managed = [s for s in self._service_map.values() if s.managed and s.spawner is not None]
-        for service in managed:
-            # SIGTERM at once: every managed service exits on it.
-            service.spawner.interrupt_timeout = 0
-        # All at once (JupyterHub stops them one after the other, then finds them stopped).
+        await self._terminate(managed)
+        # JupyterHub's own stop, all at once: the bookkeeping for those that
+        # exited, SIGKILL in the end for one that did not.
         for result in await asyncio.gather(*(s.stop() for s in managed), return_exceptions=True):
             if isinstance(result, Exception):
                 self.log.error("Failed to stop a service: %s", result)
         await super().cleanup()
+
+    async def _terminate(self, services) -> None:
+        """SIGTERM to every managed service at once (each exits on it), then
+        wait for them to exit (up to SERVICE_TERM_TIMEOUT), looking often."""
+        for service in services:
+            if service.spawner.pid:
+                try:
+                    os.kill(service.spawner.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + SERVICE_TERM_TIMEOUT
+        while time.monotonic() < deadline:
+            if all([await s.spawner.poll() is not None for s in services]):
+                return
+            await asyncio.sleep(0.05)
 
     async def check_services_health(self):
         for name, service in self._service_map.items():
@@ -62,7 +87,10 @@ class GpuHubApp(JupyterHub):
                                  service.url)
 
 
-main = GpuHubApp.launch_instance
+def main() -> None:
+    GpuHubApp.launch_instance()
+    exit_now()  # cleanup() stopped the servers, the services and the proxy
+
 
 if __name__ == "__main__":
     main()

@@ -47,6 +47,11 @@ COLD_START_SECONDS = 60.0
 WAIT_FOR_REPLICA_SECONDS = 30.0
 
 
+def endpoint_path(service_prefix: str, team: str, name: str) -> str:
+    """A deployment's inference endpoint, under the hub's base URL, as the proxy routes it."""
+    return f"{service_prefix}endpoints/{team}/{name}/v2/models/{name}/infer"
+
+
 def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[RevisionRow],
                     service_prefix: str) -> dict:
     replicas = [r for r in ctl.replicas.values() if r.deployment_id == dep.id]
@@ -57,8 +62,7 @@ def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[
         "traffic": {int(k): v for k, v in dep.traffic.items()},
         "stable_revision": dep.stable_revision, "canary_revision": ctl.deployments.canary(dep),
         "rollback": dep.rollback, "message": dep.message,
-        # under the hub's base URL, as the proxy routes it
-        "endpoint": f"{service_prefix}endpoints/{dep.team}/{dep.name}/v2/models/{dep.name}/infer",
+        "endpoint": endpoint_path(service_prefix, dep.team, dep.name),
         "created_at": iso(dep.created_at), "updated_at": iso(dep.updated_at),
         "revisions": [{"number": r.number, "model_dir": r.model_dir, "runtime": r.runtime,
                        "predictor": r.predictor, "created_at": iso(r.created_at),

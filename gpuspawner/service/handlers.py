@@ -209,7 +209,8 @@ class MeHandler(APIHandler):
     def get(self):
         who = self.identity
         self.write_json({"name": who.name, "teams": sorted(who.teams), "leads": sorted(who.leads),
-                         "admin": who.admin, "can_submit": who.can_submit})
+                         "admin": who.admin, "can_submit": who.can_submit,
+                         "workspace": self.engine.launcher.workspace_path(who.name)})
 
 
 def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
@@ -332,6 +333,16 @@ class LogsHandler(APIHandler):
         await self._stream(wid, attempt, path)
 
     async def _stream(self, wid: str, attempt: int, path: str) -> None:
+        metrics = self.engine.metrics
+        if metrics is not None:
+            metrics.log_follows.inc()
+        try:
+            await self._follow(wid, attempt, path)
+        finally:
+            if metrics is not None:
+                metrics.log_follows.dec()
+
+    async def _follow(self, wid: str, attempt: int, path: str) -> None:
         self.set_header("Content-Type", "text/event-stream")
         offset = int(self.request.headers.get("Last-Event-ID") or 0)
         deadline = time.monotonic() + self.gpuhub.log_follow_timeout

@@ -60,8 +60,14 @@ class Launcher:
         self.prepare_workspace = prepare_workspace
 
     # ---- the user's files --------------------------------------------------
+    def workspace_path(self, user: str) -> str:
+        """Where the user's jobs run unless they name a working_dir (as the
+        jobs see it), whether it exists yet or not."""
+        return self.workspace_root.format(data_dir=self.data_dir, username=user)
+
     def workspace(self, user: str) -> str:
-        home = self.workspace_root.format(data_dir=self.data_dir, username=user)
+        """The user's workspace, made theirs (created) first."""
+        home = self.workspace_path(user)
         if self.prepare_workspace is not None:
             try:
                 self.prepare_workspace(user)

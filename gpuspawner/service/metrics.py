@@ -6,7 +6,7 @@ the loop.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 
@@ -79,6 +79,9 @@ class ServiceMetrics:
                                 ["outcome", "kind"], registry=self.registry)
         self.culls = Counter("gpuhub_culls", "Servers the culler stopped (from its audit entries)",
                              registry=self.registry)
+        self.log_follows = Gauge("gpuhub_log_follows",
+                                 "Followed logs (server-sent event streams) open now",
+                                 registry=self.registry)
         self.endpoint_requests = Counter(
             "gpuhub_endpoint_requests", "Requests the router passed to a replica, by its status",
             ["team", "deployment", "revision", "code"], registry=self.registry)

@@ -2,8 +2,10 @@
 processes held to exactly the GPUs the scheduler gave them."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
+import time
 from functools import partial
 from typing import Optional
 
@@ -145,3 +147,14 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     async def stop(self, now=False):
         await self.stop_and_release(partial(super().stop, now=now))
         self._unplace()
+
+    async def wait_for_death(self, timeout=10):
+        """Whether the server exited within ``timeout`` seconds, looked at
+        every 0.1 s: JupyterHub's backoff grows to seconds between looks,
+        which made a stop last up to twice as long as the server's exit."""
+        deadline = time.monotonic() + timeout
+        while await self.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True

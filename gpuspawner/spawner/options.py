@@ -60,7 +60,8 @@ class PoolOffer:
         """The team's quota in this pool, said once on the spawn page."""
         limit = "no borrowing limit" if self.ceiling is None \
             else f"may borrow {self.ceiling - self.nominal}"
-        return (f"{max(0, self.nominal - self.used)} of its {self.nominal} {self.pool} GPUs "
+        gpus = "GPU" if self.nominal == 1 else "GPUs"
+        return (f"{max(0, self.nominal - self.used)} of its {self.nominal} {self.pool} {gpus} "
                 f"free in its quota ({limit}), {self.free_in_pool} idle in the pool")
 
     def note(self, gpus: int) -> str:

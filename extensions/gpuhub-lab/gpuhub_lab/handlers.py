@@ -6,27 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
-from tornado.httputil import HTTPInputError
 from tornado.iostream import StreamClosedError
 
 from . import deployspec, jobspec, outputs
 from .service import ServiceClient, ServiceError, seg
 
 SCOPES = ("mine", "team")
-
-
-class ClientGone(HTTPInputError):
-    """The browser closed a log stream. Raised from the streaming callback of
-    the request to the service, it closes that connection; tornado logs any
-    other exception there as "Uncaught exception", this kind at INFO."""
-
-    def __init__(self) -> None:
-        super().__init__("the browser closed the log stream; stopped reading the service's")
 
 
 class GpuHubHandler(APIHandler):
@@ -144,10 +134,10 @@ class WorkloadHandler(GpuHubHandler):
 class LogsHandler(GpuHubHandler):
     """The log of an attempt: plain text, or (``follow=true``) the service's
     server-sent event stream, passed on as it arrives. A browser that goes
-    away (a closed tab) ends the request to the service with the next chunk
-    the service sends, quietly."""
+    away (a closed tab) closes the request to the service at once, quietly."""
 
     _client_gone = False
+    _upstream: "Optional[asyncio.Future]" = None
 
     @tornado.web.authenticated
     async def get(self, wid: str):
@@ -164,8 +154,6 @@ class LogsHandler(GpuHubHandler):
 
         def forward(chunk: bytes) -> None:
             nonlocal started
-            if self._client_gone:
-                raise ClientGone()  # closes the connection to the service
             if not started:
                 self.set_header("Content-Type", "text/event-stream")
                 self.set_header("Cache-Control", "no-cache")
@@ -174,13 +162,14 @@ class LogsHandler(GpuHubHandler):
             self.write(chunk)
             self.flush().add_done_callback(_retrieved)  # a write to a closed tab: nothing to say
 
-        try:
-            await self.service.stream(path, params, forward,
-                                      self.request.headers.get("Last-Event-ID"))
-        except (ClientGone, StreamClosedError):
+        if self._client_gone:
             return
-        except ServiceError:
-            if self._client_gone:  # the connection to the service closed by forward()
+        self._upstream = asyncio.ensure_future(self.service.stream(
+            path, params, forward, self.request.headers.get("Last-Event-ID")))
+        try:
+            await self._upstream
+        except asyncio.CancelledError:
+            if self._client_gone:  # cancelled by on_connection_close
                 return
             raise
         if not self._client_gone:
@@ -188,6 +177,8 @@ class LogsHandler(GpuHubHandler):
 
     def on_connection_close(self) -> None:
         self._client_gone = True
+        if self._upstream is not None:
+            self._upstream.cancel()  # closes the connection to the service
 
 
 def _retrieved(future: "asyncio.Future") -> None:

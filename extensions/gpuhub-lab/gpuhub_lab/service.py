@@ -1,11 +1,14 @@
 """An asynchronous client of the scheduler service's REST API, for the
-handlers: tornado's HTTP client, so a slow service never blocks the server."""
+handlers: tornado's HTTP client for calls, httpx for log streams, so a slow
+service never blocks the server."""
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Callable, Optional
 from urllib.parse import quote, urlencode
 
+import httpx
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from gpuspawner.client import API_PATH
@@ -65,49 +68,56 @@ class ServiceClient:
     async def stream(self, path: str, params, on_chunk: Callable[[bytes], None],
                      last_event_id: Optional[str] = None, timeout: float = 3600.0) -> None:
         """A server-sent event stream, chunk by chunk, as the service sends
-        it. An error answer is not streamed: it raises ``ServiceError``."""
-        headers = {"Accept": "text/event-stream"}
+        it, for at most ``timeout`` seconds. An error answer is not streamed:
+        it raises ``ServiceError``. Cancelling the call closes the connection
+        to the service at once: a quiet stream (a queued attempt) is not held
+        open for a browser that went away. (httpx, not tornado's client:
+        a tornado fetch cannot be cancelled, and every open stream would
+        hold one of its ten connections.)"""
+        headers = {"Authorization": f"token {self.token}", "Accept": "text/event-stream"}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
-        status = {"code": 0}
-        error_body = bytearray()
+        started = False
 
-        def on_header(line: str) -> None:
-            if line.startswith("HTTP/"):
-                status["code"] = int(line.split()[1])
+        async def follow() -> None:
+            nonlocal started
+            limits = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0), read=None)
+            async with httpx.AsyncClient(timeout=limits) as client:
+                async with client.stream("GET", self.api + path, params=list(params),
+                                         headers=headers) as response:
+                    if response.status_code >= 400:
+                        raise error_of(response.status_code, response.reason_phrase,
+                                       await response.aread())
+                    async for chunk in response.aiter_bytes():
+                        started = True
+                        on_chunk(chunk)
 
-        def on_body(chunk: bytes) -> None:
-            if status["code"] >= 400:
-                error_body.extend(chunk)  # the service's error, raised below
-            else:
-                on_chunk(chunk)
-
-        request = self._request("GET", path, params, headers=headers, header_callback=on_header,
-                                streaming_callback=on_body, request_timeout=timeout)
         try:
-            await AsyncHTTPClient().fetch(request)
-        except HTTPClientError as e:
-            if e.response is not None and error_body:
-                e.response._body = bytes(error_body)
-            raise error_from(e) from None
-        except OSError as e:
-            if isinstance(e, ConnectionError) or status["code"] == 0:
+            await asyncio.wait_for(follow(), timeout)
+        except asyncio.TimeoutError:
+            return  # long enough: the browser's EventSource asks again from its last event
+        except httpx.TransportError as e:
+            if not started:
                 raise ServiceError(502, f"cannot reach the GPU Hub service at {self.api}: {e}")
-            raise
+            # the service went away mid-stream: the stream ends, the browser asks again
+
+
+def error_of(code: int, reason: str, body: Optional[bytes]) -> ServiceError:
+    """The service's own error ({status, error, field}), or a description."""
+    data = None
+    if body:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        return ServiceError(code, data["error"], data.get("field"))
+    if isinstance(data, dict) and isinstance(data.get("message"), str):  # the hub's errors
+        return ServiceError(code, data["message"])
+    return ServiceError(code, f"the GPU Hub service answered {code} {reason}")
 
 
 def error_from(e: HTTPClientError) -> ServiceError:
-    """The service's own error ({status, error, field}), or a description."""
-    body = None
-    if e.response is not None and e.response.body:
-        try:
-            body = json.loads(e.response.body)
-        except ValueError:
-            body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return ServiceError(e.code, body["error"], body.get("field"))
-    if isinstance(body, dict) and isinstance(body.get("message"), str):  # the hub's errors
-        return ServiceError(e.code, body["message"])
     if e.code == 599:
         return ServiceError(502, f"the GPU Hub service did not answer: {e}")
-    return ServiceError(e.code, f"the GPU Hub service answered {e.code} {e.message}")
+    return error_of(e.code, e.message, e.response.body if e.response is not None else None)

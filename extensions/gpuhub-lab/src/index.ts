@@ -108,9 +108,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       state,
       (): Partial<IFormValues> => ({ priority: settings.get('defaultPriority').composite as string }),
       job => {
-        Notification.success(`Job ${job.name} submitted (${job.id})`, { autoClose: 4000 });
-        void model.refreshNow();
+        model.add(job);
         app.shell.activateById(panel.id);
+        void model.refreshNow();
       }
     );
 

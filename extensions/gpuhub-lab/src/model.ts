@@ -67,7 +67,26 @@ export class JobsModel extends PolledModel {
     void this.refreshNow();
   }
 
+  /**
+   * A job just submitted, listed at once from the submit's answer (the next
+   * poll brings its queue position). A poll already under way began before
+   * the job existed: its answer is dropped rather than dropping the job.
+   */
+  add(job: IWorkload): void {
+    this.generation++;
+    const without = (jobs: IWorkload[]) => jobs.filter(j => j.id !== job.id);
+    this.mine = [job, ...without(this.mine)];
+    if (this.scope === 'team') {
+      this.team = [job, ...without(this.team)];
+    }
+    this.seen?.set(job.id, { state: job.state, attempt: job.attempt });
+    this._changed.emit();
+  }
+
   protected async refresh(): Promise<void> {
+    // Polls may overlap (refreshNow while one is under way): only the
+    // latest one's answer is shown, whatever order the answers come in.
+    const generation = ++this.generation;
     try {
       if (!this.me) {
         this.me = await this.api.me();
@@ -79,6 +98,9 @@ export class JobsModel extends PolledModel {
         this.api.pools(),
         this.api.notices()
       ]);
+      if (generation !== this.generation) {
+        return;
+      }
       const notes = jobNotes(this.seen, mine);
       this.seen = snapshot(mine);
       Object.assign(this, { mine, team, teams, pools, error: '' });
@@ -99,12 +121,16 @@ export class JobsModel extends PolledModel {
       );
       this.setInterval(next);
     } catch (error) {
+      if (generation !== this.generation) {
+        return;
+      }
       this.error = String((error as Error).message ?? error);
       this._changed.emit();
       throw error; // the poll backs off
     }
   }
 
+  private generation = 0;
   private seen: Map<string, IJobSnapshot> | null = null;
   private noticesSeen = new Set<number>();
   private _jobNotes = new Signal<this, IJobNote[]>(this);

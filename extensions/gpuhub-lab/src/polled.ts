@@ -36,8 +36,19 @@ export abstract class PolledModel {
     void this.poll.start();
   }
 
-  /** Poll now, not at the next tick; resolves once that poll is done. */
+  /**
+   * Poll now, not at the next tick; resolves once that poll is done. A
+   * refresh already under way began before whatever the caller just did
+   * (a submit): this one waits for it, then polls again, rather than
+   * being folded into it as the Poll would.
+   */
   async refreshNow(): Promise<void> {
+    if (this.poll.state.phase === 'refreshed') {
+      await this.poll.tick;
+      // The Poll sets its next timer a microtask after the tick; asked again
+      // before that, it would lose that timer's handle and never clear it.
+      await Promise.resolve();
+    }
     await this.poll.refresh();
     await this.poll.tick;
   }

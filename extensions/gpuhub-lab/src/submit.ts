@@ -84,12 +84,15 @@ export class Submitter {
         error = formProblem('gpus', impossible);
         continue;
       }
+      // The dialog is gone while the server answers: say that it is on its way.
+      const note = Notification.emit(`Submitting ${values.name || values.path}…`, 'in-progress', {
+        autoClose: false
+      });
+      let job: IWorkload;
       try {
-        const job = await this.model.api.submit(toSubmission(values));
-        await this.state.save(LAST_SUBMISSION, remembered(values) as any);
-        this.onSubmitted(job);
-        return job;
+        job = await this.model.api.submit(toSubmission(values));
       } catch (e) {
+        Notification.dismiss(note);
         if (e instanceof FormError) {
           error = formProblem(e.field, e.message);
         } else if (e instanceof ApiError) {
@@ -98,7 +101,18 @@ export class Submitter {
           Notification.error(`Submitting failed: ${e}`);
           return null;
         }
+        continue;
       }
+      Notification.update({
+        id: note,
+        message: `Job ${job.name} submitted (${job.id})`,
+        type: 'success',
+        autoClose: 4000
+      });
+      this.onSubmitted(job);
+      // The next form starts from this one (a failure here loses no job).
+      await this.state.save(LAST_SUBMISSION, remembered(values) as any).catch(() => undefined);
+      return job;
     }
   }
 

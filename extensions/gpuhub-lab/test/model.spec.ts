@@ -10,13 +10,20 @@ class FakeApi {
   notices: INotice[] = [];
   failing = false;
   calls = 0;
+  /** While set, answers (as of when they were asked) wait for it. */
+  gate: Promise<void> | null = null;
   me = async () => ({ name: 'alice', teams: ['vision'], leads: [], admin: false, can_submit: true });
   jobs = async (scope: string) => {
     this.calls++;
     if (this.failing) {
       throw new Error('cannot reach the GPU Hub service');
     }
-    return scope === 'mine' ? this.mine : [...this.mine, job({ id: 'w2', user: 'bob' })];
+    const answer = scope === 'mine' ? this.mine : [...this.mine, job({ id: 'w2', user: 'bob' })];
+    const gate = this.gate;
+    if (gate) {
+      await gate;
+    }
+    return answer;
   };
   teams = async () => TEAMS;
   pools = async () => POOLS;
@@ -87,5 +94,46 @@ describe('the jobs model', () => {
     await m.refreshNow();
     expect(m.team.map(j => j.user)).toEqual(['alice', 'bob']);
     m.dispose();
+  });
+
+  // A poll asked before the submit answers after it (a loaded server): the
+  // new job stays listed, and a poll after the submit runs.
+  it.each([
+    [
+      'the first poll',
+      2,
+      async (m: JobsModel, hold: () => void) => {
+        hold();
+        m.start();
+      }
+    ],
+    [
+      'a refresh',
+      3,
+      async (m: JobsModel, hold: () => void) => {
+        m.start();
+        await m.refreshNow();
+        hold();
+        return m.refreshNow();
+      }
+    ]
+  ])('keeps a job just submitted when %s, asked before, answers after it', async (_, calls, poll) => {
+    const api = new FakeApi();
+    const m = model(api);
+    let release = () => {};
+    const early = poll(m, () => (api.gate = new Promise<void>(r => (release = r))));
+    await new Promise(r => setTimeout(r, 20)); // its jobs() asked, its answer held
+    const submitted = job({ id: 'w9', state: 'queued' });
+    api.mine = [submitted];
+    api.gate = null;
+    m.add(submitted);
+    expect(m.mine.map(j => j.id)).toEqual(['w9']);
+    const after = m.refreshNow();
+    await new Promise(r => setTimeout(r, 20)); // a poll not waiting for it has answered by now
+    release();
+    await Promise.all([early, after]);
+    await new Promise(r => setTimeout(r, 20)); // the held answer is in
+    expect(m.mine.map(j => j.id)).toEqual(['w9']);
+    expect(api.calls).toBe(calls);
   });
 });

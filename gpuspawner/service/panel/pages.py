@@ -16,8 +16,8 @@ from markupsafe import Markup
 from sqlalchemy import func, select
 from tornado.httpclient import HTTPClientError
 
-from ...scheduler.model import Quota
-from ...store import Attempt, AuditEntry, EventRow, QuotaRow, WorkloadRow
+from ...scheduler.model import JOB, Quota
+from ...store import Attempt, AuditEntry, DeploymentRow, EventRow, QuotaRow, WorkloadRow
 from ...store.audit import verify
 from .. import operations as ops
 from .. import journal, queries, views
@@ -27,7 +27,7 @@ from ..handlers import parse_time
 from ..states import HELD, QUEUED, RUNNING, STOPPING
 from ..specs import SpecError
 from ..usage import culls, usage_report
-from . import charts
+from . import charts, glance
 from .base import PanelHandler
 from .cluster import cluster_model
 
@@ -426,22 +426,40 @@ class OverviewPage(PanelHandler):
     """/services/gpuhub/ ("Services → gpuhub" in the hub's menu), for
     everyone: your teams' quotas, your GPUs and work at a glance, and where
     the admin panel, the API and the CLI are. ``?embed=1``: the glance
-    alone, which the hub's home page shows."""
+    alone, which the hub's home page shows. Besides the active work: the
+    jobs that ended in the last day, and the teams' deployments."""
 
     audience = "user"
 
     def get(self):
         who = self.identity
         teams = [t for t in queries.teams_view(self.engine, who) if t["name"] in who.teams]
+        now = self.engine.clock()
+        serving = self.settings["serving"]
         with self.engine.store.session() as s:
             rows = s.scalars(select(WorkloadRow).where(
                 WorkloadRow.user == who.name,
                 WorkloadRow.state.in_((QUEUED, HELD, RUNNING, STOPPING)))
                 .order_by(WorkloadRow.submitted_at)).all()
+            ended = s.scalars(select(WorkloadRow).where(
+                WorkloadRow.user == who.name, WorkloadRow.kind == JOB,
+                WorkloadRow.finished_at >= now - glance.RECENT_SECONDS)
+                .order_by(WorkloadRow.finished_at.desc()).limit(glance.RECENT_JOBS)).all()
+            deps = s.scalars(select(DeploymentRow).where(DeploymentRow.team.in_(sorted(who.teams)))
+                             .order_by(DeploymentRow.team, DeploymentRow.name)).all()
         mine = [views.workload(r) for r in rows]
+
+        def replicas(dep_id: int) -> tuple[int, int]:
+            return (len(serving.ready_replicas(dep_id)),
+                    sum(1 for r in serving.replicas.values() if r.deployment_id == dep_id))
+
         template = "embed.html" if self.get_argument("embed", "") else "overview.html"
         self.render_page(template, title="Overview", teams=teams, workloads=mine,
                          gpus=sum(w["gpus"] for w in mine if w["state"] == RUNNING),
+                         finished=glance.finished_jobs(ended, self.engine.launcher.workspace_path(who.name),
+                                                       now, ago),
+                         deployments=glance.deployments(deps, replicas, self.gpuhub.service_prefix),
+                         origin=f"{self.request.protocol}://{self.request.host}",
                          hub_prefix=HubOAuth.instance().hub_prefix)
 
 
