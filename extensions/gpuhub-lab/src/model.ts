@@ -79,7 +79,7 @@ export class JobsModel extends PolledModel {
     if (this.scope === 'team') {
       this.team = [job, ...without(this.team)];
     }
-    this.seen?.set(job.id, { state: job.state, attempt: job.attempt });
+    this.seen?.set(job.id, snapshot([job]).get(job.id)!);
     this._changed.emit();
   }
 
