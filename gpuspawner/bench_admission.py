@@ -67,7 +67,7 @@ def spawn_seconds(hub_url: str, user: str, token: str, pool: str, gpus: int,
 def job_seconds(api: str, token: str, gpus: int, team: Optional[str]) -> float:
     """A job from submit until the service says it runs (long poll), then cancelled."""
     headers = {"Authorization": f"token {token}"}
-    body = {"command": HOLD, "gpus": gpus, "name": "gpuhub-bench-start", "time_limit": 600,
+    body = {"command": HOLD, "gpus_per_node": gpus, "name": "gpuhub-bench-start", "time_limit": 600,
             **({"team": team} if team else {})}
     t0 = time.perf_counter()
     wid = _ok(requests.post(f"{api}/workloads", json=body, headers=headers, timeout=30)).json()["id"]
@@ -107,7 +107,7 @@ def fill_queue(api: str, holder_token: str, holder_team: str, team_tokens: dict[
     pools = requests.get(f"{api}/pools", headers=headers, timeout=30).json()["pools"]
     free = sum(p["free"] for p in pools)
     holder = _ok(requests.post(f"{api}/workloads", headers=headers, timeout=30, json={
-        "command": HOLD, "gpus": free, "team": holder_team, "name": "gpuhub-bench-holder",
+        "command": HOLD, "gpus_per_node": free, "team": holder_team, "name": "gpuhub-bench-holder",
         "time_limit": 3 * 3600})).json()["id"]
     teams = sorted(team_tokens)
     sessions = {t: requests.Session() for t in teams}
@@ -117,7 +117,7 @@ def fill_queue(api: str, holder_token: str, holder_team: str, team_tokens: dict[
     def submit(i: int) -> None:
         team = teams[i % len(teams)]
         _ok(sessions[team].post(f"{api}/workloads", timeout=60, json={
-            "command": ["true"], "gpus": 1, "team": team, "name": f"queued-{i}",
+            "command": ["true"], "gpus_per_node": 1, "team": team, "name": f"queued-{i}",
             "time_limit": 600 + i % 7 * 300}))
 
     t0 = time.perf_counter()

@@ -34,7 +34,7 @@ from .client import GpuHubError, TokenMissing, hub_url_of, resolve_token, resolv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 5
-BENCH_JOB = {"command": "true", "gpus": 0, "name": "gpuhub-bench", "project": "bench",
+BENCH_JOB = {"command": "true", "gpus_per_node": 0, "name": "gpuhub-bench", "project": "bench",
              "time_limit": 60}
 
 

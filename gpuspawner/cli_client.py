@@ -100,7 +100,7 @@ def build_job_spec(args: argparse.Namespace) -> dict:
             spec["parameters"] = {k: parse_param_value(v) for k, v in args.parameters}
         if args.output_notebook:
             spec["output_notebook"] = args.output_notebook
-    for key, value in (("name", args.name), ("pool", args.pool), ("gpus", args.gpus),
+    for key, value in (("name", args.name), ("pool", args.pool), ("gpus_per_node", args.gpus),
                        ("nodes", args.nodes), ("time_limit", args.time_limit),
                        ("grace_period", args.grace_period), ("priority", args.priority),
                        ("team", args.team), ("project", args.project),

@@ -1,7 +1,7 @@
 """A small HTTP client of the GPU Hub REST API (``/services/gpuhub/api/v1``).
 
     client = GpuHubClient.from_env()            # --url/--token, else the environment
-    w = client.submit({"command": ["python", "train.py"], "gpus": 2})
+    w = client.submit({"command": ["python", "train.py"], "gpus_per_node": 2})
     for text in client.follow_logs(w["id"]):
         print(text, end="")
 

@@ -115,6 +115,6 @@ def test_drain_and_gpu_marks_and_price_survive_a_restart(hub, tmp_path):
         wait_for(lambda: "waiting" in again.client("bert").workload(wid)["reason"], "a reason")
         admin.request("PATCH", f"/nodes/{node['name']}", json={"drained": False})
         w = again.client("bert").wait(wid, "succeeded")
-        assert 1 not in w["attempts"][0]["placement"][0]["gpus"]
+        assert 1 not in w["attempts"][0]["placement"][0]["devices"]
     finally:
         again.stop()

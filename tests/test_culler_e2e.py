@@ -55,7 +55,7 @@ def test_idle_gpu_server_is_warned_then_culled_and_queued_work_starts(tmp_path):
         w = wait_for(lambda: (lambda j: j if j["state"] == "succeeded" else None)(
             requests.get(f"{hub.api}/workloads/{job['id']}", headers=admin, timeout=10).json()),
             "the queued job to run")
-        assert w["attempts"][0]["placement"][0]["gpus"] == [int(idle)]
+        assert w["attempts"][0]["placement"][0]["devices"] == [int(idle)]
         culls = requests.get(f"{hub.api}/audit", params={"action": "cull"}, headers=admin,
                              timeout=10).json()["entries"]
         assert [e["target"] for e in culls] == ["alice"]

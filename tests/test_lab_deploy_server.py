@@ -160,7 +160,8 @@ def model_files(jp_root_dir):
     ({"pool": "tpu"}, 400, "pool", "unknown pool 'tpu'"),
     ({"min_replicas": 3, "max_replicas": 2}, 400, "max_replicas", "at least min_replicas"),
     ({"runtime": "tensorrt"}, 400, "runtime", "unknown runtime 'tensorrt'"),
-    ({"canary_percent": 0}, 400, "canary_percent", "from 1 to 100"),
+    ({"canary_percent": 0}, 400, "canary_percent", "from 1 to 99"),
+    ({"canary_percent": 100}, 400, "canary_percent", "deploy without canary_percent"),
 ])
 async def test_bad_deploys_are_refused_with_the_field_and_nothing_is_deployed(
         jp_fetch, model_files, form, status, field, words):

@@ -44,7 +44,7 @@ def test_service_killed_mid_run_loses_nothing(tmp_path):
         for wid in [long] + short:
             alice.wait(wid, "running", 30)
         assert alice.workload(waiting)["state"] == "queued"
-        long_gpus = alice.workload(long)["placement"][0]["gpus"]
+        long_gpus = alice.workload(long)["placement"][0]["devices"]
 
         old = hub.service_pid()
         os.kill(old, signal.SIGKILL)
@@ -62,10 +62,10 @@ def test_service_killed_mid_run_loses_nothing(tmp_path):
             assert [a["state"] for a in w["attempts"]] == ["succeeded"]
         # The long one was found again, still on its GPU.
         w = alice.workload(long)
-        assert (w["state"], w["attempt"], w["placement"][0]["gpus"]) == ("running", 0, long_gpus)
+        assert (w["state"], w["attempt"], w["placement"][0]["devices"]) == ("running", 0, long_gpus)
         # The waiting job ran on other GPUs, never on the long job's.
         w = alice.wait(waiting, "succeeded", 60)
-        assert not set(w["attempts"][0]["placement"][0]["gpus"]) & set(long_gpus)
+        assert not set(w["attempts"][0]["placement"][0]["devices"]) & set(long_gpus)
         assert len(w["attempts"]) == 1
         assert alice.request("DELETE", f"/workloads/{long}").status_code == 202
         alice.wait(long, "cancelled", 30)

@@ -145,9 +145,11 @@ def test_spawn_form_queue_and_lab(tmp_path):
         amy = {"Authorization": f"token {hub.token('amy')}"}
         hub.token("alice")  # creates alice in the hub, in her team's group
 
-        # 1. amy's 2-hour training job holds the team's whole quota (2 GPUs).
+        # 1. amy's 2-hour training job holds the team's whole quota (2 GPUs); it is of
+        # the production class, which a notebook server (interactive) does not preempt.
         holder = hub.client("amy").submit(command=["python", "-c", "import time; time.sleep(600)"],
-                                          gpus=2, time_limit=7200, name="amy-trains")
+                                          gpus=2, time_limit=7200, name="amy-trains",
+                                          priority="production")
         hub.client("amy").wait(holder["id"], "running")
 
         with sync_api.sync_playwright() as pw:

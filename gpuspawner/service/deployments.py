@@ -97,8 +97,11 @@ def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
                                                "replica keeps its GPUs warm)")
     canary = body.get("canary_percent")
     if canary is not None and (isinstance(canary, bool) or not isinstance(canary, int)
-                               or not 1 <= canary <= 100):
-        raise SpecError("canary_percent", f"must be a whole percent from 1 to 100, got {canary!r}")
+                               or not 1 <= canary <= 99):
+        # 100 would leave the stable revision nothing: that is a full rollout
+        # (deploy without canary_percent), not a canary.
+        raise SpecError("canary_percent", f"must be a whole percent from 1 to 99, got {canary!r} "
+                                          f"(all of the traffic: deploy without canary_percent)")
     rollback = body.get("rollback") or {}
     if not isinstance(rollback, dict) or set(rollback) - {"error_rate", "p99_ms", "min_requests"}:
         raise SpecError("rollback", "must be an object with error_rate, p99_ms and/or min_requests")

@@ -219,7 +219,7 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
     out = views.workload(row, attempts[-1] if attempts else None)
     out["attempts"] = [views.attempt_view(a) for a in attempts]
     if "placement" in out:
-        placement = [(p["node"], p["gpus"]) for p in out["placement"]]
+        placement = [(p["node"], p["devices"]) for p in out["placement"]]
         out["devices"] = engine.launcher.devices(placement)
         out["device_uuids"] = engine.launcher.device_uuids(placement)
     if row.state == QUEUED:

@@ -33,7 +33,7 @@ MAX_TEXT = 64 * 1024
 MAX_PARAMETERS = 64 * 1024
 
 FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
-          "env", "pool", "gpus", "nodes", "time_limit", "priority", "checkpoint_dir", "project",
+          "env", "pool", "gpus", "gpus_per_node", "nodes", "time_limit", "priority", "checkpoint_dir", "project",
           "team", "grace_period")
 
 
@@ -99,6 +99,17 @@ def parse_duration(value: Any, field_name: str) -> float:
     return seconds
 
 
+def _gpus_per_node(body: dict) -> int:
+    """``gpus_per_node``, or under its older name ``gpus`` (read for one more
+    release); both, differing, is a contradiction."""
+    if "gpus_per_node" in body:
+        gpus = _int(body, "gpus_per_node", 1, 0, MAX_GPUS_PER_NODE)
+        if "gpus" in body and _int(body, "gpus", 1, 0, MAX_GPUS_PER_NODE) != gpus:
+            raise SpecError("gpus", "is the older name of gpus_per_node: give one of them")
+        return gpus
+    return _int(body, "gpus", 1, 0, MAX_GPUS_PER_NODE)
+
+
 def _int(body: dict, key: str, default: int, low: int, high: int) -> int:
     value = body.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -162,7 +173,8 @@ def _env(body: dict) -> dict[str, str]:
     return dict(value)
 
 
-SERVER_FIELDS = ("kind", "user", "team", "pool", "gpus", "name", "priority", "project")
+SERVER_FIELDS = ("kind", "user", "team", "pool", "gpus", "gpus_per_node", "name", "priority",
+                 "project")
 
 
 def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
@@ -178,7 +190,7 @@ def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
     if name and not NAME_RE.fullmatch(name):
         raise SpecError("name", "may use letters, digits, '.', '_' and '-' (at most 128)")
     return JobSpec(kind=NOTEBOOK, pool=_text(body, "pool", 64) or limits.default_pool,
-                   gpus=_int(body, "gpus", 1, 0, MAX_GPUS_PER_NODE), nodes=1, name=name,
+                   gpus=_gpus_per_node(body), nodes=1, name=name,
                    time_limit=None, priority=_text(body, "priority", 64) or "interactive",
                    project=_text(body, "project", 255) or "", team=_text(body, "team", 128))
 
@@ -232,7 +244,7 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
             raise SpecError("grace_period", f"must be at most {limits.max_grace_period:.0f} seconds")
     return JobSpec(
         kind=kind, pool=pool, name=name,
-        gpus=_int(body, "gpus", 1, 0, MAX_GPUS_PER_NODE),
+        gpus=_gpus_per_node(body),
         nodes=_int(body, "nodes", 1, 1, MAX_NODES),
         command=command, shell=shell, notebook=notebook, parameters=parameters,
         output_notebook=output_notebook,

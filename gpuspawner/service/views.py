@@ -13,7 +13,9 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
     out = {
         "id": row.id, "name": row.name, "kind": row.kind, "team": row.team, "user": row.user,
         "project": row.project, "state": row.state, "reason": row.reason,
+        # gpus: the older name of gpus_total, kept for one more release
         "pool": row.pool, "gpus": row.gpus_per_node * row.num_nodes,
+        "gpus_total": row.gpus_per_node * row.num_nodes,
         "gpus_per_node": row.gpus_per_node, "nodes": row.num_nodes, "priority": row.priority,
         "time_limit": row.time_limit, "grace_period": row.grace_period,
         "command": spec.get("command"), "notebook": spec.get("notebook"),
@@ -25,7 +27,7 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
         "finished_at": iso(row.finished_at),
     }
     if attempt is not None and attempt.number == row.attempt and attempt.state == "running":
-        out["placement"] = [{"node": n, "gpus": g} for n, g in attempt.placement]
+        out["placement"] = placement_view(attempt.placement)
     if spec.get("notebook") and attempt is not None:
         out["output_notebook"] = output_notebook(spec, attempt.attempt_dir)
     return out
@@ -39,9 +41,15 @@ def output_notebook(spec: dict, attempt_dir: str) -> str:
     return os.path.join(attempt_dir, stem + ".output.ipynb")
 
 
+def placement_view(placement) -> list[dict]:
+    """Each node of a placement with its GPU numbers there (``devices``;
+    ``gpus``, their older name, kept for one more release)."""
+    return [{"node": n, "devices": list(g), "gpus": list(g)} for n, g in placement]
+
+
 def attempt_view(a: Attempt) -> dict:
     return {"number": a.number, "state": a.state, "gpus": a.gpus, "borrowed": a.borrowed,
-            "placement": [{"node": n, "gpus": g} for n, g in a.placement],
+            "placement": placement_view(a.placement),
             "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
             "exit_code": a.exit_code, "reason": a.reason}
 

@@ -104,8 +104,10 @@ def build_spec(form: Any, root_dir: str, service_root: str,
     spec: dict[str, Any] = {
         "name": _optional_text(form, "name", 128) or default_name(path),
         "working_dir": working_dir,
-        "gpus": _integer(form, "gpus", 1, 0, 64),
-        "nodes": _integer(form, "nodes", 1, 1, 1024),
+        # Counts and their limits are the service's to check (its refusal names
+        # the field): the extension checks what only it can, the file paths.
+        "gpus_per_node": form.get("gpus", 1),
+        "nodes": form.get("nodes", 1),
     }
     for key in ("team", "pool", "priority", "project"):
         value = _optional_text(form, key, 64)

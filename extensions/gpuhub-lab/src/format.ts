@@ -1,5 +1,5 @@
 /** How jobs read in the panel: run times, states, reasons. Pure. */
-import { IAttempt, IWorkload } from './types';
+import { IAttemptRow, IWorkload } from './types';
 
 export const ACTIVE_STATES = ['queued', 'running', 'stopping'];
 export const FINISHED_STATES = ['succeeded', 'failed', 'cancelled', 'stopped'];
@@ -63,16 +63,17 @@ export function attemptsText(w: IWorkload): string {
  * Every attempt of a job, the current one too while it waits in the queue
  * again (the service lists an attempt once it is admitted).
  */
-export function attemptList(w: IWorkload): IAttempt[] {
+export function attemptList(w: IWorkload): IAttemptRow[] {
   const listed = w.attempts ?? [];
   if (listed.some(a => a.number === w.attempt)) {
     return listed;
   }
-  const waiting: IAttempt = {
+  const waiting: IAttemptRow = {
     number: w.attempt,
-    state: w.state,
+    state: w.state as IAttemptRow['state'],
     gpus: w.gpus,
     borrowed: 0,
+    placement: [],
     started_at: null,
     ended_at: null,
     exit_code: null,
@@ -82,7 +83,7 @@ export function attemptList(w: IWorkload): IAttempt[] {
 }
 
 /** One attempt in a line: "attempt 1: preempted after 2m 05s (by w9 of team nlp)". */
-export function attemptLine(a: IAttempt, now: number = Date.now()): string {
+export function attemptLine(a: IAttemptRow, now: number = Date.now()): string {
   let text = `attempt ${a.number + 1}: ${a.state}`;
   if (a.started_at) {
     const end = a.ended_at ? Date.parse(a.ended_at) : now;

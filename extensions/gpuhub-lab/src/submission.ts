@@ -86,6 +86,7 @@ export const FIELD_LABELS: Record<keyof IFormValues, string> = {
 /** The service's and the server extension's field names → the form's. */
 const FORM_FIELDS: Record<string, keyof IFormValues> = {
   time_limit: 'timeLimit',
+  gpus_per_node: 'gpus',
   output_dir: 'outputDir',
   checkpoint_dir: 'checkpointDir',
   command: 'path',
@@ -175,10 +176,11 @@ export function parseEnv(text: string): Record<string, string> {
   return out;
 }
 
-function integer(field: keyof IFormValues, text: string, low: number, high: number): number {
+/** A whole number as typed; how many may be asked for is the service's to say. */
+function wholeNumber(field: keyof IFormValues, text: string): number {
   const n = Number(text.trim());
-  if (!Number.isInteger(n) || n < low || n > high) {
-    throw new FormError(field, `must be a whole number from ${low} to ${high}`);
+  if (text.trim() === '' || !Number.isInteger(n)) {
+    throw new FormError(field, 'must be a whole number');
   }
   return n;
 }
@@ -189,8 +191,8 @@ export function toSubmission(values: IFormValues): ISubmission {
   }
   const submission: ISubmission = {
     path: values.path,
-    gpus: integer('gpus', values.gpus, 0, 64),
-    nodes: integer('nodes', values.nodes, 1, 1024),
+    gpus: wholeNumber('gpus', values.gpus),
+    nodes: wholeNumber('nodes', values.nodes),
     parameters: parseParameters(values.parameters),
     env: parseEnv(values.env)
   };
@@ -230,7 +232,7 @@ export function formFromJob(job: IWorkload, fallback: IFormValues): IFormValues 
     name: job.name,
     team: job.team,
     pool: job.pool,
-    gpus: String(job.gpus_per_node ?? job.gpus),
+    gpus: String(job.gpus_per_node),
     nodes: String(job.nodes ?? 1),
     timeLimit: job.time_limit ? `${Math.round(job.time_limit)}s` : '',
     priority: job.priority,

@@ -4,55 +4,30 @@
  * extension maps into this server's file tree.
  */
 
-export type WorkloadState =
-  | 'queued'
-  | 'running'
-  | 'stopping'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled'
-  | 'stopped';
+import type { components } from './service.generated';
 
-export interface IAttempt {
-  number: number;
-  state: string;
-  gpus: number;
-  borrowed: number;
-  started_at: string | null;
-  ended_at: string | null;
-  exit_code: number | null;
-  reason: string;
-}
+/**
+ * The scheduler service's objects are generated from its OpenAPI document
+ * (\`jlpm gen:types\` writes src/service.generated.ts; a test checks it is up
+ * to date), so the front end cannot drift from the service.
+ */
+type Schemas = components['schemas'];
 
-export interface IWorkload {
-  id: string;
-  name: string;
-  kind: string;
-  team: string;
-  user: string;
-  state: WorkloadState;
-  reason: string;
-  pool: string;
-  gpus: number;
-  gpus_per_node: number;
-  nodes: number;
-  priority: string;
-  time_limit: number | null;
-  command: string[] | null;
-  notebook: string | null;
-  parameters: Record<string, unknown>;
-  env: Record<string, string>;
-  working_dir: string;
-  checkpoint_dir: string | null;
-  attempt: number;
-  exit_code: number | null;
-  submitted_at: string;
+export type WorkloadState = Schemas['Workload']['state'];
+export type IAttempt = Schemas['Attempt'];
+/** An attempt as the Jobs panel lists it: the service's, or the one waiting to be admitted. */
+export type IAttemptRow = Omit<IAttempt, 'state' | 'started_at'> & {
+  state: IAttempt['state'] | 'queued' | 'held';
   started_at: string | null;
-  finished_at: string | null;
-  queue_position?: number;
-  /** While queued, once a scheduling cycle has looked at it. */
-  expected_start?: IExpectedStart | null;
-  attempts?: IAttempt[];
+};
+export type IExpectedStart = NonNullable<Schemas['ExpectedStart']>;
+export type IMe = Schemas['Me'];
+export type IQuota = Schemas['Quota'];
+export type ITeam = Schemas['Team'];
+export type IPool = Schemas['Pool'];
+export type INotice = Schemas['Notice'];
+
+export type IWorkload = Schemas['Workload'] & {
   /** Added by the server extension: paths relative to this server's root. */
   source_path?: string | null;
   output_path?: string | null;
@@ -62,58 +37,6 @@ export interface IWorkload {
   script_args?: string[];
   /** Where a succeeded job wrote a model the deploy dialog can serve (else null). */
   model_path?: string | null;
-}
-
-/** When a queued workload is expected to start (time null: unknown, see reason). */
-export interface IExpectedStart {
-  time: string | null;
-  earliest?: string;
-  latest?: string;
-  in_seconds?: number;
-  text: string;
-  basis: string;
-  reason?: string;
-  calibrated_on?: number;
-  made_at: string;
-}
-
-export interface IMe {
-  name: string;
-  teams: string[];
-  leads: string[];
-  admin: boolean;
-  can_submit: boolean;
-}
-
-export interface IQuota {
-  nominal: number;
-  borrowing_limit: number | null;
-  lending_limit: number | null;
-  used: number;
-}
-
-export interface ITeam {
-  name: string;
-  quotas: Record<string, IQuota>;
-}
-
-export interface IPool {
-  name: string;
-  capacity: number;
-  total: number;
-  used: number;
-  free: number;
-  queued_workloads: number;
-  queued_gpus: number;
-  teams: Record<string, number>;
-  nodes: { name: string; devices?: { model: string }[] }[];
-}
-
-export interface INotice {
-  id: number;
-  kind: string;
-  message: string;
-  created_at: string;
 }
 
 export interface IParameter {

@@ -9,12 +9,15 @@ export function job(over: Partial<IWorkload> = {}): IWorkload {
     user: 'alice',
     state: 'queued',
     reason: '',
+    project: '',
     pool: 'a100',
     gpus: 2,
+    gpus_total: 2,
     gpus_per_node: 2,
     nodes: 1,
     priority: 'batch',
     time_limit: null,
+    grace_period: null,
     command: null,
     notebook: 'train.ipynb',
     parameters: {},
@@ -23,6 +26,7 @@ export function job(over: Partial<IWorkload> = {}): IWorkload {
     checkpoint_dir: null,
     attempt: 0,
     exit_code: null,
+    cancel_requested: false,
     submitted_at: '2026-11-30T00:00:00Z',
     started_at: null,
     finished_at: null,
@@ -30,15 +34,24 @@ export function job(over: Partial<IWorkload> = {}): IWorkload {
   };
 }
 
+/** A team's fields the tests do not look at. */
+export function teamDefaults(name: string): Omit<ITeam, 'quotas'> {
+  return { name, group: `team-${name}`, weight: 1, default: false, notebook_gpu_limits: {} };
+}
+
+function device(model: string): IPool['nodes'][number]['devices'][number] {
+  return { index: 0, uuid: '', model, memory_mib: 81920, healthy: true, health_reason: '', admin_mark: '' };
+}
+
 export const TEAMS: ITeam[] = [
   {
-    name: 'vision',
+    ...teamDefaults('vision'),
     quotas: {
       a100: { nominal: 8, borrowing_limit: 4, lending_limit: null, used: 6 },
       t4: { nominal: 2, borrowing_limit: 0, lending_limit: null, used: 0 }
     }
   },
-  { name: 'nlp', quotas: { a100: { nominal: 4, borrowing_limit: null, lending_limit: null, used: 1 } } }
+  { ...teamDefaults('nlp'), quotas: { a100: { nominal: 4, borrowing_limit: null, lending_limit: null, used: 1 } } }
 ];
 
 export const POOLS: IPool[] = [
@@ -51,7 +64,7 @@ export const POOLS: IPool[] = [
     queued_workloads: 0,
     queued_gpus: 0,
     teams: { vision: 6, nlp: 1 },
-    nodes: [{ name: 'n1', devices: [{ model: 'A100' }] }]
+    nodes: [{ name: 'n1', gpus: 1, drained: false, source: 'declared', devices: [device('A100')] }]
   },
   { name: 't4', capacity: 2, total: 2, used: 0, free: 2, queued_workloads: 0, queued_gpus: 0, teams: {}, nodes: [] }
 ];

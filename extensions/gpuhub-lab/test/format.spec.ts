@@ -1,5 +1,6 @@
 import { attemptHeader, attemptLine, attemptsText, duration, joinLog, runTime, stateDetail, tail } from '../src/format';
 import { errorFrom, xsrfToken } from '../src/errors';
+import { IAttempt } from '../src/types';
 import { job } from './fixtures';
 
 describe('the Jobs panel text', () => {
@@ -23,7 +24,7 @@ describe('the Jobs panel text', () => {
     const expected_start = {
       time: '2026-11-30T00:12:00Z',
       text: 'expected to start in ~12 min (between 5 min and 30 min)',
-      basis: 'plan',
+      basis: 'plan' as const,
       made_at: '2026-11-30T00:00:00Z'
     };
     expect(stateDetail(job({ queue_position: 1, reason: 'waiting for 2 × a100 GPUs', expected_start }))).toBe(
@@ -65,12 +66,13 @@ describe('errors', () => {
 });
 
 describe("a requeued job's attempts", () => {
-  const preempted = {
+  const preempted: IAttempt = {
     number: 0,
     state: 'preempted',
     reason: 'preempted by w9 (team nlp)',
     gpus: 2,
     borrowed: 2,
+    placement: [],
     started_at: '2026-11-30T00:00:00Z',
     ended_at: '2026-11-30T00:02:05Z',
     exit_code: null
@@ -79,7 +81,7 @@ describe("a requeued job's attempts", () => {
 
   it('says how each attempt ended', () => {
     expect(attemptLine(preempted)).toBe('attempt 1: preempted after 2m 05s (preempted by w9 (team nlp))');
-    const running = { ...preempted, number: 1, state: 'running', reason: '', ended_at: null };
+    const running: IAttempt = { ...preempted, number: 1, state: 'running', reason: '', ended_at: null };
     expect(attemptLine(running, Date.parse('2026-11-30T00:00:42Z'))).toBe('attempt 2: running for 42s');
   });
 

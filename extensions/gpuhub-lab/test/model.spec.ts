@@ -58,7 +58,7 @@ describe('the jobs model', () => {
     expect(m.primaryTeam).toBe('vision');
 
     api.mine = [job({ state: 'running' })];
-    api.notices = [{ id: 7, kind: 'cull-warning', message: 'idle GPUs: culled in 15 minutes', created_at: '' }];
+    api.notices = [{ id: 7, user: 'alice', server: '', kind: 'cull-warning', message: 'idle GPUs: culled in 15 minutes', created_at: '', expires_at: null, cleared_at: null, data: {} }];
     await m.refreshNow();
     api.mine = [job({ state: 'succeeded' })];
     await m.refreshNow();

@@ -1,5 +1,5 @@
 import { poolBreakdown, quotaView, requestFit, statusText } from '../src/quota';
-import { POOLS, TEAMS } from './fixtures';
+import { POOLS, TEAMS, teamDefaults } from './fixtures';
 
 describe('the status bar text', () => {
   it('shows the pool where the team has most quota, with its GPU model', () => {
@@ -8,7 +8,7 @@ describe('the status bar text', () => {
 
   it('is empty for a team it does not know, and says when there is no quota', () => {
     expect(statusText(TEAMS, POOLS, 'audio')).toBe('');
-    expect(statusText([{ name: 'x', quotas: {} }], POOLS, 'x')).toBe('x: no quota');
+    expect(statusText([{ ...teamDefaults('x'), quotas: {} }], POOLS, 'x')).toBe('x: no quota');
   });
 
   it('breaks the team down per pool for the popover', () => {

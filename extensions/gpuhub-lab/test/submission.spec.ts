@@ -53,10 +53,15 @@ describe('the submission', () => {
     });
   });
 
+  it('leaves how many GPUs and nodes may be asked for to the service', () => {
+    // It refuses with the field named, which the form then marks (formProblem).
+    expect(toSubmission({ ...values, gpus: '65', nodes: '0' })).toMatchObject({ gpus: 65, nodes: 0 });
+  });
+
   it.each([
     ['gpus', { gpus: '1.5' }],
-    ['gpus', { gpus: '65' }],
-    ['nodes', { nodes: '0' }],
+    ['gpus', { gpus: '' }],
+    ['nodes', { nodes: 'two' }],
     ['path', { path: 'data.csv' }]
   ])('names the %s field when it is wrong', (field, over) => {
     try {

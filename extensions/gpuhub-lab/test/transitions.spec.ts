@@ -29,7 +29,7 @@ describe('notifications of my jobs', () => {
   });
 
   it('says once when a queued job is expected to start', () => {
-    const expected_start = { time: '2026-11-30T00:12:00Z', text: 'expected to start in ~12 min', basis: 'plan', made_at: '' };
+    const expected_start = { time: '2026-11-30T00:12:00Z', text: 'expected to start in ~12 min', basis: 'plan' as const, made_at: '' };
     const estimated = job({ state: 'queued', expected_start });
     let notes = jobNotes(snapshot([queued]), [estimated]);
     expect(notes.map(n => [n.kind, n.message])).toEqual([['queued', 'Job train is queued: expected to start in ~12 min']]);
