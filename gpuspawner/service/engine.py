@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..backends.base import EXITED, AttemptExit, LaunchSpec
+from ..backends.base import EXITED, AttemptExit
 from ..scheduler import events as ev
 from ..scheduler.model import Quota
 from ..scheduler.policy import Policy
@@ -36,7 +37,7 @@ from .kinds import BACKEND_KINDS, kind
 from .launch import Launcher, LocalNode
 from .rebuild import rebuild, to_workload
 from .requests import Requests
-from .start_estimates import StartEstimates, runtime_subject
+from .start_estimates import StartEstimates
 from .starts import Starter
 from .states import HOLDING_STATES, QUEUED, RUNNING, STOPPING
 from .teams import TeamBook
@@ -88,7 +89,6 @@ class Engine(Requests):
                                wake=lambda: self.wake())
         self.estimates = StartEstimates(policy)
         self._reasons: dict[str, str] = {}
-        self._estimated: set[str] = set()  # workloads whose first estimate is persisted
         # (replica, attempt) -> why the service itself ends it (replace_replica).
         self._replacing: dict[tuple[str, int], str] = {}
         self._planning = False
@@ -139,14 +139,12 @@ class Engine(Requests):
         with self.store.session() as s:
             self.estimates.load(s)
             for row in s.scalars(select(WorkloadRow).where(WorkloadRow.finished_at.is_(None))):
-                self.estimates.subjects[row.id] = runtime_subject(row)
-                if row.estimate_made_at is not None:
-                    self._estimated.add(row.id)
+                self.estimates.track(row)
             stopping = s.scalars(select(WorkloadRow).where(
                 WorkloadRow.state == STOPPING, WorkloadRow.kind.in_(BACKEND_KINDS))).all()
         for wid in unplaceable:
             self._lost_without_core(wid, now, "its GPUs are no longer in the inventory")
-        for x in self._recover(specs, broken):
+        for x in self.starter.recover(specs, broken):
             self.on_exit(x)
         for wid, attempt, why in broken:
             self._fail_launch(wid, attempt, why)
@@ -163,23 +161,6 @@ class Engine(Requests):
                 self._fail_launch(row.id, row.attempt, f"could not be stopped: {err}")
         log.info("rebuilt: %d queued, %d running; %d recovered attempts",
                  len(self.scheduler.state.pending), len(self.scheduler.state.running), len(specs))
-
-    def _recover(self, specs: list[LaunchSpec], broken: list) -> list[AttemptExit]:
-        """The backend's recovery of all attempts at once; if that fails, of
-        each alone, so that the one it cannot recover fails by itself
-        (``broken``) and the others are adopted."""
-        try:
-            return self.backend.recover(specs)
-        except Exception:
-            log.exception("recovering %d attempts failed; recovering them one by one", len(specs))
-        exits = []
-        for spec in specs:
-            try:
-                exits += self.backend.recover([spec])
-            except Exception as err:
-                log.exception("could not recover %s", spec.workload_id)
-                broken.append((spec.workload_id, spec.attempt, f"could not be recovered: {err}"))
-        return exits
 
     def _fail_launch(self, wid: str, attempt: int, why: str) -> None:
         """A workload whose attempt cannot be started or found again: it
@@ -214,11 +195,8 @@ class Engine(Requests):
                 self.nodes[node.name].node = node
                 self.scheduler.set_node(node)
         now = self.clock()
-        self._planning = True
-        try:
+        with self._planned(apply_changes=False):
             result = yield from self.scheduler.cycle_steps(now, explain=True)
-        finally:
-            self._planning = False
         changed = {w: r for w, r in result.waiting.items() if self._reasons.get(w) != r}
         if result.events or changed:
             with self.store.transaction() as s:
@@ -237,9 +215,7 @@ class Engine(Requests):
                 continue
             with self.store.transaction() as s:
                 journal.event(s, e.workload_id, e.type, now, e.message, attempt=e.attempt)
-        changes, self._changes = self._changes, []
-        for fn in changes:
-            fn(self.scheduler)
+        self._apply_changes()
         for e in result.events:
             try:
                 self._act(e, now)
@@ -248,29 +224,30 @@ class Engine(Requests):
         yield from self._estimate_steps(now)
 
     def _estimate_steps(self, now: float):
-        """Remake the start estimates; persist each workload's first one (what
-        its estimates' accuracy is judged by when it starts)."""
-        self._planning = True
+        """Remake the start estimates; persist each workload's first one."""
         try:
-            yield from self.estimates.refresh_steps(self.scheduler.state, now)
+            with self._planned():
+                yield from self.estimates.refresh_steps(self.scheduler.state, now)
         except Exception:  # an estimate is advice: never worth a cycle
             log.exception("start estimates failed")
             return
+        self.estimates.persist_first(self.store, now)
+
+    @contextmanager
+    def _planned(self, apply_changes: bool = True):
+        """While the core is being read in steps: changes wait (``change``)."""
+        self._planning = True
+        try:
+            yield
         finally:
             self._planning = False
-            changes, self._changes = self._changes, []
-            for fn in changes:
-                fn(self.scheduler)
-        first = {wid: t for wid in self.estimates.current if wid not in self._estimated
-                 and (t := self.estimates.planned(wid)) is not None}
-        if not first:
-            return
-        with self.store.transaction() as s:
-            for wid, planned in first.items():
-                row = s.get(WorkloadRow, wid)
-                if row is not None and row.estimate_made_at is None:
-                    row.estimate_made_at, row.estimated_start = now, planned
-        self._estimated.update(first)
+            if apply_changes:
+                self._apply_changes()
+
+    def _apply_changes(self) -> None:
+        changes, self._changes = self._changes, []
+        for fn in changes:
+            fn(self.scheduler)
 
     def _persist(self, s: Session, e: ev.Event, now: float) -> bool:
         state = self.scheduler.state
@@ -346,9 +323,7 @@ class Engine(Requests):
 
     def _finished(self, s: Session, row: WorkloadRow) -> None:
         """A workload ended for good: how long it ran joins the run-time history."""
-        self.estimates.record_run(row, records.ran_seconds(s, row.id))
-        self.estimates.subjects.pop(row.id, None)
-        self._estimated.discard(row.id)
+        self.estimates.finished(row, records.ran_seconds(s, row.id))
 
     def _lost_without_core(self, wid: str, now: float, why: str) -> None:
         with self.store.transaction() as s:

@@ -15,7 +15,6 @@ from .identity import Identity
 from .kinds import kind
 from .rebuild import field_for_reason, to_workload
 from .specs import JobSpec, SpecError
-from .start_estimates import runtime_subject
 from .states import CANCELLED, FINAL_STATES, HELD, QUEUED, RUNNING, STOPPED, STOPPING
 
 
@@ -78,7 +77,7 @@ class Requests:
                           {"team": row.team, "pool": row.pool,
                            "gpus": row.gpus_per_node * row.num_nodes})
         self.change(lambda sched: sched.submit(w, row.submitted_at))
-        self.estimates.subjects[row.id] = runtime_subject(row)
+        self.estimates.track(row)
         self.wake()
         return row
 

@@ -43,6 +43,7 @@ class StartEstimates:
         self.runtimes = RuntimeModel()
         self.calibration = Calibration(coverage)
         self.subjects: dict[str, str] = {}
+        self.persisted: set[str] = set()  # workloads whose first estimate is in the database
         self.current: dict[str, tuple[Estimate, Optional[StartRange]]] = {}
         self.made_at = float("-inf")
 
@@ -62,6 +63,32 @@ class StartEstimates:
                                                        WorkloadRow.started_at.is_not(None))
                              .order_by(WorkloadRow.started_at.desc()).limit(HISTORY)).all()[::-1]:
             self.record_start(row)
+
+    def track(self, row: WorkloadRow) -> None:
+        """A workload not ended yet (at start, or submitted)."""
+        self.subjects[row.id] = runtime_subject(row)
+        if row.estimate_made_at is not None:
+            self.persisted.add(row.id)
+
+    def finished(self, row: WorkloadRow, run_s: float) -> None:
+        """It ended for good: how long it ran joins the history."""
+        self.record_run(row, run_s)
+        self.subjects.pop(row.id, None)
+        self.persisted.discard(row.id)
+
+    def persist_first(self, store, now: float) -> None:
+        """Each workload's first estimate with a time, written once: what its
+        accuracy is judged by when it starts."""
+        first = {wid: t for wid in self.current if wid not in self.persisted
+                 and (t := self.planned(wid)) is not None}
+        if not first:
+            return
+        with store.transaction() as s:
+            for wid, planned in first.items():
+                row = s.get(WorkloadRow, wid)
+                if row is not None and row.estimate_made_at is None:
+                    row.estimate_made_at, row.estimated_start = now, planned
+        self.persisted.update(first)
 
     def record_run(self, row: WorkloadRow, run_s: float) -> None:
         """A workload ended after running ``run_s`` seconds over its attempts.

@@ -92,9 +92,22 @@ class Starter:
             self._stop_or_kill(wid, attempt, how, grace)
         return failed
 
-    def busy(self) -> bool:
-        with self._lock:
-            return bool(self._starting)
+    def recover(self, specs: list[LaunchSpec], broken: list) -> list:
+        """The backend's recovery of all attempts at once; if that fails, of
+        each alone, so that the one it cannot recover fails by itself
+        (appended to ``broken`` with why) and the others are adopted."""
+        try:
+            return self.backend.recover(specs)
+        except Exception:
+            log.exception("recovering %d attempts failed; recovering them one by one", len(specs))
+        exits = []
+        for spec in specs:
+            try:
+                exits += self.backend.recover([spec])
+            except Exception as err:
+                log.exception("could not recover %s", spec.workload_id)
+                broken.append((spec.workload_id, spec.attempt, f"could not be recovered: {err}"))
+        return exits
 
     def close(self, wait: bool = True) -> None:
         if self._pool is not None:
