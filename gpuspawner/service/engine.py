@@ -7,12 +7,9 @@ starts or stops processes. A crash between two steps leaves the database
 describing work that may not have started; at the next start the backend
 reports such work as lost and it is requeued.
 
-A cycle runs in steps (``tick_steps``): the service lets API requests in
-between (``GpuHubService._loop``), so none waits behind a long cycle. While
-a cycle is being planned nothing may change the core, so changes asked
-meanwhile (a submit, a cancel) are queued (``change``) and made when the
-cycle has been applied; a decision about a workload that changed meanwhile
-(cancelled while its admission was planned) is dropped, not persisted.
+A cycle runs in steps (``tick_steps``) with API requests served between
+them. Changes of the core asked while it is planned wait (``change``); a
+decision about a workload that changed meanwhile is dropped, not persisted.
 """
 from __future__ import annotations
 
@@ -39,10 +36,12 @@ from .rebuild import rebuild, to_workload
 from .requests import Requests
 from .start_estimates import StartEstimates
 from .starts import Starter
-from .states import HOLDING_STATES, QUEUED, RUNNING, STOPPING
+from .states import HOLDING_STATES, RUNNING, STOPPING
 from .teams import TeamBook
 
 log = logging.getLogger("gpuhub.engine")
+# Waiting reasons written per transaction (and step of a cycle).
+REASONS_PER_STEP = 500
 
 
 @dataclass
@@ -197,15 +196,9 @@ class Engine(Requests):
         now = self.clock()
         with self._planned(apply_changes=False):
             result = yield from self.scheduler.cycle_steps(now, explain=True)
-        changed = {w: r for w, r in result.waiting.items() if self._reasons.get(w) != r}
-        if result.events or changed:
+        if result.events:
             with self.store.transaction() as s:
                 result.events = [e for e in result.events if self._persist(s, e, now)]
-                for wid, reason in changed.items():
-                    row = s.get(WorkloadRow, wid)
-                    if row is not None and row.state == QUEUED:
-                        row.reason = reason
-        self._reasons.update(changed)
         if self.metrics is not None:
             self.metrics.count_decisions(result.events, self.scheduler.state, now)
         for e in self.scheduler.apply_result(result, now):
@@ -221,7 +214,20 @@ class Engine(Requests):
                 self._act(e, now)
             except Exception:  # one workload's stop or kill must not end the cycle
                 log.exception("could not act on %s of %s", e.type, e.workload_id)
+        yield from self._reason_steps(result.waiting)
         yield from self._estimate_steps(now)
+
+    def _reason_steps(self, waiting: dict[str, str]):
+        """Write down why each waits where that changed, a batch at a time
+        (with a long queue most change every cycle: "reserved to start within
+        12 min")."""
+        changed = [(w, r) for w, r in waiting.items() if self._reasons.get(w) != r]
+        for i in range(0, len(changed), REASONS_PER_STEP):
+            batch = changed[i:i + REASONS_PER_STEP]
+            with self.store.transaction() as s:
+                records.write_reasons(s, batch)
+            self._reasons.update(batch)
+            yield
 
     def _estimate_steps(self, now: float):
         """Remake the start estimates; persist each workload's first one."""

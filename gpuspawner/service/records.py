@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from ..scheduler import events as ev
@@ -110,3 +110,13 @@ def ran_seconds(s: Session, wid: str) -> float:
     """How long the workload ran over all its ended attempts."""
     return s.scalar(select(func.sum(Attempt.ended_at - Attempt.started_at)).where(
         Attempt.workload_id == wid, Attempt.ended_at.is_not(None))) or 0.0
+
+
+def write_reasons(s: Session, reasons: list[tuple[str, str]]) -> None:
+    """Why each of these queued workloads waits (one statement for all;
+    a workload no longer queued keeps the reason it has)."""
+    if reasons:
+        table = WorkloadRow.__table__
+        s.execute(update(table).where(table.c.id == bindparam("wid"), table.c.state == QUEUED)
+                  .values(reason=bindparam("why")),
+                  [{"wid": wid, "why": why} for wid, why in reasons])
