@@ -374,9 +374,11 @@ class Engine:
                 if node in self.nodes for g in gpus]
 
     def set_team(self, who: Identity, name: str, weight: Optional[float],
-                 quotas: Optional[dict[str, Quota]]) -> list[str]:
+                 quotas: Optional[dict[str, Quota]], audit_detail: Optional[dict] = None
+                 ) -> list[str]:
         """Change a team's weight and quotas; returns warnings (the change
-        is made) and raises SpecError for a change that cannot work."""
+        is made) and raises SpecError for a change that cannot work.
+        ``audit_detail`` joins the audit entry (an applied preview's figures)."""
         if not who.admin:
             raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
         now = self.clock()
@@ -414,7 +416,8 @@ class Engine:
             after_rows = self._quota_rows(s, name)
             self._audit(s, now, who.name, "set-team", name, {
                 "before": before, "after": {"weight": team.weight, "quotas": {
-                    q.pool: [q.nominal, q.borrowing_limit, q.lending_limit] for q in after_rows}}})
+                    q.pool: [q.nominal, q.borrowing_limit, q.lending_limit] for q in after_rows}},
+                **(audit_detail or {})})
             self.scheduler.set_team(to_team(team, after_rows))
             self._refresh_default_team(s)
             nominal: dict[str, int] = {}
