@@ -27,8 +27,8 @@ from ..handlers import parse_time
 from ..rebuild import HELD, QUEUED, RUNNING, STOPPING
 from ..specs import SpecError
 from ..usage import culls, usage_report
-from . import charts
-from .base import PanelHandler
+from . import charts, whatif_pages
+from .base import FORM_ERRORS, PanelHandler
 from .cluster import cluster_model
 
 DAY = 86400.0
@@ -140,7 +140,8 @@ class TeamsPage(PanelHandler):
                                      .group_by(QuotaRow.pool)).all())
         self.render_page("teams.html", status, teams=teams, pools=sorted(capacity),
                          capacity=capacity, nominal=nominal, fields=QUOTA_FIELDS,
-                         warnings=self.get_arguments("warning"),
+                         warnings=self.get_arguments("warning"), periods=whatif_pages.PERIODS,
+                         recent=self.gpuhub.previews.recent(self.identity),
                          typed=extra.pop("typed", {}), **extra)
 
     async def post(self):
@@ -163,6 +164,15 @@ class TeamsPage(PanelHandler):
                 return f"team {team} saved; the next scheduling cycle uses it"
 
             await self.form_action(act, again, warnings)
+        elif action == "preview":
+            try:
+                pid = await whatif_pages.start_from_form(self, typed)
+            except tuple(FORM_ERRORS) as e:
+                await again(status=getattr(e, "status", None) or next(
+                    code for kind, code in FORM_ERRORS.items() if isinstance(e, kind)),
+                    error=str(e), error_field=getattr(e, "field", ""))
+                return
+            self.redirect(f"{self.panel_url}whatif/{pid}", status=303)
         elif action in ("create", "add-member", "remove-member"):
             await self.form_action(lambda: self.change_team(action, team), again)
         else:
@@ -455,4 +465,4 @@ class PanelIndex(PanelHandler):
 
 PANEL_ROUTES = [("", PanelIndex), ("cluster", ClusterPage), ("teams", TeamsPage),
                 ("queue", QueuePage), ("usage", UsagePage), ("audit", AuditPage),
-                ("audit.jsonl", AuditExport)]
+                ("audit.jsonl", AuditExport), ("whatif/{id}", whatif_pages.PreviewPage)]
