@@ -57,7 +57,7 @@ def format_preview(view: dict) -> str:
             continue
         rows.append([team, n["jobs"],
                      _arrow(duration(c["mean_wait_s"]), duration(n["mean_wait_s"]))
-                     + f" ±{duration(n['margin_s'])}",
+                     + (f" ±{duration(n['margin_s'])}" if n["mean_wait_s"] is not None else ""),
                      _change(c["mean_wait_s"], n["mean_wait_s"]),
                      _arrow(duration(c["p95_wait_s"]), duration(n["p95_wait_s"])),
                      _arrow(_gpu_h(c["gpu_hours"]), _gpu_h(n["gpu_hours"])),
@@ -77,10 +77,12 @@ def format_preview(view: dict) -> str:
     lines.append(f"utilisation: actual {percent(fid['actual_utilisation'])}, replayed "
                  f"{percent(fid['replayed_utilisation'])} "
                  f"({fid['utilisation_error_points']:+.1f} points)")
+    lag = r["start_lag"]
     lines.append(f"± after a mean wait: the largest team error above "
-                 f"({duration(fid['wait_error_s'])}), plus "
-                 f"{duration(r['start_lag']['after_exit_s'])} (a start's lag) for each start the "
-                 f"team's jobs waited through, which may each come a cycle sooner or later")
+                 f"({duration(fid['wait_error_s'])}), plus the service's delay in starting work "
+                 f"for a job's own start ({duration(lag['after_submit_s'])}) and for each start "
+                 f"it waited for ({duration(lag['after_exit_s'])} each), as each may come that "
+                 f"much sooner or later")
     lines += ["", "assumptions:", *(f"- {a}" for a in r["assumptions"])]
     if r["rejected"]["proposed"]["count"] > r["rejected"]["current"]["count"]:
         lines.append(f"- {r['rejected']['proposed']['count']} workload(s) could never run under "

@@ -291,11 +291,12 @@ class WorkloadHandler(APIHandler):
         # A long poll (the spawner's): answer once it is no longer in the
         # state ``wait_while`` names, or after ``timeout`` seconds.
         waiting = self.get_argument("wait_while", None)
+        timeout = self.int_arg("timeout", 10, 0, 20)
         if waiting is not None:
             if waiting not in STATES:
                 raise SpecError("wait_while", f"unknown state {waiting!r}; known: "
                                               f"{', '.join(STATES)}")
-            deadline = time.monotonic() + self.int_arg("timeout", 10, 0, 20)
+            deadline = time.monotonic() + timeout
             while row.state == waiting and time.monotonic() < deadline:
                 await self.gpuhub.cycle_done(deadline - time.monotonic())
                 row = self.engine.get(self.identity, wid)

@@ -459,10 +459,10 @@ def preview(jobs: list[TraceJob], outcomes: Mapping[str, Outcome], horizon_s: fl
 
 def margin(wait_error_s: float, starts_waited: float, lag: StartLag) -> float:
     """The margin to read a team's replayed mean wait with: the replay's
-    largest error on the history, plus chance. A real start comes up to a
-    cycle sooner or later than the typical one (``lag.after_exit_s``), and
-    a job waits through ``starts_waited`` starts, each of which may."""
-    return wait_error_s + starts_waited * lag.after_exit_s
+    largest error on the history, plus chance. A real start may come about a
+    typical lag (``lag``) sooner or later than replayed: a job's own start,
+    and each of the ``starts_waited`` starts of other work it waited for."""
+    return wait_error_s + lag.after_submit_s + starts_waited * lag.after_exit_s
 
 
 def summary(result: dict, teams: Optional[Iterable[str]] = None) -> dict:
