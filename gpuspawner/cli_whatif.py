@@ -9,7 +9,6 @@ the admin panel shows.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -79,10 +78,10 @@ def format_preview(view: dict) -> str:
                  f"({fid['utilisation_error_points']:+.1f} points)")
     lag = r["start_lag"]
     lines.append(f"± after a mean wait: the largest team error above "
-                 f"({duration(fid['wait_error_s'])}), plus the service's delay in starting work "
-                 f"for a job's own start ({duration(lag['after_submit_s'])}) and for each start "
-                 f"it waited for ({duration(lag['after_exit_s'])} each), as each may come that "
-                 f"much sooner or later")
+                 f"({duration(fid['wait_error_s'])}), plus, since a start may come as late as "
+                 f"the slowest tenth of the history's did, {duration(lag['after_submit_p90_s'])} "
+                 f"for a job's own start and {duration(lag['after_exit_p90_s'])} for each start "
+                 f"of other work it waited for")
     lines += ["", "assumptions:", *(f"- {a}" for a in r["assumptions"])]
     if r["rejected"]["proposed"]["count"] > r["rejected"]["current"]["count"]:
         lines.append(f"- {r['rejected']['proposed']['count']} workload(s) could never run under "

@@ -81,14 +81,14 @@ def attempt(start, end, *gpus):
     pytest.param([PastWorkload("a", "job", "t", "u", "p", 1, 10.0, (attempt(10.1, 20.0, 0),)),
                   PastWorkload("b", "job", "t", "u", "p", 1, 12.0, (attempt(20.3, 30.0, 0),)),
                   PastWorkload("c", "job", "t", "u", "p", 1, 40.0, (attempt(40.05, 50.0, 0),))],
-                 StartLag(0.075, 0.3, 2, 1), id="queued-behind-an-exit-and-on-free-gpus"),
+                 StartLag(0.075, 0.3, 2, 1, 0.1, 0.3), id="queued-behind-an-exit-and-on-free-gpus"),
     pytest.param([PastWorkload("a", "job", "t", "u", "p", 1, 0.0, (attempt(0.0, 10.0, 0),)),
                   PastWorkload("b", "job", "t", "u", "p", 1, 0.0, (attempt(0.0, 12.0, 1),)),
                   PastWorkload("gang", "job", "t", "u", "p", 2, 1.0, (attempt(12.5, 20.0, 0, 1),))],
-                 StartLag(0.0, 0.5, 2, 1), id="a-gang-waits-for-the-last-of-its-gpus"),
+                 StartLag(0.0, 0.5, 2, 1, 0.0, 0.5), id="a-gang-waits-for-the-last-of-its-gpus"),
     pytest.param([PastWorkload("a", "job", "t", "u", "p", 1, 0.0, (attempt(0.0, 10.0, 0),
                                                                    attempt(10.2, 15.0, 0)))],
-                 StartLag(0.0, 0.2, 1, 1), id="a-requeued-attempt-after-its-own-exit"),
+                 StartLag(0.0, 0.2, 1, 1, 0.0, 0.2), id="a-requeued-attempt-after-its-own-exit"),
 ])
 def test_start_lag_is_the_services_delay_after_a_submission_and_after_an_exit(workloads, lag):
     assert vars(start_lag(workloads)) == pytest.approx(vars(lag))

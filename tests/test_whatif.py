@@ -105,6 +105,16 @@ def test_changes_apply_to_teams_knobs_and_the_default_teams_share():
     assert cluster.nodes == CLUSTER.nodes
 
 
+def test_team_changes_are_what_saving_them_changes():
+    changes = {"team.ml.b.default.borrowing_limit": 2, "team.a.weight": 2,
+               "team.ml.b.default.nominal": 2, "policy.backfill": False}
+    assert whatif.team_changes(changes, CLUSTER) == [
+        whatif.TeamChange("a", 2, {}, {"team.a.weight": 2}),
+        whatif.TeamChange("ml.b", None, {"default": Quota(2, 2, None)},
+                          {"team.ml.b.default.borrowing_limit": 2,
+                           "team.ml.b.default.nominal": 2})]
+
+
 def test_figures_of_a_course():
     cluster = Cluster([Node("n", "p", 2)], [Team("a", {"p": Quota(1)}), Team("b", {"p": Quota(1)})])
     runs = [Run("a", 0.0, 0.0), Run("a", 10.0, 30.0, preemptions=1), Run("a", 60.0, 100.0),
@@ -162,7 +172,8 @@ def test_shifting_quota_moves_the_wait_and_the_replay_of_its_own_history_is_exac
 
 def test_the_services_start_lag_is_replayed_and_left_out_of_the_gpu_hours():
     jobs = [workload("b", i) for i in range(4)]
-    lag = StartLag(after_submit_s=0.1, after_exit_s=0.5, submits=1, exits=3)
+    lag = StartLag(after_submit_s=0.1, after_exit_s=0.5, submits=1, exits=3,
+                   after_submit_p90_s=0.2, after_exit_p90_s=0.8)
     cluster = two_teams()
     plain = whatif.preview(jobs, {}, 100.0, cluster, get_policy("gpuhub"),
                            {"team.b.weight": 2})
@@ -172,7 +183,8 @@ def test_the_services_start_lag_is_replayed_and_left_out_of_the_gpu_hours():
     # each start comes 0.1 s after the submission, queued ones 0.5 s per exit waited for
     assert q["mean_wait_s"] > p["mean_wait_s"] + 0.1
     assert q["gpu_hours"] == pytest.approx(p["gpu_hours"])
-    assert q["margin_s"] == pytest.approx(0.1 + q["starts_waited"] * 0.5)
+    # the margin: a start as late as the slowest tenth, for its own and each waited for
+    assert q["margin_s"] == pytest.approx(0.2 + q["starts_waited"] * 0.8)
     assert "0.1s after a submission" in " ".join(lagged["assumptions"])
 
 

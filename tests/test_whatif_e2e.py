@@ -100,7 +100,7 @@ def history(hub):
         hub.client(user).wait(hub.client(user).submit(command=["true"], gpus=0)["id"],
                               "succeeded")
     start, waits = run_work(hub)
-    return {"since": start - 0.5, "waits": waits}
+    return {"since": start, "waits": waits}
 
 
 def preview(hub: Hub, who: str, since, changes: dict, timeout: float = 120) -> dict:

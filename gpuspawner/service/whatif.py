@@ -316,23 +316,16 @@ class Previews:
             raise Conflict(f"the settings of team(s) {', '.join(changed)} changed since preview "
                            f"{pid} was made: preview again, so that it compares with what is in "
                            f"place now")
-        teams = {t.name: t for t in cluster.teams}
         figures = whatif.summary(row.result)
         warnings: list[str] = []
         applied = []
-        for name in whatif.teams_touched(row.changes, cluster):
-            keys = {k: v for k, v in row.changes.items() if k.startswith(f"team.{name}.")
-                    and whatif.parse_key(k, teams, cluster.capacity).name == name}
-            new = whatif.apply_changes(Cluster(cluster.nodes, [teams[name]]), self.engine.policy,
-                                       keys)[0].teams[0]
-            pools = {whatif.parse_key(k, teams, cluster.capacity).pool for k in keys} - {""}
-            weight = new.weight if f"team.{name}.weight" in keys else None
-            quotas = {p: new.quota(p) for p in sorted(pools)} or None
-            warnings += self.engine.set_team(who, name, weight, quotas, audit_detail={
-                "preview": pid, "preview_changes": keys,
-                "preview_period": [iso(row.since), iso(row.until)],
-                "preview_figures": figures})
-            applied.append(name)
+        for change in whatif.team_changes(row.changes, cluster):
+            warnings += self.engine.set_team(
+                who, change.team, change.weight, change.quotas or None, audit_detail={
+                    "preview": pid, "preview_changes": change.settings,
+                    "preview_period": [iso(row.since), iso(row.until)],
+                    "preview_figures": figures})
+            applied.append(change.team)
         with self.engine.store.transaction() as s:
             r = s.get(PreviewRow, pid)
             r.applied_at, r.applied_by = self.engine.clock(), who.name

@@ -36,6 +36,7 @@ from typing import Iterable, Optional
 
 from ..scheduler.model import Node, Team
 from .cluster import Cluster
+from .metrics import percentile
 from .trace import TraceJob
 
 # Why a workload of the period is not in the trace.
@@ -108,14 +109,17 @@ class History:
 
 @dataclass(frozen=True)
 class StartLag:
-    """Median seconds from what let work start to its start, and how many
-    starts each median is of: after a submission that found free GPUs, and
-    after the exit of the attempt on its GPUs before it."""
+    """Seconds from what let work start to its start, after a submission
+    that found free GPUs and after the exit of the attempt on its GPUs
+    before it: the median (what a replay adds) and the 90th percentile (how
+    late a start may come by chance), and how many starts each is of."""
 
     after_submit_s: float = 0.0
     after_exit_s: float = 0.0
     submits: int = 0
     exits: int = 0
+    after_submit_p90_s: float = 0.0
+    after_exit_p90_s: float = 0.0
 
 
 # A workload that started and ended within the clock's resolution still ran.
@@ -187,7 +191,9 @@ def start_lag(workloads: Iterable[PastWorkload]) -> StartLag:
                 after_submit.append(a.start - w.submitted_at)
     return StartLag(median(after_submit) if after_submit else 0.0,
                     median(after_exit) if after_exit else 0.0,
-                    len(after_submit), len(after_exit))
+                    len(after_submit), len(after_exit),
+                    percentile(after_submit, 90) if after_submit else 0.0,
+                    percentile(after_exit, 90) if after_exit else 0.0)
 
 
 def cluster_of(nodes: Iterable[Node], teams: Iterable[Team]) -> Cluster:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from ..scheduler.model import PriorityClass, Quota, Team
@@ -208,23 +208,45 @@ def validate_changes(changes: Mapping[str, Any], cluster: Cluster, *, default_te
     return out
 
 
+@dataclass
+class TeamChange:
+    """What ``changes`` do to one team: its new weight (None: unchanged),
+    the whole new quota of each pool they touch, and their settings."""
+
+    team: str
+    weight: Optional[float] = None
+    quotas: dict[str, Quota] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def team_changes(changes: Mapping[str, Any], cluster: Cluster) -> list[TeamChange]:
+    """The team settings of ``changes`` (validated), per team in name order:
+    what saving them changes (``Engine.set_team``'s arguments)."""
+    teams = {t.name: t for t in cluster.teams}
+    out: dict[str, TeamChange] = {}
+    for key, value in changes.items():
+        k = parse_key(key, teams, cluster.capacity)
+        if k.scope != "team":
+            continue
+        change = out.setdefault(k.name, TeamChange(k.name))
+        change.settings[key] = value
+        if k.field == "weight":
+            change.weight = value
+        else:
+            quota = change.quotas.get(k.pool, teams[k.name].quota(k.pool))
+            change.quotas[k.pool] = replace(quota, **{k.field: value})
+    return [out[name] for name in sorted(out)]
+
+
 def apply_changes(cluster: Cluster, policy: Policy, changes: Mapping[str, Any], *,
                   default_team: str = "") -> tuple[Cluster, Policy]:
     """The cluster's teams and the policy with ``changes`` (validated) made."""
     teams = {t.name: t for t in cluster.teams}
-    knobs = {}
     nominal_before = _nominal_by_pool(teams.values(), default_team)
-    for key, value in changes.items():
-        k = parse_key(key, teams, cluster.capacity)
-        if k.scope == "policy":
-            knobs[k.field] = value
-            continue
-        team = teams[k.name]
-        if k.field == "weight":
-            teams[k.name] = replace(team, weight=value)
-            continue
-        quota = replace(team.quota(k.pool), **{k.field: value})
-        teams[k.name] = replace(team, quotas={**team.quotas, k.pool: quota})
+    for c in team_changes(changes, cluster):
+        team = teams[c.team]
+        teams[c.team] = replace(team, weight=team.weight if c.weight is None else c.weight,
+                                quotas={**team.quotas, **c.quotas})
     default = teams.get(default_team)
     if default is not None:
         nominal_after = _nominal_by_pool(teams.values(), default_team)
@@ -235,6 +257,8 @@ def apply_changes(cluster: Cluster, policy: Policy, changes: Mapping[str, Any], 
                 q = default.quota(pool)
                 quotas[pool] = replace(q, nominal=max(0, q.nominal + freed))
         teams[default_team] = replace(default, quotas=quotas)
+    knobs = {key[len("policy."):]: value for key, value in changes.items()
+             if key.startswith("policy.")}
     return Cluster(cluster.nodes, list(teams.values())), policy.with_(**knobs)
 
 
@@ -245,12 +269,6 @@ def _nominal_by_pool(teams: Iterable[Team], default_team: str) -> dict[str, int]
             for pool, q in t.quotas.items():
                 out[pool] = out.get(pool, 0) + q.nominal
     return out
-
-
-def teams_touched(changes: Mapping[str, Any], cluster: Cluster) -> list[str]:
-    teams = [t.name for t in cluster.teams]
-    return sorted({k.name for k in (parse_key(key, teams, cluster.capacity) for key in changes)
-                   if k.scope == "team"})
 
 
 # ---- figures -------------------------------------------------------------------------------
@@ -459,10 +477,12 @@ def preview(jobs: list[TraceJob], outcomes: Mapping[str, Outcome], horizon_s: fl
 
 def margin(wait_error_s: float, starts_waited: float, lag: StartLag) -> float:
     """The margin to read a team's replayed mean wait with: the replay's
-    largest error on the history, plus chance. A real start may come about a
-    typical lag (``lag``) sooner or later than replayed: a job's own start,
-    and each of the ``starts_waited`` starts of other work it waited for."""
-    return wait_error_s + lag.after_submit_s + starts_waited * lag.after_exit_s
+    largest error on the history, plus chance: a real start may come as
+    late as the slowest tenth of the history's starts did (``lag``'s 90th
+    percentiles), a job's own start and each of the ``starts_waited`` starts
+    of other work it waited for."""
+    return (wait_error_s + lag.after_submit_p90_s
+            + starts_waited * lag.after_exit_p90_s)
 
 
 def summary(result: dict, teams: Optional[Iterable[str]] = None) -> dict:
@@ -546,7 +566,3 @@ def team_settings(cluster: Cluster) -> dict:
                      "quotas": {p: [q.nominal, q.borrowing_limit, q.lending_limit]
                                 for p, q in sorted(t.quotas.items())}}
             for t in sorted(cluster.teams, key=lambda t: t.name)}
-
-
-def quota_of(settings: Mapping[str, Any]) -> dict[str, Quota]:
-    return {p: Quota(*v) for p, v in settings["quotas"].items()}

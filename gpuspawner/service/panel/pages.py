@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from tornado.httpclient import HTTPClientError
 
 from ...scheduler.model import Quota
+from ...sim.whatif import KNOBS
 from ...store import Attempt, AuditEntry, EventRow, QuotaRow, WorkloadRow
 from ...store.audit import verify
 from .. import operations as ops
@@ -141,6 +142,7 @@ class TeamsPage(PanelHandler):
         self.render_page("teams.html", status, teams=teams, pools=sorted(capacity),
                          capacity=capacity, nominal=nominal, fields=QUOTA_FIELDS,
                          warnings=self.get_arguments("warning"), periods=whatif_pages.PERIODS,
+                         knobs=KNOBS,
                          recent=self.gpuhub.previews.recent(self.identity),
                          typed=extra.pop("typed", {}), **extra)
 
