@@ -485,13 +485,12 @@ def margin(wait_error_s: float, starts_waited: float, lag: StartLag) -> float:
             + starts_waited * lag.after_exit_p90_s)
 
 
-def summary(result: dict, teams: Optional[Iterable[str]] = None) -> dict:
+def summary(result: dict) -> dict:
     """The preview's headline figures per team (current and proposed mean
-    and p95 wait, GPU-hours), with the fidelity: what the audit log keeps
-    with an applied change."""
-    names = sorted(result["proposed"]["teams"]) if teams is None else sorted(teams)
+    and p95 wait, GPU-hours, margin), with the fidelity: what the audit log
+    keeps with an applied change."""
     out = {}
-    for name in names:
+    for name in sorted(result["proposed"]["teams"]):
         cur, new = result["current"]["teams"].get(name), result["proposed"]["teams"].get(name)
         if cur is None or new is None:
             continue
