@@ -81,7 +81,9 @@ def format_preview(view: dict) -> str:
                  f"({duration(fid['wait_error_s'])}), plus, since a start may come as late as "
                  f"the slowest tenth of the history's did, {duration(lag['after_submit_p90_s'])} "
                  f"for a job's own start and {duration(lag['after_exit_p90_s'])} for each start "
-                 f"of other work it waited for")
+                 f"of other work it waited for, whose run may also have been "
+                 f"{duration(r['run_jitter_s'])} longer or shorter (how much repeated work "
+                 f"varied)")
     lines += ["", "assumptions:", *(f"- {a}" for a in r["assumptions"])]
     if r["rejected"]["proposed"]["count"] > r["rejected"]["current"]["count"]:
         lines.append(f"- {r['rejected']['proposed']['count']} workload(s) could never run under "

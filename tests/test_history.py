@@ -9,7 +9,7 @@ from gpuspawner.scheduler.model import Node, Quota, Team
 from gpuspawner.sim.cluster import Cluster, cluster_document, parse_cluster
 from gpuspawner.sim.history import (NEVER_STARTED, NO_GPUS, UNKNOWN_POOL, PastAttempt,
                                     PastWorkload, StartLag, cluster_of, history_trace,
-                                    pseudonymise, start_lag)
+                                    pseudonymise, run_jitter, start_lag)
 from gpuspawner.sim.trace import TraceJob, read_trace, write_trace
 
 SINCE, UNTIL = 1000.0, 2000.0
@@ -92,6 +92,26 @@ def attempt(start, end, *gpus):
 ])
 def test_start_lag_is_the_services_delay_after_a_submission_and_after_an_exit(workloads, lag):
     assert vars(start_lag(workloads)) == pytest.approx(vars(lag))
+
+
+def named(wid, user, name, *spans):
+    return PastWorkload(wid, "job", "t", user, "p", 1, 0.0,
+                        tuple(PastAttempt(a, b) for a, b in spans), name=name)
+
+
+@pytest.mark.parametrize("workloads, jitter", [
+    pytest.param([], 0.0, id="nothing"),
+    pytest.param([named("a", "u", "train", (0, 10)), named("b", "u", "train", (0, 10.4)),
+                  named("c", "u", "train", (0, 9.9))], 0.4, id="one-group"),
+    pytest.param([named("a", "u", "train", (0, 10)), named("b", "v", "train", (0, 50)),
+                  named("c", "u", "", (0, 1)), named("d", "u", "", (0, 9))], 0.0,
+                 id="no-repeats-of-one-user-and-name"),
+    pytest.param([named("a", "u", "x", (0, 10)), named("b", "u", "x", (0, 3), (5, 20)),
+                  named("c", "u", "x", (0, None)), named("d", "u", "x", (0, 12))], 1.0,
+                 id="only-finished-single-attempts"),
+])
+def test_run_jitter_is_how_much_repeated_work_varied(workloads, jitter):
+    assert run_jitter(workloads) == pytest.approx(jitter)
 
 
 def test_cluster_of_counts_the_gpus_work_can_run_on():

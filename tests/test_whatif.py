@@ -16,6 +16,7 @@ from gpuspawner.cli_whatif import format_preview
 from gpuspawner.scheduler.model import Node, Quota, Team
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.panel.charts_lines import lines
+from gpuspawner.service.panel.whatif_pages import bucket_labels
 from gpuspawner.sim import whatif
 from gpuspawner.sim.cluster import Cluster
 from gpuspawner.sim.history import PastAttempt, PastWorkload, StartLag, history_trace
@@ -178,13 +179,14 @@ def test_the_services_start_lag_is_replayed_and_left_out_of_the_gpu_hours():
     plain = whatif.preview(jobs, {}, 100.0, cluster, get_policy("gpuhub"),
                            {"team.b.weight": 2})
     lagged = whatif.preview(jobs, {}, 100.0, cluster, get_policy("gpuhub"),
-                            {"team.b.weight": 2}, lag=lag)
+                            {"team.b.weight": 2}, lag=lag, run_jitter_s=0.3)
     p, q = plain["current"]["teams"]["b"], lagged["current"]["teams"]["b"]
     # each start comes 0.1 s after the submission, queued ones 0.5 s per exit waited for
     assert q["mean_wait_s"] > p["mean_wait_s"] + 0.1
     assert q["gpu_hours"] == pytest.approx(p["gpu_hours"])
-    # the margin: a start as late as the slowest tenth, for its own and each waited for
-    assert q["margin_s"] == pytest.approx(0.2 + q["starts_waited"] * 0.8)
+    # the margin: a start as late as the slowest tenth, for its own and each waited
+    # for, and each run waited for as much longer as repeated work varied
+    assert q["margin_s"] == pytest.approx(0.2 + q["starts_waited"] * (0.8 + 0.3))
     assert "0.1s after a submission" in " ".join(lagged["assumptions"])
 
 
@@ -311,3 +313,11 @@ def test_wait_buckets_start_at_the_first_submission(submits, horizon, buckets, f
                                          (0.0, "0.00%")])
 def test_shares_are_written_with_the_digits_that_matter(share, text):
     assert whatif.percent(share) == text
+
+
+@pytest.mark.parametrize("width, labels", [
+    (20.0, ["00:00:00", "00:00:20"]), (3600.0, ["01-01 00:00", "01-01 01:00"]),
+    (86400.0, ["2026-01-01", "2026-01-02"]),
+])
+def test_wait_buckets_are_labelled_at_their_scale(width, labels):
+    assert bucket_labels(1767225600.0, width, 2) == labels  # 2026-01-01 00:00 UTC

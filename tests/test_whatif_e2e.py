@@ -166,6 +166,14 @@ def test_a_team_lead_previews_their_own_team_only(hub, history):
     seen = hub.client("root-admin").get(f"/whatif/{view['id']}").json()
     assert set(seen["result"]["proposed"]["teams"]) == {"a", "b"} and seen["apply_refusal"] is None
     assert hub.client("alice").get(f"/whatif/{view['id']}").status_code == 404
+    # the same from her shell: the panel's table, her team's row only
+    env = {**os.environ, "GPUHUB_URL": hub.url, "GPUHUB_TOKEN": hub.token("carol")}
+    run = subprocess.run([GPUHUB, "simulate", "--from-history", str(history["since"]),
+                          "--set", "team.b.default.nominal=2"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    rows = [line.split()[0] for line in run.stdout.splitlines()[3:] if line.strip()]
+    assert rows[:2] == ["TEAM", "b"] and "a" not in rows[:rows.index("fidelity:")], run.stdout
 
 
 def write_long_history(hub: Hub, jobs: int = 6000) -> None:
@@ -275,7 +283,7 @@ def test_the_preview_predicts_the_wait_change_of_a_real_rerun(hub, history):
         assert (predicted > 0) == (real > 0) == (team == "a"), lines
         assert abs(new["mean_wait_s"] - rerun[team]) <= new["margin_s"], lines
     print("\n".join(lines) + f"\nutilisation error {fid['utilisation_error_points']:+.1f} points; "
-          f"start lag {r['start_lag']}")
+          f"start lag {r['start_lag']}; run jitter {r['run_jitter_s']:.2f} s")
     # the change is in the audit log with the preview's figures
     entries = admin.get("/audit", params={"action": "set-team", "limit": 2}).json()["entries"]
     assert sorted(e["target"] for e in entries) == ["a", "b"]

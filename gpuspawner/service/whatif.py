@@ -83,7 +83,7 @@ def past_workloads(s: Session, since: float, until: float) -> list[PastWorkload]
                          gpus_per_node=r.gpus_per_node, submitted_at=r.submitted_at,
                          attempts=tuple(attempts.get(r.id, ())), num_nodes=r.num_nodes,
                          priority=r.priority, time_limit=r.time_limit,
-                         preemptions=preempted.get(r.id, 0))
+                         preemptions=preempted.get(r.id, 0), name=r.name)
             for r in s.execute(select(WorkloadRow).where(*window)).scalars()]
 
 
@@ -146,6 +146,7 @@ class Previews:
             raise Conflict(f"{self._busy} previews are running, the most at once "
                            f"(GpuHubService.whatif_max_running): wait for one or cancel it")
         self._busy += 1
+        row = None
         try:
             nodes = [ln.node for ln in self.engine.nodes.values()]
             history, cluster, notes = await asyncio.to_thread(self._gather, nodes, since, now)
@@ -162,15 +163,18 @@ class Previews:
                              progress=0.0, error="", applied_by="")
             with self.engine.store.transaction() as s:
                 s.add(row)
-            data = request(history, cluster, self.engine.policy, changes,
-                           default_team=self.default_team, buckets=self.buckets,
-                           restart_cost_s=self.restart_cost_s)
+            data = await asyncio.to_thread(  # the whole history as JSON: not on the loop
+                request, history, cluster, self.engine.policy, changes,
+                default_team=self.default_team, buckets=self.buckets,
+                restart_cost_s=self.restart_cost_s)
             proc = await asyncio.create_subprocess_exec(
                 self.python, "-m", "gpuspawner.sim.whatif_worker", stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 limit=1 << 26)  # the result is one line
-        except BaseException:
+        except BaseException as e:
             self._busy -= 1
+            if row is not None:
+                self._save(row.id, state=FAILED, error=f"could not start the replay: {e}")
             raise
         self.procs[row.id] = proc
         self.progress[row.id] = 0.0
@@ -217,7 +221,7 @@ class Previews:
             if result is not None:
                 result["assumptions"] = [*result["assumptions"], *notes]
                 self._save(pid, state=DONE, progress=1.0, result=result)
-            elif code < 0 or pid not in self.procs:
+            elif pid not in self.procs:
                 pass  # cancelled: cancel() recorded it
             else:
                 self._save(pid, state=FAILED, error=error or "the replay ended without a "

@@ -26,6 +26,11 @@ the exit of the attempt that held them before (an exit is noticed at the
 next cycle, later than a submission, which wakes the loop at once). A
 replay that leaves these out starts everything a little early, which adds
 up along a queue.
+
+``History.run_jitter_s`` is how much repeated work varied: for each group
+of finished single-attempt workloads of one user with one name, each run
+time's distance from the group's median; the 90th percentile of those. A
+rerun's jobs run about that much longer or shorter than the history's.
 """
 from __future__ import annotations
 
@@ -69,6 +74,7 @@ class PastWorkload:
     priority: str = ""
     time_limit: Optional[float] = None
     preemptions: int = 0
+    name: str = ""
 
     @property
     def gpus(self) -> int:
@@ -101,6 +107,7 @@ class History:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     left_out: dict[str, int] = field(default_factory=dict)
     lag: "StartLag" = field(default_factory=lambda: StartLag())
+    run_jitter_s: float = 0.0
 
     @property
     def horizon_s(self) -> float:
@@ -136,6 +143,7 @@ def history_trace(workloads: Iterable[PastWorkload], since: float, until: float,
     out = History(since, until)
     workloads = list(workloads)
     out.lag = start_lag(workloads)
+    out.run_jitter_s = run_jitter(workloads)
     for w in sorted(workloads, key=lambda w: (w.submitted_at, w.id)):
         if not since <= w.submitted_at < until:
             continue
@@ -194,6 +202,19 @@ def start_lag(workloads: Iterable[PastWorkload]) -> StartLag:
                     len(after_submit), len(after_exit),
                     percentile(after_submit, 90) if after_submit else 0.0,
                     percentile(after_exit, 90) if after_exit else 0.0)
+
+
+def run_jitter(workloads: Iterable[PastWorkload]) -> float:
+    """``History.run_jitter_s``: the 90th percentile distance of a run time
+    from its group's median, over groups of one user's finished
+    single-attempt workloads of one name (two runs at least)."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for w in workloads:
+        if w.name and len(w.attempts) == 1 and w.attempts[0].end is not None:
+            a = w.attempts[0]
+            groups.setdefault((w.user, w.name), []).append(a.end - a.start)
+    spread = [abs(d - median(runs)) for runs in groups.values() if len(runs) > 1 for d in runs]
+    return percentile(spread, 90) if spread else 0.0
 
 
 def cluster_of(nodes: Iterable[Node], teams: Iterable[Team]) -> Cluster:

@@ -421,7 +421,7 @@ ASSUMPTIONS = (
 def preview(jobs: list[TraceJob], outcomes: Mapping[str, Outcome], horizon_s: float,
             cluster: Cluster, policy: Policy, changes: Mapping[str, Any], *,
             default_team: str = "", buckets: int = 24, restart_cost_s: float = 60.0,
-            lag: StartLag = StartLag(),
+            lag: StartLag = StartLag(), run_jitter_s: float = 0.0,
             progress: Optional[Callable[[float], None]] = None) -> dict:
     """Replay ``jobs`` under the current settings and under ``changes``; the
     figures of both beside what happened, and the fidelity. ``progress``
@@ -430,7 +430,8 @@ def preview(jobs: list[TraceJob], outcomes: Mapping[str, Outcome], horizon_s: fl
     ``lag`` (``History.lag``) is the service's own delay in starting work:
     the replay sees each submission ``lag.after_submit_s`` later and each
     attempt hold its GPUs ``lag.after_exit_s`` longer, so that starts come
-    as long after the submission or the exit that allowed them as they did."""
+    as long after the submission or the exit that allowed them as they did.
+    ``run_jitter_s`` (``History.run_jitter_s``) goes into the margins."""
     started = time.perf_counter()
     served = [replace(j, submit_time_s=j.submit_time_s + lag.after_submit_s,
                       duration_s=j.duration_s + lag.after_exit_s) for j in jobs]
@@ -453,7 +454,8 @@ def preview(jobs: list[TraceJob], outcomes: Mapping[str, Outcome], horizon_s: fl
     fid = fidelity(actual, current_figures)
     for fig in (current_figures, proposed_figures):
         for team in fig["teams"].values():
-            team["margin_s"] = margin(fid["wait_error_s"], team["starts_waited"], lag)
+            team["margin_s"] = margin(fid["wait_error_s"], team["starts_waited"], lag,
+                                      run_jitter_s)
     rejected = {"current": [r.rejected for r in current.records if r.rejected],
                 "proposed": [r.rejected for r in proposed.records if r.rejected]}
     return {
@@ -463,7 +465,7 @@ def preview(jobs: list[TraceJob], outcomes: Mapping[str, Outcome], horizon_s: fl
         "actual": actual, "current": current_figures, "proposed": proposed_figures,
         "fidelity": fid,
         "rejected": {k: {"count": len(v), "first": v[:3]} for k, v in rejected.items()},
-        "start_lag": vars(lag),
+        "start_lag": vars(lag), "run_jitter_s": run_jitter_s,
         "assumptions": [*ASSUMPTIONS,
                         f"Each start comes {duration(lag.after_submit_s)} after a submission that "
                         f"found free GPUs (the median of {lag.submits} such starts in the "
@@ -475,14 +477,16 @@ def preview(jobs: list[TraceJob], outcomes: Mapping[str, Outcome], horizon_s: fl
     }
 
 
-def margin(wait_error_s: float, starts_waited: float, lag: StartLag) -> float:
+def margin(wait_error_s: float, starts_waited: float, lag: StartLag,
+           run_jitter_s: float = 0.0) -> float:
     """The margin to read a team's replayed mean wait with: the replay's
-    largest error on the history, plus chance: a real start may come as
+    largest error on the history, plus chance. A real start may come as
     late as the slowest tenth of the history's starts did (``lag``'s 90th
-    percentiles), a job's own start and each of the ``starts_waited`` starts
-    of other work it waited for."""
+    percentiles): a job's own start, and each of the ``starts_waited``
+    starts of other work it waited for, whose run before it may also have
+    been ``run_jitter_s`` longer or shorter than in the history."""
     return (wait_error_s + lag.after_submit_p90_s
-            + starts_waited * lag.after_exit_p90_s)
+            + starts_waited * (lag.after_exit_p90_s + run_jitter_s))
 
 
 def summary(result: dict) -> dict:

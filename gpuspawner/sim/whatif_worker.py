@@ -38,7 +38,7 @@ def request(history: History, cluster, policy: Policy, changes: Mapping[str, Any
         "horizon_s": history.horizon_s, "cluster": cluster_document(cluster),
         "policy": policy_document(policy), "changes": dict(changes),
         "default_team": default_team, "buckets": buckets, "restart_cost_s": restart_cost_s,
-        "lag": vars(history.lag),
+        "lag": vars(history.lag), "run_jitter_s": history.run_jitter_s,
     }).encode()
 
 
@@ -58,7 +58,8 @@ def run(doc: Mapping[str, Any], emit) -> None:
                      policy_from_document(doc["policy"]), doc["changes"],
                      default_team=doc.get("default_team", ""), buckets=doc.get("buckets", 24),
                      restart_cost_s=doc.get("restart_cost_s", 60.0),
-                     lag=StartLag(**doc.get("lag", {})), progress=progress)
+                     lag=StartLag(**doc.get("lag", {})),
+                     run_jitter_s=doc.get("run_jitter_s", 0.0), progress=progress)
     emit({"result": result})
 
 

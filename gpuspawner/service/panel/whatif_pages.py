@@ -42,7 +42,7 @@ async def start_from_form(handler: PanelHandler, typed: dict) -> str:
 
 def bucket_labels(since: float, bucket_s: float, n: int) -> list[str]:
     """Each bucket's start as the charts name it (UTC)."""
-    fmt = "%m-%d %H:%M" if bucket_s < 86400 else "%Y-%m-%d"
+    fmt = "%H:%M:%S" if bucket_s < 60 else "%m-%d %H:%M" if bucket_s < 86400 else "%Y-%m-%d"
     return [dt.datetime.fromtimestamp(since + k * bucket_s, dt.timezone.utc).strftime(fmt)
             for k in range(n)]
 
@@ -74,8 +74,8 @@ def preview_charts(view: dict, since: float) -> dict:
             label = f"{team} · {side}"
             items.append((label, fig["gpu_hours"]))
             bar_colours[label] = team_colours[team]
-            notes[label] = f"of {fig['nominal_gpu_hours']:.2f} nominal"
-    hours = charts.bars(items, colours=bar_colours, note=notes,
+            notes[label] = f"nominal {fig['nominal_gpu_hours']:.3g}"
+    hours = charts.bars(items, colours=bar_colours, note=notes, unit="GPU-h",
                         title="GPU-hours received in the period, current vs proposed")
     return {"waits": Markup(waits), "hours": Markup(hours)}
 
