@@ -53,6 +53,14 @@ def cmd_simulate(args) -> int:
     from .sim.simulate import SimulationError, simulate
     from .sim.trace import TraceError, read_trace
 
+    if args.from_history or args.set:
+        from .cli_client import _guard
+        from .cli_whatif import cmd_simulate_from_history
+        if not args.from_history:
+            print("gpuhub simulate: --set goes with --from-history PERIOD (a preview of the "
+                  "service's own history)", file=sys.stderr)
+            return 2
+        return _guard("simulate", cmd_simulate_from_history)(args)
     if args.sweep:
         if args.trace or args.cluster or args.records or args.plot:
             print("gpuhub simulate: --sweep generates its own traces and clusters; it takes no "
@@ -245,9 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "of waiting) against the real start, per job size")
     sim.add_argument("--check", action="store_true",
                      help="check the scheduler's invariants after every cycle (slow)")
+    from .cli_whatif import add_history_options, add_trace_export_parser
+    add_history_options(sim)
     sim.set_defaults(func=cmd_simulate)
 
-    trace = sub.add_parser("trace", help="generate a Philly-like synthetic trace")
+    trace = sub.add_parser("trace", help="generate a Philly-like synthetic trace (`gpuhub trace "
+                                         "export`: the service's own history as a trace)")
     trace.add_argument("output", type=Path)
     trace.add_argument("--jobs", type=int, default=15000)
     trace.add_argument("--capacity", type=int, default=2000, help="GPUs the load is relative to")
@@ -255,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--seed", type=int, default=0)
     trace.add_argument("--teams", type=int, help="number of teams (default: 8 named teams)")
     trace.set_defaults(func=cmd_trace)
+    from .cli_client import common_options
+    add_trace_export_parser(sub, common_options())
 
     bench = sub.add_parser("bench", help="benchmarks: scheduling cycle against fifo (default), "
                                          "or the REST API through the proxy (api)")
@@ -303,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["trace", "export"]:  # a subcommand of trace, which takes a path itself
+        argv = ["trace-export", *argv[2:]]
     args = build_parser().parse_args(argv)
     if getattr(args, "policy", "unset") is None and not getattr(args, "sweep", None):
         args.policy = ["fifo", "fifo-plain", "backfill", "quota-fifo", "gpuhub"]

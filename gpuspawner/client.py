@@ -267,6 +267,22 @@ class GpuHubClient:
                   if v is not None}
         return self._json("GET", "/usage", params=params)
 
+    # ---- history and what-if previews ----------------------------------------------------
+    def history_trace(self, since: str, *, pseudonymise: bool = False) -> dict:
+        """The period's submissions as trace rows, with the cluster file."""
+        return self._json("GET", "/history/trace", params={
+            "since": since, "format": "json", "pseudonymise": str(pseudonymise).lower()})
+
+    def start_preview(self, since: str, changes: dict) -> dict:
+        return self._json("POST", "/whatif", json={"since": since, "set": changes})
+
+    def preview(self, pid: str) -> dict:
+        return self._json("GET", f"/whatif/{_seg(pid)}")
+
+    def preview_action(self, pid: str, action: str) -> dict:
+        """``cancel`` or ``apply``."""
+        return self._json("POST", f"/whatif/{_seg(pid)}/{_seg(action)}")
+
     # ---- deployments ------------------------------------------------------------------
     def deploy(self, spec: dict) -> dict:
         """A new deployment, or a new revision of one (``canary_percent``)."""

@@ -286,7 +286,8 @@ def test_team_lead_sees_only_her_team(hub, browser, tmp_path):
     assert page.locator(f'#running tr[data-id="{theirs}"]').count() == 0
     open_panel(page, hub, "teams")
     assert [f.get_attribute("data-team") for f in page.locator("form.team").all()] == ["vision"]
-    assert page.locator('#team-vision input[name="default.nominal"]').is_disabled()
+    # her team's fields feed a what-if preview; nothing saves them
+    assert page.locator('#team-vision input[name="default.nominal"]').is_enabled()
     assert page.locator("button.save").count() == 0
     open_panel(page, hub, "usage")
     assert "nlp" not in page.locator("#usage-table").inner_text()

@@ -35,7 +35,7 @@ from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolat
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
-from . import admin_api, endpoints
+from . import admin_api, endpoints, whatif_api
 from . import handlers as h
 from ..backends.kubernetes.config import KubernetesJobs
 from .engine import Engine, EngineConfig
@@ -51,6 +51,7 @@ from .panel.pages import PANEL_ROUTES, OverviewPage
 from .serving_controller import ServingController
 from .specs import Limits
 from .wiring import ENFORCED_ELSEWHERE, FACTORIES, combine, record_inventory
+from .whatif import Previews
 
 OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
 # Kinds the hub's spawner runs: the hub says whether they still exist.
@@ -89,6 +90,11 @@ API_ROUTES = [
     ("/notices", h.NoticesHandler),
     ("/notices/{nid}", h.NoticeHandler),
     ("/audit", h.AuditHandler),
+    ("/history/trace", whatif_api.TraceExportHandler),
+    ("/whatif", whatif_api.PreviewsHandler),
+    ("/whatif/{id}", whatif_api.PreviewHandler),
+    ("/whatif/{id}/cancel", whatif_api.PreviewCancelHandler),
+    ("/whatif/{id}/apply", whatif_api.PreviewApplyHandler),
     ("/openapi.json", h.OpenAPIHandler),
     ("/health", h.HealthHandler),
 ]
@@ -384,6 +390,24 @@ class GpuHubService(Application):
         never schedule at once.
         """).tag(config=True)
 
+    whatif_max_running = Integer(2, help="""
+        How many what-if previews (the history replayed under proposed
+        quotas, admin panel's Teams & quotas page) may run at once; each runs
+        in a process of its own at a lower CPU priority. One more is refused
+        with 409 until one ends or is cancelled.
+        """).tag(config=True)
+
+    whatif_max_days = Float(30.0, help="""
+        The longest period, in days, a what-if preview replays and
+        ``GET /api/v1/history/trace`` exports. A replay's time grows with the
+        number of workloads in the period.
+        """).tag(config=True)
+
+    whatif_restart_cost = Float(60.0, help="""
+        Seconds a job preempted in a what-if replay loses at each restart
+        (starting again, and the work since its last checkpoint).
+        """).tag(config=True)
+
     generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
 
     backend = Enum(["local", "kubernetes", "slurm"], "local", help="""
@@ -460,6 +484,11 @@ class GpuHubService(Application):
                                          unready_seconds=self.replica_unready_seconds)
         self.engine.metrics.watch_serving(self.serving)
         self.hub = HubApi(self.group_cache_seconds)
+        self.previews = Previews(self.engine, default_team=self.default_team,
+                                 max_running=self.whatif_max_running,
+                                 longest_s=self.whatif_max_days * 86400,
+                                 restart_cost_s=self.whatif_restart_cost)
+        self.previews.recover()
 
     def _listen(self) -> list[socket.socket]:
         """Bind the service's port, waiting up to ``bind_wait_seconds`` for a

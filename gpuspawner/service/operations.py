@@ -57,9 +57,11 @@ def _update_node(engine: Engine, node: Node) -> None:
 
 
 def set_team(engine: Engine, who: Identity, name: str, weight: Optional[float],
-             quotas: Optional[dict[str, Quota]]) -> list[str]:
+             quotas: Optional[dict[str, Quota]], audit_detail: Optional[dict] = None
+             ) -> list[str]:
     """Change a team's weight and quotas; returns warnings (the change is
-    made) and raises SpecError for a change that cannot work."""
+    made) and raises SpecError for a change that cannot work.
+    ``audit_detail`` joins the audit entry (an applied preview's figures)."""
     if not who.admin:
         raise Forbidden("changing teams and quotas needs the scope custom:gpuhub:admin")
     now = engine.clock()
@@ -98,7 +100,8 @@ def set_team(engine: Engine, who: Identity, name: str, weight: Optional[float],
         s.flush()
         after_rows = quota_rows(s, name)
         journal.audit(s, now, who.name, "set-team", name,
-                      {"before": before, "after": described(team, after_rows)})
+                      {"before": before, "after": described(team, after_rows),
+                       **(audit_detail or {})})
         core_team = to_team(team, after_rows)
         engine.change(lambda sched: sched.set_team(core_team))
         engine.teams.refresh_default(s)

@@ -119,3 +119,32 @@ def parse_cluster(data: Any, source: str = "cluster") -> Cluster:
                           frozenset(allowed) if allowed is not None else None,
                           dict(spec.get("node_selector") or {})))
     return Cluster(nodes, teams)
+
+
+def cluster_document(cluster: Cluster) -> dict:
+    """The cluster as a CLUSTER.yaml document (every node listed, so that
+    ``parse_cluster`` gives the same nodes and teams back)."""
+    pools: dict[str, list[dict]] = {}
+    for n in cluster.nodes:
+        node: dict[str, Any] = {"name": n.name, "gpus": n.gpus}
+        if n.labels:
+            node["labels"] = dict(n.labels)
+        if n.topology:
+            node["topology"] = dict(n.topology)
+        pools.setdefault(n.pool, []).append(node)
+    teams = []
+    for t in cluster.teams:
+        quota = {}
+        for pool, q in sorted(t.quotas.items()):
+            limits = {"nominal": q.nominal}
+            for name in ("borrowing_limit", "lending_limit"):
+                if getattr(q, name) is not None:
+                    limits[name] = getattr(q, name)
+            quota[pool] = limits
+        team: dict[str, Any] = {"name": t.name, "weight": t.weight, "quota": quota}
+        if t.allowed_pools is not None:
+            team["allowed_pools"] = sorted(t.allowed_pools)
+        if t.node_selector:
+            team["node_selector"] = dict(t.node_selector)
+        teams.append(team)
+    return {"pools": [{"name": p, "nodes": nodes} for p, nodes in pools.items()], "teams": teams}

@@ -13,9 +13,9 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from ..scheduler import Scheduler, Workload, events as ev
+from ..scheduler import JOB, NOTEBOOK, Scheduler, Workload, events as ev
 from ..scheduler.invariants import check_all
 from ..scheduler.policy import Policy
 from ..scheduler.quota import QuotaLedger
@@ -86,17 +86,21 @@ def to_workload(job: TraceJob, cluster: Cluster) -> Workload:
             raise ShapeError(f"job {job.job_id}: {job.num_gpus} GPUs do not split into equal "
                              f"shares of at most {gpn[pool]} over at most {count} {pool} nodes")
     return Workload(
-        id=job.job_id, team=job.team, user=job.user, pool=pool,
+        id=job.job_id, team=job.team, user=job.user, pool=pool, kind=job.kind or JOB,
         gpus_per_node=job.num_gpus // nodes, num_nodes=nodes,
-        submit_time=job.submit_time_s, priority=job.priority or "batch",
+        submit_time=job.submit_time_s, priority=job.priority or "",
         time_limit=job.time_limit_s, topology="preferred" if nodes > 1 else "none")
 
 
 def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
              restart_cost_s: float = 60.0, check: bool = False,
-             estimates: Optional["StartEstimates"] = None) -> SimResult:
+             estimates: Optional["StartEstimates"] = None,
+             progress: Optional[Callable[[float], None]] = None) -> SimResult:
     """Replay ``trace``; ``estimates`` (``sim.estimates.StartEstimates``),
-    when given, measures start estimates along the way."""
+    when given, measures start estimates along the way. ``progress`` is
+    called now and then with the share of the replay done (0 to 1: half for
+    the submissions, half for the jobs ending); what it raises ends the
+    replay (a cancel)."""
     wall = time.perf_counter()
     sched = Scheduler(cluster.nodes, cluster.teams, policy)
     # Independent accounting of the cluster's quotas, whatever the policy enforces.
@@ -124,8 +128,12 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     preemptions = cycles = 0
     history: list[ev.Event] = []
     problems: list[str] = []
+    ended = sum(1 for j in jobs.values() if j.workload is None)
+    submitted_count = 0
 
     while queue:
+        if progress is not None and cycles % 64 == 0:
+            progress((submitted_count + ended) / (2 * len(trace)))
         now = queue[0][0]
         if sched.state.pending:
             backlog_time += now - last_t
@@ -137,15 +145,23 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
             job = jobs[wid]
             if kind == SUBMIT:
                 submitted.append(wid)
+                submitted_count += 1
                 e = sched.submit(job.workload, now)
                 if e.type == ev.REJECTED:
                     job.record.rejected = e.message
+                    ended += 1
             elif token != job.token:
                 continue  # exit of an attempt that was preempted meanwhile
             else:
                 job.record.run_time += now - job.started_at
                 w = sched.state.running[wid].workload
-                if kind == LEAVE:
+                if kind == LEAVE and w.kind == NOTEBOOK:
+                    # A preempted notebook server is stopped by its spawner,
+                    # not started again elsewhere.
+                    sched.finished(wid, now, requeue=False)
+                    job.record.finish = now
+                    ended += 1
+                elif kind == LEAVE:
                     sched.finished(wid, now, requeue=True)
                     job.remaining += restart_cost_s
                     # The grace period ran without progress, the restart repeats work.
@@ -156,6 +172,7 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                         estimates.finished(w, job.trace.duration_s)
                     job.record.finish = now
                     job.record.timed_out = job.remaining > (w.time_limit or math.inf)
+                    ended += 1
                 in_use[w.team] -= w.gpus
                 quotas.charge(w.team, w.pool, -w.gpus)
         result = sched.cycle(now, explain=check)

@@ -37,6 +37,7 @@ Everything random comes from one ``random.Random(seed)``: the same arguments giv
 from __future__ import annotations
 
 import csv
+import io
 import math
 import random
 from collections.abc import Iterable, Sequence
@@ -58,6 +59,9 @@ class TraceJob:
     gpu_type: str | None = None
     priority: str | None = None
     num_nodes: int | None = None
+    # "job", "notebook" or "deployment" (None: a job). A notebook server or
+    # a model replica preempts at once, and a preempted server ends.
+    kind: str | None = None
 
 
 class TraceError(ValueError):
@@ -65,7 +69,8 @@ class TraceError(ValueError):
 
 
 REQUIRED_COLUMNS = ("job_id", "team", "user", "submit_time_s", "num_gpus", "duration_s")
-OPTIONAL_COLUMNS = ("time_limit_s", "gpu_type", "priority", "num_nodes")
+OPTIONAL_COLUMNS = ("time_limit_s", "gpu_type", "priority", "num_nodes", "kind")
+KINDS = ("job", "notebook", "deployment")
 
 
 def read_trace(path: str | Path) -> list[TraceJob]:
@@ -105,14 +110,25 @@ def write_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
 
     Optional columns are written only when some job sets them, so simple traces stay simple.
     """
+    with Path(path).open("w", newline="", encoding="utf-8") as f:
+        _write(f, jobs)
+
+
+def trace_csv(jobs: Iterable[TraceJob]) -> str:
+    """The CSV ``write_trace`` writes, as a string."""
+    out = io.StringIO(newline="")
+    _write(out, jobs)
+    return out.getvalue()
+
+
+def _write(f, jobs: Iterable[TraceJob]) -> None:
     jobs = list(jobs)
     optional = [c for c in OPTIONAL_COLUMNS if any(getattr(job, c) is not None for job in jobs)]
     columns = [*REQUIRED_COLUMNS, *optional]
-    with Path(path).open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        for job in jobs:
-            writer.writerow([_format_cell(getattr(job, c)) for c in columns])
+    writer = csv.writer(f)
+    writer.writerow(columns)
+    for job in jobs:
+        writer.writerow([_format_cell(getattr(job, c)) for c in columns])
 
 
 PHILLY_TEAMS = ("vision", "nlp", "speech", "recsys", "robotics", "research", "platform", "ads")
@@ -234,12 +250,15 @@ def _parse_row(cells: dict[str, str], path: Path, line: int) -> TraceJob:
     num_nodes = integer("num_nodes") if given("num_nodes") else None
     if num_nodes is not None:
         check("num_nodes", num_nodes >= 1, ">= 1")
+    kind = cells["kind"] if given("kind") else None
+    if kind is not None:
+        check("kind", kind in KINDS, f"one of {', '.join(KINDS)}")
     return TraceJob(
         job_id=text("job_id"), team=text("team"), user=text("user"), submit_time_s=submit,
         num_gpus=gpus, duration_s=duration, time_limit_s=time_limit,
         gpu_type=cells["gpu_type"] if given("gpu_type") else None,
         priority=cells["priority"] if given("priority") else None,
-        num_nodes=num_nodes,
+        num_nodes=num_nodes, kind=kind,
     )
 
 

@@ -271,3 +271,32 @@ class RevisionRow(Base):
     max_batch_time: Mapped[float] = mapped_column(Float, default=0.005)
     created_at: Mapped[float] = mapped_column(Float)
     created_by: Mapped[str] = mapped_column(String(255))
+
+
+class PreviewRow(Base):
+    """A what-if preview (service/whatif.py): the period's history replayed
+    under the settings of ``baseline`` and with ``changes``; ``result`` once
+    done (sim/whatif.py's figures)."""
+
+    __tablename__ = "whatif_previews"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    # The teams whose figures the actor may see; None: all (an admin).
+    teams: Mapped[Optional[list[Any]]] = mapped_column(nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    since: Mapped[float] = mapped_column(Float)
+    until: Mapped[float] = mapped_column(Float)
+    # setting key -> value, as validated
+    changes: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # team -> {weight, quotas}: the settings replayed as "current"
+    baseline: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # running, done, failed, cancelled, interrupted
+    state: Mapped[str] = mapped_column(String(16))
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    result: Mapped[Optional[dict[str, Any]]] = mapped_column(nullable=True)
+    finished_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    applied_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    applied_by: Mapped[str] = mapped_column(String(255), default="")
+
+    __table_args__ = (Index("ix_whatif_previews_created", "created_at"),)

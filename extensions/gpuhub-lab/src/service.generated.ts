@@ -1595,6 +1595,254 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/history/trace": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The cluster's own submissions of a period as a simulator trace (admins): jobs, notebook sessions and deployment replicas with their real run times
+         * @description CSV in the format `gpuhub simulate` reads (job_id,team,user,submit_time_s,num_gpus,duration_s, time_limit_s,gpu_type,priority,num_nodes,kind; times in seconds from the period's start), or as JSON with the cluster file of the current pools, nodes and quotas. Work that never started, asked for no GPU or ran on a pool that is gone is left out and counted.
+         */
+        get: {
+            parameters: {
+                query: {
+                    /** @description how far back: 14d, 36h, 90m, or the start as an ISO date/time or UNIX seconds (at most GpuHubService.whatif_max_days) */
+                    since: string;
+                    /** @description rename teams, users, workloads and nodes (team-1, user-1, job-000001, node-1) for sharing */
+                    pseudonymise?: "true" | "false" | "1" | "0";
+                    format?: "csv" | "json";
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The trace */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/csv": string;
+                        "application/json": {
+                            /** Format: date-time */
+                            since?: string;
+                            /** Format: date-time */
+                            until?: string;
+                            jobs?: Record<string, never>[];
+                            /** @description the cluster file (CLUSTER.yaml) as an object: pools with their nodes, teams with weights and quotas */
+                            cluster?: Record<string, never>;
+                            /** @description why -> how many workloads of the period are not in the trace */
+                            left_out?: {
+                                [key: string]: number;
+                            };
+                        };
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/whatif": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start a what-if preview: the period's history replayed under the current settings and with the proposed ones (admins; a team lead for their own team's settings)
+         * @description Runs in a worker process; poll GET /whatif/{id} for its progress and result. Setting keys: team.TEAM.POOL.nominal, team.TEAM.POOL.borrowing_limit, team.TEAM.POOL.lending_limit (null: no limit), team.TEAM.weight, policy.KNOB (preemption_delay, default_grace_period, min_runtime, max_preemptions, aging_after, reserve_for_borrowers_after, usage_half_life, backfill, preemption, fair_share). 409 when GpuHubService.whatif_max_running previews run already.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["PreviewRequest"];
+                };
+            };
+            responses: {
+                /** @description Started */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Preview"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                409: components["responses"]["Error"];
+                413: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/whatif/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        /** A preview, its progress and, once done, its figures (its creator and admins; a lead sees their teams' figures) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The preview */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Preview"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/whatif/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel a running preview (its worker process is killed) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The cancelled preview */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Preview"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+                409: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/whatif/{id}/apply": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Save a finished preview's team settings through PUT /teams/{name}'s path (admins; audited as set-team with the preview's figures)
+         * @description 409 when the preview is not done, was applied already, changes policy knobs (those are the service's configuration), or the settings it compared with changed since.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Applied */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            id?: string;
+                            /** @description the teams changed */
+                            applied?: string[];
+                            warnings?: string[];
+                        };
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+                409: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.json": {
         parameters: {
             query?: never;
@@ -2024,6 +2272,39 @@ export interface components {
             canary_revision?: number | null;
             message?: string;
             revisions?: Record<string, never>[];
+        };
+        PreviewRequest: {
+            /** @description how far back: 14d, 36h, 90m, or the start as an ISO date/time or UNIX seconds */
+            since: string;
+            /** @description setting key -> value, e.g. {"team.vision.default.nominal": 4, "team.nlp.default.nominal": 2} */
+            set: {
+                [key: string]: (number | boolean) | null;
+            };
+        };
+        Preview: {
+            id?: string;
+            actor?: string;
+            /** @enum {string} */
+            state?: "running" | "done" | "failed" | "cancelled" | "interrupted";
+            progress?: number;
+            /** Format: date-time */
+            since?: string;
+            /** Format: date-time */
+            until?: string;
+            /** Format: date-time */
+            created_at?: string;
+            /** Format: date-time */
+            finished_at?: string | null;
+            /** @description the settings changed, as validated */
+            changes?: Record<string, never>;
+            error?: string | null;
+            /** @description Once done: actual, current and proposed, each with teams (per team jobs, never_started, mean_wait_s, p95_wait_s, gpu_hours, nominal_gpu_hours, preemptions, starts_waited and, when replayed, margin_s: how far to trust mean_wait_s), utilisation and waits_over_time (mean wait per bucket of bucket_s from bucket_start_s, by submit time); fidelity (per team the replay of the current settings against what happened: actual_mean_wait_s, replayed_mean_wait_s, error_s, error_pct; wait_error_s, the largest; the utilisations and utilisation_error_points); start_lag (the service's own delay in starting work, which the replay adds); assumptions; horizon_s, bucket_start_s, bucket_s, jobs, capacity_gpus, rejected, replay_s. */
+            result?: Record<string, never> | null;
+            /** Format: date-time */
+            applied_at?: string | null;
+            applied_by?: string | null;
+            /** @description why the caller may not apply it now; null: they may */
+            apply_refusal?: string | null;
         };
         Usage: {
             /** Format: date-time */

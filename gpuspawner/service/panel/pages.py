@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from tornado.httpclient import HTTPClientError
 
 from ...scheduler.model import JOB, Quota
+from ...sim.whatif import KNOBS
 from ...store import Attempt, AuditEntry, DeploymentRow, EventRow, QuotaRow, WorkloadRow
 from ...store.audit import verify
 from .. import operations as ops
@@ -27,8 +28,8 @@ from ..handlers import parse_time
 from ..states import HELD, QUEUED, RUNNING, STOPPING
 from ..specs import SpecError
 from ..usage import culls, usage_report
-from . import charts, glance
-from .base import PanelHandler
+from . import charts, glance, whatif_pages
+from .base import FORM_ERRORS, PanelHandler
 from .cluster import cluster_model
 
 DAY = 86400.0
@@ -141,7 +142,9 @@ class TeamsPage(PanelHandler):
                                      .group_by(QuotaRow.pool)).all())
         self.render_page("teams.html", status, teams=teams, pools=sorted(capacity),
                          capacity=capacity, nominal=nominal, fields=QUOTA_FIELDS,
-                         warnings=self.get_arguments("warning"),
+                         warnings=self.get_arguments("warning"), periods=whatif_pages.PERIODS,
+                         knobs=KNOBS,
+                         recent=self.gpuhub.previews.recent(self.identity),
                          typed=extra.pop("typed", {}), **extra)
 
     async def post(self):
@@ -164,6 +167,15 @@ class TeamsPage(PanelHandler):
                 return f"team {team} saved; the next scheduling cycle uses it"
 
             await self.form_action(act, again, warnings)
+        elif action == "preview":
+            try:
+                pid = await whatif_pages.start_from_form(self, typed)
+            except tuple(FORM_ERRORS) as e:
+                await again(status=getattr(e, "status", None) or next(
+                    code for kind, code in FORM_ERRORS.items() if isinstance(e, kind)),
+                    error=str(e), error_field=getattr(e, "field", ""))
+                return
+            self.redirect(f"{self.panel_url}whatif/{pid}", status=303)
         elif action in ("create", "add-member", "remove-member"):
             await self.form_action(lambda: self.change_team(action, team), again)
         else:
@@ -474,4 +486,4 @@ class PanelIndex(PanelHandler):
 
 PANEL_ROUTES = [("", PanelIndex), ("cluster", ClusterPage), ("teams", TeamsPage),
                 ("queue", QueuePage), ("usage", UsagePage), ("audit", AuditPage),
-                ("audit.jsonl", AuditExport)]
+                ("audit.jsonl", AuditExport), ("whatif/{id}", whatif_pages.PreviewPage)]

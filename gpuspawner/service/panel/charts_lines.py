@@ -1,0 +1,81 @@
+"""A line chart for the admin panel as inline SVG (the what-if preview's
+waits over time), drawn like ``charts``: pure, escaped here, marked safe by
+the caller."""
+from __future__ import annotations
+
+import html
+from typing import Callable, Collection, Mapping, Optional, Sequence
+
+from .charts import _fmt, _nice_max, colours_for
+
+
+def lines(labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]], *,
+          colours: Mapping[str, str] | None = None, dashed: Collection[str] = (),
+          width: int = 760, height: int = 260, unit: str = "", title: str = "",
+          fmt: Callable[[float], str] = _fmt) -> str:
+    """One line per series over the buckets ``labels`` (a value at each
+    bucket's middle; None: no value there, the line breaks). Series named in
+    ``dashed`` are drawn dashed; ``fmt`` writes the axis values."""
+    n = len(labels)
+    colours = colours or colours_for(series)
+    left, right, top, bottom = 56, 190, 12, 36
+    pw, ph = width - left - right, height - top - bottom
+    values = [v for vs in series.values() for v in vs if v is not None]
+    ymax = _nice_max(max(values, default=0.0))
+
+    def x(k: float) -> float:
+        return left + pw * (k + 0.5) / max(n, 1)
+
+    def y(v: float) -> float:
+        return top + ph - ph * v / ymax
+
+    out = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" '
+           f'width="100%" xmlns="http://www.w3.org/2000/svg">',
+           f"<title>{html.escape(title or unit)}</title>"]
+    for frac in (0, 0.5, 1):
+        yy = y(ymax * frac)
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" '
+                   f'stroke="#ccc" stroke-width="1"/>')
+        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" font-size="11" '
+                   f'text-anchor="end">{html.escape(fmt(ymax * frac))}</text>')
+    if unit:
+        out.append(f'<text x="12" y="{top + ph / 2:.0f}" font-size="11" text-anchor="middle" '
+                   f'transform="rotate(-90 12 {top + ph / 2:.0f})">{html.escape(unit)}</text>')
+    for i, (name, vs) in enumerate(series.items()):
+        dash = ' stroke-dasharray="6 4"' if name in dashed else ""
+        for run in _runs(vs):
+            points = " ".join(f"{x(k):.1f},{y(v):.1f}" for k, v in run)
+            if len(run) == 1:
+                (k, v), = run
+                out.append(f'<circle cx="{x(k):.1f}" cy="{y(v):.1f}" r="2.5" '
+                           f'fill="{colours[name]}"/>')
+            else:
+                out.append(f'<polyline points="{points}" fill="none" stroke="{colours[name]}" '
+                           f'stroke-width="2"{dash}><title>{html.escape(name)}</title></polyline>')
+        ly = top + 14 * i + 8
+        out.append(f'<line x1="{left + pw + 10}" x2="{left + pw + 30}" y1="{ly - 3}" '
+                   f'y2="{ly - 3}" stroke="{colours[name]}" stroke-width="2"{dash}/>'
+                   f'<text x="{left + pw + 36}" y="{ly + 1}" font-size="11" class="legend">'
+                   f"{html.escape(name)}</text>")
+    for k in sorted({0, n // 2, n - 1}) if n else ():
+        out.append(f'<text x="{x(k):.1f}" y="{height - 12}" font-size="11" '
+                   f'text-anchor="middle">{html.escape(labels[k])}</text>')
+    if not values:
+        out.append(f'<text x="{left + pw / 2}" y="{top + ph / 2}" font-size="13" '
+                   f'text-anchor="middle">nothing waited in this period</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _runs(values: Sequence[Optional[float]]) -> list[list[tuple[int, float]]]:
+    """The stretches of consecutive values that are there."""
+    runs: list[list[tuple[int, float]]] = []
+    for k, v in enumerate(values):
+        if v is None:
+            if runs and runs[-1]:
+                runs.append([])
+            continue
+        if not runs:
+            runs.append([])
+        runs[-1].append((k, v))
+    return [r for r in runs if r]
