@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .cli_workdir import command_words, elsewhere_warning, job_directory
+from .sim.whatif import parse_value
 from .times import from_iso
 from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
                      resolve_token, resolve_url)
@@ -44,20 +45,8 @@ def parse_env_pair(text: str) -> tuple[str, str]:
     return name, value
 
 
-def parse_param_value(text: str) -> Any:
-    """A papermill-style parameter value: int, float, True/False/None, else the string."""
-    if text in ("True", "true"):
-        return True
-    if text in ("False", "false"):
-        return False
-    if text in ("None", "null"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+# A papermill-style parameter value: int, float, true/false, none, else the string.
+parse_param_value = parse_value
 
 
 def parse_limit(text: str) -> Optional[int]:

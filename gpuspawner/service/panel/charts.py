@@ -7,7 +7,7 @@ the caller).
 from __future__ import annotations
 
 import html
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 # Colour-blind-safe categorical palette (Okabe-Ito), then greys.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -41,6 +41,26 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if v < 1 else f"{v:.2f}".rstrip("0").rstrip(".")
 
 
+def frame(width: int, height: int, title: str, unit: str, left: float, top: float,
+          pw: float, ph: float, ymax: float, fmt: Callable[[float], str] = _fmt) -> list[str]:
+    """The opening of a chart: the svg element, its title, gridlines at 0,
+    half and the top of a plot ``pw`` × ``ph`` at (``left``, ``top``) with
+    their values, and the unit along the y axis."""
+    out = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" '
+           f'width="100%" xmlns="http://www.w3.org/2000/svg">',
+           f"<title>{html.escape(title or unit)}</title>"]
+    for frac in (0, 0.5, 1):
+        yy = top + ph - ph * frac
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" '
+                   f'stroke="#ccc" stroke-width="1"/>')
+        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" font-size="11" '
+                   f'text-anchor="end">{html.escape(fmt(ymax * frac))}</text>')
+    if unit:
+        out.append(f'<text x="12" y="{top + ph / 2:.0f}" font-size="11" text-anchor="middle" '
+                   f'transform="rotate(-90 12 {top + ph / 2:.0f})">{html.escape(unit)}</text>')
+    return out
+
+
 def colours_for(names) -> dict[str, str]:
     """One colour per name, the same on every chart of a page."""
     return {name: colour(i) for i, name in enumerate(sorted(names))}
@@ -65,17 +85,7 @@ def stacked_area(labels: Sequence[str], series: Mapping[str, Sequence[float]], *
     def y(v: float) -> float:
         return top + ph - ph * v / ymax
 
-    out = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" '
-           f'width="100%" xmlns="http://www.w3.org/2000/svg">',
-           f"<title>{html.escape(title or unit)}</title>"]
-    for frac in (0, 0.5, 1):
-        yy = y(ymax * frac)
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" '
-                   f'stroke="#ccc" stroke-width="1"/>')
-        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" font-size="11" '
-                   f'text-anchor="end">{_fmt(ymax * frac)}</text>')
-    out.append(f'<text x="12" y="{top + ph / 2:.0f}" font-size="11" text-anchor="middle" '
-               f'transform="rotate(-90 12 {top + ph / 2:.0f})">{html.escape(unit)}</text>')
+    out = frame(width, height, title, unit, left, top, pw, ph, ymax)
     base = [0.0] * n
     for i, (name, values) in enumerate(series.items()):
         upper = [base[k] + values[k] for k in range(n)]

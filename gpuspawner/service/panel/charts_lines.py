@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Callable, Collection, Mapping, Optional, Sequence
 
-from .charts import _fmt, _nice_max, colours_for
+from .charts import _fmt, _nice_max, colours_for, frame
 
 
 def lines(labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]], *,
@@ -29,18 +29,7 @@ def lines(labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]]
     def y(v: float) -> float:
         return top + ph - ph * v / ymax
 
-    out = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" '
-           f'width="100%" xmlns="http://www.w3.org/2000/svg">',
-           f"<title>{html.escape(title or unit)}</title>"]
-    for frac in (0, 0.5, 1):
-        yy = y(ymax * frac)
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" '
-                   f'stroke="#ccc" stroke-width="1"/>')
-        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" font-size="11" '
-                   f'text-anchor="end">{html.escape(fmt(ymax * frac))}</text>')
-    if unit:
-        out.append(f'<text x="12" y="{top + ph / 2:.0f}" font-size="11" text-anchor="middle" '
-                   f'transform="rotate(-90 12 {top + ph / 2:.0f})">{html.escape(unit)}</text>')
+    out = frame(width, height, title, unit, left, top, pw, ph, ymax, fmt)
     for i, (name, vs) in enumerate(series.items()):
         dash = ' stroke-dasharray="6 4"' if name in dashed else ""
         for run in _runs(vs):
