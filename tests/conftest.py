@@ -47,3 +47,16 @@ def db_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/gpuhub.sqlite"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(autouse=True)
+def jp_asyncio_loop():
+    """pytest-jupyter's event loop for every test (the lab tests load its plugin,
+    which makes its fixtures autouse for the whole session), except that a loop
+    still running is not closed: Playwright's sync API runs its own loop in the
+    test's thread, and closing that one fails the browser tests' teardown."""
+    from jupyter_core.utils import ensure_event_loop
+    loop = ensure_event_loop(prefer_selector_loop=True)
+    yield loop
+    if not loop.is_running():
+        loop.close()
