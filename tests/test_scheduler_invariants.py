@@ -492,13 +492,7 @@ def timed_jobs(draw):
         st.sampled_from([1.0, 1.0, 0.5, 0.1])), min_size=5, max_size=40))
 
 
-@pytest.mark.parametrize("policy_name", [
-    "backfill",
-    pytest.param("gpuhub", marks=pytest.mark.xfail(strict=False, reason=(
-        "known bug, issue 19 open: hypothesis finds gpuhub cases where the pool's first "
-        "reservation holder starts after its reserved time (e.g. reserved for 120 s, "
-        "started at 130 s); backfill keeps the bound"))),
-])
+@pytest.mark.parametrize("policy_name", ["backfill", "gpuhub"])
 @settings(max_examples=150, deadline=None, report_multiple_bugs=False,
           suppress_health_check=[HealthCheck.too_slow])
 @given(sizes=st.lists(st.integers(4, 8), min_size=2, max_size=5), jobs=timed_jobs(),

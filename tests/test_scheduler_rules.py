@@ -672,6 +672,28 @@ def test_backfill_never_delays_reservation(arrival, policy, later):
     assert sorted(nodes_of(admitted(result)["h"])) == ["n1", "n2"]
 
 
+@pytest.mark.parametrize("policy", ["gpuhub", "backfill"])
+def test_a_borrowers_reservation_survives_the_pool_filling_up(policy):
+    """The case hypothesis found (issue 19): teams without quota borrow
+    everything. g (2 nodes x 4 GPUs) gets its reservation for r's end while
+    the pool still has room for it; short work backfilled around it then fills
+    the pool, so g's quota check says the pool is full. g keeps its
+    reservation all the same: a job whose time limit reaches past g's start is
+    not admitted on the GPUs drained for g, and g starts when it was told."""
+    s = sched([node("n0", 6), node("n1", 4)], [team("t0"), team("t1")], policy)
+    start(s, wl("r", "t1", 2, t=60.0, time_limit=7200.0, on="n1"), now=60.0)
+    submit(s, wl("g", "t0", 4, t=60.0, num_nodes=2, time_limit=3600.0))
+    assert [(x.workload_id, x.start) for x in s.step(60.0).reservations] == [("g", 7260.0)]
+    start(s, wl("short", "t1", 3, t=120.0, time_limit=600.0), now=120.0)  # ends by 720
+    submit(s, wl("long", "t1", 3, t=130.0, time_limit=7200.0))  # would end at 7330
+    result = s.step(130.0)
+    assert [(x.workload_id, x.start) for x in result.reservations] == [("g", 7260.0)]
+    assert "long" not in admitted(result) and "long" in result.waiting
+    s.finished("short", 720.0)
+    s.finished("r", 7260.0)
+    assert "g" in admitted(s.step(7260.0))
+
+
 def test_backfill_never_delays_reservation_through_preemption():
     """A workload behind h in the order may not take h's reserved GPUs by
     preempting someone either. h (a's gang, one rack) waits for r's GPUs on

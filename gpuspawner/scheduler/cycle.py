@@ -347,11 +347,16 @@ class _Cycle:
                 # Blocked only because the pool is full (its team's ceiling
                 # allows it): it waits for GPUs like any other workload, with
                 # a reservation when its turn comes, so that a gang larger
-                # than its team's nominal quota is not passed forever.
+                # than its team's nominal quota is not passed forever. One
+                # that holds a reservation keeps it: the pool it found with
+                # room may have been filled since by work backfilled around
+                # that reservation, and losing it would let the next backfill
+                # take the GPUs drained for it (a start later than promised).
                 reserved = None
                 after = policy.reserve_for_borrowers_after
-                if after is not None and self.now - w.submit_time >= after and \
-                        self.ledger.used.get((w.team, w.pool), 0) + w.gpus <= \
+                borrower_turn = holds_reservation or (
+                    after is not None and self.now - w.submit_time >= after)
+                if borrower_turn and self.ledger.used.get((w.team, w.pool), 0) + w.gpus <= \
                         self.ledger.quota(w.team, w.pool).ceiling:
                     reserved = self.try_reserve(w, holds_reservation)
                 self.wait(w, reserved or reason)
