@@ -314,12 +314,49 @@ def test_sweep_table_names_every_case_and_policy(tmp_path, capsys):
     ({"loads": [1.0], "limits": {"x": {"blanket_share": 2}}}, "limits.x.blanket_share"),
     ({"loads": [1.0], "goals": {"speed": 1}}, "goals.speed is unknown"),
     ({"loads": [1.0], "colour": "red"}, "unknown field(s) colour"),
+    ({"loads": [1.0], "variants": ["x"]}, "variants must map a name"),
+    ({"loads": [1.0], "variants": {"gpuhub": {"base": "gpuhub"}}}, "a name of its own"),
+    ({"loads": [1.0], "variants": {"v": {"base": "lottery"}}}, "variants.v.base must name"),
+    ({"loads": [1.0], "variants": {"v": {"base": "gpuhub", "speed": 1}}},
+     "variants.v.speed is not a policy knob"),
+    ({"loads": [1.0], "variants": {"v": {"base": "gpuhub", "min_runtime": -1}}},
+     "variants.v.min_runtime: must be seconds"),
+    ({"loads": [1.0], "variants": {"v": {"base": "gpuhub", "preemption": "no"}}},
+     "variants.v.preemption: must be true or false"),
+    ({"loads": [1.0], "policies": ["v"], "variants": {"w": {"base": "gpuhub"}}},
+     "policies[0] is 'v'; known policies: backfill"),
 ])
 def test_sweep_file_errors_name_the_field(tmp_path, capsys, data, words):
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(yaml.safe_dump(data))
     assert main(["simulate", "--sweep", str(sweep)]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_a_sweep_variant_is_its_base_policy_with_the_knobs_changed(tmp_path, capsys):
+    """An ablation in one file: gpuhub without preemption preempts nothing
+    on the case where gpuhub itself preempts."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        **REDUCED_SWEEP, "loads": [1.6], "quotas": ["skewed"],
+        "limits": {"exact": {"factor": [1.0, 1.0]}},
+        "policies": ["backfill", "gpuhub", "gpuhub-no-preemption"],
+        "variants": {"gpuhub-no-preemption": {"base": "gpuhub", "preemption": False,
+                                              "aging_after": None}}}))
+    main(["simulate", "--sweep", str(sweep), "--json"])
+    rows = {r["policy"]: r for r in map(json.loads, capsys.readouterr().out.splitlines()[:-1])}
+    assert set(rows) == {"backfill", "gpuhub", "gpuhub-no-preemption"}
+    assert rows["gpuhub"]["preemptions_per_job"] > 0
+    assert rows["gpuhub-no-preemption"]["preemptions_per_job"] == 0
+    assert rows["gpuhub-no-preemption"]["avg_jct_s"] != rows["gpuhub"]["avg_jct_s"]
+
+
+def test_the_shipped_ablation_file_names_its_variants():
+    from gpuspawner.sim.sweep import load_sweep
+    sweep = load_sweep(Path(__file__).resolve().parent.parent / "examples" / "ablation.yaml")
+    assert set(sweep.variants) <= set(sweep.policies)
+    assert sweep.variants["gpuhub-no-preemption"].preemption is False
+    assert sweep.policy("gpuhub-min-runtime-4h").min_runtime == 4 * 3600
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -18,6 +18,12 @@
     baseline: backfill            # the policy the goals compare with
     candidate: gpuhub             # the policy judged
     goals: {...}                  # thresholds, defaults in GOALS
+    variants:                     # named policies for an ablation, listed in policies
+      gpuhub-no-preemption: {base: gpuhub, preemption: false}
+      gpuhub-min-runtime-4h: {base: gpuhub, min_runtime: 14400}
+
+A variant changes the policy knobs a what-if preview may change (``sim.whatif.KNOBS``: switches,
+seconds, counts; ``null`` turns an optional one off) of the policy named by ``base``.
 
 Quotas: ``proportional`` gives each team a nominal quota in proportion to the GPU time it submits
 (summing to the cluster); ``skewed`` gives every team the same nominal quota whatever it submits, so
@@ -29,18 +35,19 @@ The traces are the product of loads × teams × limits; each is replayed under b
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import yaml
 
 from ..scheduler.model import Node, Quota, Team
-from ..scheduler.policy import POLICIES, get_policy
+from ..scheduler.policy import POLICIES, Policy, get_policy
 from .cluster import Cluster
 from .metrics import SIZE_BUCKETS
 from .simulate import simulate
 from .trace import generate_philly_trace
+from .whatif import KNOBS, ChangeError, check_knob
 
 QUOTA_MODES = ("proportional", "skewed")
 
@@ -84,6 +91,10 @@ class Sweep:
     baseline: str = "backfill"
     candidate: str = "gpuhub"
     goals: dict[str, float] = field(default_factory=lambda: dict(GOALS))
+    variants: dict[str, Policy] = field(default_factory=dict)
+
+    def policy(self, name: str) -> Policy:
+        return self.variants[name] if name in self.variants else get_policy(name)
 
     @property
     def capacity(self) -> int:
@@ -131,10 +142,14 @@ def parse_sweep(data: Any, source: str = "sweep") -> Sweep:
     if "restart_cost_s" in data:
         sweep.restart_cost_s = float(number("restart_cost_s", data["restart_cost_s"], 0))
 
+    sweep.variants = parse_variants(data.get("variants"), source)
+
     def policy(name, value):
-        if value not in POLICIES:
+        if value not in POLICIES and value not in sweep.variants:
             raise SweepError(f"{source}: {name} is {value!r}; known policies: "
-                             f"{', '.join(sorted(POLICIES))}")
+                             f"{', '.join(sorted(POLICIES))}"
+                             + (f"; variants: {', '.join(sweep.variants)}"
+                                if sweep.variants else ""))
         return value
 
     def quota_mode(name, value):
@@ -184,6 +199,37 @@ def parse_sweep(data: Any, source: str = "sweep") -> Sweep:
             raise SweepError(f"{source}: goals.{name} is unknown; known: {', '.join(GOALS)}")
         sweep.goals[name] = float(number(f"goals.{name}", value, 0))
     return sweep
+
+
+def parse_variants(data: Any, source: str) -> dict[str, Policy]:
+    """``variants:``: name -> {base: POLICY, KNOB: value, ...}."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SweepError(f"{source}: variants must map a name to {{base: POLICY, KNOB: value}}, "
+                         f"got {data!r}")
+    out = {}
+    for name, spec in data.items():
+        where = f"variants.{name}"
+        if not isinstance(name, str) or not name or name in POLICIES:
+            raise SweepError(f"{source}: {where}: a variant needs a name of its own (not one of "
+                             f"{', '.join(sorted(POLICIES))})")
+        if not isinstance(spec, dict) or spec.get("base") not in POLICIES:
+            raise SweepError(f"{source}: {where}.base must name a policy "
+                             f"({', '.join(sorted(POLICIES))}), got {spec!r}")
+        changes = {}
+        for knob, value in spec.items():
+            if knob == "base":
+                continue
+            if knob not in KNOBS:
+                raise SweepError(f"{source}: {where}.{knob} is not a policy knob; known: "
+                                 f"{', '.join(KNOBS)}")
+            try:
+                changes[knob] = check_knob(f"{where}.{knob}", knob, value)
+            except ChangeError as e:
+                raise SweepError(f"{source}: {e}") from None
+        out[name] = replace(POLICIES[spec["base"]], name=name, **changes)
+    return out
 
 
 def build_cluster(sweep: Sweep, demand: dict[str, float], mode: str) -> Cluster:
@@ -238,7 +284,7 @@ def run_sweep(sweep: Sweep, *, check: bool = False,
     rows = []
     for case, trace, cluster in cases(sweep):
         for name in sweep.policies:
-            policy = get_policy(name)
+            policy = sweep.policy(name)
             result = simulate(trace, cluster, policy, restart_cost_s=sweep.restart_cost_s,
                               check=check)
             row = {"case": case.name, "load": case.load, "teams": case.teams,

@@ -141,25 +141,32 @@ def parse_key(key: str, teams: Iterable[str], pools: Iterable[str]) -> Key:
     return Key("team", team, pool=pool, field=name)
 
 
+def check_knob(key: str, name: str, value: Any) -> Any:
+    """The value of policy knob ``name`` (a ``KNOBS`` key), checked; ``key``
+    names the setting in the error."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    knob = KNOBS[name]
+    if value is None and knob.optional:
+        return None
+    if knob.kind == "switch":
+        if not isinstance(value, bool):
+            raise ChangeError(key, f"must be true or false, got {value!r}")
+        return value
+    if knob.kind == "count":
+        if not number or value != int(value) or not 0 <= value <= MAX_GPUS:
+            raise ChangeError(key, f"must be a whole number >= 0"
+                                   f"{' or none' if knob.optional else ''}, got {value!r}")
+        return int(value)
+    if not number or not math.isfinite(value) or not 0 <= value <= 365 * DAY:
+        raise ChangeError(key, f"must be seconds from 0 to {365 * DAY:.0f}"
+                               f"{' or none' if knob.optional else ''}, got {value!r}")
+    return float(value)
+
+
 def _check_value(key: str, k: Key, value: Any, capacity: Mapping[str, int]) -> Any:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if k.scope == "policy":
-        knob = KNOBS[k.field]
-        if value is None and knob.optional:
-            return None
-        if knob.kind == "switch":
-            if not isinstance(value, bool):
-                raise ChangeError(key, f"must be true or false, got {value!r}")
-            return value
-        if knob.kind == "count":
-            if not number or value != int(value) or not 0 <= value <= MAX_GPUS:
-                raise ChangeError(key, f"must be a whole number >= 0"
-                                       f"{' or none' if knob.optional else ''}, got {value!r}")
-            return int(value)
-        if not number or not math.isfinite(value) or not 0 <= value <= 365 * DAY:
-            raise ChangeError(key, f"must be seconds from 0 to {365 * DAY:.0f}"
-                                   f"{' or none' if knob.optional else ''}, got {value!r}")
-        return float(value)
+        return check_knob(key, k.field, value)
     if k.field == "weight":
         if not number or not 0 < value <= MAX_WEIGHT:
             raise ChangeError(key, f"must be a number in (0, {MAX_WEIGHT:.0f}], got {value!r}")
