@@ -105,10 +105,10 @@ def settings_changed_during(s: Session, since: float, until: float) -> list[str]
                                                  AuditEntry.time >= since,
                                                  AuditEntry.time < until)
                         .order_by(AuditEntry.time)).all()
-    return [f"team {e.target} at {_iso(e.time)}" for e in entries]
+    return [f"team {e.target} at {_utc_text(e.time)}" for e in entries]
 
 
-def _iso(t: float) -> str:
+def _utc_text(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -298,7 +298,7 @@ class Previews:
         if row.state != DONE:
             return f"preview {row.id} is {row.state}: only a finished preview can be applied"
         if row.applied_at:
-            return f"preview {row.id} was applied by {row.applied_by} at {_iso(row.applied_at)}"
+            return f"preview {row.id} was applied by {row.applied_by} at {_utc_text(row.applied_at)}"
         knobs = sorted(k for k in row.changes if k.startswith("policy."))
         if knobs:
             where = "; ".join(f"{k}: {KNOB_CONFIG.get(k[7:], 'not a setting of the service')}"

@@ -61,6 +61,23 @@ def frame(width: int, height: int, title: str, unit: str, left: float, top: floa
     return out
 
 
+def close(out: list[str], labels: Sequence[str], x: Callable[[int], float], height: int,
+          plot: tuple[float, float, float, float], empty: str = "", anchor: str = "middle") -> str:
+    """The end of a chart: the first, middle and last bucket labels along the
+    x axis, ``empty`` in the middle of the plot (left, top, width, height)
+    when there is nothing to draw, and the closing tag."""
+    n = len(labels)
+    for k in sorted({0, n // 2, n - 1}) if n else ():
+        out.append(f'<text x="{x(k):.1f}" y="{height - 12}" font-size="11" '
+                   f'text-anchor="{anchor}">{html.escape(labels[k])}</text>')
+    if empty:
+        left, top, pw, ph = plot
+        out.append(f'<text x="{left + pw / 2}" y="{top + ph / 2}" font-size="13" '
+                   f'text-anchor="middle">{html.escape(empty)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
 def colours_for(names) -> dict[str, str]:
     """One colour per name, the same on every chart of a page."""
     return {name: colour(i) for i, name in enumerate(sorted(names))}
@@ -101,14 +118,8 @@ def stacked_area(labels: Sequence[str], series: Mapping[str, Sequence[float]], *
                    f'fill="{colours[name]}"/><text x="{left + pw + 26}" y="{ly + 1}" '
                    f'font-size="11" class="legend">{html.escape(name)}</text>')
         base = upper
-    for k in sorted({0, n // 2, n - 1}) if n else ():
-        out.append(f'<text x="{x(k):.1f}" y="{height - 12}" font-size="11" '
-                   f'text-anchor="start">{html.escape(labels[k])}</text>')
-    if not series:
-        out.append(f'<text x="{left + pw / 2}" y="{top + ph / 2}" font-size="13" '
-                   f'text-anchor="middle">no usage in this period</text>')
-    out.append("</svg>")
-    return "".join(out)
+    return close(out, labels, x, height, (left, top, pw, ph),
+                 "" if series else "no usage in this period", anchor="start")
 
 
 def bars(items: Sequence[tuple[str, float]], *, width: int = 760, unit: str = "GPU-hours",

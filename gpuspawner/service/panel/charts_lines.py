@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Callable, Collection, Mapping, Optional, Sequence
 
-from .charts import _fmt, _nice_max, colours_for, frame
+from .charts import _fmt, _nice_max, close, colours_for, frame
 
 
 def lines(labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]], *,
@@ -46,14 +46,8 @@ def lines(labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]]
                    f'y2="{ly - 3}" stroke="{colours[name]}" stroke-width="2"{dash}/>'
                    f'<text x="{left + pw + 36}" y="{ly + 1}" font-size="11" class="legend">'
                    f"{html.escape(name)}</text>")
-    for k in sorted({0, n // 2, n - 1}) if n else ():
-        out.append(f'<text x="{x(k):.1f}" y="{height - 12}" font-size="11" '
-                   f'text-anchor="middle">{html.escape(labels[k])}</text>')
-    if not values:
-        out.append(f'<text x="{left + pw / 2}" y="{top + ph / 2}" font-size="13" '
-                   f'text-anchor="middle">nothing waited in this period</text>')
-    out.append("</svg>")
-    return "".join(out)
+    return close(out, labels, x, height, (left, top, pw, ph),
+                 "" if values else "nothing waited in this period")
 
 
 def _runs(values: Sequence[Optional[float]]) -> list[list[tuple[int, float]]]:
