@@ -28,7 +28,7 @@ from ..scheduler.model import Quota
 from ..scheduler.policy import Policy
 from ..scheduler.steps import drain
 from ..store import Attempt, Store, WorkloadRow
-from . import journal, records, waiting
+from . import journal, records, sweeps, waiting
 from .exits import Asked, ending
 from .kinds import BACKEND_KINDS, kind
 from .launch import Launcher, LocalNode
@@ -350,6 +350,8 @@ class Engine(Requests):
         """A workload ended for good: how long it ran joins the run-time
         history; what waits for it is looked at again."""
         self.estimates.finished(row, records.ran_seconds(s, row.id))
+        if row.sweep_id is not None:
+            sweeps.record_result(s, row)
         self._dependencies_changed = True
 
     def _lost_without_core(self, wid: str, now: float, why: str) -> None:
