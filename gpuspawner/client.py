@@ -231,6 +231,23 @@ class GpuHubClient:
     def workload(self, wid: str) -> dict:
         return self._json("GET", f"/workloads/{_seg(wid)}")
 
+    def submit_sweep(self, body: dict) -> dict:
+        """``POST /sweeps``: {template, grid | tasks, max_running?, metric?, after?}."""
+        return self._json("POST", "/sweeps", json=body)
+
+    def sweeps(self, *, state: Iterable[str] = (), team: Optional[str] = None) -> list[dict]:
+        params: list[tuple[str, Any]] = [("state", s) for s in state]
+        if team is not None:
+            params.append(("team", team))
+        return self._json("GET", "/sweeps", params=params)["sweeps"]
+
+    def sweep(self, sid: str) -> dict:
+        return self._json("GET", f"/sweeps/{_seg(sid)}")
+
+    def sweep_action(self, sid: str, action: str) -> dict:
+        """``cancel`` or ``retry``."""
+        return self._json("POST", f"/sweeps/{_seg(sid)}/{action}")
+
     def cancel(self, wid: str) -> dict:
         return self._json("DELETE", f"/workloads/{_seg(wid)}")
 
