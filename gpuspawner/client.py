@@ -32,7 +32,7 @@ SERVICE_PREFIX = "/services/gpuhub"
 API_PATH = "/api/v1"
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 # Attempt states the log stream ends with before the attempt has run.
-NOT_STARTED = ("queued", "none")
+NOT_STARTED = ("queued", "waiting", "none")
 
 
 class GpuHubError(Exception):
@@ -396,7 +396,7 @@ class GpuHubClient:
                     attempt, offset = int(w["attempt"]), 0
                     continue
                 note = f"{wid} is {w['state']}: {w.get('reason') or 'waiting'}"
-                if notify and note != last_note and w["state"] == "queued":
+                if notify and note != last_note and w["state"] in ("queued", "waiting"):
                     notify(note)
                 last_note = note
                 time.sleep(poll_interval)
