@@ -7,9 +7,10 @@ from __future__ import annotations
 import secrets
 from typing import Optional
 
+from ..scheduler import dependencies
 from ..scheduler import events as ev
 from ..store import WorkloadRow
-from . import dependencies, journal, queries, waiting
+from . import journal, queries, waiting
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .kinds import kind
