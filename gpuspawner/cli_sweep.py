@@ -22,21 +22,24 @@ class GridError(ValueError):
     """A grid file that cannot be read (a usage error)."""
 
 
+def _pair(text: str, choices: tuple, what: str) -> tuple[str, str]:
+    """``NAME`` or ``NAME:CHOICE`` (the first choice when left out)."""
+    name, _, choice = text.partition(":")
+    choice = choice or choices[0]
+    if not name or choice not in choices:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}[:{'|'.join(choices)}]")
+    return name, choice
+
+
 def parse_after_arg(text: str) -> dict:
     """``ID`` or ``ID:ok|any|failed`` → {"id", "condition"}."""
-    target, _, condition = text.partition(":")
-    condition = condition or "ok"
-    if not target or condition not in CONDITIONS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not ID[:ok|any|failed]")
+    target, condition = _pair(text, CONDITIONS, "ID")
     return {"id": target, "condition": condition}
 
 
 def parse_metric_arg(text: str) -> dict:
     """``NAME`` or ``NAME:max|min`` → {"name", "goal"} (max when left out)."""
-    name, _, goal = text.partition(":")
-    goal = goal or "max"
-    if not name or goal not in GOALS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME[:max|min]")
+    name, goal = _pair(text, GOALS, "NAME")
     return {"name": name, "goal": goal}
 
 

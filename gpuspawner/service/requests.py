@@ -28,10 +28,7 @@ class Requests:
         """Queue a job (users) or a notebook server's GPUs (the spawner, an
         admin identity acting for ``on_behalf_of``). A job with ``after``
         waits for its dependencies first (``waiting``), outside the core."""
-        team, user = self.owner_of(who, spec, on_behalf_of)
-        now = self.clock()
-        self.check_submission(spec, team)
-        self.teams.ensure(team, now)
+        team, user, now = self.accept(who, spec, on_behalf_of)
         wid = "w" + secrets.token_hex(6)
         after = list(spec.after)
         if after:
@@ -39,6 +36,16 @@ class Requests:
                 waiting.check_after(s, who, wid, after)
         row = self.new_row(wid, spec, team, user, now, after)
         return self.queue_row(row, who.name)
+
+    def accept(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
+               ) -> tuple[str, str, float]:
+        """The team and user a submission (a job, a server, a sweep's
+        template) is for, and now, once it passed the checks; its team exists."""
+        team, user = self.owner_of(who, spec, on_behalf_of)
+        now = self.clock()
+        self.check_submission(spec, team)
+        self.teams.ensure(team, now)
+        return team, user, now
 
     def owner_of(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str]
                  ) -> tuple[str, str]:
