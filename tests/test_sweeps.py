@@ -188,6 +188,10 @@ def test_each_task_is_admitted_against_its_teams_quota(db_url, tmp_path):
     sw = sweeps.submit(engine, ALICE, sweep_of(4))
     engine.tick()
     assert sorted(states(engine, sw.id)) == ["queued", "queued", "running", "running"]
+    # Cancel-all: the queued ones end at once and leave the queue; the running ones stop.
+    sweeps.cancel(engine, ALICE, sw.id)
+    assert sorted(states(engine, sw.id)) == ["cancelled", "cancelled", "stopping", "stopping"]
+    assert not set(task_ids(engine, sw.id)) & set(engine.scheduler.state.pending)
 
 
 def test_cancel_all_then_retry_the_cancelled_and_failed(db_url, tmp_path):
@@ -272,11 +276,15 @@ def test_a_sweep_after_a_job_and_a_restart(db_url, tmp_path):
                                                after=[{"id": prepare.id}]))
     engine.tick()
     assert states(engine, sw.id) == ["waiting"] * 3
+    reasons = {t["reason"] for t in sweeps.get(engine, ALICE, sw.id)["tasks"]}
+    assert reasons == {f"waiting for {prepare.id} (ok)"}
     engine.on_exit(AttemptExit(prepare.id, 0, EXITED, 0, engine.clock()))
     engine.starter.close()
     again = make_engine(db_url, tmp_path, gpus=4)
     again.tick()
     assert states(again, sw.id) == ["running", "waiting", "waiting"]
+    assert sweeps.get(again, ALICE, sw.id)["tasks"][2]["reason"] == (
+        f"waiting for a slot of sweep {sw.id} (at most 1 at once)")
 
 
 def test_two_thousand_tasks_submit_and_cycle_quickly(db_url, tmp_path, capsys):
