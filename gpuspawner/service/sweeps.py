@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import secrets
+
 from sqlalchemy import select
 
 from ..scheduler import dependencies
 from ..store import Attempt, SweepRow, SweepTaskRow, WorkloadRow
+from ..times import iso
 from . import journal, waiting
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
@@ -26,7 +28,6 @@ from .states import (CANCELLED, FAILED, FINAL_STATES, HELD, QUEUED, STATES, SUCC
                      WAITING)
 from .sweep_specs import SweepSpec, best_index, task_spec
 from .views import output_notebook
-from ..times import iso
 
 SWEEP_STATES = ("running", SUCCEEDED, FAILED, CANCELLED)
 # Tasks a cancel-all ends at once (not in the core, or only queued there).
