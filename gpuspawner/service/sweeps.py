@@ -29,7 +29,7 @@ from .states import (CANCELLED, FAILED, FINAL_STATES, HELD, QUEUED, STATES, SUCC
 from .sweep_specs import SweepSpec, best_index, task_spec
 from .views import output_notebook
 
-SWEEP_STATES = ("running", SUCCEEDED, FAILED, CANCELLED)
+SWEEP_STATES = (waiting.RUNNING_SWEEP, SUCCEEDED, FAILED, CANCELLED)
 # Tasks a cancel-all ends at once (not in the core, or only queued there).
 NOT_STARTED = (WAITING, QUEUED, HELD)
 RETRIED = (FAILED, CANCELLED)
@@ -58,7 +58,7 @@ def submit(engine, who: Identity, sweep: SweepSpec) -> SweepRow:
     with engine.store.transaction() as s:
         sw = SweepRow(id=sid, name=sweep.name, team=team, user=user,
                       max_running=sweep.max_running, metric=sweep.metric, after=after,
-                      state="running", cancel_requested=False, submitted_at=now)
+                      state=waiting.RUNNING_SWEEP, cancel_requested=False, submitted_at=now)
         s.add(sw)
         s.add_all(rows)
         s.flush()
@@ -151,7 +151,7 @@ def retry(engine, who: Identity, sid: str) -> SweepRow:
             task.workload_id, task.metric, task.output_notebook = new.id, None, None
             journal.event(s, new.id, "submitted", now, f"retry of {old.id} (task {task.index} "
                           f"of sweep {sid}) by {who.name}", attempt=0)
-        sw.state, sw.finished_at, sw.cancel_requested = "running", None, False
+        sw.state, sw.finished_at, sw.cancel_requested = waiting.RUNNING_SWEEP, None, False
         journal.audit(s, now, who.name, "retry-sweep", sid, {"tasks": len(tasks)})
     engine.dependencies_changed()
     engine.wake()
