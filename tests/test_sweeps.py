@@ -321,3 +321,19 @@ def test_two_thousand_tasks_submit_and_cycle_quickly(db_url, tmp_path, capsys):
               f"{with_sweep:.0f} ms; releasing the next task of a capped 2000-task sweep "
               f"{release_one:.0f} ms")
     assert submit_s < 20 and with_sweep < 5000 and release_one < 1000
+
+
+def test_a_task_that_left_a_hostile_file_still_ends(db_url, tmp_path):
+    """A metrics file nested past the JSON parser's depth: no metric, the end recorded."""
+    engine = make_engine(db_url, tmp_path, gpus=1)
+    sw = sweeps.submit(engine, ALICE, sweep_of(1, metric={"name": "acc", "goal": "max"}))
+    engine.tick()
+    (wid,) = task_ids(engine, sw.id)
+    os.makedirs(engine.launcher.attempt_dir(wid, 0))
+    with open(f"{engine.launcher.attempt_dir(wid, 0)}/metrics.json", "w") as f:
+        f.write("[" * 100000 + "]" * 100000)
+    end(engine, wid)
+    engine.tick()
+    view = sweeps.get(engine, ALICE, sw.id)
+    assert view["tasks"][0]["state"] == "succeeded" and view["tasks"][0]["metric"] is None
+    assert view["state"] == "succeeded"
