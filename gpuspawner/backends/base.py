@@ -154,6 +154,11 @@ class Backend:
         last call; a cluster backend learns of those, a local host does not."""
         return []
 
+    def node_reason(self, node: str) -> str:
+        """Why the cluster says ``node`` is unhealthy or drained, as last read
+        ("" when it does not say, or the node is fine)."""
+        return ""
+
     def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
         """Where a serving replica that listens on ``port`` is reached, or None
         while that is not known yet."""

@@ -193,6 +193,12 @@ class Engine(Requests):
             if node.name in self.nodes:
                 self.nodes[node.name].node = node
                 self.scheduler.set_node(node)
+                log.warning("node %s is now %s%s", node.name,
+                            "healthy" if node.healthy else "unhealthy",
+                            f": {self.backend.node_reason(node.name)}" if not node.healthy else "")
+                with self.store.transaction() as s:
+                    records.node_health(s, node, self.backend.node_reason(node.name),
+                                        self.clock())
         now = self.clock()
         with self._planned(apply_changes=False):
             result = yield from self.scheduler.cycle_steps(now, explain=True)
