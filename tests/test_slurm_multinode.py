@@ -219,3 +219,59 @@ def test_a_lost_node_stops_the_whole_gang_which_restarts_elsewhere_from_its_chec
         slurm_nodes.revive_node(lost)
     # Back in Slurm: healthy again in the hub at its next look.
     run_until(engine, lambda: engine.nodes[lost].node.healthy, timeout=30)
+
+
+def test_a_replica_serves_at_its_nodes_address_and_is_replaced_when_its_node_is_lost(
+        slurm_nodes, tmp_path):
+    """Serving through Slurm: the hub (JupyterHub, proxy, service and router on
+    this host) reaches a replica in a node's namespace, at the node's address."""
+    from hub_harness import Hub, wait_for
+    from test_serving_e2e import EXAMPLE, call, endpoint, infer_body, ready
+    hub = Hub(str(tmp_path), groups={"team-a": ["alice"]},
+              teams={"a": {"quotas": {"a100": {"nominal": 4}}}}, extra_service_config=f"""
+c.GpuHubService.backend = "slurm"
+c.SlurmBackend.slurm_conf = {slurm_nodes.conf!r}
+c.SlurmBackend.partitions = {{"a100": {PARTITION!r}}}
+c.SlurmBackend.poll_interval = 0.5
+c.SlurmBackend.node_refresh_interval = 0.5
+c.GpuHubService.replica_unready_seconds = 8
+""")
+    hub.start()
+    lost = None
+    try:
+        alice = hub.client("alice")
+        w = alice.submit(command=[sys.executable, os.path.join(EXAMPLE, "train.py"),
+                                  "models/iris"], gpus=1)  # Slurm jobs are placed: a GPU
+        done = alice.wait(w["id"], ("succeeded", "failed"), 120)
+        assert done["state"] == "succeeded", (
+            done["reason"], alice.get(f"/workloads/{w['id']}/logs").text)
+        r = alice.post("/deployments", json={"name": "iris", "model_dir": "models/iris",
+                                             "gpus": 1})
+        assert r.status_code == 201, r.text
+        first = ready(hub, "iris")["revisions"][0]["replicas"][0]
+        lost = alice.get(f"/workloads/{first}").json()["placement"][0]["node"]
+        settings = os.path.join(hub.data_dir, "deployments", "a", "iris", "r1", first,
+                                "settings.json")
+        assert json.load(open(settings))["host"] == slurm_nodes.addr[lost]
+        resp = call(hub, endpoint(hub, "iris"), infer_body())
+        assert resp.status_code == 200 and resp.json()["outputs"][0]["data"] == [0, 2], resp.text
+        slurm_nodes.lose_node(lost)
+        t_loss = time.time()
+
+        def replaced():
+            d = alice.get("/deployments/a/iris").json()
+            rev = d["revisions"][0]
+            return rev["replicas"] if rev["ready_replicas"] and first not in rev["replicas"] \
+                else None
+        new, = wait_for(replaced, "a ready replica on another node", 90)
+        t_ready = time.time()
+        node = alice.get(f"/workloads/{new}").json()["placement"][0]["node"]
+        assert node != lost
+        resp = call(hub, endpoint(hub, "iris"), infer_body())
+        assert resp.status_code == 200, resp.text
+        print(f"\nreplica on {lost} lost: a new one ready on {node} after "
+              f"{t_ready - t_loss:.1f} s")
+    finally:
+        if lost is not None:
+            slurm_nodes.revive_node(lost)
+        hub.stop()

@@ -15,8 +15,8 @@ from ...isolation.accounts import (Account, AccountError, Accounts, DirectoryAcc
                                    prepare_checkpoint)
 from ...jsonfile import read_json, write_json
 from ...safefiles import create_own
-from ..base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of,
-                    local_replica_address)
+from ...serving.replica import bind_to
+from ..base import LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of
 from .commands import (JOB_FILE, LOG_FILE, SACCT_FIELDS, SCRIPT_FILE, SQUEUE_FORMAT, JobInfo,
                        Runner, SlurmError, batch_script, exit_from_state, expand_hostlist,
                        job_name, parse_job_name, parse_sacct, parse_scontrol_job, parse_squeue,
@@ -195,9 +195,11 @@ class SlurmBackend(LoggingConfigurable, Backend):
         return set(self._jobs)
 
     def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
-        # Replicas bind to the loopback address: serving through Slurm needs
-        # slurmd on the service's host (as in the one-host harness).
-        return local_replica_address(port)
+        """The replica's node's address (NodeAddr), which it binds (``start``)."""
+        j = self._jobs.get((workload_id, attempt))
+        if j is None or not j.spec.nodes:
+            return None
+        return f"{self.node_address(j.spec.nodes[0])}:{port}"
 
     def node_reason(self, node: str) -> str:
         return self._reasons.get(node, "")
@@ -269,6 +271,9 @@ class SlurmBackend(LoggingConfigurable, Backend):
             with os.fdopen(create_own(script, 0o600), "w") as f:  # it holds the job's token
                 f.write(batch_script(spec, account, self._addrs))
             self._prepare(spec, attempt_dir, account)
+            if spec.serving:
+                # A replica listens on its node's address, where the router reaches it.
+                bind_to(spec.cwd, self.node_address(spec.nodes[0]))
         except OSError as e:
             raise BackendError(f"cannot prepare attempt {key}: {e}") from e
         try:
