@@ -155,15 +155,17 @@ class SlurmCluster:
     # ---- start -----------------------------------------------------------
     @classmethod
     def start(cls, layout: Optional[Layout] = None, timeout: float = 90.0) -> "SlurmCluster":
-        missing = [c for c in ("munged", "slurmctld", "slurmd", "sbatch", "sinfo")
-                   if shutil.which(c) is None]
+        layout = layout or Layout()
+        tools = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo") + (
+            ("ip", "nsenter", "unshare") if layout.netns else ())
+        missing = [c for c in tools if shutil.which(c) is None]
         if missing:
             raise SlurmUnavailable(f"{', '.join(missing)} not installed (apt-get install -y "
-                                   f"slurm-wlm munge; `make test` does it)")
+                                   f"slurm-wlm munge iproute2 util-linux; `make test` does it)")
         if os.geteuid() != 0:
             raise SlurmUnavailable("the Slurm test cluster runs its daemons as root; "
                                    f"these tests run as uid {os.geteuid()}")
-        cluster = cls(tempfile.mkdtemp(prefix="gpuhub-slurm-"), layout or Layout())
+        cluster = cls(tempfile.mkdtemp(prefix="gpuhub-slurm-"), layout)
         try:
             if cluster.layout.netns:
                 try:

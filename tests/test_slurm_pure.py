@@ -2,6 +2,7 @@
 Slurm's answers are read, and which commands run when (recorded argv)."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -19,6 +20,7 @@ from gpuspawner.backends.slurm.commands import (JOB_FILE, JobInfo, SlurmError, b
 from gpuspawner.inventory.slurm import (parse_gres, parse_nodes, parse_topology, pool_of,
                                         to_scheduler, unhealthy_flags)
 from gpuspawner.isolation.accounts import Account, DirectoryAccounts, isolating
+from gpuspawner.serving.replica import server_settings, write_replica_dir
 
 
 def spec(tmp_path=None, **kw) -> LaunchSpec:
@@ -306,6 +308,8 @@ class FakeSlurm:
         self.calls: list[list[str]] = []
         self.queue = ""            # squeue output
         self.jobs: dict[str, str] = {}  # scontrol show job output by id
+        self.nodes = ""            # scontrol show node
+        self.topology = ""         # scontrol show topology
         self.next_id = 100
 
     def __call__(self, argv, timeout):
@@ -316,6 +320,10 @@ class FakeSlurm:
             return f"{self.next_id}\n"
         if argv[0] == "squeue":
             return self.queue
+        if argv[:3] == ["scontrol", "show", "node"]:
+            return self.nodes
+        if argv[:3] == ["scontrol", "show", "topology"]:
+            return self.topology
         if argv[0] == "scontrol":
             if argv[-1] not in self.jobs:
                 raise SlurmError("slurm_load_jobs error: Invalid job id specified")
@@ -664,3 +672,38 @@ def test_a_rank_on_a_node_off_the_placement_refuses_to_run():
     out = subprocess.run(["/bin/sh", "-c", gang_rank_script(spec(**GANG), {}), "r", "true"],
                          capture_output=True, text=True, env={"SLURMD_NODENAME": "n9"})
     assert out.returncode == 97 and "n9 is not in the placement" in out.stderr
+
+
+def test_a_replica_binds_its_nodes_address_which_the_router_is_given(fake):
+    backend, slurm, clock, tmp_path = fake
+    slurm.nodes = "NodeName=node1 NodeAddr=10.1.0.7 Gres=gpu:4 State=IDLE Partitions=gpu\n"
+    slurm.topology = "SwitchName=leaf Level=0 LinkSpeed=1 Nodes=node1\n"
+    (node, _), = backend.discover()
+    assert node.topology == {"switch": "leaf"}
+    rdir = tmp_path / "replica"
+    write_replica_dir(str(rdir), {"name": "iris"}, server_settings(41000))
+    s = spec(tmp_path, cwd=str(rdir), serving={"name": "iris"})
+    assert backend.replica_address(s.workload_id, s.attempt, 41000) is None  # not submitted
+    backend.start(s)
+    assert json.load(open(rdir / "settings.json"))["host"] == "10.1.0.7"
+    assert backend.replica_address(s.workload_id, s.attempt, 41000) == "10.1.0.7:41000"
+    # The topology is read once: it is slurm.conf's, fixed while slurmctld runs.
+    clock.t += 60
+    backend.take_node_changes()
+    assert len([c for c in slurm.calls if c[:3] == ["scontrol", "show", "topology"]]) == 1
+
+
+def test_a_lost_job_makes_the_backend_look_at_the_nodes_at_once(fake):
+    backend, slurm, clock, tmp_path = fake
+    slurm.nodes = "NodeName=node1 Gres=gpu:4 State=IDLE Partitions=gpu\n"
+    backend.discover()
+    s = spec(tmp_path)
+    job = backend.start(s)
+    slurm.queue = f"{job}|gpuhub.wabc123.2|NODE_FAIL|None|node1|root\n"
+    slurm.jobs[job] = f"JobId={job} JobName=gpuhub.wabc123.2 JobState=NODE_FAIL ExitCode=0:0\n"
+    slurm.nodes = "NodeName=node1 Gres=gpu:4 State=DOWN* Partitions=gpu Reason=Not responding\n"
+    (x,) = backend.poll()
+    assert x.reason == LOST
+    (node,) = backend.take_node_changes()  # well within node_refresh_interval
+    assert not node.healthy
+    assert backend.node_reason("node1") == "Slurm: DOWN* (Not responding)"
