@@ -193,12 +193,11 @@ class Engine(Requests):
             if node.name in self.nodes:
                 self.nodes[node.name].node = node
                 self.scheduler.set_node(node)
-                log.warning("node %s is now %s%s", node.name,
-                            "healthy" if node.healthy else "unhealthy",
-                            f": {self.backend.node_reason(node.name)}" if not node.healthy else "")
+                why = self.backend.node_reason(node.name)
+                log.warning("node %s is now %s", node.name,
+                            "healthy" if node.healthy else f"unhealthy: {why}")
                 with self.store.transaction() as s:
-                    records.node_health(s, node, self.backend.node_reason(node.name),
-                                        self.clock())
+                    records.node_health(s, node, why, self.clock())
         now = self.clock()
         with self._planned(apply_changes=False):
             result = yield from self.scheduler.cycle_steps(now, explain=True)

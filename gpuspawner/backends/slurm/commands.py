@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 import subprocess
 from dataclasses import dataclass
