@@ -80,3 +80,7 @@ class PoolBackends(Backend):
 
     async def run(self) -> None:
         await asyncio.gather(*(backend.run() for backend in self.backends))
+
+    def set_wake(self, wake) -> None:
+        for backend in self.backends:
+            backend.set_wake(wake)
