@@ -238,6 +238,9 @@ class Handler(web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(body)
 
+    def _flag(self, name: str) -> bool:
+        return self.get_argument(name, "").lower() in ("1", "true")
+
     def _parse(self, path: str):
         m = PATH.fullmatch(path)
         if m is None or m.group(2) not in KINDS:
@@ -247,9 +250,9 @@ class Handler(web.RequestHandler):
     async def get(self, path: str):
         namespace, plural, name, log = self._parse(path)
         if log:
-            return await self._log(namespace, name)
+            return await self._pod_log(namespace, name)
         selector = self.get_argument("labelSelector", "")
-        if self.get_argument("watch", "") in ("1", "true"):
+        if self._flag("watch"):
             return await self._watch(plural, selector)
         if name:
             obj = self.state.objects[plural].get((namespace or "", name))
@@ -283,7 +286,7 @@ class Handler(web.RequestHandler):
     async def _watch(self, plural: str, selector: str) -> None:
         version = int(self.get_argument("resourceVersion", "0") or 0)
         timeout = float(self.get_argument("timeoutSeconds", "0") or 0) or 1800.0
-        bookmarks = self.get_argument("allowWatchBookmarks", "") in ("1", "true")
+        bookmarks = self._flag("allowWatchBookmarks")
         loop = asyncio.get_running_loop()
         w, backlog, status = self.state.subscribe(plural, selector, version, loop)
         call = f"watch {plural}"
@@ -325,8 +328,8 @@ class Handler(web.RequestHandler):
         finally:
             self.state.unsubscribe(w)
 
-    async def _log(self, namespace: str, name: str) -> None:
-        follow = self.get_argument("follow", "") in ("1", "true")
+    async def _pod_log(self, namespace: str, name: str) -> None:
+        follow = self._flag("follow")
         self.set_header("Content-Type", "text/plain")
         sent = 0
         try:
