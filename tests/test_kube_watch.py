@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
 from gpuspawner.backends.kubernetes.api import KubeApi
 from gpuspawner.backends.kubernetes.backend import KubernetesBackend
+from gpuspawner.backends.kubernetes.manifests import job_name
 from gpuspawner.backends.kubernetes.standin import ApiState, StandIn
 from gpuspawner.backends.kubernetes.watch import (APPLIED, BOOKMARK, ERROR, GONE, STALE, Cache,
                                                    Gone, Reflector, apply_event, backoff_delay,
@@ -490,3 +492,70 @@ def test_a_running_pods_log_is_followed_into_the_attempts_log(standin, tmp_path)
             await asyncio.gather(runner, return_exceptions=True)
             await api.close()
     asyncio.run(scenario())
+
+
+# ---- the service on the stand-in -----------------------------------------------------------------
+
+def test_service_acts_on_a_pods_end_at_once_and_follows_its_log(tmp_path, monkeypatch):
+    """The service with the kubernetes backend watching the stand-in, its
+    cycle every 60 s: a pod that succeeds changes the workload's state in
+    the database well before any cycle would have come (only the watch's
+    wake explains it), with no listing after the first; and while the pod
+    runs, its log grows in the attempt's log, which ``gpuhub logs -f``
+    streams (GET /workloads/{id}/logs?follow=true reads that file)."""
+    from gpuspawner.service import queries
+    from gpuspawner.service.identity import Identity
+    from gpuspawner.service.specs import parse_job
+    from test_kube_backend import start_service, stop_service
+    server = StandIn()
+    state = server.state
+    state.put("nodes", k8s_node("gpu-1", {"nvidia.com/gpu": "8"}))
+    try:
+        app, loop = start_service(tmp_path, monkeypatch, server, (
+            'c.KubernetesJobs.pools = {"a100-sxm4-80gb": {}}\n'
+            'c.GpuHubService.cycle_interval = 60.0\n'
+            'c.GpuHubService.teams = {"a": {"quotas": {"a100-sxm4-80gb": {"nominal": 8}}}}\n'))
+    except BaseException:
+        server.stop()
+        raise
+    alice = Identity("alice", teams=frozenset({"a"}), can_submit=True)
+
+    def lists():
+        return sum(v for (call, what), v in state.stats.items()
+                   if call.startswith("list") and what == "requests")
+
+    async def scenario():
+        tasks = [loop.create_task(app._loop()), loop.create_task(app.engine.backend.run())]
+        try:
+            await until(lambda: app.engine.backend._listed_at is not None, "the first lists")
+            wid = app.engine.submit(alice, parse_job({"command": ["python", "train.py"],
+                                                      "gpus": 1, "pool": "a100-sxm4-80gb"})).id
+            app.engine.wake()
+            name = job_name(wid, 0)
+            await until(lambda: ("gpuhub-jobs", name) in state.objects["jobs"], "the Job")
+            pod_name = start_job(state, name)
+            log_file = app.engine.backend.log_path(app.engine.launcher.attempt_dir(wid, 0))
+            state.append_log("gpuhub-jobs", pod_name, "step 1 loss 0.9\n")
+            await until(lambda: os.path.exists(log_file) and
+                        open(log_file).read() == "step 1 loss 0.9\n", "the log while it runs")
+            assert queries.get(app.engine.store, alice, wid).state == "running"
+            listed = lists()
+            state.modify("pods", "gpuhub-jobs", pod_name, lambda p: p["status"].update(
+                phase="Succeeded", containerStatuses=[
+                    {"name": "job", "state": {"terminated": {"exitCode": 0}}}]))
+            await until(lambda: queries.get(app.engine.store, alice, wid).state == "succeeded",
+                        "the database to say succeeded", seconds=20)
+            assert lists() == listed
+            await until(lambda: ("gpuhub-jobs", name) not in state.objects["jobs"], "cleanup")
+            assert open(log_file).read() == "step 1 loss 0.9\n"
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await app.engine.backend.settle()
+            await app.engine.backend.logs.close()
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        stop_service(app, loop)
+        server.stop()
