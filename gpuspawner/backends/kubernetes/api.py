@@ -85,7 +85,13 @@ class KubeApi:
 
     async def list_kind(self, kind: str) -> tuple[list[dict], str]:
         """GPU Hub's objects of ``kind`` (all the nodes), and the list's resourceVersion."""
-        body = self._json(await self._list(kind))
+        # The JSON as sent: the client's models would only be turned back
+        # into dicts, at a cost that grows with the cluster (1,000 pods).
+        response = await self._list(kind, _preload_content=False)
+        async with response:
+            if not 200 <= response.status < 300:
+                raise self._api_exception(status=response.status, reason=await response.text())
+            body = await response.json(content_type=None)
         return body["items"], (body.get("metadata") or {}).get("resourceVersion") or ""
 
     async def watch(self, kind: str, resource_version: str,

@@ -261,6 +261,7 @@ class KubernetesBackend(Backend):
                 self._changed, self._listed, cache=self.caches[kind],
                 backoff_base=self.backoff_base, backoff_cap=self.backoff_cap) for kind in KINDS]
             await asyncio.gather(*(r.run() for r in self.reflectors))
+            return
         while True:
             try:
                 await self.refresh()
