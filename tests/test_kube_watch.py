@@ -26,7 +26,7 @@ from gpuspawner.backends.kubernetes.standin import ApiState, StandIn
 from gpuspawner.backends.kubernetes.watch import (APPLIED, BOOKMARK, ERROR, GONE, STALE, Cache,
                                                    Gone, Reflector, apply_event, backoff_delay,
                                                    json_lines)
-from test_kube_backend import SETTINGS, k8s_node, spec
+from test_kube_backend import SETTINGS, k8s_node, recording_api, spec
 
 
 def obj(name, version, ns="ns", **extra):
@@ -197,6 +197,54 @@ def test_backoff_grows_on_failures_in_a_row_and_resets_after_success():
     # brings an event (back to 0) and breaks: 1 again
     assert slept == [1.0, 2.0, 4.0, 8.0, 8.0, 1.0, 2.0, 1.0]
     assert r.failures == 2 and r.counts["lists"] == 1 and r.counts["failures"] == 9
+
+
+# ---- KubeApi's requests ----------------------------------------------------------------------
+
+def test_kube_api_watch_and_follow_requests():
+    """The query a watch and a log follow send, and how a refusal reads."""
+    from urllib.parse import parse_qs
+
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from tornado import web
+
+    class Streams(web.RequestHandler):
+        def initialize(self, seen, answers):
+            self.seen = seen
+
+        def get(self, path):
+            self.seen.append((self.request.path, parse_qs(self.request.query)))
+            status = int(parse_qs(self.request.query).get("resourceVersion", ["0"])[0])
+            if status >= 400:
+                self.set_status(status)
+                return self.finish({"kind": "Status", "code": status})
+            self.finish(b'{"type": "ADDED", "object": {"metadata": {"name": "a"}}}\n'
+                        if not path.endswith("/log") else b"line 1\nline 2\n")
+
+    async def scenario():
+        seen: list = []
+        api, server = recording_api(Streams, seen, {})
+        try:
+            assert [e["type"] async for e in api.watch("pods", "41", 60)] == ["ADDED"]
+            assert [e["type"] async for e in api.watch("nodes", "42", 60)] == ["ADDED"]
+            assert b"".join([c async for c in api.follow_log("p-1", "gpuhub-jobs")]) == \
+                b"line 1\nline 2\n"
+            with pytest.raises(Gone):
+                [e async for e in api.watch("jobs", "410", 60)]
+            with pytest.raises(ApiException) as refused:
+                [e async for e in api.watch("deployments", "503", 60)]
+            assert refused.value.status == 503
+        finally:
+            await api.close()
+            server.stop()
+        (pods, q), (nodes, nq), (log_path, lq) = seen[:3]
+        assert pods == "/api/v1/pods" and q == {
+            "labelSelector": ["app.kubernetes.io/managed-by=gpuhub"], "watch": ["True"],
+            "resourceVersion": ["41"], "allowWatchBookmarks": ["True"], "timeoutSeconds": ["60"]}
+        assert nodes == "/api/v1/nodes" and "labelSelector" not in nq and nq["watch"] == ["True"]
+        assert log_path == "/api/v1/namespaces/gpuhub-jobs/pods/p-1/log" and lq["follow"] == ["True"]
+        assert [p for p, _ in seen[3:]] == ["/apis/batch/v1/jobs", "/apis/apps/v1/deployments"]
+    asyncio.run(scenario())
 
 
 # ---- KubeApi against the stand-in ----------------------------------------------------------
@@ -480,9 +528,10 @@ def test_a_running_pods_log_is_followed_into_the_attempts_log(standin, tmp_path)
             state.modify("pods", "gpuhub-jobs", pod_name, lambda p: p["status"].update(
                 phase="Succeeded", containerStatuses=[
                     {"name": "job", "state": {"terminated": {"exitCode": 0}}}]))
-            await until(lambda: b._exit_of(("w0123abcd", 1), b._attempts[("w0123abcd", 1)], 0),
-                        "the end")
-            [x] = b.poll()
+            exits: list = []
+            await until(lambda: exits.extend(b.poll()) or exits, "the end")
+            # reported once the follow brought the last line: `gpuhub logs -f` ends with it
+            assert log_file.read_text() == "epoch 1\nepoch 2\nepoch 3\ndone\n"
             await b.settle()
             assert log_file.read_text() == "epoch 1\nepoch 2\nepoch 3\ndone\n"   # each once
             assert ("gpuhub-jobs", name) not in state.objects["jobs"]   # collected, then deleted

@@ -38,9 +38,6 @@ class KubeApi:
             await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
         return cls(client.ApiClient())
 
-    def _json(self, obj) -> dict:
-        return self._client.sanitize_for_serialization(obj)
-
     async def create(self, manifest: dict, exist_ok: bool = False) -> None:
         ns, kind = manifest["metadata"]["namespace"], manifest["kind"]
         try:

@@ -1,6 +1,6 @@
 """Runs attempts as Kubernetes Jobs (``manifests``) and model replicas
 as Deployments (``serving``), and reports how they end
-(``status``), through a thin asynchronous API layer (``KubeApi``, on
+(``status``), through a thin asynchronous API layer (``api.KubeApi``, on
 ``kubernetes_asyncio`` like KubeSpawner).
 
 The engine calls backends synchronously from the event loop, so the API
@@ -47,6 +47,7 @@ class _Attempt:
     gang: bool = False
     replica: bool = False       # a model replica: a Deployment, not a Job
     seen: bool = False          # its Job (Deployment) has been listed or watched
+    ended_at: Optional[float] = None   # first seen ended (its log may still be coming)
 
 
 class KubernetesBackend(Backend):
@@ -72,7 +73,7 @@ class KubernetesBackend(Backend):
         self._synced: dict[str, float] = {}              # kind -> start of its last full list
         self._list_started: dict[str, float] = {}
         self.reflectors: list[Reflector] = []
-        self.logs = PodLogs(api)
+        self.logs = PodLogs(api, on_done=lambda: self._wake())
         self._wake: Callable[[], None] = lambda: None
         # The nodes as the scheduler last heard of them.
         self._nodes: dict[str, Node] = {n.name: n for n in nodes}
@@ -136,7 +137,7 @@ class KubernetesBackend(Backend):
                 exits.append(AttemptExit(*key, EXITED, 127, now))
             else:
                 x = self._exit_of(key, a, now)
-                if x is None:
+                if x is None or self._log_coming(a, now):
                     continue
                 exits.append(x)
                 self._spawn(self._collect(a, stop=not a.stopped))
@@ -152,6 +153,18 @@ class KubernetesBackend(Backend):
         ended = replica_exit if a.replica else attempt_exit
         found = self.caches["deployments" if a.replica else "jobs"].objects.get((a.namespace, name))
         return ended(*key, found, self._pods_of(a.namespace, name), a.stopped, now)
+
+    def _log_coming(self, a: _Attempt, now: float) -> bool:
+        """Whether an ended attempt's pods' logs are still being followed: its
+        end is reported once they are in (``finish_wait`` at the most), so
+        that ``gpuhub logs -f`` ends with the last line."""
+        pods = [p["metadata"]["name"] for p in self._pods_of(a.namespace, job_name(
+            a.spec.workload_id, a.spec.attempt))]
+        if not self.logs.following(a.namespace, pods):
+            return False
+        if a.ended_at is None:
+            a.ended_at = now
+        return now - a.ended_at < self.logs.finish_wait
 
     def recover(self, specs: list[LaunchSpec]) -> list[AttemptExit]:
         """Adopt what the database says runs; the next listing tells which ended."""

@@ -20,11 +20,19 @@ def append(path: str, data: bytes) -> None:
 
 
 class PodLogs:
-    def __init__(self, api, finish_wait: float = 2.0):
+    """``on_done()`` is called when a follow ends (the backend then reports
+    the attempt's end, which it held while its log was still coming)."""
+
+    def __init__(self, api, finish_wait: float = 2.0, on_done=lambda: None):
         self.api = api
         self.finish_wait = finish_wait   # how long an ended pod's follow may take to drain
+        self.on_done = on_done
         self._written: dict[Key, int] = {}
         self._following: dict[Key, asyncio.Task] = {}
+
+    def following(self, namespace: str, pods: list[str]) -> bool:
+        """Whether the log of any of these pods is still being followed."""
+        return any((namespace, pod) in self._following for pod in pods)
 
     def follow(self, namespace: str, pod: str, path: str) -> None:
         """Start following a running pod's log into ``path`` (once at a time)."""
@@ -48,6 +56,7 @@ class PodLogs:
             log.warning("following the log of pod %s/%s broke: %s", *key, e)
         finally:
             self._following.pop(key, None)
+            self.on_done()
 
     async def collect(self, namespace: str, pods: list[str], path: str) -> None:
         """The pods ended: the rest of their logs into ``path``, then forget them."""

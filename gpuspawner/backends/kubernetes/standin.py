@@ -15,7 +15,8 @@ controller (a Job whose pod ended is marked Complete or Failed).
 - Tests break things: ``drop_watches()`` cuts every open watch mid-stream,
   ``fail_watches(status, n)`` answers the next n watch requests with that
   status, ``compact()`` forgets the whole history.
-- ``.../pods/NAME/log?follow=true`` streams a pod's log until the pod ends.
+- ``.../pods/NAME/log?follow=true`` streams a pod's log as it grows
+  (``append_log``) until the pod ends.
 - ``stats`` counts requests and response bytes, per kind of call.
 
 The state is guarded by a lock: tests change it from their own thread
@@ -84,6 +85,7 @@ class ApiState:
         self.compacted = 0        # a watch from below this version gets 410
         self.watchers: list[_Watcher] = []
         self.logs: dict[tuple[str, str], str] = {}
+        self._log_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self.job_controller = job_controller
         self.gone_on_connect = False
         self.bookmark_interval = 60.0
@@ -115,6 +117,8 @@ class ApiState:
             obj.setdefault("apiVersion", api_version)
             self.objects[plural][key] = obj
             self._record(plural, "MODIFIED" if old else "ADDED", obj)
+            if plural == "pods":
+                self._logs_changed()
             if plural == "pods" and self.job_controller:
                 self._job_of_pod_ended(obj)
             return copy.deepcopy(obj)
@@ -133,6 +137,7 @@ class ApiState:
             self.version += 1
             obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.version)}}
             self._record(plural, "DELETED", obj)
+            self._logs_changed()
             if plural == "jobs":   # background propagation: the Job's pods go too
                 for key, pod in list(self.objects["pods"].items()):
                     if (pod["metadata"].get("labels") or {}).get("job-name") == name \
@@ -143,6 +148,16 @@ class ApiState:
     def append_log(self, namespace: str, pod: str, text: str) -> None:
         with self.lock:
             self.logs[(namespace, pod)] = self.logs.get((namespace, pod), "") + text
+            self._logs_changed()
+
+    def _logs_changed(self) -> None:
+        """Wake the log follows: a log grew, or a pod changed (it may have ended)."""
+        for loop, event in self._log_waiters:
+            loop.call_soon_threadsafe(event.set)
+
+    def log_waiter(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event, add: bool) -> None:
+        with self.lock:
+            (self._log_waiters.append if add else self._log_waiters.remove)((loop, event))
 
     def _job_of_pod_ended(self, pod: dict) -> None:
         """The Job controller's rule: the Job of a pod that ended is Complete
@@ -331,9 +346,11 @@ class Handler(web.RequestHandler):
     async def _pod_log(self, namespace: str, name: str) -> None:
         follow = self._flag("follow")
         self.set_header("Content-Type", "text/plain")
-        sent = 0
+        sent, changed = 0, asyncio.Event()
+        self.state.log_waiter(asyncio.get_running_loop(), changed, add=True)
         try:
             while True:
+                changed.clear()
                 text = self.state.logs.get((namespace, name), "")
                 ended = self.state.pod_ended(namespace, name)
                 if len(text) > sent:
@@ -344,9 +361,14 @@ class Handler(web.RequestHandler):
                     sent = len(text)
                 if not follow or ended:
                     break
-                await asyncio.sleep(0.05)
+                try:
+                    await asyncio.wait_for(changed.wait(), 5.0)
+                except asyncio.TimeoutError:
+                    pass
         except StreamClosedError:
             return
+        finally:
+            self.state.log_waiter(asyncio.get_running_loop(), changed, add=False)
         self._count("log", b"")
         self.finish()
 
