@@ -204,7 +204,7 @@ def cmd_bench(args) -> int:
         from .serving.bench import cmd_bench_serving
         return cmd_bench_serving(args)
     if args.target == "kube":
-        from .backends.kubernetes.bench import format_rows as kube_rows, run_bench as kube_bench
+        from .bench_kube import format_rows as kube_rows, run_bench as kube_bench
         rows = kube_bench(args.kube_pods, args.kube_seconds, args.kube_changes,
                           progress=lambda text: args.json or print(text, file=sys.stderr))
         print("\n".join(json.dumps(r, sort_keys=True) for r in rows) if args.json

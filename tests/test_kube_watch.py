@@ -608,3 +608,19 @@ def test_service_acts_on_a_pods_end_at_once_and_follows_its_log(tmp_path, monkey
     finally:
         stop_service(app, loop)
         server.stop()
+
+
+def test_bench_kube_measures_both_modes_on_a_small_cluster():
+    """`gpuhub bench kube` at 16 pods for 3 s a mode: the listing makes its
+    four lists every 2 s, the watch none after the first, and both measure
+    probe exits to the database."""
+    from gpuspawner.bench_kube import format_rows, run_bench
+    listing, watching = rows = run_bench(pods=16, seconds=3, churn_per_minute=120)
+    assert listing["mode"] == "list every 2 s" and watching["mode"] == "watch"
+    assert listing["calls_per_min"] >= 40 and watching["calls_per_min"] == 0
+    assert watching["long_run_calls_per_min"] == 0.8      # 4 kinds, one watch per 300 s
+    assert watching["bytes"] < listing["bytes"]
+    assert listing["probes"] >= 1 and watching["probes"] >= 1
+    assert watching["exit_to_db_p50_ms"] is not None
+    table = format_rows(rows)
+    assert "list / watch" in table and "16 pods and Jobs on 2 nodes" in table

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Optional
 
 from ...scheduler.model import Node
 from ..base import EXITED, AttemptExit, Backend, LaunchSpec
-from .api import KINDS, KubeApi
+from .api import KINDS
 from .logs import PodLogs
 from .manifests import KubeSettings, job_manifest, job_name, namespace_for, rendezvous_service
 from .serving import (LABEL_REPLICA, replica_address, replica_exit, replica_manifests,
@@ -34,7 +34,6 @@ from .status import attempt_exit, nodes_from_k8s
 from .watch import Cache, Key, Reflector
 
 log = logging.getLogger("gpuhub.kubernetes")
-__all__ = ["KINDS", "KubeApi", "KubernetesBackend"]
 
 
 @dataclass

@@ -4,7 +4,7 @@ pod reaches the database.
 
 For each mode in the same run, the real scheduler service (SQLite, the
 kubernetes backend, the real ``kubernetes_asyncio`` client) runs for
-``seconds`` against the stand-in API server (standin.py) holding ``pods``
+``seconds`` against the stand-in API server (backends/kubernetes/standin.py) holding ``pods``
 GPU Hub pods with their Jobs on ``pods / 8`` nodes of 8 GPUs, objects the
 size of real ones. A thread changes ``churn`` pods a minute (a status
 update, as kubelets send); every few seconds a probe job is submitted, its
@@ -29,11 +29,15 @@ import threading
 import time
 from typing import Callable, Optional
 
-from ...serving.ports import ports_below_ephemeral
-from ..base import LaunchSpec
-from .manifests import KubeSettings, job_manifest
-from .standin import ApiState, StandIn
-from .status import PRODUCT_LABEL
+from .backends.base import LaunchSpec
+from .backends.kubernetes.manifests import KubeSettings, job_manifest, job_name
+from .backends.kubernetes.standin import ApiState, StandIn
+from .backends.kubernetes.status import PRODUCT_LABEL
+from .service import queries
+from .service.app import GpuHubService
+from .service.identity import Identity
+from .service.specs import parse_job
+from .serving.ports import ports_below_ephemeral
 
 POOL = "a100-sxm4-80gb"
 PRODUCT = "NVIDIA-A100-SXM4-80GB"
@@ -184,9 +188,6 @@ async def _until(check: Callable[[], bool], seconds: float, step: float = 0.002)
 
 async def _probe(app, state: ApiState, identity, n: int) -> Optional[float]:
     """Submit a job, run its pod, end it: seconds from the pod's Succeeded to the database's."""
-    from ...service import queries
-    from ...service.specs import parse_job
-    from .manifests import job_name
     wid = app.engine.submit(identity, parse_job({"command": ["python", "probe.py", str(n)],
                                                  "gpus": 1, "pool": POOL})).id
     app.engine.wake()
@@ -209,8 +210,6 @@ async def _probe(app, state: ApiState, identity, n: int) -> Optional[float]:
 
 def measure(watch: bool, pods: int, seconds: float, churn_per_minute: float,
             progress: Callable[[str], None] = lambda text: None) -> dict:
-    from ...service.app import GpuHubService
-    from ...service.identity import Identity
     state = ApiState(window=100_000)
     populate(state, pods)
     server = StandIn(state)
