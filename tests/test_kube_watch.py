@@ -175,8 +175,11 @@ def test_reflector_paths_in_order():
                        ("b", None), ("a", "9"), ("c", "9"),   # the relist: b was deleted meanwhile
                        ("a", None),                           # the second relist
                        ("c", None)]
-    assert slept == [1.0]       # one failure, one backoff; none after the events that followed
+    # the cut: one backoff; the 410 after a bookmark is history, not a failure; the 410 on
+    # connect right after a list is one
+    assert slept == [1.0, 1.0]
     assert r.counts == {"lists": 3, "watches": 5, "gone": 2, "failures": 1}
+    assert r.failures == 0
     assert r.cache.objects == {} and r.cache.resource_version == "21"
 
 
@@ -193,10 +196,25 @@ def test_backoff_grows_on_failures_in_a_row_and_resets_after_success():
             await r.step()
     asyncio.run(scenario())
     # five lists fail: waits of 1, 2, 4, 8 before the next tries, then 8 (capped); the list
-    # gets through (back to 0) but its watch breaks: 1; the next watch breaks: 2; the next
-    # brings an event (back to 0) and breaks: 1 again
-    assert slept == [1.0, 2.0, 4.0, 8.0, 8.0, 1.0, 2.0, 1.0]
+    # gets through but its watch breaks, and the next: 8, 8; the next brings an event (back
+    # to 0) and breaks: 1 again
+    assert slept == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0, 1.0]
     assert r.failures == 2 and r.counts["lists"] == 1 and r.counts["failures"] == 9
+
+
+def test_a_server_that_only_says_gone_is_not_listed_in_a_loop():
+    script = Script(lists=[([], "5")] * 4,
+                    watches=[[{"type": "ERROR", "object": {"code": 410}}], [Gone("old")],
+                             [{"type": "ERROR", "object": {"code": 410}}], [Gone("old")]])
+    slept: list = []
+    r, _ = reflector(script, slept)
+
+    async def scenario():
+        for _ in range(4):
+            await r.step()
+    asyncio.run(scenario())
+    assert script.calls == [("list",), ("watch", "5")] * 4
+    assert slept == [1.0, 2.0, 4.0]   # each 410 right after a list is one more failure
 
 
 # ---- KubeApi's requests ----------------------------------------------------------------------
@@ -514,6 +532,9 @@ def test_a_running_pods_log_is_followed_into_the_attempts_log(standin, tmp_path)
             await b.settle()
             pod_name = start_job(state, name)
             state.append_log("gpuhub-jobs", pod_name, "epoch 1\n")
+            await until(lambda: b._pods_of("gpuhub-jobs", name), "the running pod")
+            assert not log_file.exists() and ("log", "requests") not in state.stats  # nobody reads
+            b.log_followed("w0123abcd", 1, True)     # `gpuhub logs -f` (the LogsHandler says so)
             await until(lambda: log_file.exists() and log_file.read_text() == "epoch 1\n",
                         "the first line while the pod runs")
             state.append_log("gpuhub-jobs", pod_name, "epoch 2\n")
@@ -524,6 +545,12 @@ def test_a_running_pods_log_is_followed_into_the_attempts_log(standin, tmp_path)
             state.modify("pods", "gpuhub-jobs", pod_name, lambda p: p["status"].update(
                 podIP="10.0.0.9"))
             await until(lambda: log_file.read_text().endswith("epoch 3\n"), "the third line")
+            # the reader leaves, and comes back: the follow stops, and starts again
+            b.log_followed("w0123abcd", 1, False)
+            await until(lambda: not b.logs.following("gpuhub-jobs", [pod_name]), "the stop")
+            state.append_log("gpuhub-jobs", pod_name, "epoch 4\n")
+            b.log_followed("w0123abcd", 1, True)
+            await until(lambda: log_file.read_text().endswith("epoch 4\n"), "the fourth line")
             state.append_log("gpuhub-jobs", pod_name, "done\n")
             state.modify("pods", "gpuhub-jobs", pod_name, lambda p: p["status"].update(
                 phase="Succeeded", containerStatuses=[
@@ -531,9 +558,10 @@ def test_a_running_pods_log_is_followed_into_the_attempts_log(standin, tmp_path)
             exits: list = []
             await until(lambda: exits.extend(b.poll()) or exits, "the end")
             # reported once the follow brought the last line: `gpuhub logs -f` ends with it
-            assert log_file.read_text() == "epoch 1\nepoch 2\nepoch 3\ndone\n"
+            everything = "epoch 1\nepoch 2\nepoch 3\nepoch 4\ndone\n"
+            assert log_file.read_text() == everything
             await b.settle()
-            assert log_file.read_text() == "epoch 1\nepoch 2\nepoch 3\ndone\n"   # each once
+            assert log_file.read_text() == everything   # each line once
             assert ("gpuhub-jobs", name) not in state.objects["jobs"]   # collected, then deleted
         finally:
             runner.cancel()
@@ -550,8 +578,9 @@ def test_service_acts_on_a_pods_end_at_once_and_follows_its_log(tmp_path, monkey
     cycle every 60 s: a pod that succeeds changes the workload's state in
     the database well before any cycle would have come (only the watch's
     wake explains it), with no listing after the first; and while the pod
-    runs, its log grows in the attempt's log, which ``gpuhub logs -f``
-    streams (GET /workloads/{id}/logs?follow=true reads that file)."""
+    runs and is followed, its log grows in the attempt's log, which
+    ``gpuhub logs -f`` streams (GET /workloads/{id}/logs?follow=true reads
+    that file, and tells the backend it follows)."""
     from gpuspawner.service import queries
     from gpuspawner.service.identity import Identity
     from gpuspawner.service.specs import parse_job
@@ -584,6 +613,7 @@ def test_service_acts_on_a_pods_end_at_once_and_follows_its_log(tmp_path, monkey
             await until(lambda: ("gpuhub-jobs", name) in state.objects["jobs"], "the Job")
             pod_name = start_job(state, name)
             log_file = app.engine.backend.log_path(app.engine.launcher.attempt_dir(wid, 0))
+            app.engine.backend.log_followed(wid, 0, True)   # as the LogsHandler does
             state.append_log("gpuhub-jobs", pod_name, "step 1 loss 0.9\n")
             await until(lambda: os.path.exists(log_file) and
                         open(log_file).read() == "step 1 loss 0.9\n", "the log while it runs")

@@ -9,8 +9,8 @@ the GPU Hub Jobs, Deployments, their pods and the nodes once, then watches
 them (``watch.Reflector``: bookmarks, relist on 410 Gone, reconnect with
 backoff); ``poll`` answers from that cache, and an event that ends an
 attempt wakes the engine at once. With ``watch`` off, ``run`` lists every
-kind each ``refresh_interval`` instead. A running Job's pods' logs are
-followed into the attempt's log (``logs.PodLogs``).
+kind each ``refresh_interval`` instead. While someone follows an attempt's
+log, its running pods' logs are followed into it (``logs.PodLogs``).
 
 After a service restart ``recover`` adopts the Jobs the database says are
 running; the first listing says which of them ended meanwhile.
@@ -73,6 +73,7 @@ class KubernetesBackend(Backend):
         self._list_started: dict[str, float] = {}
         self.reflectors: list[Reflector] = []
         self.logs = PodLogs(api, on_done=lambda: self._wake())
+        self._log_readers: dict[tuple[str, int], int] = {}   # attempt -> open `logs -f`
         self._wake: Callable[[], None] = lambda: None
         # The nodes as the scheduler last heard of them.
         self._nodes: dict[str, Node] = {n.name: n for n in nodes}
@@ -176,6 +177,32 @@ class KubernetesBackend(Backend):
     def running(self) -> set[tuple[str, int]]:
         return set(self._attempts)
 
+    def log_followed(self, workload_id: str, attempt: int, following: bool) -> None:
+        """While someone follows the attempt's log (``gpuhub logs -f``), its
+        running pods' logs are followed into the attempt's log; when the last
+        one stops, so do the follows (what was copied stays counted)."""
+        key = (workload_id, attempt)
+        readers = self._log_readers.get(key, 0) + (1 if following else -1)
+        if readers > 0:
+            self._log_readers[key] = readers
+        else:
+            self._log_readers.pop(key, None)
+        a = self._attempts.get(key)
+        if a is None:
+            return
+        pods = self._pods_of(a.namespace, job_name(*key))
+        if readers > 0:
+            for pod in pods:
+                self._follow_pod(a, pod)
+        else:
+            self.logs.stop(a.namespace, [p["metadata"]["name"] for p in pods])
+
+    def _follow_pod(self, a: _Attempt, pod: dict) -> None:
+        if not a.replica and a.spec.attempt_dir and \
+                (pod.get("status") or {}).get("phase") == "Running":
+            self.logs.follow(a.namespace, pod["metadata"]["name"],
+                             self.log_path(a.spec.attempt_dir))
+
     def set_wake(self, wake: Callable[[], None]) -> None:
         """``wake()`` runs a scheduling cycle soon: called when a watch
         event ends an attempt or changes a node, so that it is acted on at
@@ -241,9 +268,8 @@ class KubernetesBackend(Backend):
             return
         if kind != "pods" and obj is not None:
             a.seen = True
-        if kind == "pods" and obj is not None and not a.replica and a.spec.attempt_dir and \
-                (obj.get("status") or {}).get("phase") == "Running":
-            self.logs.follow(key[0], key[1], self.log_path(a.spec.attempt_dir))
+        if kind == "pods" and obj is not None and self._log_readers.get(attempt):
+            self._follow_pod(a, obj)
         if self._exit_of(attempt, a, self._clock()) is not None:
             self._wake()
 

@@ -113,7 +113,7 @@ class KubernetesJobs(LoggingConfigurable):
         Seconds before the first reconnect after a watch or list fails (a
         dropped connection, a 5xx); doubled on each failure in a row, up to
         ``watch_backoff_max``, with a random part of up to half taken off
-        (jitter). Back to this after a list or an event gets through.
+        (jitter). Back to this once an event gets through.
         """).tag(config=True)
 
     watch_backoff_max = Float(30.0, min=0.01, help="""

@@ -1,8 +1,9 @@
 """Pods' logs into the attempt's log file (what ``gpuhub logs`` and
-``gpuhub logs -f`` read): followed live while a pod runs, and when the
-attempt ends whatever the follow did not bring (all of it for a pod that
-ended before it was seen running, the rest after a broken follow). The
-bytes already in the file are counted per pod, so nothing is written twice."""
+``gpuhub logs -f`` read): followed live while a pod runs and someone
+follows the attempt's log (one API stream per pod, so only then), and when
+the attempt ends whatever the follows did not bring (all of it for a pod
+never followed, the rest after a broken or stopped follow). The bytes
+already in the file are counted per pod, so nothing is written twice."""
 from __future__ import annotations
 
 import asyncio
@@ -57,6 +58,13 @@ class PodLogs:
         finally:
             self._following.pop(key, None)
             self.on_done()
+
+    def stop(self, namespace: str, pods: list[str]) -> None:
+        """Stop following these pods (nobody reads along any more)."""
+        for pod in pods:
+            task = self._following.get((namespace, pod))
+            if task is not None:
+                task.cancel()
 
     async def collect(self, namespace: str, pods: list[str], path: str) -> None:
         """The pods ended: the rest of their logs into ``path``, then forget them."""

@@ -140,8 +140,10 @@ class Reflector:
     resourceVersion, apply events, advance on bookmarks; relist on 410
     (an ERROR event with code 410, or ``Gone`` on connect); after a
     disconnect or an error, watch again from the last version after
-    ``backoff_delay``. The failure count goes back to 0 once a list or an
-    event gets through. ``on_change(kind, key, obj or None)`` hears of
+    ``backoff_delay``. The failure count goes back to 0 once an event gets
+    through (a list alone does not: a watch must work too); a 410 before any
+    event of a fresh list counts as a failure (so a server that says nothing
+    else is not listed in a loop). ``on_change(kind, key, obj or None)`` hears of
     every change; ``on_synced(kind)`` of every completed list."""
 
     def __init__(self, kind: str, list_call: ListCall, watch_call: WatchCall,
@@ -157,6 +159,7 @@ class Reflector:
         self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
         self._sleep, self._rand = sleep, rand
         self.failures = 0
+        self._fresh = False   # no event since the last list
         # What happened, for tests and the benchmark: lists, watches, relists.
         self.counts = {"lists": 0, "watches": 0, "gone": 0, "failures": 0}
 
@@ -185,6 +188,8 @@ class Reflector:
 
     def _gone(self) -> None:
         self.counts["gone"] += 1
+        if self._fresh:   # 410 right after a list: a broken server, not history; back off
+            self.failures += 1
         log.info("%s: resourceVersion %s is gone (410); listing again", self.kind,
                  self.cache.resource_version)
         self.cache.resource_version = ""
@@ -192,7 +197,7 @@ class Reflector:
     async def _relist(self) -> None:
         items, version = await self._list(self.kind)
         self.counts["lists"] += 1
-        self.failures = 0
+        self._fresh = True
         for key, obj in self.cache.replace(items, version).items():
             self._on_change(self.kind, key, obj)
         self._on_synced(self.kind)
@@ -206,7 +211,7 @@ class Reflector:
                 return
             if what == ERROR:
                 raise RuntimeError(f"watch error event: {event.get('object')}")
-            self.failures = 0
+            self.failures, self._fresh = 0, False
             if what == APPLIED:
                 self._on_change(self.kind, key, self.cache.objects.get(key))
         # The server ended the watch (its timeout): again from the same version, at once.
