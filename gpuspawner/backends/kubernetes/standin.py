@@ -269,9 +269,6 @@ class Handler(web.RequestHandler):
         selector = self.get_argument("labelSelector", "")
         if self._flag("watch"):
             return await self._watch(plural, selector)
-        if name:
-            obj = self.state.objects[plural].get((namespace or "", name))
-            return self._answer("get", obj) if obj else self._answer("get", {"code": 404}, 404)
         items, version = self.state.listing(plural, selector)
         kind = KINDS[plural][0]
         self._answer(f"list {plural}", {"kind": f"{kind}List", "apiVersion": KINDS[plural][1],
