@@ -83,3 +83,11 @@ class PoolBackends(Backend):
 
     async def run(self) -> None:
         await asyncio.gather(*(backend.run() for backend in self.backends))
+
+    def log_followed(self, workload_id: str, attempt: int, following: bool) -> None:
+        for backend in self._of(workload_id, attempt):
+            backend.log_followed(workload_id, attempt, following)
+
+    def set_wake(self, wake) -> None:
+        for backend in self.backends:
+            backend.set_wake(wake)
