@@ -235,7 +235,7 @@ def error_status(exc: Exception) -> int:
 
 
 def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_root: str) -> None:
-    from . import deploy_handlers  # it builds on GpuHubHandler above
+    from . import deploy_handlers, workflow_handlers  # they build on GpuHubHandler above
 
     web_app.settings.update(gpuhub_service=service, gpuhub_root_dir=os.path.abspath(root_dir),
                             gpuhub_service_root=service_root)
@@ -252,5 +252,6 @@ def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_ro
         (url_path_join(base, "workloads", wid, "outputs"), OutputsHandler),
         (url_path_join(base, "parameters"), ParametersHandler),
         *deploy_handlers.routes(base),
+        *workflow_handlers.routes(base),
     ]
     web_app.add_handlers(".*$", routes)

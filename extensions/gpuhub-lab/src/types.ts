@@ -27,7 +27,8 @@ export type ITeam = Schemas['Team'];
 export type IPool = Schemas['Pool'];
 export type INotice = Schemas['Notice'];
 
-export type IWorkload = Schemas['Workload'] & {
+// TODO(issue 21 merge): the service's Workload has "waiting" once openapi.yaml says so.
+export type IWorkload = Omit<Schemas['Workload'], 'state'> & { state: WorkloadState | 'waiting' } & IWorkflowFields & {
   /** Added by the server extension: paths relative to this server's root. */
   source_path?: string | null;
   output_path?: string | null;
@@ -44,6 +45,98 @@ export interface IParameter {
   default: string;
   inferred_type_name: string;
   help: string;
+  /** The default's type when it is a literal: int, float, str, bool, list, dict, none; else expr. */
+  type?: string;
+}
+
+/** What the service waits for before a workload runs: a job's or a sweep's end. */
+export interface IDependency {
+  id: string;
+  condition: 'ok' | 'any' | 'failed';
+}
+
+/** A workload's place in a pipeline, a sweep or a schedule. */
+export interface IWorkflowFields {
+  after?: IDependency[];
+  sweep_id?: string | null;
+  sweep_index?: number | null;
+  schedule_id?: string | null;
+}
+
+export interface ISweepCounts {
+  waiting: number;
+  queued: number;
+  held: number;
+  running: number;
+  stopping: number;
+  succeeded: number;
+  failed: number;
+  cancelled: number;
+  stopped: number;
+}
+
+export interface ISweepTask {
+  index: number;
+  parameters: Record<string, unknown>;
+  workload_id: string;
+  state: string;
+  reason: string;
+  metric: number | null;
+  output_notebook: string | null;
+  /** Added by the server extension: the output notebook relative to this server's root. */
+  output_path?: string | null;
+}
+
+export interface ISweep {
+  id: string;
+  name: string;
+  team: string;
+  user: string;
+  state: 'running' | 'succeeded' | 'failed' | 'cancelled';
+  max_running: number | null;
+  total: number;
+  counts: ISweepCounts;
+  metric: { name: string; goal: 'max' | 'min' } | null;
+  best: { index: number; parameters: Record<string, unknown>; value: number; workload_id: string } | null;
+  /** Only in GET /sweeps/{id}. */
+  tasks?: ISweepTask[];
+  submitted_at: string;
+  finished_at: string | null;
+}
+
+export interface ISchedule {
+  id: string;
+  name: string;
+  team: string;
+  user: string;
+  cron: string;
+  timezone: string;
+  spec: Record<string, unknown>;
+  paused: boolean;
+  catch_up: 'once' | 'skip';
+  next_run_at: string | null;
+  last_run_at: string | null;
+  last_workload_id: string | null;
+  created_at: string;
+  recent: { workload_id: string; fired_at: string; state: string }[];
+  /** Added by the server extension: the file it runs, relative to this server's root. */
+  source_path?: string | null;
+}
+
+/** What the Sweep tab sends to POST /gpuhub/sweeps: the job's form and the grid. */
+export interface ISweepSubmission extends ISubmission {
+  grid: Record<string, unknown[]>;
+  max_running?: number;
+  metric?: { name: string; goal: 'max' | 'min' };
+  after?: IDependency[];
+}
+
+/** What the Schedule tab sends to POST /gpuhub/schedules. */
+export interface IScheduleSubmission extends ISubmission {
+  schedule_name?: string;
+  cron: string;
+  timezone: string;
+  paused?: boolean;
 }
 
 /** What the submit form sends to POST /gpuhub/workloads. */
@@ -60,6 +153,7 @@ export interface ISubmission {
   env: Record<string, string>;
   output_dir?: string;
   checkpoint_dir?: string;
+  after?: IDependency[];
 }
 
 /** One revision of a deployment: its model and what the router measured (last minute). */
