@@ -35,7 +35,7 @@ from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolat
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
-from . import admin_api, endpoints, whatif_api
+from . import admin_api, endpoints, sweeps_api, whatif_api
 from . import handlers as h
 from ..backends.kubernetes.config import KubernetesJobs
 from .engine import Engine, EngineConfig
@@ -72,6 +72,10 @@ API_ROUTES = [
     ("/workloads/{id}/unhold", admin_api.UnholdHandler),
     ("/workloads/{id}/priority", admin_api.PriorityHandler),
     ("/workloads/{id}/logs", h.LogsHandler),
+    ("/sweeps", sweeps_api.SweepsHandler),
+    ("/sweeps/{id}", sweeps_api.SweepHandler),
+    ("/sweeps/{id}/cancel", sweeps_api.SweepCancelHandler),
+    ("/sweeps/{id}/retry", sweeps_api.SweepRetryHandler),
     ("/pools", h.PoolsHandler),
     ("/pools/{name}", admin_api.PoolHandler),
     ("/nodes/{name}", admin_api.NodeHandler),

@@ -28,7 +28,7 @@ def to_workload(row: WorkloadRow) -> Workload:
                     num_nodes=row.num_nodes, submit_time=row.submitted_at, user=row.user,
                     kind=row.kind, priority=row.priority, time_limit=row.time_limit,
                     attempt=row.attempt, preempted_by=frozenset(row.preempted_by or ()),
-                    grace_period=row.grace_period)
+                    grace_period=row.grace_period, sweep_index=row.sweep_index)
 
 
 def to_team(row: TeamRow, quotas: Iterable[QuotaRow]) -> Team:

@@ -31,10 +31,16 @@ MAX_TEXT = 64 * 1024
 # Notebook parameters are one argument of papermill's command line, and Linux
 # takes no single argument over 128 KiB (MAX_ARG_STRLEN).
 MAX_PARAMETERS = 64 * 1024
+# Dependencies (dependencies.py): what a job waits for.
+OK, ANY, FAILED_CONDITION = "ok", "any", "failed"
+CONDITIONS = (OK, ANY, FAILED_CONDITION)
+MAX_AFTER = 64
+# Workload ids are "w" + 12 hex, sweep ids "s" + 12 hex.
+TARGET_RE = re.compile(r"[ws][0-9a-f]{12}")
 
 FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
           "env", "pool", "gpus", "gpus_per_node", "nodes", "time_limit", "priority", "checkpoint_dir", "project",
-          "team", "grace_period")
+          "team", "grace_period", "after")
 
 
 class SpecError(ValueError):
@@ -77,6 +83,8 @@ class JobSpec:
     project: str = ""
     team: Optional[str] = None
     grace_period: Optional[float] = None
+    # What it waits for: ({"id", "condition"}, ...) (dependencies.parse_after)
+    after: tuple = ()
 
     def stored(self) -> dict[str, Any]:
         """What is kept in the workload's ``spec`` column."""
@@ -253,7 +261,36 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
         priority=_text(body, "priority", 64) or "",
         checkpoint_dir=_text(body, "checkpoint_dir", 4096),
         project=_text(body, "project", 255) or "",
-        team=_text(body, "team", 128), grace_period=grace)
+        team=_text(body, "team", 128), grace_period=grace,
+        after=tuple(parse_after(body.get("after"))))
+
+
+def parse_after(value: Any, field_name: str = "after") -> list[dict]:
+    """``after`` as sent: a list of {id, condition?} (condition "ok" when
+    left out). Duplicates are dropped; the same id under two conditions is
+    kept, and both must be met."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpecError(field_name, "must be a list of {id, condition} objects")
+    if len(value) > MAX_AFTER:
+        raise SpecError(field_name, f"has {len(value)} entries; at most {MAX_AFTER}")
+    out: list[dict] = []
+    for i, dep in enumerate(value):
+        where = f"{field_name}[{i}]"
+        if not isinstance(dep, dict) or set(dep) - {"id", "condition"}:
+            raise SpecError(where, "must be an object with 'id' and optionally 'condition'")
+        target, condition = dep.get("id"), dep.get("condition", OK)
+        if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
+            raise SpecError(f"{where}.id", f"must be a workload id (w + 12 hex digits) or a "
+                                           f"sweep id (s + 12 hex digits), got {target!r}")
+        if condition not in CONDITIONS:
+            raise SpecError(f"{where}.condition", f"must be one of {', '.join(CONDITIONS)}, "
+                                                  f"got {condition!r}")
+        entry = {"id": target, "condition": condition}
+        if entry not in out:
+            out.append(entry)
+    return out
 
 
 def parse_workload(body: Any, limits: Limits = Limits()) -> JobSpec:

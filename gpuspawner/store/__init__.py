@@ -6,9 +6,9 @@ is rebuilt from it at start.
 """
 from .db import Store, migrate
 from .models import (Allocation, Attempt, AuditEntry, Base, DeploymentRow, EventRow, GpuRow,
-                     NodeRow, NoticeRow, PoolRow, PreviewRow, PriceRow, QuotaRow, RevisionRow, TeamRow,
-                     UsageRow, WorkloadRow)
+                     NodeRow, NoticeRow, PoolRow, PreviewRow, PriceRow, QuotaRow, RevisionRow, SweepRow,
+                     SweepTaskRow, TeamRow, UsageRow, WorkloadRow)
 
 __all__ = ["Store", "migrate", "Base", "PoolRow", "NodeRow", "GpuRow", "TeamRow", "QuotaRow",
            "WorkloadRow", "Attempt", "Allocation", "EventRow", "UsageRow", "AuditEntry", "NoticeRow",
-           "DeploymentRow", "RevisionRow", "PriceRow", "PreviewRow"]
+           "DeploymentRow", "RevisionRow", "PriceRow", "PreviewRow", "SweepRow", "SweepTaskRow"]
