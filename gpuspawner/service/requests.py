@@ -5,7 +5,9 @@ and then changes the core (``Engine.change``) and wakes the loop."""
 from __future__ import annotations
 
 import secrets
-from typing import Optional
+from typing import Callable, Optional
+
+from sqlalchemy.orm import Session
 
 from ..scheduler import events as ev
 from ..store import WorkloadRow
@@ -25,6 +27,12 @@ class Requests:
                ) -> WorkloadRow:
         """Queue a job (users) or a notebook server's GPUs (the spawner, an
         admin identity acting for ``on_behalf_of``)."""
+        return self.queue_row(self.new_row(who, spec, on_behalf_of), who.name)
+
+    def new_row(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
+                ) -> WorkloadRow:
+        """The workload row ``submit`` would queue, checked against who asks
+        and the cluster, not yet stored (its team's row is made if new)."""
         if not who.can_submit:
             raise Forbidden("you may not submit work (scope custom:gpuhub:submit)")
         rules = kind(spec.kind)
@@ -59,16 +67,25 @@ class Requests:
             priority=priority, time_limit=spec.time_limit, grace_period=spec.grace_period,
             spec=self.launcher.job_spec(wid, user, spec) if rules.run_by_backend else {},
             state=QUEUED, reason="queued", attempt=0, preempted_by=[], submitted_at=now)
-        return self.queue_row(row, who.name)
+        return row
 
-    def queue_row(self, row: WorkloadRow, actor: str) -> WorkloadRow:
-        """Validate, persist (with its event and audit entry) and queue a new
-        workload row: the end of every submission path."""
-        w = to_workload(row)
-        reason = self.scheduler.validate(w)
+    def check_row(self, row: WorkloadRow) -> None:
+        """SpecError when the core could never run ``row``."""
+        reason = self.scheduler.validate(to_workload(row))
         if reason is not None:
             raise SpecError(field_for_reason(reason), reason)
+
+    def queue_row(self, row: WorkloadRow, actor: str,
+                  also: Optional[Callable[[Session], None]] = None) -> WorkloadRow:
+        """Validate, persist (with its event and audit entry) and queue a new
+        workload row: the end of every submission path. ``also(session)``
+        writes what must be committed with it or not at all (a schedule's
+        firing); what it raises leaves nothing behind."""
+        self.check_row(row)
+        w = to_workload(row)
         with self.store.transaction() as s:
+            if also is not None:
+                also(s)
             s.add(row)
             s.flush()
             journal.event(s, row.id, "submitted", row.submitted_at, f"{row.kind} submitted by "

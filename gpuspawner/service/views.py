@@ -24,7 +24,7 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
         "attempt": row.attempt, "exit_code": row.exit_code,
         "cancel_requested": row.cancel_requested,
         "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
-        "finished_at": iso(row.finished_at),
+        "finished_at": iso(row.finished_at), "schedule_id": row.schedule_id,
     }
     if attempt is not None and attempt.number == row.attempt and attempt.state == "running":
         out["placement"] = placement_view(attempt.placement)
