@@ -54,7 +54,7 @@ export interface paths {
             parameters: {
                 query?: {
                     /** @description repeat to match several */
-                    state?: "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
+                    state?: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
                     team?: string;
                     user?: string;
                     kind?: "job" | "notebook" | "deployment";
@@ -138,7 +138,7 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
-                    wait_while?: "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
+                    wait_while?: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
                     /** @description seconds, with wait_while */
                     timeout?: number;
                 };
@@ -543,6 +543,214 @@ export interface paths {
         };
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Sweeps of the caller's teams (all for admins), newest first, without their tasks */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description repeat to match several */
+                    team?: string;
+                    /** @description repeat to match several */
+                    state?: "running" | "succeeded" | "failed" | "cancelled";
+                    limit?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Sweeps */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            sweeps?: components["schemas"]["Sweep"][];
+                        };
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        /**
+         * Submit one job over a parameter grid or list, as one workload per task
+         * @description Every task is a job of the sweep's team, admitted against its quota like any other. Tasks start `waiting`; at most `max_running` of them are queued or running at once, the rest hold no reservation and no quota. A notebook template gets each task's parameters merged into its papermill `parameters`; a command template gets each as the environment variable `GPUHUB_PARAM_<NAME>` (upper case) and in place of `{name}` in its arguments. `GPUHUB_SWEEP_ID` and `GPUHUB_SWEEP_INDEX` are set for both.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["SweepRequest"];
+                };
+            };
+            responses: {
+                /** @description Submitted */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Sweep"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                413: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        /** One sweep with its tasks, their metric and the best one */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The sweep */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Sweep"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel every task of the sweep that has not ended (running ones are stopped) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Cancelling */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Sweep"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps/{id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Run each failed or cancelled task again, as a new workload with the same index and parameters */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Resubmitted */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Sweep"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+                409: components["responses"]["Error"];
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -2015,7 +2223,99 @@ export interface components {
             project?: string;
             /** @description default the caller's only team */
             team?: string;
+            /** @description what it waits for (state `waiting`, holding no reservation and no quota); once a dependency can no longer be met it ends `cancelled` with the reason */
+            after?: components["schemas"]["Dependency"][];
         } & (unknown | unknown);
+        Dependency: {
+            /** @description a workload id, or a sweep id */
+            id: string;
+            /**
+             * @description ok: it succeeded (a sweep: every task did); failed: it failed or was cancelled (a sweep: it ended with a task not succeeded); any: it ended
+             * @default ok
+             * @enum {string}
+             */
+            condition: "ok" | "any" | "failed";
+        };
+        /** @description Give exactly one of grid and tasks (at most 10000 tasks). */
+        SweepRequest: {
+            /** @description each task is named NAME-INDEX */
+            name?: string;
+            /** @description default the caller's only team */
+            team?: string;
+            template: components["schemas"]["JobSpec"];
+            /** @description param: [values]; the cartesian product, in key order (the last key varies fastest) */
+            grid?: {
+                [key: string]: unknown[];
+            };
+            /** @description [{param: value}], one task each */
+            tasks?: {
+                [key: string]: unknown;
+            }[];
+            /** @description at most this many tasks queued or running at once (null: no cap) */
+            max_running?: number | null;
+            metric?: components["schemas"]["SweepMetric"];
+            /** @description what every task waits for */
+            after?: components["schemas"]["Dependency"][];
+        };
+        /** @description Read when a task succeeds: from its output notebook's scraps (scrapbook's glue, `application/scrapbook.scrap.json+json`, or papermill's record) named `name`, else from `metrics.json` (`{"<name>": number}`) in its attempt directory (GPUHUB_ATTEMPT_DIR), then its working directory. */
+        SweepMetric: {
+            name: string;
+            /**
+             * @default max
+             * @enum {string}
+             */
+            goal: "max" | "min";
+        } | null;
+        SweepCounts: {
+            waiting: number;
+            queued: number;
+            held: number;
+            running: number;
+            stopping: number;
+            succeeded: number;
+            failed: number;
+            cancelled: number;
+            stopped: number;
+        };
+        SweepTask: {
+            index: number;
+            parameters: {
+                [key: string]: unknown;
+            };
+            /** @description its current workload (a retry makes a new one) */
+            workload_id: string;
+            state: string;
+            reason: string;
+            metric: number | null;
+            output_notebook: string | null;
+        };
+        Sweep: {
+            id: string;
+            name: string;
+            team: string;
+            user: string;
+            /** @enum {string} */
+            state: "running" | "succeeded" | "failed" | "cancelled";
+            max_running: number | null;
+            total: number;
+            counts: components["schemas"]["SweepCounts"];
+            metric: components["schemas"]["SweepMetric"];
+            best: {
+                index: number;
+                parameters: {
+                    [key: string]: unknown;
+                };
+                value: number;
+                workload_id: string;
+            } | null;
+            after: components["schemas"]["Dependency"][];
+            /** @description GET /sweeps/{id} only */
+            tasks?: components["schemas"]["SweepTask"][];
+            /** Format: date-time */
+            submitted_at: string;
+            /** Format: date-time */
+            finished_at: string | null;
+        };
         /** @description GPUs for a notebook server, asked for by the hub's spawner on a user's behalf. */
         ServerRequest: {
             /** @enum {string} */
@@ -2036,6 +2336,14 @@ export interface components {
             project?: string;
         };
         Workload: {
+            /** @description what it waits for ([] when nothing) */
+            after: components["schemas"]["Dependency"][];
+            /** @description the sweep it is a task of */
+            sweep_id: string | null;
+            /** @description its index in that sweep */
+            sweep_index: number | null;
+            /** @description the schedule that made it */
+            schedule_id: string | null;
             /** @description host GPU indices while running (local backend) */
             devices?: number[];
             /** @description the UUIDs the inventory gave those GPUs (NVML's; empty where unknown) */
@@ -2052,8 +2360,8 @@ export interface components {
             user: string;
             project: string;
             /** @enum {string} */
-            state: "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
-            /** @description why it waits, or why it ended */
+            state: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
+            /** @description why it waits (waiting: for what, e.g. 'waiting for w0123456789ab (ok)'), or why it ended */
             reason: string;
             pool: string;
             /** @description GPUs in all: gpus_per_node × nodes */
