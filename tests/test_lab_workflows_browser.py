@@ -56,6 +56,16 @@ def open_submit(page, tab: str):
     return form
 
 
+def widen_sidebar(page, width: int = 560) -> None:
+    """The left sidebar as wide as a results table wants (the screenshots)."""
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    box = handle.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 200)
+    page.mouse.down()
+    page.mouse.move(width, box["y"] + 200, steps=5)
+    page.mouse.up()
+
+
 def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
     hub = Hub(str(tmp_path), groups={"team-a": ["alice"]},
               teams={"a": {"quotas": {"default": {"nominal": 4, "borrowing_limit": 0}}}}, gpus=4)
@@ -91,7 +101,7 @@ def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
         page.locator(".jp-Dialog-body").evaluate("b => b.scrollTop = 0")
         shot(page, tmp_path, "lab-sweep-tab.png")
         with page.expect_response(lambda r: r.request.method == "POST"
-                                  and r.url.endswith("/gpuhub/sweeps")) as posted:
+                                  and "/gpuhub/sweeps?" in r.url) as posted:
             accept.click()
             expect(page.locator(".gpuhub-SubmitForm")).to_have_count(0)
         assert posted.value.status == 201, posted.value.text()
@@ -130,6 +140,7 @@ def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
                                           timeout=60_000)
 
         # 4. Opened: the results table, parameters → loss, the best marked.
+        widen_sidebar(page)
         row.locator(".gpuhub-Sweep-toggle").click()
         results = row.locator(".gpuhub-Sweep-results tbody tr")
         expect(results).to_have_count(4)
@@ -165,7 +176,7 @@ def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
         expect(form.locator('[data-field="cronCustom"] .gpuhub-Field-problem')).not_to_be_empty()
         form.locator('select[name="cronKind"]').select_option("weekdays")
         with page.expect_response(lambda r: r.request.method == "POST"
-                                  and r.url.endswith("/gpuhub/schedules")) as posted:
+                                  and "/gpuhub/schedules?" in r.url) as posted:
             accept.click()
             expect(page.locator(".gpuhub-SubmitForm")).to_have_count(0)
         assert posted.value.status == 201, posted.value.text()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import nbformat
 import pytest
@@ -32,7 +33,7 @@ print(f"lr={lr} epochs={epochs} loss={loss}")
 
 
 @pytest.fixture
-def sweep_files(files):
+def sweep_files(files, hub):
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell("lr = 0.1\nepochs = 1\nmodel = 'mlp'")
     params.metadata["tags"] = ["parameters"]
@@ -41,6 +42,11 @@ def sweep_files(files):
                                  "language": "python"}
     nbformat.write(nb, str(files / "project" / "tune.ipynb"))
     (files / "project" / "fail.sh").write_text('echo "lr=$GPUHUB_PARAM_LR"; exit 3\n')
+    # A spawned server makes the output folders as alice; this one runs in
+    # the test's (root) process, so they are made hers beforehand.
+    for folder in ("runs/sweep", "runs/nightly"):
+        os.makedirs(files / folder)
+    hub.give("alice", str(files))
     return files
 
 
@@ -67,6 +73,7 @@ async def test_a_notebook_sweep_runs_its_grid_and_shows_each_tasks_metric_and_no
         jp_fetch, sweep_files, hub):
     r = await call(jp_fetch, "sweeps", method="POST", body={
         "path": "project/tune.ipynb", "gpus": 1, "parameters": {"model": "cnn"},
+        "output_dir": "runs/sweep",
         "grid": {"lr": [0.1, 0.01], "epochs": [1, 2]}, "max_running": 2,
         "metric": {"name": "loss", "goal": "min"}})
     assert r.code == 201
@@ -138,7 +145,8 @@ async def test_a_schedule_is_made_paused_resumed_run_now_edited_and_deleted(
         jp_fetch, sweep_files, hub):
     r = await call(jp_fetch, "schedules", method="POST", body={
         "path": "project/tune.ipynb", "gpus": 0, "schedule_name": "nightly-tune",
-        "cron": "30 2 * * *", "timezone": "Europe/Paris", "parameters": {"lr": 0.5}})
+        "cron": "30 2 * * *", "timezone": "Europe/Paris", "parameters": {"lr": 0.5},
+        "output_dir": "runs/nightly"})
     assert r.code == 201
     made = json.loads(r.body)
     assert made["name"] == "nightly-tune" and made["cron"] == "30 2 * * *"
@@ -160,6 +168,8 @@ async def test_a_schedule_is_made_paused_resumed_run_now_edited_and_deleted(
     assert job["source_path"] == "project/tune.ipynb" and job["schedule_id"] == cid
     assert job["parameters"] == {"lr": 0.5}
     done = await wait_state(jp_fetch, job["id"], ("succeeded", "failed"))
+    if done["state"] != "succeeded":
+        print((await call(jp_fetch, "workloads", job["id"], "logs")).body.decode())
     assert done["state"] == "succeeded", done["reason"]
     again = await body_of(jp_fetch, "schedules", cid)
     assert again["last_workload_id"] == job["id"]
@@ -192,7 +202,8 @@ SCHEDULE = {"path": "project/tune.ipynb", "gpus": 0, "cron": "0 9 * * 1-5"}
     ("schedules", {**SCHEDULE, "cron": ""}, 400, "cron", "is required"),
     ("schedules", {**SCHEDULE, "catch_up": "twice"}, 400, "catch_up", "once or skip"),
     # the service's, passed through with its field
-    ("sweeps", {**SWEEP, "after": [{"id": "w0123456789ab"}]}, 400, "after", "w0123456789ab"),
+    ("sweeps", {**SWEEP, "after": [{"id": "w0123456789ab"}]}, 400, "after[0].id",
+     "w0123456789ab"),
     ("sweeps", {**SWEEP, "gpus": 65}, 400, "template.gpus_per_node", ""),
     ("schedules", {**SCHEDULE, "cron": "61 * * * *"}, 400, "cron", ""),
     ("schedules", {**SCHEDULE, "timezone": "Mars/Olympus"}, 400, "timezone", "Mars/Olympus"),

@@ -162,7 +162,8 @@ const FORM_FIELDS: Record<string, keyof IFormValues> = {
  */
 export function formProblem(field: string | undefined, message: string): { field?: string; message: string } {
   // a sweep's template and a schedule's spec are the job's fields
-  const bare = field?.replace(/^(template|spec)\./, '');
+  // (and "after[0].id" is the Run after field, "tasks[3].lr" the grid)
+  const bare = field?.replace(/^(template|spec)\./, '').replace(/\[\d+\].*$/, '');
   const key = bare ? (FORM_FIELDS[bare] ?? bare) : undefined;
   const label = key ? FIELD_LABELS[key as keyof IFormValues] : undefined;
   return { field: key, message: label ? `${label}: ${message}` : field ? `${field}: ${message}` : message };

@@ -27,8 +27,7 @@ export type ITeam = Schemas['Team'];
 export type IPool = Schemas['Pool'];
 export type INotice = Schemas['Notice'];
 
-// TODO(issue 21 merge): the service's Workload has "waiting" once openapi.yaml says so.
-export type IWorkload = Omit<Schemas['Workload'], 'state'> & { state: WorkloadState | 'waiting' } & IWorkflowFields & {
+export type IWorkload = Schemas['Workload'] & {
   /** Added by the server extension: paths relative to this server's root. */
   source_path?: string | null;
   output_path?: string | null;
@@ -50,59 +49,14 @@ export interface IParameter {
 }
 
 /** What the service waits for before a workload runs: a job's or a sweep's end. */
-export interface IDependency {
-  id: string;
-  condition: 'ok' | 'any' | 'failed';
-}
-
-/** A workload's place in a pipeline, a sweep or a schedule. */
-export interface IWorkflowFields {
-  after?: IDependency[];
-  sweep_id?: string | null;
-  sweep_index?: number | null;
-  schedule_id?: string | null;
-}
-
-export interface ISweepCounts {
-  waiting: number;
-  queued: number;
-  held: number;
-  running: number;
-  stopping: number;
-  succeeded: number;
-  failed: number;
-  cancelled: number;
-  stopped: number;
-}
-
-export interface ISweepTask {
-  index: number;
-  parameters: Record<string, unknown>;
-  workload_id: string;
-  state: string;
-  reason: string;
-  metric: number | null;
-  output_notebook: string | null;
+export type IDependency = Schemas['Dependency'];
+export type ISweepCounts = Schemas['SweepCounts'];
+export type ISweepTask = Schemas['SweepTask'] & {
   /** Added by the server extension: the output notebook relative to this server's root. */
   output_path?: string | null;
-}
-
-export interface ISweep {
-  id: string;
-  name: string;
-  team: string;
-  user: string;
-  state: 'running' | 'succeeded' | 'failed' | 'cancelled';
-  max_running: number | null;
-  total: number;
-  counts: ISweepCounts;
-  metric: { name: string; goal: 'max' | 'min' } | null;
-  best: { index: number; parameters: Record<string, unknown>; value: number; workload_id: string } | null;
-  /** Only in GET /sweeps/{id}. */
-  tasks?: ISweepTask[];
-  submitted_at: string;
-  finished_at: string | null;
-}
+};
+/** A sweep; with its tasks from GET /sweeps/{id}. */
+export type ISweep = Omit<Schemas['Sweep'], 'tasks'> & { tasks?: ISweepTask[] };
 
 export interface ISchedule {
   id: string;

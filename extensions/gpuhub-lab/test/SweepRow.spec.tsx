@@ -25,7 +25,8 @@ const SWEEP: ISweep = {
   metric: { name: 'loss', goal: 'min' },
   best: { index: 1, parameters: { lr: 0.01 }, value: 0.2, workload_id: 'w2' },
   submitted_at: '2026-11-30T00:00:00Z',
-  finished_at: '2026-11-30T00:10:00Z'
+  finished_at: '2026-11-30T00:10:00Z',
+  after: []
 };
 const DETAIL: ISweep = {
   ...SWEEP,

@@ -103,6 +103,7 @@ function sweep(over: Partial<ISweep> = {}): ISweep {
     best: null,
     submitted_at: '2026-11-30T01:00:00Z',
     finished_at: null,
+    after: [],
     ...over
   };
 }

@@ -99,7 +99,9 @@ describe('the service’s refusals of a sweep or a schedule', () => {
     ['timezone', 'unknown time zone Mars/Base', 'timezone', 'Time zone: unknown time zone Mars/Base'],
     ['template.gpus_per_node', 'must be at most 64', 'gpus', 'GPUs per node: must be at most 64'],
     ['spec.time_limit', 'soon', 'timeLimit', 'Time limit: soon'],
-    ['after', 'unknown id w9', 'afterId', 'Run after: unknown id w9']
+    ['after', 'unknown id w9', 'afterId', 'Run after: unknown id w9'],
+    ['after[0].id', 'no workload or sweep w9', 'afterId', 'Run after: no workload or sweep w9'],
+    ['tasks[3].lr', 'must be a number', 'sweepValues', 'Parameter grid: must be a number']
   ])('%s is shown at the form’s %s', (field, message, key, shown) => {
     expect(formProblem(field, message)).toEqual({ field: key, message: shown });
   });

@@ -91,6 +91,8 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
           {input('name', { placeholder: 'from the file name' })}
         </Field>
       </div>
+      {mode === 'sweep' && <SweepTab values={values} set={set} error={props.error} params={props.params ?? []} />}
+      {mode === 'schedule' && <ScheduleTab values={values} set={set} error={props.error} />}
       <div className="gpuhub-SubmitForm-row">
         <Field label="Team" name="team" invalid={invalid('team')}>
           {select('team', props.teams.map(t => t.name))}
@@ -129,8 +131,6 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
           {input('checkpointDir', { placeholder: 'one per job' })}
         </Field>
       </div>
-      {mode === 'sweep' && <SweepTab values={values} set={set} error={props.error} params={props.params ?? []} />}
-      {mode === 'schedule' && <ScheduleTab values={values} set={set} error={props.error} />}
       <div className="gpuhub-SubmitForm-row">
         {mode !== 'sweep' && (
         <Field
