@@ -124,6 +124,9 @@ def _print_metrics(m: dict) -> None:
         print(f"  max slowdown per team: {worst}")
     print(f"  preemptions {m['preemptions']}  quota violations {m['quota_violations']}  "
           f"cycles {m['cycles']}  wall {m['wall_s']:.1f} s")
+    for key, what in (("sweep_makespan_s", "sweep"), ("pipeline_makespan_s", "pipeline")):
+        for name, seconds in m.get(key, {}).items():
+            print(f"  {what} {name}: makespan {_fmt_s(seconds)}")
 
 
 def cmd_trace(args) -> int:

@@ -1,4 +1,5 @@
-"""``gpuhub submit | ls | logs | cancel | quota | pools``: the REST API from a shell.
+"""``gpuhub submit | ls | logs | cancel | quota | pools`` (and ``sweep``,
+cli_sweep.py): the REST API from a shell.
 
 Every command takes ``--url`` (else ``$GPUHUB_URL``, else the embedded hub at
 http://127.0.0.1:8000/services/gpuhub), ``--token`` (else ``$GPUHUB_TOKEN``,
@@ -27,8 +28,8 @@ from .times import from_iso
 from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
                      resolve_token, resolve_url)
 
-STATES = ("queued", "held", "running", "stopping", "succeeded", "failed", "cancelled")
-ACTIVE_STATES = ("queued", "held", "running", "stopping")
+STATES = ("waiting", "queued", "held", "running", "stopping", "succeeded", "failed", "cancelled")
+ACTIVE_STATES = ("waiting", "queued", "held", "running", "stopping")
 
 
 class UsageError(Exception):
@@ -98,6 +99,8 @@ def build_job_spec(args: argparse.Namespace) -> dict:
             spec[key] = value
     if args.env:
         spec["env"] = dict(args.env)
+    if getattr(args, "after", None):
+        spec["after"] = args.after
     return spec
 
 
@@ -329,7 +332,14 @@ def _looked_at(client: GpuHubClient, w: dict, seconds: float = 2.0) -> dict:
 
 
 def cmd_submit(args) -> int:
+    from .cli_sweep import check_options, submit_sweep
     spec = build_job_spec(args)
+    problem = check_options(args)
+    if problem:
+        raise UsageError(problem)
+    if args.sweep and args.follow:
+        raise UsageError("-f/--follow follows one job, not a sweep: see its tasks with "
+                         "`gpuhub sweep show ID`")
     client = _client(args)
     if args.workdir is None:
         workspace = client.me().get("workspace")
@@ -340,6 +350,8 @@ def cmd_submit(args) -> int:
                 spec["working_dir"] = workdir
             elif missing:
                 _note(elsewhere_warning(cwd, workspace, missing))
+    if args.sweep:
+        return submit_sweep(args, client, spec)
     w = client.submit(spec)
     if args.json:
         _print_json(w)
@@ -540,6 +552,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--output-notebook", help="where the executed notebook goes")
     p.add_argument("-f", "--follow", action="store_true",
                    help="stream the output until the job ends; exit 0 only if it succeeded")
+    from .cli_sweep import add_parsers as add_sweep, add_submit_options
+    add_submit_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after '--'")
     p.set_defaults(func=_guard("submit", cmd_submit))
 
@@ -590,3 +604,5 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("pools", parents=[common], help="GPU pools: capacity, use, queue")
     p.set_defaults(func=_guard("pools", cmd_pools))
+
+    add_sweep(sub, common)

@@ -32,7 +32,7 @@ SERVICE_PREFIX = "/services/gpuhub"
 API_PATH = "/api/v1"
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 # Attempt states the log stream ends with before the attempt has run.
-NOT_STARTED = ("queued", "none")
+NOT_STARTED = ("queued", "waiting", "none")
 
 
 class GpuHubError(Exception):
@@ -231,6 +231,23 @@ class GpuHubClient:
     def workload(self, wid: str) -> dict:
         return self._json("GET", f"/workloads/{_seg(wid)}")
 
+    def submit_sweep(self, body: dict) -> dict:
+        """``POST /sweeps``: {template, grid | tasks, max_running?, metric?, after?}."""
+        return self._json("POST", "/sweeps", json=body)
+
+    def sweeps(self, *, state: Iterable[str] = (), team: Optional[str] = None) -> list[dict]:
+        params: list[tuple[str, Any]] = [("state", s) for s in state]
+        if team is not None:
+            params.append(("team", team))
+        return self._json("GET", "/sweeps", params=params)["sweeps"]
+
+    def sweep(self, sid: str) -> dict:
+        return self._json("GET", f"/sweeps/{_seg(sid)}")
+
+    def sweep_action(self, sid: str, action: str) -> dict:
+        """``cancel`` or ``retry``."""
+        return self._json("POST", f"/sweeps/{_seg(sid)}/{action}")
+
     def cancel(self, wid: str) -> dict:
         return self._json("DELETE", f"/workloads/{_seg(wid)}")
 
@@ -379,7 +396,7 @@ class GpuHubClient:
                     attempt, offset = int(w["attempt"]), 0
                     continue
                 note = f"{wid} is {w['state']}: {w.get('reason') or 'waiting'}"
-                if notify and note != last_note and w["state"] == "queued":
+                if notify and note != last_note and w["state"] in ("queued", "waiting"):
                     notify(note)
                 last_note = note
                 time.sleep(poll_interval)

@@ -4,6 +4,9 @@ people who prefer code to the lab extension's forms.
     %load_ext gpuspawner.magic
     %gpuhub submit --gpus 2 --notebook train.ipynb -p epochs 3
     %gpuhub submit --gpus 1 -f -- python train.py --lr 0.1
+    %gpuhub submit --sweep grid.yaml --max-running 2 --metric acc:max --notebook train.ipynb
+    %gpuhub submit --after s1234abcd:ok --notebook evaluate.ipynb
+    %gpuhub sweep show s1234abcd
     %gpuhub ls --all
     %gpuhub logs -f w1234abcd
     %gpuhub cancel w1234abcd
@@ -22,7 +25,7 @@ import os
 import shlex
 from typing import Optional
 
-COMMANDS = ("submit", "ls", "logs", "cancel", "quota", "pools")
+COMMANDS = ("submit", "ls", "logs", "cancel", "quota", "pools", "sweep")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,7 +86,7 @@ def run(line: str, cwd: Optional[str] = None) -> int:
 
 
 def gpuhub(line: str) -> None:
-    """%gpuhub submit|ls|logs|cancel|quota|pools …  (``%gpuhub help``)"""
+    """%gpuhub submit|ls|logs|cancel|quota|pools|sweep …  (``%gpuhub help``)"""
     run(line)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.backends.base import EXITED, AttemptExit
-from gpuspawner.service.dependencies import (MET, NEVER, WAIT, find_cycle, resolve,
+from gpuspawner.scheduler.dependencies import (MET, NEVER, WAIT, find_cycle, resolve,
                                              sweep_outcome, verdict)
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.specs import SpecError, parse_after, parse_job
@@ -187,3 +187,9 @@ def test_the_wait_survives_a_restart(db_url, tmp_path):
     assert row_of(again, b.id).state == "waiting"
     again.tick()
     assert row_of(again, b.id).state == "running"
+
+
+def test_the_rules_name_the_end_states_as_the_service_does():
+    from gpuspawner.scheduler import dependencies
+    from gpuspawner.service import states
+    assert dependencies.FINAL_STATES == states.FINAL_STATES

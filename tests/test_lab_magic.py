@@ -75,3 +75,28 @@ def test_errors_are_printed_for_the_cell_not_raised(shell, capfd):
     shell.run_line_magic("gpuhub", "")
     assert "submit" in capfd.readouterr().out  # the help
 
+
+
+def test_a_sweep_and_a_job_after_it_from_the_magic(shell, hub, folder, capfd):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("epochs = 1")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell('print(f"trained {epochs} epochs")')]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, str(folder / "train.ipynb"))
+    (folder / "grid.yaml").write_text("tasks:\n  - {epochs: 1}\n  - {epochs: 2}\n")
+
+    shell.run_line_magic("gpuhub", "submit --sweep grid.yaml --max-running 1 --gpus 0 "
+                                   "--notebook train.ipynb")
+    sid = capfd.readouterr().out.splitlines()[0].strip()
+    assert re.fullmatch(r"s[0-9a-f]{12}", sid)
+    shell.run_line_magic("gpuhub", f"submit --after {sid}:any --gpus 0 -- python -c pass")
+    after = capfd.readouterr().out.splitlines()[0].strip()
+    alice = hub.client("alice")
+    assert alice.wait(after, "succeeded", timeout=120)["state"] == "succeeded"
+    shell.run_line_magic("gpuhub", f"sweep show {sid}")
+    out = capfd.readouterr().out
+    assert out.splitlines()[0].startswith(f"{sid} succeeded: 2/2 done"), out
+    assert [line.split()[:3] for line in out.splitlines()[2:]] == [["0", "1", "succeeded"],
+                                                                  ["1", "2", "succeeded"]]

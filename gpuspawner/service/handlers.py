@@ -354,7 +354,7 @@ class LogsHandler(APIHandler):
                 self.write(f"id: {offset}\nevent: log\ndata: {json.dumps({'text': text})}\n\n")
             state = queries.attempt_state(self.engine.store, wid, attempt)
             try:
-                if state not in ("running", "queued") and not chunk:
+                if state not in ("running", "queued", "waiting") and not chunk:
                     self.write(f"event: end\ndata: {json.dumps({'attempt_state': state})}\n\n")
                     await self.flush()
                     break

@@ -161,14 +161,16 @@ def events_of(store: Store, wid: str) -> list[EventRow]:
 
 
 def attempt_state(store: Store, wid: str, attempt: int) -> str:
-    """An attempt's state, "queued" while it waits to be admitted."""
+    """An attempt's state: "queued" while it waits to be admitted, "waiting"
+    while it waits for its dependencies."""
     with store.session() as s:
         a = s.get(Attempt, (wid, attempt))
         if a is not None:
             return a.state
         row = s.get(WorkloadRow, wid)
-        waiting = row is not None and row.state == QUEUED and row.attempt == attempt
-        return "queued" if waiting else (row.state if row is not None else "none")
+        if row is None:
+            return "none"
+        return "queued" if row.state == QUEUED and row.attempt == attempt else row.state
 
 
 # ---- notices and the audit log ------------------------------------------------------

@@ -9,9 +9,10 @@ from typing import Callable, Optional
 
 from sqlalchemy.orm import Session
 
+from ..scheduler import dependencies
 from ..scheduler import events as ev
 from ..store import WorkloadRow
-from . import dependencies, journal, queries, waiting
+from . import journal, queries, waiting
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .kinds import kind
@@ -36,16 +37,23 @@ class Requests:
         """The workload row ``submit`` would queue, checked against who asks,
         the cluster and its dependencies, not yet stored (its team's row is
         made if new)."""
-        team, user = self.owner_of(who, spec, on_behalf_of)
-        now = self.clock()
-        self.check_submission(spec, team)
-        self.teams.ensure(team, now)
+        team, user, now = self.accept(who, spec, on_behalf_of)
         wid = "w" + secrets.token_hex(6)
         after = list(spec.after)
         if after:
             with self.store.session() as s:
                 waiting.check_after(s, who, wid, after)
         return self.make_row(wid, spec, team, user, now, after)
+
+    def accept(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
+               ) -> tuple[str, str, float]:
+        """The team and user a submission (a job, a server, a sweep's
+        template) is for, and now, once it passed the checks; its team exists."""
+        team, user = self.owner_of(who, spec, on_behalf_of)
+        now = self.clock()
+        self.check_submission(spec, team)
+        self.teams.ensure(team, now)
+        return team, user, now
 
     def owner_of(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str]
                  ) -> tuple[str, str]:

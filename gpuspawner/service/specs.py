@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..durations import seconds_of
+from ..scheduler.dependencies import CONDITIONS, MAX_AFTER, OK, TARGET_RE
 from ..scheduler.model import JOB, NOTEBOOK
 
 # Matched with fullmatch: a pattern's "$" would let a trailing newline through.
@@ -31,12 +32,6 @@ MAX_TEXT = 64 * 1024
 # Notebook parameters are one argument of papermill's command line, and Linux
 # takes no single argument over 128 KiB (MAX_ARG_STRLEN).
 MAX_PARAMETERS = 64 * 1024
-# Dependencies (dependencies.py): what a job waits for.
-OK, ANY, FAILED_CONDITION = "ok", "any", "failed"
-CONDITIONS = (OK, ANY, FAILED_CONDITION)
-MAX_AFTER = 64
-# Workload ids are "w" + 12 hex, sweep ids "s" + 12 hex.
-TARGET_RE = re.compile(r"[ws][0-9a-f]{12}")
 
 FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
           "env", "pool", "gpus", "gpus_per_node", "nodes", "time_limit", "priority", "checkpoint_dir", "project",

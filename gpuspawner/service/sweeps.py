@@ -33,10 +33,7 @@ RETRIED = (FAILED, CANCELLED)
 def submit(engine, who: Identity, sweep: SweepSpec) -> SweepRow:
     """Make the sweep and all its tasks (waiting) in one transaction."""
     template = sweep.template
-    team, user = engine.owner_of(who, template, None)
-    engine.check_submission(template, team)
-    now = engine.clock()
-    engine.teams.ensure(team, now)
+    team, user, now = engine.accept(who, template)
     sid = "s" + secrets.token_hex(6)
     after = list(sweep.after)
     if after:

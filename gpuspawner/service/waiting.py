@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from ..store import SweepRow, SweepTaskRow, WorkloadRow
 from . import journal
-from .dependencies import MET, NEVER, describe_cycle, find_cycle, resolve, sweep_outcome
+from ..scheduler.dependencies import MET, NEVER, describe_cycle, find_cycle, resolve, sweep_outcome
 from .identity import Identity
 from .specs import SpecError
 from .states import CANCELLED, FINAL_STATES, QUEUED, STARTED_STATES, WAITING

@@ -1,4 +1,5 @@
-"""Dependencies between workloads: the rules, pure.
+"""Dependencies between workloads: the rules, pure (the service's
+waiting.py and the simulator's replay apply them).
 
 A workload may wait for others (``after``): each entry names a workload or
 a sweep and a condition. ``ok``: it succeeded (a sweep: every task did);
@@ -9,10 +10,17 @@ not take, the dependency can never be met and the workload is cancelled.
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable, Mapping, Optional
 
-from .specs import ANY, FAILED_CONDITION, OK
-from .states import CANCELLED, FAILED, FINAL_STATES, STOPPED, SUCCEEDED
+OK, ANY, FAILED_CONDITION = "ok", "any", "failed"
+CONDITIONS = (OK, ANY, FAILED_CONDITION)
+MAX_AFTER = 64
+# Workload ids are "w" + 12 hex, sweep ids "s" + 12 hex.
+TARGET_RE = re.compile(r"[ws][0-9a-f]{12}")
+# The end states, as the service's database names them (service/states.py).
+SUCCEEDED, FAILED, CANCELLED, STOPPED = "succeeded", "failed", "cancelled", "stopped"
+FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, STOPPED)
 
 MET, NEVER, WAIT = "met", "never", "wait"
 # Which end state of a target meets which condition.
