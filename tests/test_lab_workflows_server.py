@@ -113,8 +113,17 @@ async def test_a_script_sweep_gets_its_grid_as_arguments_and_can_be_retried(
     tasks = (await body_of(jp_fetch, "sweeps", sweep["id"]))["tasks"]
     commands = sorted(hub.client("alice").workload(t["workload_id"])["command"] for t in tasks)
     assert commands == [["bash", "fail.sh", "--lr=0.25"], ["bash", "fail.sh", "--lr=0.5"]]
+    # A job of the form that runs if the sweep fails waits for it, holding nothing.
+    (sweep_files / "report.sh").write_text("echo reporting\n")
+    report = await body_of(jp_fetch, "workloads", method="POST", body={
+        "path": "report.sh", "gpus": 1, "output_dir": "runs/nightly",
+        "after": [{"id": sweep["id"], "condition": "failed"}]})
+    assert report["after"] == [{"id": sweep["id"], "condition": "failed"}]
+    assert report["state"] == "waiting" and sweep["id"] in report["reason"]
     failed = await wait_sweep(jp_fetch, sweep["id"])
     assert failed["state"] == "failed" and failed["counts"]["failed"] == 2
+    ran = await wait_state(jp_fetch, report["id"], ("succeeded", "failed", "cancelled"))
+    assert ran["state"] == "succeeded", ran["reason"]
     before = {t["index"]: t["workload_id"] for t in failed["tasks"]}
 
     r = await call(jp_fetch, "sweeps", sweep["id"], "retry", method="POST", body={})

@@ -58,24 +58,10 @@ export type ISweepTask = Schemas['SweepTask'] & {
 /** A sweep; with its tasks from GET /sweeps/{id}. */
 export type ISweep = Omit<Schemas['Sweep'], 'tasks'> & { tasks?: ISweepTask[] };
 
-export interface ISchedule {
-  id: string;
-  name: string;
-  team: string;
-  user: string;
-  cron: string;
-  timezone: string;
-  spec: Record<string, unknown>;
-  paused: boolean;
-  catch_up: 'once' | 'skip';
-  next_run_at: string | null;
-  last_run_at: string | null;
-  last_workload_id: string | null;
-  created_at: string;
-  recent: { workload_id: string; fired_at: string; state: string }[];
+export type ISchedule = Schemas['Schedule'] & {
   /** Added by the server extension: the file it runs, relative to this server's root. */
   source_path?: string | null;
-}
+};
 
 /** What the Sweep tab sends to POST /gpuhub/sweeps: the job's form and the grid. */
 export interface ISweepSubmission extends ISubmission {

@@ -98,6 +98,7 @@ describe('the Schedules section', () => {
     last_run_at: null,
     last_workload_id: null,
     created_at: '2026-11-30T00:00:00Z',
+    updated_at: '2026-11-30T00:00:00Z',
     recent: [],
     ...over
   });
@@ -107,7 +108,7 @@ describe('the Schedules section', () => {
       <ScheduleList
         schedules={[
           schedule({}),
-          schedule({ id: 'c2', paused: true, next_run_at: null, recent: [{ workload_id: 'w1', fired_at: '2026-11-30T00:00:00Z', state: 'succeeded' }] })
+          schedule({ id: 'c2', paused: true, next_run_at: null, recent: [{ workload_id: 'w1', fired_at: '2026-11-30T00:00:00Z', scheduled_for: '2026-11-30T00:00:00Z', cause: 'cron', state: 'succeeded' }] })
         ]}
         showUser={false}
         actions={actions}

@@ -36,7 +36,7 @@ function ScheduleRow(props: { schedule: ISchedule; showUser: boolean; actions: I
           {s.paused ? 'paused' : s.next_run_at ? `next ${relativeTime(s.next_run_at)}` : 'no next run'}
         </span>
         <span className="gpuhub-Schedule-last" data-state={last?.state ?? ''}>
-          {last ? `last run ${relativeTime(last.fired_at)}: ${last.state}` : 'not run yet'}
+          {last ? `last run ${relativeTime(last.fired_at)}: ${last.state ?? 'gone'}` : 'not run yet'}
         </span>
         {props.showUser && <span title="user, team">{`${s.user} (${s.team})`}</span>}
         <span className="gpuhub-Job-id">{s.id}</span>
