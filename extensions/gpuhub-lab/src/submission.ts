@@ -206,9 +206,13 @@ export function parseValue(text: string): unknown {
   }
 }
 
-/** "name = value" (or "name: value") lines; blank lines and # comments skipped. */
-export function parseParameters(text: string): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
+/**
+ * "name = value" (or "name: value") lines as name → the value's text;
+ * blank lines and # comments skipped. `bad` says what a line that is not
+ * one raises (its number from 1, its text).
+ */
+export function assignmentLines(text: string, bad: (n: number, line: string) => Error): Record<string, string> {
+  const out: Record<string, string> = {};
   text.split('\n').forEach((raw, i) => {
     const line = raw.trim();
     if (!line || line.startsWith('#')) {
@@ -216,11 +220,20 @@ export function parseParameters(text: string): Record<string, unknown> {
     }
     const m = /^([A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*(.*)$/.exec(line);
     if (!m) {
-      throw new FormError('parameters', `line ${i + 1}: write name = value, not "${line}"`);
+      throw bad(i + 1, line);
     }
-    out[m[1]] = parseValue(m[2]);
+    out[m[1]] = m[2];
   });
   return out;
+}
+
+/** The Parameters field: "name = value" lines, each value as papermill gets it. */
+export function parseParameters(text: string): Record<string, unknown> {
+  const lines = assignmentLines(
+    text,
+    (n, line) => new FormError('parameters', `line ${n}: write name = value, not "${line}"`)
+  );
+  return Object.fromEntries(Object.entries(lines).map(([k, v]) => [k, parseValue(v)]));
 }
 
 /** "NAME=value" lines. */

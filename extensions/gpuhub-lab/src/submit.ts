@@ -36,8 +36,8 @@ export class Submitter {
     private onSubmitted: (job: IWorkload | null) => void
   ) {}
 
-  /** The form for a file, starting from the last submission. */
-  async initialValues(path: string): Promise<IFormValues> {
+  /** The form for a file, starting from the last submission and the notebook's parameters. */
+  async initialValues(path: string, params: IParameter[]): Promise<IFormValues> {
     const last = ((await this.state.fetch(LAST_SUBMISSION)) ?? {}) as Partial<RememberedValues>;
     const values: IFormValues = {
       ...EMPTY_FORM,
@@ -47,7 +47,6 @@ export class Submitter {
       path,
       name: path ? defaultName(path) : ''
     };
-    const params = await this.parameters(path);
     values.parameters = params.map(p => `${p.name} = ${p.default}`).join('\n');
     return values;
   }
@@ -68,11 +67,12 @@ export class Submitter {
     if (!this.model.me) {
       await this.model.refreshNow();
     }
-    let values = start ?? (await this.initialValues(path));
+    // The notebook's parameters cell: the form's parameters and the Sweep tab's rows.
+    const params = await this.parameters(start?.path ?? path);
+    let values = start ?? (await this.initialValues(path, params));
     values = this.fillTeamAndPool(values);
     let error: { field?: string; message: string } | null = null;
     const { teams, pools } = this.model;
-    const params = await this.parameters(values.path);
     const recent = this.model.recentTargets();
     for (;;) {
       // Submit is disabled while the hint says the GPU count can never fit;

@@ -3,7 +3,7 @@
  * what the user writes, how many tasks it makes, a sweep's tasks grouped
  * under one row, and its progress bar's segments. Pure.
  */
-import { parseValue } from './submission';
+import { assignmentLines, FormError, parseValue } from './submission';
 import { IParameter, ISweep, ISweepCounts, IWorkload } from './types';
 
 /** A value the Sweep tab cannot read; `param` names the parameter's row. */
@@ -119,19 +119,7 @@ export function gridFrom(params: IParameter[], values: Record<string, string>): 
 
 /** "name = v1, v2" lines (a script's parameters, which no cell declares). */
 export function parseGridLines(text: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  text.split('\n').forEach((raw, i) => {
-    const line = raw.trim();
-    if (!line || line.startsWith('#')) {
-      return;
-    }
-    const m = /^([A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*(.*)$/.exec(line);
-    if (!m) {
-      throw new GridError('lines', `line ${i + 1}: write name = value, value, not "${line}"`);
-    }
-    out[m[1]] = m[2];
-  });
-  return out;
+  return assignmentLines(text, (n, line) => new FormError('sweepLines', `line ${n}: write name = value, value, not "${line}"`));
 }
 
 /** How many tasks a grid makes: the product of its lists' lengths (0 without any). */

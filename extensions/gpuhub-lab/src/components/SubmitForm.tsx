@@ -133,14 +133,14 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
       </div>
       <div className="gpuhub-SubmitForm-row">
         {mode !== 'sweep' && (
-        <Field
-          label="Parameters"
-          name="parameters"
-          invalid={invalid('parameters')}
-          hint={isNotebook ? "name = value per line, injected after the notebook's parameters cell" : 'name = value per line, passed as --name=value'}
-        >
-          <textarea className="jp-mod-styled" name="parameters" rows={4} value={values.parameters} onChange={update('parameters')} />
-        </Field>
+          <Field
+            label="Parameters"
+            name="parameters"
+            invalid={invalid('parameters')}
+            hint={isNotebook ? "name = value per line, injected after the notebook's parameters cell" : 'name = value per line, passed as --name=value'}
+          >
+            <textarea className="jp-mod-styled" name="parameters" rows={4} value={values.parameters} onChange={update('parameters')} />
+          </Field>
         )}
         <Field label="Environment" name="env" invalid={invalid('env')} hint="NAME=value per line">
           <textarea className="jp-mod-styled" name="env" rows={4} value={values.env} onChange={update('env')} />
