@@ -101,9 +101,18 @@ async def test_a_notebook_sweep_runs_its_grid_and_shows_each_tasks_metric_and_no
     printed = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
     assert "lr=0.01 epochs=1 loss=1.0" in printed
 
-    # The list (mine) has it, without its tasks.
+    # The list (mine) has it, without its tasks; the jobs' list has no task
+    # of it (a sweep of thousands would push every other job off the list).
     listed = (await body_of(jp_fetch, "sweeps", scope="mine"))["sweeps"]
     assert [s["id"] for s in listed if s["id"] == sweep["id"]] == [sweep["id"]]
+    assert "tasks" not in listed[0]
+    jobs = (await body_of(jp_fetch, "workloads", scope="mine"))["workloads"]
+    assert not [w for w in jobs if w["sweep_id"]], jobs
+    alice = hub.client("alice")
+    tasks_of = alice.get("/workloads", params={"sweep_id": sweep["id"]}).json()["workloads"]
+    assert sorted(w["sweep_index"] for w in tasks_of) == [0, 1, 2, 3]
+    others = alice.get("/workloads", params={"sweep_id": "none"}).json()["workloads"]
+    assert not [w for w in others if w["sweep_id"]]
 
 
 async def test_a_script_sweep_gets_its_grid_as_arguments_and_can_be_retried(

@@ -101,8 +101,9 @@ class WorkloadsHandler(GpuHubHandler):
         scope = self.get_argument("scope", "mine")
         if scope not in SCOPES:
             raise jobspec.FormError("scope", f"must be one of {', '.join(SCOPES)}")
-        # detail=1: attempts, queue position and output notebook in the same call
-        params = [("kind", "job"), ("limit", "200"), ("detail", "1")]
+        # detail=1: attempts, queue position and output notebook in the same call;
+        # a sweep's tasks are not listed one by one (GET sweeps has them, by sweep)
+        params = [("kind", "job"), ("sweep_id", "none"), ("limit", "200"), ("detail", "1")]
         if scope == "mine":
             params.append(("user", (await self.me())["name"]))
         listed = (await self.service.call("GET", "/workloads", params))["workloads"]

@@ -1,5 +1,5 @@
 /** How jobs read in the panel: run times, states, reasons. Pure. */
-import { IAttemptRow, IWorkload } from './types';
+import { IAttemptRow, IDependency, IWorkload } from './types';
 
 export const ACTIVE_STATES = ['waiting', 'queued', 'running', 'stopping'];
 export const FINISHED_STATES = ['succeeded', 'failed', 'cancelled', 'stopped'];
@@ -33,8 +33,8 @@ export function relativeTime(iso: string, now: number = Date.now()): string {
   return seconds > 0 ? `in ${duration(seconds)}` : `${duration(-seconds)} ago`;
 }
 
-/** "after w12 (ok), s3 (any)": what a job waits for, or "" when nothing. */
-export function afterText(w: IWorkload): string {
+/** "after w12 (ok), s3 (any)": what a job (or a sweep) waits for, or "" when nothing. */
+export function afterText(w: { after?: IDependency[] }): string {
   const after = w.after ?? [];
   return after.length ? `after ${after.map(a => `${a.id} (${a.condition})`).join(', ')}` : '';
 }

@@ -84,12 +84,11 @@ export class JobsModel extends PolledModel {
     void this.refreshNow();
   }
 
-  /** What a new job may run after: my recent jobs (not a sweep's tasks) and sweeps. */
+  /** What a new job may run after: my recent sweeps and jobs. */
   recentTargets(): { id: string; label: string }[] {
-    const jobs = this.mine.filter(j => !j.sweep_id).slice(0, 20);
     return [
       ...this.sweeps.slice(0, 10).map(s => ({ id: s.id, label: `sweep ${s.name} (${s.id}, ${s.state})` })),
-      ...jobs.map(j => ({ id: j.id, label: `${j.name} (${j.id}, ${j.state})` }))
+      ...this.mine.slice(0, 20).map(j => ({ id: j.id, label: `${j.name} (${j.id}, ${j.state})` }))
     ];
   }
 
@@ -129,8 +128,7 @@ export class JobsModel extends PolledModel {
       if (generation !== this.generation) {
         return;
       }
-      // A sweep's tasks are not announced one by one: its row shows them.
-      const notes = jobNotes(this.seen, mine).filter(n => !n.job.sweep_id);
+      const notes = jobNotes(this.seen, mine);
       this.seen = snapshot(mine);
       Object.assign(this, { mine, team, teams, pools, error: '', ...workflows });
       const fresh = notices.filter(n => !this.noticesSeen.has(n.id));
@@ -142,12 +140,11 @@ export class JobsModel extends PolledModel {
       if (fresh.length) {
         this._newNotices.emit(fresh);
       }
-      const next = pollInterval(
-        mine,
-        this.pollSettings.activeInterval,
-        this.pollSettings.idleInterval,
-        notes.length > 0
-      );
+      // A sweep's tasks are not in `mine`: a running sweep polls fast too.
+      const moving = this.sweeps.some(s => s.state === 'running');
+      const next = moving
+        ? this.pollSettings.activeInterval
+        : pollInterval(mine, this.pollSettings.activeInterval, this.pollSettings.idleInterval, notes.length > 0);
       this.setInterval(next);
     } catch (error) {
       if (generation !== this.generation) {

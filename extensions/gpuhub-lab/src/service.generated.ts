@@ -60,6 +60,8 @@ export interface paths {
                     kind?: "job" | "notebook" | "deployment";
                     pool?: string;
                     project?: string;
+                    /** @description the tasks of this sweep; none: workloads that are no sweep's task (repeat to match several) */
+                    sweep_id?: string;
                     limit?: number;
                     /** @description 1: each workload as GET /workloads/{id} has it (attempts, queue_position, output_notebook) */
                     detail?: 0 | 1;

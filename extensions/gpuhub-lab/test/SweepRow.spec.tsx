@@ -47,6 +47,7 @@ describe('a sweep in the Jobs panel', () => {
     expect(html).toContain('data-kind="succeeded" data-count="2"');
     expect(html).toContain('best loss 0.2 (#1)');
     expect(buttons(html)).toEqual(['▸', 'Retry failed']);
+    expect(html).not.toContain('gpuhub-Job-after');
     expect(html).not.toContain('gpuhub-Sweep-results');
   });
 
@@ -64,6 +65,21 @@ describe('a sweep in the Jobs panel', () => {
     expect(html).toContain('★ best');
     expect((html.match(/gpuhub-Sweep-output/g) ?? []).length).toBe(2);
     expect(buttons(html)).toEqual(['▾', 'Cancel all', 'Retry failed']);
+  });
+
+  it('says what a sweep runs after', () => {
+    const html = renderToStaticMarkup(
+      <SweepRow
+        id="s1"
+        sweep={{ ...SWEEP, state: 'running', after: [{ id: 'w0', condition: 'ok' }] }}
+        tasks={[]}
+        detail={undefined}
+        expanded={false}
+        showUser={false}
+        actions={actions}
+      />
+    );
+    expect(html).toContain('after w0 (ok)');
   });
 
   it('shows what a waiting sweep waits for', () => {

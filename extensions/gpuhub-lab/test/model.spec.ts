@@ -175,17 +175,4 @@ describe('the jobs model', () => {
     expect(api.workflowCalls).toEqual([]);
     expect(m.sweeps.map(s => s.id)).toEqual(['s1']); // kept while hidden
   });
-
-  it("does not announce a sweep's tasks one by one", async () => {
-    const api = new FakeApi();
-    api.mine = [job({ id: 'w1', state: 'queued' }), job({ id: 'w2', state: 'queued', sweep_id: 's1' })];
-    const m = model(api);
-    const notes: IJobNote[] = [];
-    m.jobNotes.connect((_, n) => notes.push(...n));
-    m.start();
-    await m.refreshNow();
-    api.mine = [job({ id: 'w1', state: 'running' }), job({ id: 'w2', state: 'running', sweep_id: 's1' })];
-    await m.refreshNow();
-    expect(notes.map(n => n.job.id)).toEqual(['w1']);
-  });
 });

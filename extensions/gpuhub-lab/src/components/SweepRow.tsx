@@ -6,6 +6,7 @@
  */
 import * as React from 'react';
 
+import { afterText } from '../format';
 import { countTasks, hasRetryable, progressSegments, progressText } from '../sweep';
 import { ISweep, ISweepTask, IWorkload } from '../types';
 
@@ -146,6 +147,7 @@ export function SweepRow(props: {
         <span className="gpuhub-Job-id">{id}</span>
       </div>
       {waiting && <div className="gpuhub-Job-detail">{waiting.reason || 'waiting for its dependencies'}</div>}
+      {sweep && afterText(sweep) && <div className="gpuhub-Job-after">{afterText(sweep)}</div>}
       <div className="gpuhub-Job-actions">
         {sweep && state === 'running' && (
           <button className="jp-mod-styled gpuhub-Job-action" title="Cancel every task not ended" onClick={() => actions.sweepAction(sweep, 'cancel')}>
