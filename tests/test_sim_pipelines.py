@@ -83,3 +83,28 @@ def test_the_columns_round_trip_and_the_cli_prints_the_makespans(tmp_path, capsy
     assert main(["simulate", str(path), "--cluster", str(cluster), "--policy", "gpuhub"]) == 0
     out = capsys.readouterr().out
     assert "  sweep lrs: makespan 200 s\n" in out and "  pipeline lrs: makespan 280 s\n" in out
+
+
+def test_the_services_history_carries_its_sweeps_and_dependencies():
+    """What the service exports (``gpuhub trace export``, the what-if
+    previews) waits in the replay as it did in the service; a target the
+    trace does not hold is dropped; pseudonyms rename the references too."""
+    from gpuspawner.sim.history import PastAttempt, PastWorkload, history_trace, pseudonymise
+
+    def past(wid, t, sweep=None, after=()):
+        return PastWorkload(wid, "job", "vision", "alice", "a100", 1, t,
+                            (PastAttempt(t + 1, t + 101),), sweep=sweep, after=after)
+    workloads = [past("w1", 10, sweep="s1"), past("w2", 10, sweep="s1"),
+                 past("w3", 11, after=(("s1", "ok"), ("wgone", "ok"))),
+                 past("w4", 12, after=(("w3", "any"),))]
+    history = history_trace(workloads, 0.0, 1000.0, ["a100"])
+    by_id = {j.job_id: j for j in history.jobs}
+    assert (by_id["w1"].sweep, by_id["w3"].after, by_id["w4"].after) == ("s1", "s1:ok", "w3:any")
+    result = simulate(history.jobs, CLUSTER, get_policy("gpuhub"))
+    records = {r.job_id: r for r in result.records}
+    assert records["w3"].first_start == records["w1"].finish == 110.0
+    assert result.metrics["pipeline_makespan_s"] == {"s1": 300.0}
+    renamed, _cluster = pseudonymise(history, CLUSTER)
+    jobs = {j.job_id: j for j in renamed.jobs}
+    assert (jobs["job-000001"].sweep, jobs["job-000003"].after,
+            jobs["job-000004"].after) == ("sweep-1", "sweep-1:ok", "job-000003:any")

@@ -188,6 +188,13 @@ class GpuHubService(Application):
         quota back sooner; longer: fewer jobs are interrupted.
         """).tag(config=True)
 
+    sweep_task_spacing = Float(60.0, help="""
+        Seconds between the places of a sweep's tasks in their team's queue:
+        task k is ordered as if submitted k times this after the sweep, so a
+        big sweep interleaves with the team's other work instead of going
+        first whole (0: all at the sweep's submit time). See docs/workflows.md.
+        """).tag(config=True)
+
     team_group_prefix = Unicode("team-", help="""
         A team is a JupyterHub group whose name starts with this prefix; the
         team's name is the rest. Groups without it are not teams.
@@ -488,7 +495,8 @@ class GpuHubService(Application):
         if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
             self.default_pool = nodes[0].node.pool
         self._seed_teams()
-        policy = replace(get_policy(self.policy), preemption_delay=self.preemption_delay)
+        policy = replace(get_policy(self.policy), preemption_delay=self.preemption_delay,
+                         sweep_task_spacing=self.sweep_task_spacing)
         self.engine = Engine(self.store, backend, nodes, policy,
                              EngineConfig(data_dir=self.data_dir,
                                           team_prefix=self.team_group_prefix,

@@ -228,9 +228,14 @@ class Engine(Requests):
     def _release_waiting(self, now: float) -> None:
         """Queue the waiting workloads whose wait is over (into the core, for
         this cycle); cancel those whose dependency can never be met."""
+        try:
+            with self.store.transaction() as s:
+                done = waiting.release_step(s, now,
+                                            lambda r: self.scheduler.validate(to_workload(r)))
+        except Exception:  # tried again next cycle; the cycle itself goes on
+            log.exception("could not release the waiting workloads")
+            return
         self._dependencies_changed = False
-        with self.store.transaction() as s:
-            done = waiting.release_step(s, now, lambda r: self.scheduler.validate(to_workload(r)))
         for row in done.queued:
             self.change(lambda sched, w=to_workload(row): sched.submit(w, now))
         if done.ended:
@@ -351,7 +356,11 @@ class Engine(Requests):
         history; what waits for it is looked at again."""
         self.estimates.finished(row, records.ran_seconds(s, row.id))
         if row.sweep_id is not None:
-            sweeps.record_result(s, row)
+            try:
+                with s.begin_nested():
+                    sweeps.record_result(s, row)
+            except Exception:  # what a job left cannot keep its end from being recorded
+                log.exception("could not read the result of sweep task %s", row.id)
         self._dependencies_changed = True
 
     def _lost_without_core(self, wid: str, now: float, why: str) -> None:

@@ -56,7 +56,7 @@ def _json_file(path: str) -> Any:
             return None
         try:
             return json.loads(f.read(MAX_READ))
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
 

@@ -12,21 +12,26 @@ from __future__ import annotations
 
 import os
 import secrets
+
 from sqlalchemy import select
 
+from ..scheduler import dependencies
 from ..store import Attempt, SweepRow, SweepTaskRow, WorkloadRow
+from ..times import iso
 from . import journal, waiting
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .rebuild import field_for_reason, to_workload
 from .scraps import read_metric
 from .specs import SpecError
-from .states import CANCELLED, FAILED, FINAL_STATES, STATES, SUCCEEDED, WAITING
+from .states import (CANCELLED, FAILED, FINAL_STATES, HELD, QUEUED, STATES, SUCCEEDED,
+                     WAITING)
 from .sweep_specs import SweepSpec, best_index, task_spec
 from .views import output_notebook
-from ..times import iso
 
-SWEEP_STATES = ("running", SUCCEEDED, FAILED, CANCELLED)
+SWEEP_STATES = (waiting.RUNNING_SWEEP, SUCCEEDED, FAILED, CANCELLED)
+# Tasks a cancel-all ends at once (not in the core, or only queued there).
+NOT_STARTED = (WAITING, QUEUED, HELD)
 RETRIED = (FAILED, CANCELLED)
 
 
@@ -39,8 +44,8 @@ def submit(engine, who: Identity, sweep: SweepSpec) -> SweepRow:
     if after:
         with engine.store.session() as s:
             waiting.check_after(s, who, sid, after)
-    reason = (f"waiting for a slot of sweep {sid} (at most {sweep.max_running} at once)"
-              if sweep.max_running is not None else f"waiting to be released by sweep {sid}")
+    reason = (dependencies.resolve(after, {})[1] if after
+              else waiting.slot_reason(sid, sweep.max_running))
     rows = []
     for i, params in enumerate(sweep.tasks):
         row = engine.make_row("w" + secrets.token_hex(6), task_spec(template, params, sid, i),
@@ -53,7 +58,7 @@ def submit(engine, who: Identity, sweep: SweepSpec) -> SweepRow:
     with engine.store.transaction() as s:
         sw = SweepRow(id=sid, name=sweep.name, team=team, user=user,
                       max_running=sweep.max_running, metric=sweep.metric, after=after,
-                      state="running", cancel_requested=False, submitted_at=now)
+                      state=waiting.RUNNING_SWEEP, cancel_requested=False, submitted_at=now)
         s.add(sw)
         s.add_all(rows)
         s.flush()
@@ -86,23 +91,39 @@ def _acts_on(who: Identity, sw: SweepRow, verb: str) -> None:
 
 
 def cancel(engine, who: Identity, sid: str) -> SweepRow:
-    """Cancel every task not ended: the waiting ones here, at once; the
-    others as a cancel of each (a running one is stopped)."""
+    """Cancel every task not ended: those not started here, at once, in one
+    transaction (a sweep may have thousands); the running ones as a cancel
+    of each (they are stopped)."""
     now = engine.clock()
     with engine.store.transaction() as s:
         sw = _visible(s, who, sid)
         _acts_on(who, sw, "cancel")
         sw.cancel_requested = True
         why = f"cancelled by {who.name} with sweep {sid}"
-        for row in s.scalars(select(WorkloadRow).where(WorkloadRow.sweep_id == sid,
-                                                       WorkloadRow.state == WAITING)):
-            row.state, row.finished_at, row.reason = CANCELLED, now, why
-            journal.event(s, row.id, "cancelled", now, why, attempt=row.attempt)
-        others = s.scalars(select(WorkloadRow.id).join(
+        rows = s.scalars(select(WorkloadRow).join(
             SweepTaskRow, SweepTaskRow.workload_id == WorkloadRow.id).where(
             SweepTaskRow.sweep_id == sid, WorkloadRow.state.not_in(FINAL_STATES))).all()
-        journal.audit(s, now, who.name, "cancel-sweep", sid, {"running": len(others)})
-    for wid in others:
+        queued, running = [], []
+        for row in rows:
+            if row.state in NOT_STARTED:
+                if row.state == QUEUED:
+                    queued.append(row.id)
+                row.state, row.finished_at, row.reason = CANCELLED, now, why
+                row.nomination = None
+                journal.event(s, row.id, "cancelled", now, why, attempt=row.attempt)
+            else:
+                running.append(row.id)
+        journal.audit(s, now, who.name, "cancel-sweep", sid,
+                      {"cancelled": len(rows) - len(running), "stopping": len(running)})
+
+    def withdraw(sched) -> None:
+        for wid in queued:
+            if wid in sched.state.pending:
+                sched.cancel(wid, now)
+    engine.change(withdraw)
+    for wid in queued:
+        engine.forget_reason(wid)
+    for wid in running:
         try:
             engine.cancel(who, wid)
         except Conflict:
@@ -125,12 +146,12 @@ def retry(engine, who: Identity, sid: str) -> SweepRow:
         if not tasks:
             raise Conflict(f"sweep {sid} has no failed or cancelled task to retry")
         for task, old in tasks:
-            new = _copy(engine, old, f"waiting: retry of task {task.index} of sweep {sid}")
+            new = _copy(engine, old, waiting.slot_reason(sid, sw.max_running))
             s.add(new)
             task.workload_id, task.metric, task.output_notebook = new.id, None, None
             journal.event(s, new.id, "submitted", now, f"retry of {old.id} (task {task.index} "
                           f"of sweep {sid}) by {who.name}", attempt=0)
-        sw.state, sw.finished_at, sw.cancel_requested = "running", None, False
+        sw.state, sw.finished_at, sw.cancel_requested = waiting.RUNNING_SWEEP, None, False
         journal.audit(s, now, who.name, "retry-sweep", sid, {"tasks": len(tasks)})
     engine.dependencies_changed()
     engine.wake()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Optional
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from ..store import SweepRow, SweepTaskRow, WorkloadRow
@@ -23,6 +23,13 @@ RUNNING_SWEEP = "running"
 # Cancellations can cascade (a dependent of a dependent); each round
 # settles one level.
 MAX_ROUNDS = 32
+
+
+def slot_reason(sweep_id: str, max_running: Optional[int]) -> str:
+    """Why a task of a sweep waits once the sweep's dependencies are met."""
+    if max_running is None:
+        return f"waiting to be released by sweep {sweep_id}"
+    return f"waiting for a slot of sweep {sweep_id} (at most {max_running} at once)"
 
 
 def check_after(s: Session, who: Identity, new_id: str, after: list[dict]) -> None:
@@ -130,6 +137,11 @@ def _round(s: Session, now: float, can_run, out: Release) -> None:
                                                            WorkloadRow.state == WAITING)):
                 _cancel(s, row, now, why, out)
         elif verdict == MET:
+            if sw.after:  # what its tasks wait for now (one statement, whatever their number)
+                why = slot_reason(sw.id, sw.max_running)
+                s.execute(update(WorkloadRow).where(
+                    WorkloadRow.sweep_id == sw.id, WorkloadRow.state == WAITING,
+                    WorkloadRow.reason != why).values(reason=why))
             _release_tasks(s, sw, counts[sw.id], now, can_run, out)
 
 
