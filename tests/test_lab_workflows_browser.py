@@ -4,7 +4,8 @@ four fake GPUs: alice opens a notebook with a parameters cell, submits a
 tab, sees an "evaluate" job wait for the sweep, the sweep's grouped row in
 the Jobs panel progress to done and its results table (the best task
 marked, each task's output notebook a click away); then makes a schedule
-from the Schedule tab, pauses, resumes and runs it now.
+from the Schedule tab, pauses, resumes and runs it now. A sweep of failing
+tasks is cancelled from its row and its tasks retried.
 
 Chromium is Debian's (/usr/bin/chromium). Screenshots of the Sweep tab, the
 grouped Jobs panel with its results and the Schedules list are kept in
@@ -157,7 +158,24 @@ def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
         expect(output.filter(has_text="lr=0.01 epochs=1 loss=1.0")).not_to_have_count(
             0, timeout=60_000)
 
-        # 5. The Schedule tab: a shortcut becomes the cron expression; the
+        # 5. Cancel all and retry failed, from the sweep's row.
+        flaky = alice.post("/sweeps", json={
+            "name": "flaky", "grid": {"n": [1, 2]},
+            "template": {"command": ["sh", "-c", "sleep 30; exit 1"], "gpus": 1}}).json()
+        flaky_row = page.locator(f'.gpuhub-Sweep[data-sweep-id="{flaky["id"]}"]')
+        expect(flaky_row.get_by_role("button", name="Cancel all")).to_be_visible(timeout=30_000)
+        flaky_row.get_by_role("button", name="Cancel all").click()
+        page.locator(".jp-Dialog-button.jp-mod-warn").click()  # confirmed
+        expect(flaky_row).to_have_attribute("data-state", "cancelled", timeout=30_000)
+        expect(flaky_row.locator('.gpuhub-Sweep-segment[data-kind="failed"]')).to_have_attribute(
+            "data-count", "2")
+        before = {t["workload_id"] for t in alice.get(f"/sweeps/{flaky['id']}").json()["tasks"]}
+        flaky_row.get_by_role("button", name="Retry failed").click()
+        expect(flaky_row).to_have_attribute("data-state", "running", timeout=30_000)
+        after = {t["workload_id"] for t in alice.get(f"/sweeps/{flaky['id']}").json()["tasks"]}
+        assert not before & after, (before, after)
+
+        # 6. The Schedule tab: a shortcut becomes the cron expression; the
         # time zone is the browser's.
         form = open_submit(page, "schedule")
         assert form.locator('input[name="timezone"]').input_value() == "Europe/Paris"
@@ -183,7 +201,7 @@ def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
         schedule = posted.value.json()
         assert (schedule["cron"], schedule["timezone"]) == ("30 7 * * 1-5", "Europe/Paris")
 
-        # 6. The Schedules section: when it runs next; pause, resume, run now.
+        # 7. The Schedules section: when it runs next; pause, resume, run now.
         item = page.locator(f'.gpuhub-Schedule[data-schedule-id="{schedule["id"]}"]')
         expect(item).to_have_count(1, timeout=30_000)
         expect(item.locator(".gpuhub-Schedule-cron")).to_have_text(

@@ -210,12 +210,16 @@ export function countTasks(tasks: IWorkload[]): Partial<ISweepCounts> {
   return counts;
 }
 
-/** "3/4 done · 1 failed" under a sweep's name. */
+/** "3/4 done · 1 failed" under a sweep's name (the bar's red is failed and cancelled). */
 export function progressText(counts: Partial<ISweepCounts>, total: number): string {
-  const [succeeded, failed, running, queued] = progressSegments(counts, total);
-  const parts = [`${succeeded.count + failed.count}/${total} done`];
-  if (failed.count) {
-    parts.push(`${failed.count} failed`);
+  const [succeeded, ended, running, queued] = progressSegments(counts, total);
+  const failed = counts.failed ?? 0;
+  const parts = [`${succeeded.count + ended.count}/${total} done`];
+  if (failed) {
+    parts.push(`${failed} failed`);
+  }
+  if (ended.count > failed) {
+    parts.push(`${ended.count - failed} cancelled`);
   }
   if (running.count) {
     parts.push(`${running.count} running`);

@@ -117,13 +117,14 @@ describe('the progress bar', () => {
       ['running', 1, 25],
       ['queued', 1, 25]
     ]);
-    expect(progressText(COUNTS, 4)).toBe('2/4 done · 1 failed · 1 running · 1 waiting');
+    expect(progressText(COUNTS, 4)).toBe('2/4 done · 1 cancelled · 1 running · 1 waiting');
   });
 
   it.each([
     [{ succeeded: 4 }, 4, [100, 0, 0, 0], '4/4 done'],
     [{ waiting: 2, held: 1, queued: 1 }, 4, [0, 0, 0, 100], '0/4 done · 4 waiting'],
-    [{ stopping: 1, stopped: 1 }, 2, [0, 50, 50, 0], '1/2 done · 1 failed · 1 running'],
+    [{ stopping: 1, stopped: 1 }, 2, [0, 50, 50, 0], '1/2 done · 1 cancelled · 1 running'],
+    [{ failed: 2, cancelled: 1, succeeded: 1 }, 4, [25, 75, 0, 0], '4/4 done · 2 failed · 1 cancelled'],
     [{}, 0, [0, 0, 0, 0], '0/0 done']
   ])('%j of %i', (counts, total, percents, text) => {
     expect(progressSegments(counts, total).map(s => s.percent)).toEqual(percents);
