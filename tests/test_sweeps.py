@@ -85,6 +85,18 @@ def test_a_notebook_task_gets_its_parameters_merged_into_papermills():
     spec = task_spec(template, {"lr": 0.1}, SID, 0)
     assert spec.parameters == {"epochs": 3, "lr": 0.1}
     assert "GPUHUB_PARAM_LR" not in spec.env and spec.name == "sweep-0"
+    assert spec.output_notebook is None  # the attempt's directory, its own already
+
+
+@pytest.mark.parametrize("template_output, index, task_output", [
+    ("out/train-1.ipynb", 3, "out/train-1-3.ipynb"),
+    ("/home/a/out/train.v2.ipynb", 0, "/home/a/out/train.v2-0.ipynb"),
+    ("out/executed", 12, "out/executed-12.ipynb"),
+])
+def test_each_notebook_task_writes_its_own_output_notebook(template_output, index, task_output):
+    template = parse_job({"notebook": "train.ipynb", "pool": "p",
+                          "output_notebook": template_output})
+    assert task_spec(template, {"lr": 0.1}, SID, index).output_notebook == task_output
 
 
 def glue(name, data):

@@ -5,7 +5,9 @@ and then changes the core (``Engine.change``) and wakes the loop."""
 from __future__ import annotations
 
 import secrets
-from typing import Optional
+from typing import Callable, Optional
+
+from sqlalchemy.orm import Session
 
 from ..scheduler import dependencies
 from ..scheduler import events as ev
@@ -28,14 +30,20 @@ class Requests:
         """Queue a job (users) or a notebook server's GPUs (the spawner, an
         admin identity acting for ``on_behalf_of``). A job with ``after``
         waits for its dependencies first (``waiting``), outside the core."""
+        return self.queue_row(self.new_row(who, spec, on_behalf_of), who.name)
+
+    def new_row(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
+                ) -> WorkloadRow:
+        """The workload row ``submit`` would queue, checked against who asks,
+        the cluster and its dependencies, not yet stored (its team's row is
+        made if new)."""
         team, user, now = self.accept(who, spec, on_behalf_of)
         wid = "w" + secrets.token_hex(6)
         after = list(spec.after)
         if after:
             with self.store.session() as s:
                 waiting.check_after(s, who, wid, after)
-        row = self.new_row(wid, spec, team, user, now, after)
-        return self.queue_row(row, who.name)
+        return self.make_row(wid, spec, team, user, now, after)
 
     def accept(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
                ) -> tuple[str, str, float]:
@@ -79,8 +87,8 @@ class Requests:
                 raise SpecError("gpus", f"a notebook server of team {team} may hold at most "
                                         f"{most} {spec.pool} GPU(s)")
 
-    def new_row(self, wid: str, spec: JobSpec, team: str, user: str, now: float,
-                after: list, reason: str = "") -> WorkloadRow:
+    def make_row(self, wid: str, spec: JobSpec, team: str, user: str, now: float,
+                 after: list, reason: str = "") -> WorkloadRow:
         """The row of a new workload: ``waiting`` with ``after`` (or a
         ``reason`` to wait), else ``queued``."""
         waits = bool(after) or bool(reason)
@@ -94,14 +102,23 @@ class Requests:
             reason=reason or (dependencies.resolve(after, {})[1] if after else "queued"),
             attempt=0, preempted_by=[], submitted_at=now, after=after)
 
-    def queue_row(self, row: WorkloadRow, actor: str) -> WorkloadRow:
-        """Validate, persist (with its event and audit entry) and queue a new
-        workload row: the end of every submission path."""
-        w = to_workload(row)
-        reason = self.scheduler.validate(w)
+    def check_row(self, row: WorkloadRow) -> None:
+        """SpecError when the core could never run ``row``."""
+        reason = self.scheduler.validate(to_workload(row))
         if reason is not None:
             raise SpecError(field_for_reason(reason), reason)
+
+    def queue_row(self, row: WorkloadRow, actor: str,
+                  also: Optional[Callable[[Session], None]] = None) -> WorkloadRow:
+        """Validate, persist (with its event and audit entry) and queue a new
+        workload row: the end of every submission path. ``also(session)``
+        writes what must be committed with it or not at all (a schedule's
+        firing); what it raises leaves nothing behind."""
+        self.check_row(row)
+        w = to_workload(row)
         with self.store.transaction() as s:
+            if also is not None:
+                also(s)
             s.add(row)
             s.flush()
             journal.event(s, row.id, "submitted", row.submitted_at, f"{row.kind} submitted by "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import posixpath
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional
@@ -145,7 +146,7 @@ def task_spec(template: JobSpec, params: dict, sweep_id: str, index: int) -> Job
     env = {**template.env, "GPUHUB_SWEEP_ID": sweep_id, "GPUHUB_SWEEP_INDEX": str(index)}
     name = f"{template.name or 'sweep'}-{index}"
     if template.notebook is not None:
-        return replace(template, name=name, env=env,
+        return replace(template, name=name, env=env, output_notebook=task_output(template, index),
                        parameters={**template.parameters, **params})
     env.update({f"GPUHUB_PARAM_{k.upper()}": text_of(v) for k, v in params.items()})
     command = template.command
@@ -154,6 +155,16 @@ def task_spec(template: JobSpec, params: dict, sweep_id: str, index: int) -> Job
         command = tuple(pattern.sub(lambda m: text_of(params[m.group(1)]), arg)
                         for arg in command)
     return replace(template, name=name, env=env, command=command)
+
+
+def task_output(template: JobSpec, index: int) -> Optional[str]:
+    """A task's own executed notebook: the template's with ``-<index>``
+    before its extension (``out/nb.ipynb`` → ``out/nb-3.ipynb``), so tasks
+    do not write over each other's (None: the attempt's directory)."""
+    if not template.output_notebook:
+        return None
+    stem, ext = posixpath.splitext(template.output_notebook)
+    return f"{stem}-{index}{ext or '.ipynb'}"
 
 
 def best_index(values: dict[int, float], goal: str) -> Optional[int]:

@@ -48,8 +48,8 @@ def submit(engine, who: Identity, sweep: SweepSpec) -> SweepRow:
               else waiting.slot_reason(sid, sweep.max_running))
     rows = []
     for i, params in enumerate(sweep.tasks):
-        row = engine.new_row("w" + secrets.token_hex(6), task_spec(template, params, sid, i),
-                             team, user, now, after, reason)
+        row = engine.make_row("w" + secrets.token_hex(6), task_spec(template, params, sid, i),
+                              team, user, now, after, reason)
         row.sweep_id, row.sweep_index = sid, i
         rows.append(row)
     why = engine.scheduler.validate(to_workload(rows[0]))

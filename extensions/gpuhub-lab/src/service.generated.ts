@@ -60,6 +60,8 @@ export interface paths {
                     kind?: "job" | "notebook" | "deployment";
                     pool?: string;
                     project?: string;
+                    /** @description the tasks of this sweep; none: workloads that are no sweep's task (repeat to match several) */
+                    sweep_id?: string;
                     limit?: number;
                     /** @description 1: each workload as GET /workloads/{id} has it (attempts, queue_position, output_notebook) */
                     detail?: 0 | 1;
@@ -2051,6 +2053,308 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Schedules of the caller's teams and their own (all for admins), newest first */
+        get: {
+            parameters: {
+                query?: {
+                    team?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Schedules */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            schedules: components["schemas"]["Schedule"][];
+                        };
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        /**
+         * Create a schedule: its spec is submitted as a normal workload of its team at each firing of cron in timezone
+         * @description cron has five fields (minute hour day-of-month month day-of-week; ranges, steps, lists, names such as MON or JAN) or a shortcut (@hourly, @daily, @weekly, @monthly, @yearly). A wall time that a daylight-saving change skips fires once at the end of the gap; one it repeats fires once, at its first occurrence. catch_up "once": after the service was down, the latest missed firing runs once; "skip": none does. A bad cron or timezone is a 400 naming the field and the problem ("cron: cron minute field: 61 is out of 0-59").
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ScheduleRequest"];
+                };
+            };
+            responses: {
+                /** @description Created */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                413: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        /** A schedule, its next firing and its last ten */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The schedule */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        post?: never;
+        /** Delete a schedule; the workloads it made stay */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        options?: never;
+        head?: never;
+        /** Change a schedule (its user, a lead of its team, or an admin); a new cron or timezone sets the next firing anew */
+        patch: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ScheduleEdit"];
+                };
+            };
+            responses: {
+                /** @description The changed schedule */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+                413: components["responses"]["Error"];
+            };
+        };
+        trace?: never;
+    };
+    "/schedules/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Pause a schedule (nothing fires until it is resumed) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The paused schedule */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Resume a schedule; firings while it was paused are not run, the next one after now is */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The resumed schedule */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{id}/run": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Fire a schedule now (paused or not), without changing its next firing */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The workload it made */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Workload"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+                409: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.json": {
         parameters: {
             query?: never;
@@ -2327,6 +2631,86 @@ export interface components {
             /** Format: date-time */
             finished_at: string | null;
         };
+        ScheduleRequest: {
+            /** @description each firing's workload is named NAME-YYYYmmddTHHMM (the firing's wall time in timezone) */
+            name: string;
+            /** @description default the caller's only team (or spec.team) */
+            team?: string;
+            /** @example *\/5 * * * * */
+            cron: string;
+            /**
+             * @description an IANA time zone
+             * @default UTC
+             * @example Europe/Berlin
+             */
+            timezone: string;
+            spec: components["schemas"]["JobSpec"];
+            /** @default false */
+            paused: boolean;
+            /**
+             * @default once
+             * @enum {string}
+             */
+            catch_up: "once" | "skip";
+        };
+        ScheduleEdit: {
+            name?: string;
+            cron?: string;
+            timezone?: string;
+            spec?: components["schemas"]["JobSpec"];
+            /** @enum {string} */
+            catch_up?: "once" | "skip";
+        };
+        Schedule: {
+            /** @description "c" + 12 hex digits */
+            id: string;
+            name: string;
+            team: string;
+            user: string;
+            /** @description the expression, spaces normalised */
+            cron: string;
+            timezone: string;
+            /** @description the JobSpec submitted at each firing (without a name) */
+            spec: {
+                [key: string]: unknown;
+            };
+            paused: boolean;
+            /** @enum {string} */
+            catch_up: "once" | "skip";
+            /**
+             * Format: date-time
+             * @description null while paused
+             */
+            next_run_at: string | null;
+            /** Format: date-time */
+            last_run_at: string | null;
+            last_workload_id: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description the last ten firings, newest first */
+            recent: {
+                workload_id: string;
+                /**
+                 * Format: date-time
+                 * @description when the workload was submitted
+                 */
+                fired_at: string;
+                /**
+                 * Format: date-time
+                 * @description the firing's scheduled instant (for run now: when it was asked)
+                 */
+                scheduled_for: string;
+                /** @description the workload's state now */
+                state: string | null;
+                /**
+                 * @description catch-up: the one run of firings missed while the service was down; manual: run now
+                 * @enum {string}
+                 */
+                cause: "cron" | "catch-up" | "manual";
+            }[];
+        };
         /** @description GPUs for a notebook server, asked for by the hub's spawner on a user's behalf. */
         ServerRequest: {
             /** @enum {string} */
@@ -2353,8 +2737,6 @@ export interface components {
             sweep_id: string | null;
             /** @description its index in that sweep */
             sweep_index: number | null;
-            /** @description the schedule that made it */
-            schedule_id: string | null;
             /** @description host GPU indices while running (local backend) */
             devices?: number[];
             /** @description the UUIDs the inventory gave those GPUs (NVML's; empty where unknown) */
@@ -2407,6 +2789,8 @@ export interface components {
             started_at: string | null;
             /** Format: date-time */
             finished_at: string | null;
+            /** @description the schedule whose firing made it (null when submitted by hand) */
+            schedule_id: string | null;
             /** @description while running */
             placement?: components["schemas"]["PlacedNode"][];
             attempts?: components["schemas"]["Attempt"][];
