@@ -75,3 +75,31 @@ def test_errors_are_printed_for_the_cell_not_raised(shell, capfd):
     shell.run_line_magic("gpuhub", "")
     assert "submit" in capfd.readouterr().out  # the help
 
+
+
+def test_a_schedule_from_a_cell(shell, folder, capfd):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("day = 'monday'")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell('print(f"report for {day}")')]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, str(folder / "report.ipynb"))
+
+    shell.run_line_magic("gpuhub", "schedule create weekly --cron '0 6 * * MON' --gpus 0 "
+                                   "--notebook report.ipynb -p day friday")
+    out = capfd.readouterr().out
+    sid = re.match(r"(c[0-9a-f]{12})  weekly", out).group(1)
+    shell.run_line_magic("gpuhub", f"schedule run {sid}")
+    wid = capfd.readouterr().out.strip()
+    shell.run_line_magic("gpuhub", f"logs -f {wid}")
+    assert "report for friday" in capfd.readouterr().out
+    shell.run_line_magic("gpuhub", "schedule ls")
+    out = capfd.readouterr().out
+    assert "0 6 * * MON" in out and "notebook report.ipynb (day=friday)" in out, out
+    shell.run_line_magic("gpuhub", f"schedule show {sid}")
+    shown = capfd.readouterr().out
+    assert wid in shown and "manual" in shown, shown
+
+    shell.run_line_magic("gpuhub", "schedule create bad --cron '0 25 * * *' --notebook report.ipynb")
+    assert "cron hour field: 25 is out of 0-23" in capfd.readouterr().err

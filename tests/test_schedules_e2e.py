@@ -14,6 +14,7 @@ needs (about 2.5 minutes)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ import time
 
 import pytest
 
+from gpuspawner.cli import main
 from hub_harness import Hub, wait_for
 from test_chaos import healthy_after, pid_alive
 
@@ -156,3 +158,53 @@ def test_every_minute_exactly_once_across_kill_9(hub, capsys):
     assert len({w["name"] for w in mine}) == 3
     for w in mine:
         assert alice.wait(w["id"], "succeeded", 90)["exit_code"] == 0
+
+
+def cli(capsys, *argv):
+    """``gpuhub ...`` in-process: (exit code, stdout, stderr)."""
+    try:
+        rc = main(list(argv))
+    except SystemExit as e:  # argparse usage errors
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_the_gpuhub_schedule_commands(hub, capsys, monkeypatch):
+    for name in ("GPUHUB_URL", "GPUHUB_TOKEN", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    alice = ["--url", f"{hub.url}/services/gpuhub", "--token", hub.token("alice")]
+    rc, out, err = cli(capsys, "schedule", "create", "report", *alice, "--cron", "0 6 * * MON-FRI",
+                       "--timezone", "Europe/Paris", "--json", "--",
+                       sys.executable, "-c", "print('weekly report')")
+    assert rc == 0, err
+    sid = json.loads(out)["id"]
+
+    rc, out, err = cli(capsys, "schedule", "ls", *alice)
+    row = [line for line in out.splitlines() if line.startswith(sid)]
+    assert rc == 0 and row and "0 6 * * MON-FRI  Europe/Paris  in " in row[0], out
+
+    rc, out, err = cli(capsys, "schedule", "run", sid, *alice)
+    assert rc == 0, err
+    wid = out.strip()
+    assert hub.client("alice").wait(wid, "succeeded", 90)["schedule_id"] == sid
+    rc, out, _ = cli(capsys, "logs", *alice, wid)
+    assert out == "weekly report\n"
+
+    rc, out, _ = cli(capsys, "schedule", "pause", sid, *alice)
+    assert rc == 0 and "next run:  paused" in out
+    rc, out, _ = cli(capsys, "schedule", "resume", sid, *alice)
+    assert rc == 0 and "next run:  20" in out
+    rc, out, err = cli(capsys, "schedule", "edit", sid, *alice, "--cron", "@hourly", "--gpus", "0")
+    assert rc == 0 and "cron:      @hourly  (Europe/Paris)" in out, err
+    shown = json.loads(cli(capsys, "schedule", "show", sid, *alice, "--json")[1])
+    assert shown["spec"]["gpus_per_node"] == 0 and shown["spec"]["command"][1:] == \
+        ["-c", "print('weekly report')"]
+    assert [(f["workload_id"], f["cause"]) for f in shown["recent"]] == [(wid, "manual")]
+
+    rc, _, err = cli(capsys, "schedule", "edit", sid, *alice, "--cron", "61 * * * *")
+    assert rc == 1 and "cron: cron minute field: 61 is out of 0-59" in err
+    rc, out, _ = cli(capsys, "schedule", "rm", sid, *alice)
+    assert rc == 0 and out == f"deleted {sid}\n"
+    rc, _, err = cli(capsys, "schedule", "show", sid, *alice)
+    assert rc == 1 and f"no schedule {sid}" in err

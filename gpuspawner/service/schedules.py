@@ -136,7 +136,8 @@ class Schedules:
         with self.store.transaction() as s:
             row = self._mine(s, who, sid)
             if fields.get("spec", {}).get("team") not in (None, row.team):
-                raise SpecError("spec.team", f"must be the schedule's team {row.team!r} or left out")
+                raise SpecError("spec.team",
+                                f"must be the schedule's team {row.team!r} or left out")
             for key, value in fields.items():
                 setattr(row, key, value)
             self._check_job(row)
