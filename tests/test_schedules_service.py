@@ -226,6 +226,7 @@ def test_who_may_see_and_change_a_schedule(service):
     ({"team": "a", "spec": {**JOB, "team": "b"}}, "spec.team",
      "spec.team: must be the schedule's team 'a'"),
     ({"name": "two words"}, "name", "name: may use letters"),
+    ({"spec": {**JOB, "name": "no good"}}, "spec.name", "spec.name: may use letters"),
     ({"colour": "red"}, "colour", "colour: is not a known field"),
 ])
 def test_bad_schedules_are_refused_naming_the_field(service, body, field, message):
