@@ -42,14 +42,19 @@ def shell(hub, folder, monkeypatch):
     InteractiveShell.clear_instance()
 
 
-def test_submit_a_notebook_follow_it_and_list_it(shell, folder, capfd):
+def write_notebook(path: pathlib.Path, parameters: str, code: str) -> None:
+    """A notebook with a papermill ``parameters`` cell and one more."""
     nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("epochs = 1")
+    params = nbformat.v4.new_code_cell(parameters)
     params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell('print(f"trained {epochs} epochs")')]
+    nb.cells = [params, nbformat.v4.new_code_cell(code)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
-    nbformat.write(nb, str(folder / "train.ipynb"))
+    nbformat.write(nb, str(path))
+
+
+def test_submit_a_notebook_follow_it_and_list_it(shell, folder, capfd):
+    write_notebook(folder / "train.ipynb", "epochs = 1", 'print(f"trained {epochs} epochs")')
 
     shell.run_line_magic("gpuhub", "submit --gpus 1 --name nb-magic -f --notebook train.ipynb "
                                    "-p epochs 4")
@@ -78,13 +83,7 @@ def test_errors_are_printed_for_the_cell_not_raised(shell, capfd):
 
 
 def test_a_schedule_from_a_cell(shell, folder, capfd):
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("day = 'monday'")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell('print(f"report for {day}")')]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, str(folder / "report.ipynb"))
+    write_notebook(folder / "report.ipynb", "day = 'monday'", 'print(f"report for {day}")')
 
     shell.run_line_magic("gpuhub", "schedule create weekly --cron '0 6 * * MON' --gpus 0 "
                                    "--notebook report.ipynb -p day friday")
