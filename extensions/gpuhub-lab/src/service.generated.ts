@@ -2354,7 +2354,7 @@ export interface components {
             name: string;
             team: string;
             user: string;
-            /** @description the expression */
+            /** @description the expression, spaces normalised */
             cron: string;
             timezone: string;
             /** @description the JobSpec submitted at each firing (without a name) */
