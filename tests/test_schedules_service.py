@@ -201,7 +201,7 @@ def test_who_may_see_and_change_a_schedule(service):
     sched = create(service)
     with pytest.raises(NotFound):
         service.schedules.get(BOB, sched.id)  # another team's: as if there were none
-    assert service.schedules.list(BOB) == []
+    assert service.schedules.listing(BOB) == []
     assert service.schedules.get(CAROL, sched.id).id == sched.id  # a teammate sees it ...
     for change in (lambda w: service.schedules.pause(w, sched.id),
                    lambda w: service.schedules.run_now(w, sched.id),
@@ -233,4 +233,4 @@ def test_bad_schedules_are_refused_naming_the_field(service, body, field, messag
     with pytest.raises(SpecError) as err:
         service.schedules.create(ALICE, {"name": "nightly", "cron": "@daily", "spec": JOB, **body})
     assert err.value.field == field and str(err.value).startswith(message)
-    assert service.schedules.list(ADMIN) == []  # nothing made
+    assert service.schedules.listing(ADMIN) == []  # nothing made

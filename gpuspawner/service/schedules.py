@@ -77,7 +77,7 @@ class Schedules:
         with self.store.session() as s:
             return self._visible(s, who, sid)
 
-    def list(self, who: Identity, team: Optional[str] = None) -> list[ScheduleRow]:
+    def listing(self, who: Identity, team: Optional[str] = None) -> list[ScheduleRow]:
         with self.store.session() as s:
             q = select(ScheduleRow).order_by(ScheduleRow.created_at.desc(), ScheduleRow.id)
             if team:
