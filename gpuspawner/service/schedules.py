@@ -127,7 +127,6 @@ class Schedules:
             journal.audit(s, now, who.name, "schedule-create", row.id,
                           {"team": team, "name": row.name, "cron": row.cron,
                            "timezone": row.timezone})
-        self.engine.wake()
         return row
 
     def update(self, who: Identity, sid: str, body: Any) -> ScheduleRow:
