@@ -91,7 +91,8 @@ def build_job_spec(args: argparse.Namespace) -> dict:
         if args.output_notebook:
             spec["output_notebook"] = args.output_notebook
     for key, value in (("name", args.name), ("pool", args.pool), ("gpus_per_node", args.gpus),
-                       ("nodes", args.nodes), ("time_limit", args.time_limit),
+                       ("nodes", args.nodes), ("topology", args.topology),
+                       ("topology_key", args.topology_key), ("time_limit", args.time_limit),
                        ("grace_period", args.grace_period), ("priority", args.priority),
                        ("team", args.team), ("project", args.project),
                        ("working_dir", args.workdir), ("checkpoint_dir", args.checkpoint_dir)):
@@ -533,6 +534,10 @@ def add_parsers(sub) -> None:
                                    "quoted argument with /bin/sh -c.")
     p.add_argument("--gpus", type=int, help="GPUs per node (default 1)")
     p.add_argument("--nodes", type=int, help="nodes (default 1)")
+    p.add_argument("--topology", choices=("none", "preferred", "required"),
+                   help="keep a multi-node job's nodes in one domain of --topology-key")
+    p.add_argument("--topology-key", help="the topology level (default switch: a Slurm node's "
+                                          "leaf switch)")
     p.add_argument("--pool", help="GPU pool (default: the configured default)")
     p.add_argument("--time-limit", help="e.g. 90, 45m, 2h30m, 1d")
     p.add_argument("--grace-period", help="seconds between SIGTERM and SIGKILL (e.g. 30, 2m)")

@@ -749,6 +749,7 @@ class GpuHubService(Application):
         wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self.engine.wake = wake.set
+        self.engine.backend.set_wake(wake.set)   # a watch event that ends an attempt
         # Starts finish in worker threads: they wake the loop through it.
         self.engine.starter.wake = lambda: loop.call_soon_threadsafe(wake.set)
         while True:

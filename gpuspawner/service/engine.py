@@ -199,6 +199,11 @@ class Engine(Requests):
             if node.name in self.nodes:
                 self.nodes[node.name].node = node
                 self.scheduler.set_node(node)
+                why = self.backend.node_reason(node.name)
+                log.warning("node %s is now %s", node.name,
+                            "healthy" if node.healthy else f"unhealthy: {why}")
+                with self.store.transaction() as s:
+                    records.node_health(s, node, why, self.clock())
         now = self.clock()
         if self._dependencies_changed:
             self._release_waiting(now)

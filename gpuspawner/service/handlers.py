@@ -336,9 +336,11 @@ class LogsHandler(APIHandler):
         metrics = self.engine.metrics
         if metrics is not None:
             metrics.log_follows.inc()
+        self.engine.backend.log_followed(wid, attempt, True)
         try:
             await self._follow(wid, attempt, path)
         finally:
+            self.engine.backend.log_followed(wid, attempt, False)
             if metrics is not None:
                 metrics.log_follows.dec()
 

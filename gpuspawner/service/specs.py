@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from ..durations import seconds_of
 from ..scheduler.dependencies import CONDITIONS, MAX_AFTER, OK, TARGET_RE
-from ..scheduler.model import JOB, NOTEBOOK
+from ..scheduler.model import JOB, NOTEBOOK, TOPOLOGY_MODES, TOPOLOGY_NONE
 
 # Matched with fullmatch: a pattern's "$" would let a trailing newline through.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -34,8 +34,9 @@ MAX_TEXT = 64 * 1024
 MAX_PARAMETERS = 64 * 1024
 
 FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
-          "env", "pool", "gpus", "gpus_per_node", "nodes", "time_limit", "priority", "checkpoint_dir", "project",
-          "team", "grace_period", "after")
+          "env", "pool", "gpus", "gpus_per_node", "nodes", "topology", "topology_key", "time_limit",
+          "priority", "checkpoint_dir", "project", "team", "grace_period", "after")
+TOPOLOGY_KEY_RE = re.compile(r"[A-Za-z0-9._/-]{1,64}")
 
 
 class SpecError(ValueError):
@@ -78,6 +79,8 @@ class JobSpec:
     project: str = ""
     team: Optional[str] = None
     grace_period: Optional[float] = None
+    topology: str = TOPOLOGY_NONE
+    topology_key: str = "switch"
     # What it waits for: ({"id", "condition"}, ...) (dependencies.parse_after)
     after: tuple = ()
 
@@ -86,7 +89,9 @@ class JobSpec:
         return {"command": list(self.command) if self.command else None, "shell": self.shell,
                 "notebook": self.notebook, "parameters": self.parameters,
                 "output_notebook": self.output_notebook, "working_dir": self.working_dir,
-                "env": self.env, "checkpoint_dir": self.checkpoint_dir}
+                "env": self.env, "checkpoint_dir": self.checkpoint_dir,
+                **({"topology": self.topology, "topology_key": self.topology_key}
+                   if self.topology != TOPOLOGY_NONE else {})}
 
 
 def parse_duration(value: Any, field_name: str) -> float:
@@ -256,8 +261,20 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
         priority=_text(body, "priority", 64) or "",
         checkpoint_dir=_text(body, "checkpoint_dir", 4096),
         project=_text(body, "project", 255) or "",
-        team=_text(body, "team", 128), grace_period=grace,
+        team=_text(body, "team", 128), grace_period=grace, **_topology(body),
         after=tuple(parse_after(body.get("after"))))
+
+
+def _topology(body: dict) -> dict:
+    """``topology`` (none, preferred, required) and its ``topology_key``."""
+    mode = body.get("topology", TOPOLOGY_NONE)
+    if mode not in TOPOLOGY_MODES:
+        raise SpecError("topology", f"must be one of {', '.join(TOPOLOGY_MODES)}, got {mode!r}")
+    key = body.get("topology_key", "switch")
+    if not isinstance(key, str) or not TOPOLOGY_KEY_RE.fullmatch(key):
+        raise SpecError("topology_key", f"must be a topology level such as 'switch' or 'rack' "
+                                        f"(letters, digits, . _ / -; at most 64), got {key!r}")
+    return {"topology": mode, "topology_key": key}
 
 
 def parse_after(value: Any, field_name: str = "after") -> list[dict]:

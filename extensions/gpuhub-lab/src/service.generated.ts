@@ -2513,6 +2513,17 @@ export interface components {
             gpus?: number;
             /** @default 1 */
             nodes: number;
+            /**
+             * @description a multi-node job's nodes in one domain of topology_key: required (wait until there is one) or preferred
+             * @default none
+             * @enum {string}
+             */
+            topology: "none" | "preferred" | "required";
+            /**
+             * @description the topology level: a Slurm node's leaf switch is 'switch' (topology.conf), its parent 'switch1'; declared nodes name their own (rack)
+             * @default switch
+             */
+            topology_key: string;
             time_limit?: number | string;
             /** @description seconds between SIGTERM and SIGKILL */
             grace_period?: number | string;
