@@ -332,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_client(sub)
     from .cli_deploy import add_parsers as add_deploy
     add_deploy(sub)
+    from .cli_schedule import add_parsers as add_schedule
+    add_schedule(sub)
     return parser
 
 

@@ -81,16 +81,24 @@ def build_job_spec(args: argparse.Namespace) -> dict:
         raise UsageError("give a command after '--' or --notebook NB.ipynb (exactly one)")
     if args.parameters and args.notebook is None:
         raise UsageError("-p/--parameter only applies to --notebook")
+    return job_fields(args)
+
+
+def job_fields(args: argparse.Namespace) -> dict:
+    """The job fields the options of ``add_job_options`` gave (those not
+    given are left out)."""
     spec: dict[str, Any] = {}
+    command = command_payload(args.command or [])
     if command is not None:
         spec["command"] = command
-    else:
+    if args.notebook is not None:
         spec["notebook"] = args.notebook
-        if args.parameters:
-            spec["parameters"] = {k: parse_param_value(v) for k, v in args.parameters}
-        if args.output_notebook:
-            spec["output_notebook"] = args.output_notebook
-    for key, value in (("name", args.name), ("pool", args.pool), ("gpus_per_node", args.gpus),
+    if args.parameters:
+        spec["parameters"] = {k: parse_param_value(v) for k, v in args.parameters}
+    if args.output_notebook:
+        spec["output_notebook"] = args.output_notebook
+    for key, value in (("name", getattr(args, "name", None)), ("pool", args.pool),
+                       ("gpus_per_node", args.gpus),
                        ("nodes", args.nodes), ("topology", args.topology),
                        ("topology_key", args.topology_key), ("time_limit", args.time_limit),
                        ("grace_period", args.grace_period), ("priority", args.priority),
@@ -332,6 +340,19 @@ def _looked_at(client: GpuHubClient, w: dict, seconds: float = 2.0) -> dict:
     return w
 
 
+def default_working_dir(client: GpuHubClient, spec: dict) -> None:
+    """A job given no --workdir runs in this directory when it is in the
+    user's workspace; else a warning when its files are not there."""
+    workspace = client.me().get("workspace")
+    if workspace:
+        cwd = os.getcwd()
+        workdir, missing = job_directory(cwd, workspace, command_words(spec))
+        if workdir:
+            spec["working_dir"] = workdir
+        elif missing:
+            _note(elsewhere_warning(cwd, workspace, missing))
+
+
 def cmd_submit(args) -> int:
     from .cli_sweep import check_options, submit_sweep
     spec = build_job_spec(args)
@@ -343,14 +364,7 @@ def cmd_submit(args) -> int:
                          "`gpuhub sweep show ID`")
     client = _client(args)
     if args.workdir is None:
-        workspace = client.me().get("workspace")
-        if workspace:
-            cwd = os.getcwd()
-            workdir, missing = job_directory(cwd, workspace, command_words(spec))
-            if workdir:
-                spec["working_dir"] = workdir
-            elif missing:
-                _note(elsewhere_warning(cwd, workspace, missing))
+        default_working_dir(client, spec)
     if args.sweep:
         return submit_sweep(args, client, spec)
     w = client.submit(spec)
@@ -523,15 +537,8 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def add_parsers(sub) -> None:
-    """Register the client commands into the ``gpuhub`` subparsers."""
-    common = common_options()
-
-    p = sub.add_parser("submit", parents=[common], help="submit a job",
-                       usage="gpuhub submit [options] -- COMMAND... | --notebook NB.ipynb",
-                       description="Submit a job and print its id. The command goes after '--': "
-                                   "several words are run as an argv list without a shell, one "
-                                   "quoted argument with /bin/sh -c.")
+def add_job_options(p: argparse.ArgumentParser) -> None:
+    """The options that describe a job (``gpuhub submit``, ``gpuhub schedule``)."""
     p.add_argument("--gpus", type=int, help="GPUs per node (default 1)")
     p.add_argument("--nodes", type=int, help="nodes (default 1)")
     p.add_argument("--topology", choices=("none", "preferred", "required"),
@@ -544,7 +551,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--priority", help="production, interactive, batch or best-effort")
     p.add_argument("--team", help="team to charge (default: your only team)")
     p.add_argument("--project", help="label for cost attribution")
-    p.add_argument("--name", help="a name for the workload")
     p.add_argument("--workdir", help="working directory (relative to your workspace). Default: "
                                       "this directory when it is in your workspace (a notebook "
                                       "server's terminal), else the workspace")
@@ -555,6 +561,19 @@ def add_parsers(sub) -> None:
     p.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append",
                    metavar=("KEY", "VALUE"), help="notebook parameter (repeat)")
     p.add_argument("--output-notebook", help="where the executed notebook goes")
+
+
+def add_parsers(sub) -> None:
+    """Register the client commands into the ``gpuhub`` subparsers."""
+    common = common_options()
+
+    p = sub.add_parser("submit", parents=[common], help="submit a job",
+                       usage="gpuhub submit [options] -- COMMAND... | --notebook NB.ipynb",
+                       description="Submit a job and print its id. The command goes after '--': "
+                                   "several words are run as an argv list without a shell, one "
+                                   "quoted argument with /bin/sh -c.")
+    p.add_argument("--name", help="a name for the workload")
+    add_job_options(p)
     p.add_argument("-f", "--follow", action="store_true",
                    help="stream the output until the job ends; exit 0 only if it succeeded")
     from .cli_sweep import add_parsers as add_sweep, add_submit_options

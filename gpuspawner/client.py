@@ -320,6 +320,27 @@ class GpuHubClient:
     def delete_deployment(self, team: str, name: str) -> dict:
         return self._json("DELETE", f"/deployments/{_seg(team)}/{_seg(name)}")
 
+    # ---- schedules ------------------------------------------------------------------
+    def create_schedule(self, body: dict) -> dict:
+        return self._json("POST", "/schedules", json=body)
+
+    def schedules(self, team: Optional[str] = None) -> list[dict]:
+        params = {} if team is None else {"team": team}
+        return self._json("GET", "/schedules", params=params)["schedules"]
+
+    def schedule(self, sid: str) -> dict:
+        return self._json("GET", f"/schedules/{_seg(sid)}")
+
+    def edit_schedule(self, sid: str, changes: dict) -> dict:
+        return self._json("PATCH", f"/schedules/{_seg(sid)}", json=changes)
+
+    def schedule_action(self, sid: str, action: str) -> dict:
+        """``pause``, ``resume`` (the schedule) or ``run`` (the workload it made)."""
+        return self._json("POST", f"/schedules/{_seg(sid)}/{_seg(action)}")
+
+    def delete_schedule(self, sid: str) -> None:
+        self._request("DELETE", f"/schedules/{_seg(sid)}", expect_json=False)
+
     # ---- following logs ---------------------------------------------------------------
     def follow_logs(self, wid: str, attempt: Optional[int] = None, *,
                     poll_interval: float = 1.0, max_retries: int = 8,

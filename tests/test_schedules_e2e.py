@@ -13,7 +13,7 @@ outages without sleeping; this one keeps to the three minute boundaries it
 needs (about 2.5 minutes)."""
 from __future__ import annotations
 
-import datetime as dt
+import json
 import os
 import signal
 import socket
@@ -22,7 +22,9 @@ import time
 
 import pytest
 
+from gpuspawner.cli_client import parse_time as ts
 from hub_harness import Hub, wait_for
+from test_cli_client import run
 from test_chaos import healthy_after, pid_alive
 
 TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}}}
@@ -45,10 +47,6 @@ def hub(tmp_path_factory):
         yield h.start()
     finally:
         h.stop()
-
-
-def ts(iso: str) -> float:
-    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def test_a_user_creates_runs_pauses_edits_and_deletes_a_schedule(hub):
@@ -112,6 +110,10 @@ def kill9(hub, hold_port_until: float = 0.0) -> float:
     return took
 
 
+def hhmm(iso: str) -> str:
+    return iso[11:16]
+
+
 def sleep_until(t: float) -> None:
     time.sleep(max(0.0, t - time.time()))
 
@@ -140,10 +142,9 @@ def test_every_minute_exactly_once_across_kill_9(hub, capsys):
     seen = firings()
     alice.request("DELETE", f"/schedules/{sid}")
     with capsys.disabled():
-        print(f"\nrestarts after kill -9: {restart_1:.1f} s, {restart_2:.1f} s; firings "
-              + ", ".join(f"{dt.datetime.utcfromtimestamp(ts(f['scheduled_for'])):%H:%M} "
-                          f"{f['cause']} {ts(f['fired_at']) - ts(f['scheduled_for']):.2f} s late"
-                          for f in seen))
+        print(f"\nrestarts after kill -9: {restart_1:.1f} s, {restart_2:.1f} s; firings: "
+              + ", ".join(f"{hhmm(f['scheduled_for'])} {f['cause']} "
+                          f"{ts(f['fired_at']) - ts(f['scheduled_for']):.2f} s late" for f in seen))
     assert [ts(f["scheduled_for"]) for f in seen] == [m1, m1 + 60, m1 + 120], seen
     first, *rest = seen
     # Down at m1: run at the restart, later than schedule_late_grace: a catch-up.
@@ -156,3 +157,43 @@ def test_every_minute_exactly_once_across_kill_9(hub, capsys):
     assert len({w["name"] for w in mine}) == 3
     for w in mine:
         assert alice.wait(w["id"], "succeeded", 90)["exit_code"] == 0
+
+
+def test_the_gpuhub_schedule_commands(hub, capsys, monkeypatch):
+    for name in ("GPUHUB_URL", "GPUHUB_TOKEN", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    alice = ["--url", f"{hub.url}/services/gpuhub", "--token", hub.token("alice")]
+    rc, out, err = run(capsys, "schedule", "create", "report", *alice, "--cron", "0 6 * * MON-FRI",
+                       "--timezone", "Europe/Paris", "--json", "--",
+                       sys.executable, "-c", "print('weekly report')")
+    assert rc == 0, err
+    sid = json.loads(out)["id"]
+
+    rc, out, err = run(capsys, "schedule", "ls", *alice)
+    row = [line for line in out.splitlines() if line.startswith(sid)]
+    assert rc == 0 and row and "0 6 * * MON-FRI  Europe/Paris  in " in row[0], out
+
+    rc, out, err = run(capsys, "schedule", "run", sid, *alice)
+    assert rc == 0, err
+    wid = out.strip()
+    assert hub.client("alice").wait(wid, "succeeded", 90)["schedule_id"] == sid
+    rc, out, _ = run(capsys, "logs", *alice, wid)
+    assert out == "weekly report\n"
+
+    rc, out, _ = run(capsys, "schedule", "pause", sid, *alice)
+    assert rc == 0 and "next run:  paused" in out
+    rc, out, _ = run(capsys, "schedule", "resume", sid, *alice)
+    assert rc == 0 and "next run:  20" in out
+    rc, out, err = run(capsys, "schedule", "edit", sid, *alice, "--cron", "@hourly", "--gpus", "0")
+    assert rc == 0 and "cron:      @hourly  (Europe/Paris)" in out, err
+    shown = json.loads(run(capsys, "schedule", "show", sid, *alice, "--json")[1])
+    assert shown["spec"]["gpus_per_node"] == 0 and shown["spec"]["command"][1:] == \
+        ["-c", "print('weekly report')"]
+    assert [(f["workload_id"], f["cause"]) for f in shown["recent"]] == [(wid, "manual")]
+
+    rc, _, err = run(capsys, "schedule", "edit", sid, *alice, "--cron", "61 * * * *")
+    assert rc == 1 and "cron: cron minute field: 61 is out of 0-59" in err
+    rc, out, _ = run(capsys, "schedule", "rm", sid, *alice)
+    assert rc == 0 and out == f"deleted {sid}\n"
+    rc, _, err = run(capsys, "schedule", "show", sid, *alice)
+    assert rc == 1 and f"no schedule {sid}" in err

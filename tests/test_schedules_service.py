@@ -201,7 +201,7 @@ def test_who_may_see_and_change_a_schedule(service):
     sched = create(service)
     with pytest.raises(NotFound):
         service.schedules.get(BOB, sched.id)  # another team's: as if there were none
-    assert service.schedules.list(BOB) == []
+    assert service.schedules.listing(BOB) == []
     assert service.schedules.get(CAROL, sched.id).id == sched.id  # a teammate sees it ...
     for change in (lambda w: service.schedules.pause(w, sched.id),
                    lambda w: service.schedules.run_now(w, sched.id),
@@ -226,10 +226,11 @@ def test_who_may_see_and_change_a_schedule(service):
     ({"team": "a", "spec": {**JOB, "team": "b"}}, "spec.team",
      "spec.team: must be the schedule's team 'a'"),
     ({"name": "two words"}, "name", "name: may use letters"),
+    ({"spec": {**JOB, "name": "no good"}}, "spec.name", "spec.name: may use letters"),
     ({"colour": "red"}, "colour", "colour: is not a known field"),
 ])
 def test_bad_schedules_are_refused_naming_the_field(service, body, field, message):
     with pytest.raises(SpecError) as err:
         service.schedules.create(ALICE, {"name": "nightly", "cron": "@daily", "spec": JOB, **body})
     assert err.value.field == field and str(err.value).startswith(message)
-    assert service.schedules.list(ADMIN) == []  # nothing made
+    assert service.schedules.listing(ADMIN) == []  # nothing made

@@ -216,14 +216,10 @@ def instant(wall: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
     # In a gap: fold=1 reads it with the offset after the change, which lands
     # before the change; fold=0 with the offset before, after it. The change
     # lies between: find it to the second.
-    lo = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
-    hi = first
-    if lo > hi:
-        lo, hi = hi, lo
+    lo, hi = wall.replace(tzinfo=tz, fold=1).astimezone(UTC), first
     offset = lo.astimezone(tz).utcoffset()
     while hi - lo > dt.timedelta(seconds=1):
-        mid = lo + (hi - lo) / 2
-        mid = mid.replace(microsecond=0)
+        mid = (lo + (hi - lo) / 2).replace(microsecond=0)
         if mid.astimezone(tz).utcoffset() == offset:
             lo = mid
         else:

@@ -46,8 +46,8 @@ def parse_schedule(body: Any, limits: Limits, partial: bool = False) -> dict[str
         if out["spec"] is None:
             raise SpecError("spec", "is required: the job to submit at each firing (as POST "
                                     "/workloads takes it)")
-        out["spec"].pop("name", None)  # each firing's workload has its own
-        job_spec(out["spec"], limits)
+        job_spec(out["spec"], limits)  # a name it gives must be a valid one ...
+        out["spec"].pop("name", None)  # ... but each firing's workload has its own
     if not partial:
         team = body.get("team")
         if team is not None and (not isinstance(team, str) or not NAME_RE.fullmatch(team)):

@@ -77,7 +77,7 @@ class Schedules:
         with self.store.session() as s:
             return self._visible(s, who, sid)
 
-    def list(self, who: Identity, team: Optional[str] = None) -> list[ScheduleRow]:
+    def listing(self, who: Identity, team: Optional[str] = None) -> list[ScheduleRow]:
         with self.store.session() as s:
             q = select(ScheduleRow).order_by(ScheduleRow.created_at.desc(), ScheduleRow.id)
             if team:
@@ -127,7 +127,6 @@ class Schedules:
             journal.audit(s, now, who.name, "schedule-create", row.id,
                           {"team": team, "name": row.name, "cron": row.cron,
                            "timezone": row.timezone})
-        self.engine.wake()
         return row
 
     def update(self, who: Identity, sid: str, body: Any) -> ScheduleRow:
@@ -136,7 +135,8 @@ class Schedules:
         with self.store.transaction() as s:
             row = self._mine(s, who, sid)
             if fields.get("spec", {}).get("team") not in (None, row.team):
-                raise SpecError("spec.team", f"must be the schedule's team {row.team!r} or left out")
+                raise SpecError("spec.team",
+                                f"must be the schedule's team {row.team!r} or left out")
             for key, value in fields.items():
                 setattr(row, key, value)
             self._check_job(row)

@@ -36,7 +36,7 @@ class SchedulesHandler(ScheduleAPI):
         if team is not None and not (0 < len(team) <= 128):
             raise SpecError("team", "must be a team name")
         self.write_json({"schedules": [schedule_view(self.schedules, r)
-                                       for r in self.schedules.list(self.identity, team)]})
+                                       for r in self.schedules.listing(self.identity, team)]})
 
     def post(self):
         row = self.schedules.create(self.identity, self.json_body())
