@@ -377,26 +377,55 @@ def test_reclaim_preempts_borrowers_highest_share_first(nominal, weights, ask, v
     assert {(n, g) for n, gs in nom.placement for g in gs} == victim_gpus
 
 
+CAP = GPUHUB.max_preemptions
+
+
 @pytest.mark.parametrize("rule, attempt, preempt", [
     pytest.param("reclaim", 0, True, id="reclaim-fresh-borrower"),
-    pytest.param("reclaim", 5, True, id="reclaim-ignores-the-cap"),
+    pytest.param("reclaim", CAP - 1, True, id="reclaim-below-the-cap"),
+    pytest.param("reclaim", CAP, False, id="reclaim-respects-the-cap"),
     pytest.param("priority", 0, True, id="priority-fresh-victim"),
-    pytest.param("priority", 5, False, id="priority-respects-the-cap"),
+    pytest.param("priority", CAP, False, id="priority-respects-the-cap"),
 ])
-def test_preemption_cap_never_keeps_a_team_from_its_nominal_quota(rule, attempt, preempt):
-    """``max_preemptions`` bounds churn from priority preemption, but a
-    lender always gets its nominal quota back from a borrower."""
+def test_preemption_cap_holds_for_both_rules(rule, attempt, preempt):
+    """A workload preempted ``max_preemptions`` times is not preempted again,
+    by reclaim either: the lender gets its quota back when the borrower ends
+    (by its time limit), holding the reservation for it meanwhile; inside a
+    team the higher priority starts when the capped job ends."""
     if rule == "reclaim":
         s = sched([node("n1", 2)], [team("owner", 2), team("b", 0)])
-        start(s, wl("v", "b", 2, t=0.0, attempt=attempt))
+        start(s, wl("v", "b", 2, t=0.0, attempt=attempt, time_limit=3600.0))
         submit(s, wl("x", "owner", 2, t=10.0))
     else:
         s = sched([node("n1", 2)], [team("vision", 2)])
-        start(s, wl("v", "vision", 2, t=0.0, priority="batch", attempt=attempt))
+        start(s, wl("v", "vision", 2, t=0.0, priority="batch", attempt=attempt,
+                    time_limit=3600.0))
         submit(s, wl("x", "vision", 2, t=10.0, priority="production"))
     result = s.step(10.0 + DELAY)
-    assert GPUHUB.max_preemptions is not None and attempt >= 0
     assert ("v" in preempted(result)) == preempt, result.waiting.get("x")
+    if not preempt:
+        if rule == "reclaim":
+            assert [(r.workload_id, r.start) for r in result.reservations] == [("x", 3600.0)]
+        s.finished("v", 3600.0)
+        assert "x" in admitted(s.step(3600.0))
+
+
+@pytest.mark.parametrize("victims_running, victim", [
+    pytest.param(["gang", "single"], "single", id="single-job-newer"),
+    pytest.param(["single", "gang"], "single", id="gang-newer"),
+    pytest.param(["gang"], "gang", id="only-the-gang-makes-room"),
+])
+def test_reclaim_counts_every_gpu_a_gang_victim_holds(victims_running, victim):
+    """A one-node preemptor evicts a 4-GPU job rather than a 2 × 4-GPU gang
+    that frees as much on one node: the gang stops on both of its nodes."""
+    nodes = [node("n1", 4), node("n2", 4)] + ([node("n3", 4)] if "single" in victims_running
+                                              else [])
+    s = sched(nodes, [team("owner", 4), team("b", 0)])
+    shapes = {"gang": wl("gang", "b", 4, num_nodes=2), "single": wl("single", "b", 4)}
+    for i, name in enumerate(victims_running):
+        start(s, replace(shapes[name], submit_time=float(i)), now=float(i))
+    submit(s, wl("x", "owner", 4, t=100.0))
+    assert list(preempted(s.step(100.0 + DELAY))) == [victim]
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,8 @@ class Policy:
     # A running workload is not preempted before it has run this long since
     # its (re)start, seconds (KAI's min-runtime): no churn, little lost work.
     min_runtime: float = 0.0
-    # A workload preempted this many times is not preempted again (None: no cap).
+    # A workload preempted this many times is not preempted again, by either
+    # rule (None: no cap).
     max_preemptions: Optional[int] = None
     # A pending workload that has waited this long (seconds) is considered
     # right after the reservation holders, oldest first, whatever its team's
@@ -100,9 +101,9 @@ POLICIES: dict[str, Policy] = {
         name="quota-fifo", quotas=True, fair_share=False, backfill=False,
         preemption=False, quota_holds=False,
     ),
-    # Aging after 12 h, at most 2 preemptions per workload (docs/scheduler.md,
+    # Aging after 12 h, at most 3 preemptions per workload (docs/scheduler.md,
     # the ablation table). min_runtime stays 0: it delays every reclaim.
-    "gpuhub": Policy(name="gpuhub", aging_after=12 * 3600.0, max_preemptions=2),
+    "gpuhub": Policy(name="gpuhub", aging_after=12 * 3600.0, max_preemptions=3),
 }
 
 

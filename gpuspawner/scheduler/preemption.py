@@ -100,16 +100,16 @@ class VictimCatalog:
                 if p == pool and order]
 
 
-def protected(r: Running, policy: Policy, now: Optional[float], reclaim: bool = False) -> bool:
+def protected(r: Running, policy: Policy, now: Optional[float]) -> bool:
     """Running work that may not be preempted now: started (or restarted
     after a preemption) less than ``min_runtime`` ago, or preempted
-    ``max_preemptions`` times already. The cap does not hold against a
-    reclaim: a team always gets its nominal quota back from borrowers
-    (``min_runtime`` only delays that)."""
+    ``max_preemptions`` times already. The cap holds against a reclaim too:
+    a team gets its nominal quota back from such a borrower when it ends
+    (by its time limit), with a backfill reservation meanwhile; without the
+    cap one borrower was reclaimed 13 times in a week."""
     if now is not None and policy.min_runtime > 0 and now - r.start_time < policy.min_runtime:
         return True
-    return (not reclaim and policy.max_preemptions is not None
-            and r.workload.attempt >= policy.max_preemptions)
+    return policy.max_preemptions is not None and r.workload.attempt >= policy.max_preemptions
 
 
 def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy: Policy,
@@ -120,10 +120,10 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
     out: list[Candidate] = []
     limit = policy.max_victim_candidates
 
-    def usable(r: Running, reclaim: bool = False) -> bool:
+    def usable(r: Running) -> bool:
         wid = r.workload.id
         return wid not in unavailable and wid not in w.preempted_by \
-            and not protected(r, policy, now, reclaim)
+            and not protected(r, policy, now)
 
     if policy.quotas and ledger.within_nominal(w.team, w.pool, w.gpus) \
             and ledger.borrowed_total.get(w.pool, 0) > 0:
@@ -132,7 +132,7 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
         borrowers.sort(key=lambda u: (-shares.get(u, 0.0), u))
         for u in borrowers:
             for r, above_nominal in catalog.team_victims(w.pool, u):
-                if (r.workload.kind == JOB or above_nominal) and usable(r, reclaim=True):
+                if (r.workload.kind == JOB or above_nominal) and usable(r):
                     out.append(Candidate(r, RECLAIM, u))
                     if len(out) >= limit:
                         return out
@@ -168,7 +168,8 @@ def plan_preemption(w: Workload, selector: Mapping[str, str], index: FreeIndex,
 def _single_node(w, selector, index, cands, excess, limits) -> Optional[PreemptionPlan]:
     """The node where evicting the fewest GPUs makes room (then the fewest
     victims, then the most evictable ones), so a one-GPU workload does not
-    evict an eight-GPU job when a one-GPU job would do."""
+    evict an eight-GPU job when a one-GPU job would do. A gang victim counts
+    all its GPUs, on every node it spans: it stops on all of them."""
     g = w.gpus_per_node
     on_node: dict[str, list[tuple[int, Candidate, tuple[int, ...]]]] = {}
     for rank, c in enumerate(cands):
@@ -183,7 +184,8 @@ def _single_node(w, selector, index, cands, excess, limits) -> Optional[Preempti
         chosen = _victims_on_node(options, need, excess)
         if chosen is None:
             continue
-        freed = sum(len(gpus) for _, _, gpus in chosen)
+        # A gang victim stops on every node it spans: count all it holds.
+        freed = sum(c.running.workload.gpus for _, c, _ in chosen)
         cost = (freed - need, len(chosen), max(rank for rank, _, _ in chosen), node)
         if best is None or cost < best[0]:
             best = (cost, node, chosen)
@@ -202,7 +204,7 @@ def _victims_on_node(options, need, excess):
 
     singles = [o for o in options if len(o[2]) >= need and allowed(o[1], {})]
     if singles:
-        return [min(singles, key=lambda o: (len(o[2]), o[0]))]
+        return [min(singles, key=lambda o: (o[1].running.workload.gpus, o[0]))]
     chosen, taken, freed = [], {}, 0
     for rank, c, gpus in options:
         if not allowed(c, taken):
