@@ -410,6 +410,28 @@ def test_preemption_cap_holds_for_both_rules(rule, attempt, preempt):
         assert "x" in admitted(s.step(3600.0))
 
 
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize("waited, ran, preempt", [
+    pytest.param(0.0, DELAY, True, id="started-at-once-reclaimed-at-once"),
+    pytest.param(2 * HOUR, 1 * HOUR, False, id="waited-2h-ran-1h"),
+    pytest.param(2 * HOUR, 2 * HOUR, True, id="waited-2h-ran-2h"),
+    pytest.param(72 * HOUR, 7 * HOUR, False, id="waited-3-days-ran-7h"),
+    pytest.param(72 * HOUR, GPUHUB.age_protection, True, id="protection-is-bounded"),
+])
+def test_age_protection_keeps_long_waited_work_running_for_as_long(waited, ran, preempt):
+    """A workload that waited for its GPUs is not reclaimed before it has run
+    as long as it waited, up to ``age_protection`` (gpuhub: 8 h); one that
+    started at once is reclaimed as soon as the lender asks."""
+    s = sched([node("n1", 4)], [team("owner", 4), team("b", 0)])
+    submit(s, wl("v", "b", 4, t=0.0))
+    assert "v" in admitted(s.step(waited))
+    submit(s, wl("x", "owner", 4, t=waited + ran - DELAY))
+    got = preempted(s.step(waited + ran))
+    assert ("v" in got) == preempt
+
+
 @pytest.mark.parametrize("victims_running, victim", [
     pytest.param(["gang", "single"], "single", id="single-job-newer"),
     pytest.param(["single", "gang"], "single", id="gang-newer"),
@@ -562,7 +584,9 @@ def test_notebooks_and_deployments_within_nominal_never_preempted(kind, sizes, a
 
 @pytest.mark.parametrize("again", ["requeued-victim", "fresh-workload", "victim-evicted-in-grace"])
 def test_no_preemption_loop(again):
-    s = sched([node("n1", 4)], [team("a", 2), team("b", 0)])
+    # Without age protection: x, which waited a while, would be protected.
+    s = sched([node("n1", 4)], [team("a", 2), team("b", 0)],
+              GPUHUB.with_(age_protection=None))
     # z and y borrow a's idle quota and the unowned GPUs
     start(s, wl("z", "b", 2, t=0.0), wl("y", "b", 2, t=1.0))
     assert s.state.running["y"].placement == (("n1", (2, 3)),)

@@ -102,13 +102,21 @@ class VictimCatalog:
 
 def protected(r: Running, policy: Policy, now: Optional[float]) -> bool:
     """Running work that may not be preempted now: started (or restarted
-    after a preemption) less than ``min_runtime`` ago, or preempted
-    ``max_preemptions`` times already. The cap holds against a reclaim too:
-    a team gets its nominal quota back from such a borrower when it ends
-    (by its time limit), with a backfill reservation meanwhile; without the
-    cap one borrower was reclaimed 13 times in a week."""
-    if now is not None and policy.min_runtime > 0 and now - r.start_time < policy.min_runtime:
-        return True
+    after a preemption) less than its guard ago, or preempted
+    ``max_preemptions`` times already. The guard is ``min_runtime``, or,
+    with ``age_protection``, the workload's age at its (re)start (time since
+    its submission) up to ``age_protection`` when that is longer: work that
+    waited days for its GPUs is not thrown out an hour after it got them,
+    while work that started at once is reclaimed at once. The cap holds
+    against a reclaim too: a team gets its nominal quota back from such a
+    borrower when it ends (by its time limit), with a backfill reservation
+    meanwhile; without the cap one borrower was reclaimed 13 times in a week."""
+    if now is not None:
+        guard = policy.min_runtime
+        if policy.age_protection is not None:
+            guard = max(guard, min(policy.age_protection, r.start_time - r.workload.submit_time))
+        if guard > 0 and now - r.start_time < guard:
+            return True
     return policy.max_preemptions is not None and r.workload.attempt >= policy.max_preemptions
 
 
