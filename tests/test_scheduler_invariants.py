@@ -485,6 +485,32 @@ def test_protected_workload_is_never_preempted_before_its_minimum_run_time(clust
     run_actions("gpuhub", cluster, acts, policy=PROTECTED, on_cycle=protected_preempted)
 
 
+@settings(max_examples=200, deadline=None, report_multiple_bugs=False,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), acts=st.lists(actions(), min_size=20, max_size=60))
+def test_only_a_wait_on_the_teams_ceiling_holds_quota(cluster, acts):
+    """A quota hold is made only for a workload its team's ceiling (nominal
+    + borrowing limit) refuses; one refused only because the pool is full
+    waits for capacity (its reservation) and holds nothing. Checked against
+    the most the team can hold during the cycle: what it held before plus
+    everything the cycle admitted or nominated for it."""
+    def hold_below_ceiling(before, result, now):
+        state = before["state"]
+        out = []
+        for hold in result.quota_holds:
+            w = before["pending"][hold.workload_id]
+            most = state.ledger.used.get((w.team, w.pool), 0) + sum(
+                before["pending"][e.workload_id].gpus for e in result.events
+                if e.type in (ev.ADMITTED, ev.NOMINATED) and e.workload_id in before["pending"]
+                and (before["pending"][e.workload_id].team, before["pending"][e.workload_id].pool)
+                == (w.team, w.pool))
+            if most + w.gpus <= state.ledger.quota(w.team, w.pool).ceiling:
+                out.append(f"{w.id} holds team {w.team}'s quota, which its ceiling allows")
+        return out
+
+    run_actions("gpuhub", cluster, acts, on_cycle=hold_below_ceiling)
+
+
 @st.composite
 def timed_jobs(draw):
     """Jobs of one team-free pool: (submit offset, GPUs per node, nodes, time

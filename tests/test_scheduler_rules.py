@@ -619,6 +619,30 @@ def test_no_preemption_loop(again):
         assert "y" in result.waiting
 
 
+@pytest.mark.parametrize("borrowing_limit, s_limit, s_runs", [
+    pytest.param(2, 20000.0, False, id="ceiling-hold-keeps-long-work-back"),
+    pytest.param(2, 500.0, True, id="ceiling-hold-lets-short-work-pass"),
+    pytest.param(None, 20000.0, True, id="pool-full-wait-holds-no-quota"),
+])
+def test_quota_hold_only_for_a_wait_on_the_teams_ceiling(borrowing_limit, s_limit, s_runs):
+    """x (4 GPUs) is refused: by its team's ceiling (nominal 4 + borrowing
+    limit 2, holding 5), it holds the team's quota from t=1000 (r1 ends) and
+    s, which would run past that, waits behind it; only because the pool is
+    full (no borrowing limit), x waits for GPUs (with a reservation after
+    ``reserve_for_borrowers_after``) and holds no quota: s starts."""
+    s = sched([node("n1", 4), node("n2", 4)],
+              [team("t", 4, borrowing_limit), team("o", 4)])
+    start(s, wl("r1", "t", 3, time_limit=1000.0), wl("r2", "t", 2, time_limit=10000.0),
+          wl("o1", "o", 2, time_limit=20000.0))
+    submit(s, wl("x", "t", 4, t=10.0), wl("s", "t", 1, t=11.0, time_limit=s_limit))
+    result = s.step(11.0)
+    assert ("s" in admitted(result)) == s_runs, result.waiting.get("s")
+    if not s_runs:
+        assert result.waiting["s"] == ("waiting behind x of team t, which needs the team's "
+                                       "a100 quota first")
+    assert [h.workload_id for h in result.quota_holds] == (["x"] if borrowing_limit else [])
+
+
 # ---- backfill --------------------------------------------------------------
 
 def backfill_cluster(policy, arrival):

@@ -238,12 +238,19 @@ def _gang(w, selector, index, cands, excess, limits) -> Optional[PreemptionPlan]
     chosen: list[Candidate] = []
     taken: dict[str, int] = {}
     placement = None
+    trial = index.copy()  # the free GPUs with every victim chosen so far given back
     for c in cands:
         if c.rule == RECLAIM and taken.get(c.team, 0) >= excess[c.team]:
             continue
         taken[c.team] = taken.get(c.team, 0) + c.running.workload.gpus
         chosen.append(c)
-        placement = placement_without(chosen)
+        for node, gpus in c.running.placement:
+            if node in trial.free:
+                trial.give(node, gpus)
+        if trial.pool_free.get(w.pool, 0) < w.gpus:
+            continue
+        placement = find_placement(trial, w.pool, w.gpus_per_node, w.num_nodes, selector,
+                                   w.topology, w.topology_key, limits)
         if placement is not None:
             break
     if placement is None:
