@@ -49,6 +49,9 @@ class VictimCatalog:
         self._state = state
         self._ledger = ledger
         self._above: dict[tuple[str, str], set[str]] = {}
+        # (team, pool) -> its running work that is not protected, in eviction
+        # order: the running set and the time do not change within a cycle.
+        self._evictable: dict[tuple[str, str], list[Running]] = {}
         # GPUs charged to a team that no running workload holds yet: admitted
         # earlier in this cycle or set aside for a nominated preemptor. They
         # are the newest claims, so the first to count as borrowed, and no
@@ -73,6 +76,20 @@ class VictimCatalog:
         above = self._above_nominal(pool, team, order)
         for key in order:
             yield running[key[-1]], key[-1] in above
+
+    def evictable(self, pool: str, team: str, policy: Policy,
+                  now: Optional[float]) -> Iterator[tuple[Running, bool]]:
+        """``team_victims`` without the work ``protected`` keeps running."""
+        key = (team, pool)
+        order = self._state.eviction_order.get(key, ())
+        cached = self._evictable.get(key)
+        if cached is None:
+            running = self._state.running
+            cached = self._evictable[key] = [
+                running[k[-1]] for k in order if not protected(running[k[-1]], policy, now)]
+        above = self._above_nominal(pool, team, order)
+        for r in cached:
+            yield r, r.workload.id in above
 
     def _above_nominal(self, pool: str, team: str, order) -> set[str]:
         cached = self._above.get((team, pool))
@@ -128,10 +145,9 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
     out: list[Candidate] = []
     limit = policy.max_victim_candidates
 
-    def usable(r: Running) -> bool:
+    def free_to_take(r: Running) -> bool:
         wid = r.workload.id
-        return wid not in unavailable and wid not in w.preempted_by \
-            and not protected(r, policy, now)
+        return wid not in unavailable and wid not in w.preempted_by
 
     if policy.quotas and ledger.within_nominal(w.team, w.pool, w.gpus) \
             and ledger.borrowed_total.get(w.pool, 0) > 0:
@@ -139,8 +155,8 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
                      and catalog.running_excess(u, w.pool) > 0]
         borrowers.sort(key=lambda u: (-shares.get(u, 0.0), u))
         for u in borrowers:
-            for r, above_nominal in catalog.team_victims(w.pool, u):
-                if (r.workload.kind == JOB or above_nominal) and usable(r):
+            for r, above_nominal in catalog.evictable(w.pool, u, policy, now):
+                if (r.workload.kind == JOB or above_nominal) and free_to_take(r):
                     out.append(Candidate(r, RECLAIM, u))
                     if len(out) >= limit:
                         return out
@@ -148,7 +164,8 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
         pc = policy.priority_classes[r.workload.priority]
         if value(r.workload.priority) >= prio:
             break
-        if pc.preemptible and r.workload.kind == JOB and usable(r):
+        if pc.preemptible and r.workload.kind == JOB and free_to_take(r) \
+                and not protected(r, policy, now):
             out.append(Candidate(r, PRIORITY, w.team))
             if len(out) >= limit:
                 break
@@ -163,7 +180,8 @@ def plan_preemption(w: Workload, selector: Mapping[str, str], index: FreeIndex,
     not get around a backfill reservation."""
     if not cands:
         return None
-    excess = {c.team: catalog.running_excess(c.team, w.pool) for c in cands if c.rule == RECLAIM}
+    excess = {team: catalog.running_excess(team, w.pool)
+              for team in {c.team for c in cands if c.rule == RECLAIM}}
     if w.num_nodes == 1:
         plan = _single_node(w, selector, index, cands, excess, limits)
     else:
