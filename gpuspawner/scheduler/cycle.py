@@ -479,13 +479,12 @@ class _Cycle:
         self._count_share(w)
 
     def hold_quota(self, w: Workload) -> None:
-        """Backfill inside a team: the first workload its quota blocks gets the
-        time the team's running work frees enough quota for it (within
-        nominal, or within its ceiling when that is what blocks it); later
-        work of the team may start only if it ends by then or leaves room."""
-        quota = self.ledger.quota(w.team, w.pool)
+        """Backfill inside a team: the first workload its team's ceiling
+        (nominal + borrowing limit) blocks gets the time the team's running
+        work frees enough of it; later work of the team may start only if it
+        ends by then or leaves room."""
         used = self.ledger.used.get((w.team, w.pool), 0)
-        bound = quota.ceiling if used + w.gpus > quota.ceiling else quota.nominal
+        bound = self.ledger.quota(w.team, w.pool).ceiling
         if w.gpus > bound:
             return
         running = self.state.running
