@@ -210,7 +210,6 @@ def _single_node(w, selector, index, cands, excess, limits) -> Optional[Preempti
         chosen = _victims_on_node(options, need, excess)
         if chosen is None:
             continue
-        # A gang victim stops on every node it spans: count all it holds.
         freed = sum(c.running.workload.gpus for _, c, _ in chosen)
         cost = (freed - need, len(chosen), max(rank for rank, _, _ in chosen), node)
         if best is None or cost < best[0]:
