@@ -70,10 +70,11 @@ $(JQ):
 	apt-get update && apt-get install -y jq
 
 # The Slurm tests start Debian's slurm-wlm (slurmctld + slurmd) with munge
-# on this host (tests/slurm_harness.py).
+# on this host (tests/slurm_harness.py); the multi-node ones put each slurmd
+# in a network namespace (ip from iproute2, nsenter/unshare from util-linux).
 SLURMCTLD := /usr/sbin/slurmctld
 $(SLURMCTLD):
-	apt-get update && apt-get install -y slurm-wlm munge
+	apt-get update && apt-get install -y slurm-wlm munge iproute2 util-linux
 
 test: $(STAMP) $(PROXY) $(CHROMIUM) $(JQ) $(SLURMCTLD) $(LAB_STAMP)
 	cd $(LAB_EXT) && ../../$(BIN)/jlpm test

@@ -124,6 +124,9 @@ def _print_metrics(m: dict) -> None:
         print(f"  max slowdown per team: {worst}")
     print(f"  preemptions {m['preemptions']}  quota violations {m['quota_violations']}  "
           f"cycles {m['cycles']}  wall {m['wall_s']:.1f} s")
+    for key, what in (("sweep_makespan_s", "sweep"), ("pipeline_makespan_s", "pipeline")):
+        for name, seconds in m.get(key, {}).items():
+            print(f"  {what} {name}: makespan {_fmt_s(seconds)}")
 
 
 def cmd_trace(args) -> int:
@@ -203,6 +206,13 @@ def cmd_bench(args) -> int:
     if args.target == "serving":
         from .serving.bench import cmd_bench_serving
         return cmd_bench_serving(args)
+    if args.target == "kube":
+        from .bench_kube import format_rows as kube_rows, run_bench as kube_bench
+        rows = kube_bench(args.kube_pods, args.kube_seconds, args.kube_changes,
+                          progress=lambda text: args.json or print(text, file=sys.stderr))
+        print("\n".join(json.dumps(r, sort_keys=True) for r in rows) if args.json
+              else kube_rows(rows))
+        return 0
     if args.target == "culler":
         from .culler.bench import format_rows as culler_rows, run_bench as culler_bench
         rows = culler_bench()
@@ -270,8 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_trace_export_parser(sub, common_options())
 
     bench = sub.add_parser("bench", help="benchmarks: scheduling cycle against fifo (default), "
-                                         "or the REST API through the proxy (api)")
-    bench.add_argument("target", nargs="?", choices=["scheduler", "api", "culler", "serving"],
+                                         "the REST API through the proxy (api), the Kubernetes "
+                                         "backend's API calls, list vs watch (kube)")
+    bench.add_argument("target", nargs="?",
+                       choices=["scheduler", "api", "culler", "serving", "kube"],
                        default="scheduler",
                        help="what to measure (default: scheduler)")
     bench.add_argument("--json", action="store_true", help="one JSON object per measurement")
@@ -283,6 +295,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_api(bench)
     bench.add_argument("--serving-concurrency", type=int, nargs="+", default=[1, 16, 64],
                        help="bench serving: client threads per row (default 1 16 64)")
+    bench.add_argument("--kube-pods", type=int, default=1000,
+                       help="bench kube: GPU Hub pods (and Jobs) on the stand-in API server "
+                            "(default 1000)")
+    bench.add_argument("--kube-seconds", type=float, default=60.0,
+                       help="bench kube: seconds measured per mode, listing and watching "
+                            "(default 60)")
+    bench.add_argument("--kube-changes", type=float, default=60.0,
+                       help="bench kube: pod status changes a minute (default 60)")
     bench.set_defaults(func=cmd_bench)
 
     audit = sub.add_parser("audit", help="the scheduler service's audit log")
@@ -312,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_client(sub)
     from .cli_deploy import add_parsers as add_deploy
     add_deploy(sub)
+    from .cli_schedule import add_parsers as add_schedule
+    add_schedule(sub)
     return parser
 
 

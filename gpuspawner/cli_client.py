@@ -1,4 +1,5 @@
-"""``gpuhub submit | ls | logs | cancel | quota | pools``: the REST API from a shell.
+"""``gpuhub submit | ls | logs | cancel | quota | pools`` (and ``sweep``,
+cli_sweep.py): the REST API from a shell.
 
 Every command takes ``--url`` (else ``$GPUHUB_URL``, else the embedded hub at
 http://127.0.0.1:8000/services/gpuhub), ``--token`` (else ``$GPUHUB_TOKEN``,
@@ -27,8 +28,8 @@ from .times import from_iso
 from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
                      resolve_token, resolve_url)
 
-STATES = ("queued", "held", "running", "stopping", "succeeded", "failed", "cancelled")
-ACTIVE_STATES = ("queued", "held", "running", "stopping")
+STATES = ("waiting", "queued", "held", "running", "stopping", "succeeded", "failed", "cancelled")
+ACTIVE_STATES = ("waiting", "queued", "held", "running", "stopping")
 
 
 class UsageError(Exception):
@@ -80,17 +81,26 @@ def build_job_spec(args: argparse.Namespace) -> dict:
         raise UsageError("give a command after '--' or --notebook NB.ipynb (exactly one)")
     if args.parameters and args.notebook is None:
         raise UsageError("-p/--parameter only applies to --notebook")
+    return job_fields(args)
+
+
+def job_fields(args: argparse.Namespace) -> dict:
+    """The job fields the options of ``add_job_options`` gave (those not
+    given are left out)."""
     spec: dict[str, Any] = {}
+    command = command_payload(args.command or [])
     if command is not None:
         spec["command"] = command
-    else:
+    if args.notebook is not None:
         spec["notebook"] = args.notebook
-        if args.parameters:
-            spec["parameters"] = {k: parse_param_value(v) for k, v in args.parameters}
-        if args.output_notebook:
-            spec["output_notebook"] = args.output_notebook
-    for key, value in (("name", args.name), ("pool", args.pool), ("gpus_per_node", args.gpus),
-                       ("nodes", args.nodes), ("time_limit", args.time_limit),
+    if args.parameters:
+        spec["parameters"] = {k: parse_param_value(v) for k, v in args.parameters}
+    if args.output_notebook:
+        spec["output_notebook"] = args.output_notebook
+    for key, value in (("name", getattr(args, "name", None)), ("pool", args.pool),
+                       ("gpus_per_node", args.gpus),
+                       ("nodes", args.nodes), ("topology", args.topology),
+                       ("topology_key", args.topology_key), ("time_limit", args.time_limit),
                        ("grace_period", args.grace_period), ("priority", args.priority),
                        ("team", args.team), ("project", args.project),
                        ("working_dir", args.workdir), ("checkpoint_dir", args.checkpoint_dir)):
@@ -98,6 +108,8 @@ def build_job_spec(args: argparse.Namespace) -> dict:
             spec[key] = value
     if args.env:
         spec["env"] = dict(args.env)
+    if getattr(args, "after", None):
+        spec["after"] = args.after
     return spec
 
 
@@ -328,18 +340,33 @@ def _looked_at(client: GpuHubClient, w: dict, seconds: float = 2.0) -> dict:
     return w
 
 
+def default_working_dir(client: GpuHubClient, spec: dict) -> None:
+    """A job given no --workdir runs in this directory when it is in the
+    user's workspace; else a warning when its files are not there."""
+    workspace = client.me().get("workspace")
+    if workspace:
+        cwd = os.getcwd()
+        workdir, missing = job_directory(cwd, workspace, command_words(spec))
+        if workdir:
+            spec["working_dir"] = workdir
+        elif missing:
+            _note(elsewhere_warning(cwd, workspace, missing))
+
+
 def cmd_submit(args) -> int:
+    from .cli_sweep import check_options, submit_sweep
     spec = build_job_spec(args)
+    problem = check_options(args)
+    if problem:
+        raise UsageError(problem)
+    if args.sweep and args.follow:
+        raise UsageError("-f/--follow follows one job, not a sweep: see its tasks with "
+                         "`gpuhub sweep show ID`")
     client = _client(args)
     if args.workdir is None:
-        workspace = client.me().get("workspace")
-        if workspace:
-            cwd = os.getcwd()
-            workdir, missing = job_directory(cwd, workspace, command_words(spec))
-            if workdir:
-                spec["working_dir"] = workdir
-            elif missing:
-                _note(elsewhere_warning(cwd, workspace, missing))
+        default_working_dir(client, spec)
+    if args.sweep:
+        return submit_sweep(args, client, spec)
     w = client.submit(spec)
     if args.json:
         _print_json(w)
@@ -510,24 +537,20 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def add_parsers(sub) -> None:
-    """Register the client commands into the ``gpuhub`` subparsers."""
-    common = common_options()
-
-    p = sub.add_parser("submit", parents=[common], help="submit a job",
-                       usage="gpuhub submit [options] -- COMMAND... | --notebook NB.ipynb",
-                       description="Submit a job and print its id. The command goes after '--': "
-                                   "several words are run as an argv list without a shell, one "
-                                   "quoted argument with /bin/sh -c.")
+def add_job_options(p: argparse.ArgumentParser) -> None:
+    """The options that describe a job (``gpuhub submit``, ``gpuhub schedule``)."""
     p.add_argument("--gpus", type=int, help="GPUs per node (default 1)")
     p.add_argument("--nodes", type=int, help="nodes (default 1)")
+    p.add_argument("--topology", choices=("none", "preferred", "required"),
+                   help="keep a multi-node job's nodes in one domain of --topology-key")
+    p.add_argument("--topology-key", help="the topology level (default switch: a Slurm node's "
+                                          "leaf switch)")
     p.add_argument("--pool", help="GPU pool (default: the configured default)")
     p.add_argument("--time-limit", help="e.g. 90, 45m, 2h30m, 1d")
     p.add_argument("--grace-period", help="seconds between SIGTERM and SIGKILL (e.g. 30, 2m)")
     p.add_argument("--priority", help="production, interactive, batch or best-effort")
     p.add_argument("--team", help="team to charge (default: your only team)")
     p.add_argument("--project", help="label for cost attribution")
-    p.add_argument("--name", help="a name for the workload")
     p.add_argument("--workdir", help="working directory (relative to your workspace). Default: "
                                       "this directory when it is in your workspace (a notebook "
                                       "server's terminal), else the workspace")
@@ -538,8 +561,23 @@ def add_parsers(sub) -> None:
     p.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append",
                    metavar=("KEY", "VALUE"), help="notebook parameter (repeat)")
     p.add_argument("--output-notebook", help="where the executed notebook goes")
+
+
+def add_parsers(sub) -> None:
+    """Register the client commands into the ``gpuhub`` subparsers."""
+    common = common_options()
+
+    p = sub.add_parser("submit", parents=[common], help="submit a job",
+                       usage="gpuhub submit [options] -- COMMAND... | --notebook NB.ipynb",
+                       description="Submit a job and print its id. The command goes after '--': "
+                                   "several words are run as an argv list without a shell, one "
+                                   "quoted argument with /bin/sh -c.")
+    p.add_argument("--name", help="a name for the workload")
+    add_job_options(p)
     p.add_argument("-f", "--follow", action="store_true",
                    help="stream the output until the job ends; exit 0 only if it succeeded")
+    from .cli_sweep import add_parsers as add_sweep, add_submit_options
+    add_submit_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after '--'")
     p.set_defaults(func=_guard("submit", cmd_submit))
 
@@ -590,3 +628,5 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("pools", parents=[common], help="GPU pools: capacity, use, queue")
     p.set_defaults(func=_guard("pools", cmd_pools))
+
+    add_sweep(sub, common)

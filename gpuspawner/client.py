@@ -32,7 +32,7 @@ SERVICE_PREFIX = "/services/gpuhub"
 API_PATH = "/api/v1"
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 # Attempt states the log stream ends with before the attempt has run.
-NOT_STARTED = ("queued", "none")
+NOT_STARTED = ("queued", "waiting", "none")
 
 
 class GpuHubError(Exception):
@@ -231,6 +231,23 @@ class GpuHubClient:
     def workload(self, wid: str) -> dict:
         return self._json("GET", f"/workloads/{_seg(wid)}")
 
+    def submit_sweep(self, body: dict) -> dict:
+        """``POST /sweeps``: {template, grid | tasks, max_running?, metric?, after?}."""
+        return self._json("POST", "/sweeps", json=body)
+
+    def sweeps(self, *, state: Iterable[str] = (), team: Optional[str] = None) -> list[dict]:
+        params: list[tuple[str, Any]] = [("state", s) for s in state]
+        if team is not None:
+            params.append(("team", team))
+        return self._json("GET", "/sweeps", params=params)["sweeps"]
+
+    def sweep(self, sid: str) -> dict:
+        return self._json("GET", f"/sweeps/{_seg(sid)}")
+
+    def sweep_action(self, sid: str, action: str) -> dict:
+        """``cancel`` or ``retry``."""
+        return self._json("POST", f"/sweeps/{_seg(sid)}/{action}")
+
     def cancel(self, wid: str) -> dict:
         return self._json("DELETE", f"/workloads/{_seg(wid)}")
 
@@ -302,6 +319,27 @@ class GpuHubClient:
 
     def delete_deployment(self, team: str, name: str) -> dict:
         return self._json("DELETE", f"/deployments/{_seg(team)}/{_seg(name)}")
+
+    # ---- schedules ------------------------------------------------------------------
+    def create_schedule(self, body: dict) -> dict:
+        return self._json("POST", "/schedules", json=body)
+
+    def schedules(self, team: Optional[str] = None) -> list[dict]:
+        params = {} if team is None else {"team": team}
+        return self._json("GET", "/schedules", params=params)["schedules"]
+
+    def schedule(self, sid: str) -> dict:
+        return self._json("GET", f"/schedules/{_seg(sid)}")
+
+    def edit_schedule(self, sid: str, changes: dict) -> dict:
+        return self._json("PATCH", f"/schedules/{_seg(sid)}", json=changes)
+
+    def schedule_action(self, sid: str, action: str) -> dict:
+        """``pause``, ``resume`` (the schedule) or ``run`` (the workload it made)."""
+        return self._json("POST", f"/schedules/{_seg(sid)}/{_seg(action)}")
+
+    def delete_schedule(self, sid: str) -> None:
+        self._request("DELETE", f"/schedules/{_seg(sid)}", expect_json=False)
 
     # ---- following logs ---------------------------------------------------------------
     def follow_logs(self, wid: str, attempt: Optional[int] = None, *,
@@ -379,7 +417,7 @@ class GpuHubClient:
                     attempt, offset = int(w["attempt"]), 0
                     continue
                 note = f"{wid} is {w['state']}: {w.get('reason') or 'waiting'}"
-                if notify and note != last_note and w["state"] == "queued":
+                if notify and note != last_note and w["state"] in ("queued", "waiting"):
                     notify(note)
                 last_note = note
                 time.sleep(poll_interval)

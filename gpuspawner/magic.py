@@ -4,10 +4,15 @@ people who prefer code to the lab extension's forms.
     %load_ext gpuspawner.magic
     %gpuhub submit --gpus 2 --notebook train.ipynb -p epochs 3
     %gpuhub submit --gpus 1 -f -- python train.py --lr 0.1
+    %gpuhub submit --sweep grid.yaml --max-running 2 --metric acc:max --notebook train.ipynb
+    %gpuhub submit --after s1234abcd:ok --notebook evaluate.ipynb
+    %gpuhub sweep show s1234abcd
     %gpuhub ls --all
     %gpuhub logs -f w1234abcd
     %gpuhub cancel w1234abcd
     %gpuhub quota
+    %gpuhub schedule create nightly --cron '0 2 * * *' --notebook train.ipynb -p epochs 3
+    %gpuhub schedule ls
 
 Inside a notebook server the service and the token come from the
 environment the hub sets ($GPUHUB_URL, $JUPYTERHUB_API_TOKEN). ``submit``
@@ -22,7 +27,7 @@ import os
 import shlex
 from typing import Optional
 
-COMMANDS = ("submit", "ls", "logs", "cancel", "quota", "pools")
+COMMANDS = ("submit", "ls", "logs", "cancel", "quota", "pools", "sweep", "schedule")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,11 +54,13 @@ class MagicExit(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     from .cli_client import add_parsers
+    from .cli_schedule import add_parsers as add_schedule
 
     parser = _Parser(prog="%gpuhub", description="GPU Hub jobs from a notebook: "
                                                  + ", ".join(COMMANDS))
     sub = parser.add_subparsers(dest="command_name", required=True, parser_class=_Parser)
     add_parsers(sub)
+    add_schedule(sub)
     return parser
 
 
@@ -83,7 +90,7 @@ def run(line: str, cwd: Optional[str] = None) -> int:
 
 
 def gpuhub(line: str) -> None:
-    """%gpuhub submit|ls|logs|cancel|quota|pools …  (``%gpuhub help``)"""
+    """%gpuhub submit|ls|logs|cancel|quota|pools|sweep|schedule …  (``%gpuhub help``)"""
     run(line)
 
 

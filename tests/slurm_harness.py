@@ -1,5 +1,8 @@
 """A real, throwaway Slurm for the tests: munged + slurmctld + slurmd on this
-host, as root, with four fake GPUs.
+host, as root, with four fake GPUs; or several nodes (``SlurmCluster.start(
+multinode(3))``, the ``slurm_nodes`` fixture), each slurmd in its own network
+namespace with its own address and hostname (slurm_network.py), under the
+switches of a ``topology.conf``.
 
 Everything lives in one temporary directory: the configs, munge's key and
 socket, Slurm's state and spool, the logs, and the fake GPU devices (character
@@ -9,6 +12,8 @@ run in the foreground as our children, and are stopped by their PIDs.
 
     with SlurmCluster.start() as cluster:   # or the ``slurm`` pytest fixture
         cluster.env                         # {"SLURM_CONF": ...} for the commands
+        cluster.lose_node("gn1")            # multi-node: the machine dies (and back:
+        cluster.revive_node("gn1")          # its link up, slurmd started again)
 
 Needs root and Debian's ``slurm-wlm`` + ``munge`` (``make test`` installs
 them). ``SlurmUnavailable`` says precisely why a cluster could not start.
@@ -22,10 +27,13 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass, field
+from typing import Optional
 
 import pytest
 
 from gpuspawner.serving.ports import ports_below_ephemeral
+from slurm_network import NodeNetwork
 
 NODE = "localhost"
 PARTITION = "gpu"
@@ -45,10 +53,39 @@ def _free_port() -> int:
     return ports_below_ephemeral(1)
 
 
-def slurm_conf(d: str, ctld_port: int, slurmd_port: int, cpus: int = 16) -> str:
+@dataclass(frozen=True)
+class Layout:
+    """The cluster's machines: ``{node: GPUs}``, in a network namespace each
+    (``netns``) or the one node ``localhost`` at 127.0.0.1, and
+    ``switches`` ``{leaf switch: [nodes]}`` for topology.conf (under one top
+    switch), none for no topology plugin."""
+    gpus: dict = field(default_factory=lambda: {NODE: GPUS})
+    netns: bool = False
+    switches: dict = field(default_factory=dict)
+
+
+def multinode(count: int = 3, gpus: int = 2) -> Layout:
+    """``gn0`` under switch ``leaf0``; ``gn1``.. under ``leaf1``: a two-node
+    gang that must stay under one switch has one place, and it is not the
+    first two nodes."""
+    names = [f"gn{i}" for i in range(count)]
+    return Layout({n: gpus for n in names}, netns=True,
+                  switches={"leaf0": names[:1], "leaf1": names[1:]})
+
+
+# Seconds before slurmctld calls a silent node DOWN (and ends its jobs with
+# NODE_FAIL): short, so the node-loss test runs in seconds, not minutes.
+MULTINODE_SLURMD_TIMEOUT = 10
+
+
+def slurm_conf(d: str, ctld_port: int, slurmd_port: int, layout: Layout, ctld_addr: str,
+               addrs: dict, cpus: int = 16) -> str:
+    many = layout.netns
+    nodes = "".join(f"NodeName={n} NodeAddr={addrs[n]} CPUs={cpus} RealMemory=1000 "
+                    f"Gres=gpu:{g} State=UNKNOWN\n" for n, g in layout.gpus.items())
     return f"""\
 ClusterName=gpuhubtest
-SlurmctldHost={NODE}
+SlurmctldHost=localhost{f"({ctld_addr})" if many else ""}
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser=root
@@ -57,11 +94,12 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={d}/munge/munge.sock
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
+# %n: each node's own (they share this directory).
+SlurmdSpoolDir={d}/spool/%n
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
+SlurmdPidFile={d}/run/slurmd-%n.pid
 SlurmctldLogFile={d}/log/slurmctld.log
-SlurmdLogFile={d}/log/slurmd.log
+SlurmdLogFile={d}/log/slurmd-%n.log
 # No cgroups: processes are tracked by parentage, and nothing is confined.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -73,6 +111,7 @@ GresTypes=gpu
 MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
+{"TopologyPlugin=topology/tree" if layout.switches else ""}
 # The configured CPUs, not this small machine's: several test jobs at once.
 SlurmdParameters=config_overrides
 ReturnToService=2
@@ -80,38 +119,62 @@ ReturnToService=2
 KillWait=5
 MinJobAge=600
 InactiveLimit=0
-MessageTimeout=20
+MessageTimeout={5 if many else 20}
 SlurmctldTimeout=30
-SlurmdTimeout=60
-NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:{GPUS} State=UNKNOWN
-PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
+SlurmdTimeout={MULTINODE_SLURMD_TIMEOUT if many else 60}
+{nodes}PartitionName={PARTITION} Nodes={",".join(layout.gpus)} Default=YES MaxTime=INFINITE State=UP
 """
 
 
-def gres_conf(d: str) -> str:
-    return f"NodeName={NODE} Name=gpu File={d}/dev/nvidia[0-{GPUS - 1}]\n"
+def gres_conf(d: str, layout: Layout) -> str:
+    return "".join(f"NodeName={n} Name=gpu File={d}/dev/{n}/nvidia[0-{g - 1}]\n"
+                   for n, g in layout.gpus.items())
+
+
+def topology_conf(layout: Layout) -> str:
+    """Leaf switches of the nodes under one top switch ``top``."""
+    lines = [f"SwitchName={leaf} Nodes={','.join(nodes)}\n"
+             for leaf, nodes in layout.switches.items()]
+    return "".join(lines) + f"SwitchName=top Switches={','.join(layout.switches)}\n"
 
 
 class SlurmCluster:
-    def __init__(self, root: str):
+    def __init__(self, root: str, layout: Layout):
         self.root = root
+        self.layout = layout
         self.conf = os.path.join(root, "slurm.conf")
         self.env = {"SLURM_CONF": self.conf}
         self.procs: dict[str, subprocess.Popen] = {}
+        self.net: Optional[NodeNetwork] = None
+        self.addr = {n: "127.0.0.1" for n in layout.gpus}  # NodeAddr of each node
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self.layout.gpus)
 
     # ---- start -----------------------------------------------------------
     @classmethod
-    def start(cls, timeout: float = 90.0) -> "SlurmCluster":
-        missing = [c for c in ("munged", "slurmctld", "slurmd", "sbatch", "sinfo")
-                   if shutil.which(c) is None]
+    def start(cls, layout: Optional[Layout] = None, timeout: float = 90.0) -> "SlurmCluster":
+        layout = layout or Layout()
+        tools = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo") + (
+            ("ip", "nsenter", "unshare") if layout.netns else ())
+        missing = [c for c in tools if shutil.which(c) is None]
         if missing:
             raise SlurmUnavailable(f"{', '.join(missing)} not installed (apt-get install -y "
-                                   f"slurm-wlm munge; `make test` does it)")
+                                   f"slurm-wlm munge iproute2 util-linux; `make test` does it)")
         if os.geteuid() != 0:
             raise SlurmUnavailable("the Slurm test cluster runs its daemons as root; "
                                    f"these tests run as uid {os.geteuid()}")
-        cluster = cls(tempfile.mkdtemp(prefix="gpuhub-slurm-"))
+        cluster = cls(tempfile.mkdtemp(prefix="gpuhub-slurm-"), layout)
         try:
+            if cluster.layout.netns:
+                try:
+                    cluster.net = NodeNetwork.create(cluster.nodes,
+                                                     os.path.join(cluster.root, "hosts"))
+                except OSError as e:
+                    raise SlurmUnavailable(f"cannot make the nodes' network namespaces: {e}"
+                                           ) from e
+                cluster.addr = dict(cluster.net.addr)
             cluster._write_files()
             cluster._start_munged()
             cluster._start_daemons()
@@ -124,21 +187,30 @@ class SlurmCluster:
     def _write_files(self) -> None:
         d = self.root
         os.chmod(d, 0o755)
-        for sub in ("munge", "state", "spool", "log", "dev"):
+        for sub in ("munge", "state", "spool", "log", "run"):
             os.makedirs(os.path.join(d, sub), mode=0o755, exist_ok=True)
         os.chmod(os.path.join(d, "munge"), 0o700)
-        for i in range(GPUS):
-            path = os.path.join(d, "dev", f"nvidia{i}")
-            try:
-                # 195 is the NVIDIA driver's major number; nothing opens these.
-                os.mknod(path, 0o666 | 0o020000, os.makedev(195, i))
-            except OSError as e:
-                raise SlurmUnavailable(f"cannot make the fake GPU device {path} "
-                                       f"(mknod c 195 {i}): {e}") from e
+        minor = 0
+        for node, gpus in self.layout.gpus.items():
+            os.makedirs(os.path.join(d, "spool", node), mode=0o755)
+            os.makedirs(os.path.join(d, "dev", node), mode=0o755)
+            for i in range(gpus):
+                path = os.path.join(d, "dev", node, f"nvidia{i}")
+                try:
+                    # 195 is the NVIDIA driver's major number; nothing opens these.
+                    os.mknod(path, 0o666 | 0o020000, os.makedev(195, minor))
+                except OSError as e:
+                    raise SlurmUnavailable(f"cannot make the fake GPU device {path} "
+                                           f"(mknod c 195 {minor}): {e}") from e
+                minor += 1
+        ctld_addr = self.net.host_addr if self.net else "127.0.0.1"
         with open(self.conf, "w") as f:
-            f.write(slurm_conf(d, _free_port(), _free_port()))
+            f.write(slurm_conf(d, _free_port(), _free_port(), self.layout, ctld_addr, self.addr))
         with open(os.path.join(d, "gres.conf"), "w") as f:
-            f.write(gres_conf(d))
+            f.write(gres_conf(d, self.layout))
+        if self.layout.switches:
+            with open(os.path.join(d, "topology.conf"), "w") as f:
+                f.write(topology_conf(self.layout))
         with open(os.path.join(d, "cgroup.conf"), "w") as f:
             f.write("# Unused: ProctrackType=proctrack/linuxproc, TaskPlugin=task/none\n"
                     "CgroupAutomount=no\n")
@@ -173,7 +245,12 @@ class SlurmCluster:
     def _start_daemons(self) -> None:
         # -i: ignore state a previous run might have left (there is none: fresh dir).
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf])
-        self._spawn("slurmd", ["slurmd", "-D", "-N", NODE, "-f", self.conf])
+        for node in self.nodes:
+            self._start_slurmd(node)
+
+    def _start_slurmd(self, node: str) -> None:
+        argv = ["slurmd", "-D", "-N", node, "-f", self.conf]
+        self._spawn(f"slurmd-{node}", self.net.run_argv(node, argv) if self.net else argv)
 
     def _wait_for(self, ready, timeout: float, who: str, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -188,13 +265,39 @@ class SlurmCluster:
         raise SlurmUnavailable(f"{who} did not come up ({what}) within {timeout:.0f} s: "
                                f"{self.log_tail(who)}")
 
-    def node_state(self) -> str:
-        out = self.cmd(["sinfo", "-h", "-N", "-n", NODE, "-o", "%t"], check=False)
+    def node_state(self, node: str = NODE) -> str:
+        out = self.cmd(["sinfo", "-h", "-N", "-n", node, "-o", "%t"], check=False)
         return out.stdout.strip()
 
-    def wait_idle(self, timeout: float) -> None:
-        self._wait_for(lambda: self.node_state() == "idle", timeout, "slurmd",
-                       f"node {NODE} idle in sinfo")
+    def node_states(self) -> dict[str, str]:
+        out = self.cmd(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
+        return dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
+
+    def wait_idle(self, timeout: float, nodes: Optional[list[str]] = None) -> None:
+        nodes = nodes or self.nodes
+        self._wait_for(lambda: all(self.node_states().get(n) == "idle" for n in nodes), timeout,
+                       f"slurmd-{nodes[0]}", f"nodes {','.join(nodes)} idle in sinfo")
+
+    # ---- a node's life (multi-node) ----------------------------------------
+    def lose_node(self, node: str) -> list[int]:
+        """The machine dies: every process in its namespace (slurmd, the job's
+        slurmstepd and tasks) is SIGKILLed and its link goes down, so it
+        neither runs nor answers. The PIDs killed."""
+        assert self.net is not None, "lose_node needs a multi-node cluster"
+        self.net.cut(node)
+        pids = self.net.kill_all(node)
+        p = self.procs.pop(f"slurmd-{node}", None)
+        if p is not None:
+            p.wait(10)
+        return pids
+
+    def revive_node(self, node: str, timeout: float = 60) -> None:
+        """Back: its link up and its slurmd started; waits until Slurm has it idle
+        (ReturnToService=2 returns a DOWN node that registers)."""
+        assert self.net is not None, "revive_node needs a multi-node cluster"
+        self.net.mend(node)
+        self._start_slurmd(node)
+        self.wait_idle(timeout, [node])
 
     # ---- use -------------------------------------------------------------
     def cmd(self, argv: list[str], check: bool = True, timeout: float = 30
@@ -231,7 +334,8 @@ class SlurmCluster:
     def stop(self) -> None:
         if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
             self.cancel_all()
-        for name in ("slurmd", "slurmctld", "munged"):
+        slurmds = [name for name in self.procs if name.startswith("slurmd-")]
+        for name in (*slurmds, "slurmctld", "munged"):
             p = self.procs.get(name)
             if p is not None:
                 _terminate(p)
@@ -241,6 +345,8 @@ class SlurmCluster:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if self.net is not None:
+            self.net.remove()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "SlurmCluster":
@@ -283,15 +389,26 @@ def _marked_pids(root: str) -> list[int]:
     return pids
 
 
-@pytest.fixture(scope="module")
-def slurm():
-    """A running test cluster for the module; the tests fail with the reason
-    when Slurm cannot run here."""
+def _cluster(layout: Optional[Layout] = None):
     try:
-        cluster = SlurmCluster.start()
+        cluster = SlurmCluster.start(layout)
     except SlurmUnavailable as e:
         pytest.fail(f"cannot start the Slurm test cluster: {e}", pytrace=False)
     try:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A running one-node test cluster for the module; the tests fail with
+    the reason when Slurm cannot run here."""
+    yield from _cluster()
+
+
+@pytest.fixture(scope="session")
+def slurm_nodes():
+    """Three nodes of two GPUs each, in network namespaces, under two
+    switches (``multinode()``): one cluster for every multi-node test."""
+    yield from _cluster(multinode())

@@ -174,6 +174,10 @@ def test_parse_limit(text, value):
      {"command": ["python", "t.py"], "gpus_per_node": 2, "nodes": 2, "pool": "a100", "time_limit": "2h",
       "priority": "production", "team": "a", "project": "p1", "name": "run-1",
       "working_dir": "exp", "env": {"A": "1", "B": "2"}, "checkpoint_dir": "ckpt"}),
+    (["--nodes", "2", "--topology", "required", "--", "python", "t.py"],
+     {"command": ["python", "t.py"], "nodes": 2, "topology": "required"}),
+    (["--nodes", "4", "--topology", "preferred", "--topology-key", "rack", "--", "x"],
+     {"command": "x", "nodes": 4, "topology": "preferred", "topology_key": "rack"}),
     (["--gpus", "0", "--notebook", "nb.ipynb", "-p", "lr", "0.01", "-p", "arch", "resnet"],
      {"notebook": "nb.ipynb", "gpus_per_node": 0, "parameters": {"lr": 0.01, "arch": "resnet"}}),
 ])

@@ -50,12 +50,12 @@ BACKEND_VERBS = {
     ("", "configmaps"): {"create", "delete"},
     ("", "pods/log"): {"get"},
 }
-# ... and cluster-wide, read-only (one labelled listing, and the nodes).
+# ... and cluster-wide, read-only (one labelled listing, then a watch, and the nodes).
 CLUSTER_VERBS = {
-    ("", "nodes"): {"list"},
-    ("batch", "jobs"): {"list"},
-    ("apps", "deployments"): {"list"},
-    ("", "pods"): {"list"},
+    ("", "nodes"): {"list", "watch"},
+    ("batch", "jobs"): {"list", "watch"},
+    ("apps", "deployments"): {"list", "watch"},
+    ("", "pods"): {"list", "watch"},
 }
 
 
@@ -262,11 +262,12 @@ def test_rbac_grants_the_backend_exactly_what_it_calls():
 
 def api_calls() -> set[tuple[str, str, str, str]]:
     """(scope, API group, resource, verb) of every Kubernetes API call of the
-    kubernetes backend, read from its source."""
+    kubernetes backend, read from its API layer's source (its list calls
+    also watch, with ``watch=True``)."""
     import re
 
-    from gpuspawner.backends.kubernetes import backend
-    source = open(backend.__file__).read()
+    from gpuspawner.backends.kubernetes import api
+    source = open(api.__file__).read()
     groups = {"_batch": "batch", "_apps": "apps", "_core": ""}
     verbs = {"create": "create", "delete": "delete", "list": "list", "read": "get",
              "patch": "patch", "replace": "update"}
@@ -278,7 +279,9 @@ def api_calls() -> set[tuple[str, str, str, str]]:
             r"([a-z_]+?)(_for_all_namespaces)?\(", source):
         scope = "namespace" if namespaced else "cluster"
         out.add((scope, groups[api], plural[kind], verbs[verb]))
-    assert out, "no API call found in gpuspawner/backends/kubernetes/backend.py"
+    assert out, "no API call found in gpuspawner/backends/kubernetes/api.py"
+    if "watch=True" in source:
+        out |= {(scope, group, res, "watch") for scope, group, res, verb in out if verb == "list"}
     return out
 
 

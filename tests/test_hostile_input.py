@@ -84,6 +84,7 @@ def counts(hub) -> dict:
     entries = admin.get("/audit", params={"limit": 5000}).json()["entries"]
     return {"workloads": len(admin.get("/workloads", params={"limit": 1000}).json()["workloads"]),
             "notices": len(admin.get("/notices").json()["notices"]),
+            "schedules": len(admin.get("/schedules").json()["schedules"]),
             "audit": sum(e["actor"] in people for e in entries)}
 
 
@@ -143,6 +144,16 @@ MODEL = "MODEL"  # stands for the deployment's model directory
      "notebook"),
     ("alice", "POST", "/workloads", {"notebook": "n.ipynb",
                                      "parameters": {"p": "x" * 200 * 1024}}, 400, "parameters"),
+    # schedules: cron and time zone named with the problem; the job checked at creation
+    ("alice", "POST", "/schedules", {"name": "n", "cron": "61 * * * *",
+                                     "spec": {"command": "true"}}, 400, "cron"),
+    ("alice", "POST", "/schedules", {"name": "n", "cron": "@daily", "timezone": "Mars/Base",
+                                     "spec": {"command": "true"}}, 400, "timezone"),
+    ("alice", "POST", "/schedules", {"name": "n", "cron": "@daily",
+                                     "spec": {"command": "true", "pool": "nope"}}, 400, "spec.pool"),
+    ("bob", "POST", "/schedules", {"name": "n", "cron": "@daily", "team": "a",
+                                   "spec": {"command": "true"}}, 403, "team"),
+    ("alice", "PATCH", "/schedules/c0123456789ab", {"cron": "@daily"}, 404, None),
     # a predictor outside its model directory
     ("alice", "POST", "/deployments", {"name": "p", "model_dir": MODEL, "runtime": "predictor",
                                        "predictor": "../../../tmp/x.py:M"}, 400, "predictor"),

@@ -32,7 +32,8 @@ from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSp
 from gpuspawner.backends.kubernetes.manifests import (KUEUE_QUEUE, KubeSettings, job_manifest, job_name,
                                                 kueue_queues, rendezvous_service, team_namespace)
 from gpuspawner.backends.kubernetes.status import attempt_exit, nodes_from_k8s
-from gpuspawner.backends.kubernetes.backend import KubeApi, KubernetesBackend
+from gpuspawner.backends.kubernetes.api import KubeApi
+from gpuspawner.backends.kubernetes.backend import KubernetesBackend
 from gpuspawner.scheduler.model import Quota, Team
 from gpuspawner.serving.ports import ports_below_ephemeral
 from gpuspawner.service import queries
@@ -310,6 +311,9 @@ class FakeKube:
 
     async def list_nodes(self):
         return self.nodes
+
+    async def list_kind(self, kind):
+        return await getattr(self, f"list_{kind}")(), ""
 
     async def pod_log(self, name, namespace):
         return self.logs.get(name, "")

@@ -42,14 +42,19 @@ def shell(hub, folder, monkeypatch):
     InteractiveShell.clear_instance()
 
 
-def test_submit_a_notebook_follow_it_and_list_it(shell, folder, capfd):
+def write_notebook(path: pathlib.Path, parameters: str, code: str) -> None:
+    """A notebook with a papermill ``parameters`` cell and one more."""
     nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("epochs = 1")
+    params = nbformat.v4.new_code_cell(parameters)
     params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell('print(f"trained {epochs} epochs")')]
+    nb.cells = [params, nbformat.v4.new_code_cell(code)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
-    nbformat.write(nb, str(folder / "train.ipynb"))
+    nbformat.write(nb, str(path))
+
+
+def test_submit_a_notebook_follow_it_and_list_it(shell, folder, capfd):
+    write_notebook(folder / "train.ipynb", "epochs = 1", 'print(f"trained {epochs} epochs")')
 
     shell.run_line_magic("gpuhub", "submit --gpus 1 --name nb-magic -f --notebook train.ipynb "
                                    "-p epochs 4")
@@ -75,3 +80,44 @@ def test_errors_are_printed_for_the_cell_not_raised(shell, capfd):
     shell.run_line_magic("gpuhub", "")
     assert "submit" in capfd.readouterr().out  # the help
 
+
+
+def test_a_sweep_and_a_job_after_it_from_the_magic(shell, hub, folder, capfd):
+    write_notebook(folder / "train.ipynb", "epochs = 1", 'print(f"trained {epochs} epochs")')
+    (folder / "grid.yaml").write_text("tasks:\n  - {epochs: 1}\n  - {epochs: 2}\n")
+
+    shell.run_line_magic("gpuhub", "submit --sweep grid.yaml --max-running 1 --gpus 0 "
+                                   "--notebook train.ipynb")
+    sid = capfd.readouterr().out.splitlines()[0].strip()
+    assert re.fullmatch(r"s[0-9a-f]{12}", sid)
+    shell.run_line_magic("gpuhub", f"submit --after {sid}:any --gpus 0 -- python -c pass")
+    after = capfd.readouterr().out.splitlines()[0].strip()
+    alice = hub.client("alice")
+    assert alice.wait(after, "succeeded", timeout=120)["state"] == "succeeded"
+    shell.run_line_magic("gpuhub", f"sweep show {sid}")
+    out = capfd.readouterr().out
+    assert out.splitlines()[0].startswith(f"{sid} succeeded: 2/2 done"), out
+    assert [line.split()[:3] for line in out.splitlines()[2:]] == [["0", "1", "succeeded"],
+                                                                  ["1", "2", "succeeded"]]
+
+
+def test_a_schedule_from_a_cell(shell, folder, capfd):
+    write_notebook(folder / "report.ipynb", "day = 'monday'", 'print(f"report for {day}")')
+
+    shell.run_line_magic("gpuhub", "schedule create weekly --cron '0 6 * * MON' --gpus 0 "
+                                   "--notebook report.ipynb -p day friday")
+    out = capfd.readouterr().out
+    sid = re.match(r"(c[0-9a-f]{12})  weekly", out).group(1)
+    shell.run_line_magic("gpuhub", f"schedule run {sid}")
+    wid = capfd.readouterr().out.strip()
+    shell.run_line_magic("gpuhub", f"logs -f {wid}")
+    assert "report for friday" in capfd.readouterr().out
+    shell.run_line_magic("gpuhub", "schedule ls")
+    out = capfd.readouterr().out
+    assert "0 6 * * MON" in out and "notebook report.ipynb (day=friday)" in out, out
+    shell.run_line_magic("gpuhub", f"schedule show {sid}")
+    shown = capfd.readouterr().out
+    assert wid in shown and "manual" in shown, shown
+
+    shell.run_line_magic("gpuhub", "schedule create bad --cron '0 25 * * *' --notebook report.ipynb")
+    assert "cron hour field: 25 is out of 0-23" in capfd.readouterr().err

@@ -24,8 +24,8 @@ ALICE = Identity("alice", teams=frozenset({"a"}), can_submit=True)
 BOB = Identity("bob", teams=frozenset({"b"}), can_submit=True)
 
 
-def make_engine(cluster, tmp_path) -> Engine:
-    backend = SlurmBackend(slurm_conf=cluster.conf, poll_interval=0)
+def make_engine(cluster, tmp_path, **backend_options) -> Engine:
+    backend = SlurmBackend(slurm_conf=cluster.conf, poll_interval=0, **backend_options)
     nodes = [LocalNode(n, [g.index for g in gpus]) for n, gpus in backend.discover()]
     engine = Engine(Store(f"sqlite:///{tmp_path}/gpuhub.sqlite"), backend, nodes,
                     replace(get_policy("gpuhub"), preemption_delay=0),

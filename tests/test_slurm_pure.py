@@ -2,6 +2,7 @@
 Slurm's answers are read, and which commands run when (recorded argv)."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -15,10 +16,11 @@ from gpuspawner.backends.slurm.commands import (JOB_FILE, JobInfo, SlurmError, b
                                                 exit_from_state, expand_hostlist, job_name,
                                                 parse_job_name, parse_sacct, parse_scontrol_job,
                                                 parse_squeue, returncode_of, run_command,
-                                                sbatch_args, time_limit_minutes)
-from gpuspawner.inventory.slurm import (parse_gres, parse_nodes, pool_of, to_scheduler,
-                                        unhealthy_flags)
+                                                sbatch_args, time_limit_minutes, gang_rank_script)
+from gpuspawner.inventory.slurm import (parse_gres, parse_nodes, parse_topology, pool_of,
+                                        to_scheduler, unhealthy_flags)
 from gpuspawner.isolation.accounts import Account, DirectoryAccounts, isolating
+from gpuspawner.serving.replica import server_settings, write_replica_dir
 
 
 def spec(tmp_path=None, **kw) -> LaunchSpec:
@@ -306,6 +308,8 @@ class FakeSlurm:
         self.calls: list[list[str]] = []
         self.queue = ""            # squeue output
         self.jobs: dict[str, str] = {}  # scontrol show job output by id
+        self.nodes = ""            # scontrol show node
+        self.topology = ""         # scontrol show topology
         self.next_id = 100
 
     def __call__(self, argv, timeout):
@@ -316,6 +320,10 @@ class FakeSlurm:
             return f"{self.next_id}\n"
         if argv[0] == "squeue":
             return self.queue
+        if argv[:3] == ["scontrol", "show", "node"]:
+            return self.nodes
+        if argv[:3] == ["scontrol", "show", "topology"]:
+            return self.topology
         if argv[0] == "scontrol":
             if argv[-1] not in self.jobs:
                 raise SlurmError("slurm_load_jobs error: Invalid job id specified")
@@ -537,7 +545,7 @@ def test_recover_refuses_to_guess_when_slurm_does_not_answer(fake):
 # ---- the inventory -------------------------------------------------------------------
 NODES = """\
 NodeName=gpu01 Arch=x86_64 CoresPerSocket=16 CPUAlloc=8 CPUTot=64 Gres=gpu:a100:4(S:0-1) NodeAddr=gpu01 Version=22.05.8 OS=Linux 6.1.0-18-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01)  RealMemory=512000 State=MIXED Partitions=gpu,all CfgTRES=cpu=64,gres/gpu=4
-NodeName=gpu02 Arch=x86_64 Gres=gpu:a100:4(S:0-1) State=IDLE+DRAIN Partitions=gpu,all Reason=bad fan [root@2026-11-29T10:00:00]
+NodeName=gpu02 Arch=x86_64 Gres=gpu:a100:4(S:0-1) NodeAddr=10.1.0.2 NodeHostName=gpu02 State=IDLE+DRAIN Partitions=gpu,all Reason=bad fan [root@2026-11-29T10:00:00]
 NodeName=gpu03 Arch=x86_64 Gres=gpu:8,mps:800 State=DOWN*+NOT_RESPONDING Partitions=big Reason=Not responding
 NodeName=cpu01 Arch=x86_64 Gres=(null) State=IDLE Partitions=all
 NodeName=l4-01 Gres=gpu:l4:2(S:0),gpu:l4:1(S:1) State=IDLE* Partitions=inference
@@ -600,3 +608,102 @@ def test_pool_of_rejects_an_unknown_mode():
     (n,) = [n for n in parse_nodes(NODES) if n.name == "gpu01"]
     with pytest.raises(ValueError, match="pool_from"):
         pool_of(n, "rack", {})
+
+
+TOPOLOGY = """\
+SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=gpu01
+SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu[02-03]
+SwitchName=spine Level=1 LinkSpeed=1 Nodes=gpu[01-03] Switches=leaf[0-1]
+SwitchName=empty Level=0 LinkSpeed=1 Nodes=(null)
+"""
+
+
+@pytest.mark.parametrize("text, switches", [
+    (TOPOLOGY, {"gpu01": {"switch": "leaf0", "switch1": "spine"},
+                "gpu02": {"switch": "leaf1", "switch1": "spine"},
+                "gpu03": {"switch": "leaf1", "switch1": "spine"}}),
+    ("", {}),  # no topology plugin: Slurm prints no switches
+])
+def test_parse_topology_gives_each_node_its_switch_per_level(text, switches):
+    assert parse_topology(text) == switches
+
+
+def test_nodes_have_their_address_and_their_switches_as_topology():
+    nodes = {n.name: n for n in parse_nodes(NODES)}
+    assert (nodes["gpu01"].addr, nodes["gpu02"].addr, nodes["orphan"].addr) == (
+        "gpu01", "10.1.0.2", "")
+    found = {n.name: n for n, _ in to_scheduler(parse_nodes(NODES),
+                                               switches=parse_topology(TOPOLOGY))}
+    assert found["gpu02"].topology == {"switch": "leaf1", "switch1": "spine"}
+    assert found["l4-01"].topology == {}
+
+
+# ---- a gang's script ----------------------------------------------------------------
+GANG = dict(placement=(("n2", (0, 1)), ("n1", (0, 1))), gpus_per_node=2)
+
+
+def test_a_gangs_script_runs_one_srun_task_per_node_with_rank_0s_address(tmp_path):
+    script = batch_script(spec(tmp_path, **GANG), addresses={"n1": "10.0.0.1", "n2": "10.0.0.2"})
+    srun = script.rstrip().splitlines()[-1]
+    assert srun.startswith("exec srun --export=ALL --kill-on-bad-exit=1 --nodes=2 "
+                           "--ntasks-per-node=1 /bin/sh -c ")
+    assert srun.endswith(" gpuhub-rank python train.py --lr 1e-3")
+    # The placement's first node is rank 0 and MASTER_ADDR, whatever Slurm's order.
+    (tmp_path / "gang.sh").write_text(script.replace(srun, "exec env -0"))
+    out = subprocess.run(["/bin/sh", str(tmp_path / "gang.sh")], capture_output=True, text=True,
+                         env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "12345"})
+    env = dict(kv.split("=", 1) for kv in out.stdout.split("\0") if "=" in kv)
+    assert (env["MASTER_ADDR"], env["WORLD_SIZE"], env["MASTER_PORT"]) == ("10.0.0.2", "2", "22345")
+    assert env["GPUHUB_NODE_ADDRS"] == "10.0.0.2,10.0.0.1"
+
+
+@pytest.mark.parametrize("node, rank, addr", [("n2", "0", "10.0.0.2"), ("n1", "1", "10.0.0.1")])
+def test_each_rank_knows_its_place_in_the_placement(node, rank, addr):
+    rank_script = gang_rank_script(spec(**GANG), {"n1": "10.0.0.1", "n2": "10.0.0.2"})
+    out = subprocess.run(["/bin/sh", "-c", rank_script, "gpuhub-rank", "env"], text=True,
+                         capture_output=True, env={"PATH": os.environ["PATH"],
+                                                   "SLURMD_NODENAME": node})
+    env = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    assert (env["RANK"], env["NODE_RANK"], env["GPUHUB_NODE_RANK"], env["LOCAL_RANK"],
+            env["GPUHUB_NODE_ADDR"]) == (rank, rank, rank, "0", addr)
+
+
+def test_a_rank_on_a_node_off_the_placement_refuses_to_run():
+    out = subprocess.run(["/bin/sh", "-c", gang_rank_script(spec(**GANG), {}), "r", "true"],
+                         capture_output=True, text=True, env={"SLURMD_NODENAME": "n9"})
+    assert out.returncode == 97 and "n9 is not in the placement" in out.stderr
+
+
+def test_a_replica_binds_its_nodes_address_which_the_router_is_given(fake):
+    backend, slurm, clock, tmp_path = fake
+    slurm.nodes = "NodeName=node1 NodeAddr=10.1.0.7 Gres=gpu:4 State=IDLE Partitions=gpu\n"
+    slurm.topology = "SwitchName=leaf Level=0 LinkSpeed=1 Nodes=node1\n"
+    (node, _), = backend.discover()
+    assert node.topology == {"switch": "leaf"}
+    rdir = tmp_path / "replica"
+    write_replica_dir(str(rdir), {"name": "iris"}, server_settings(41000))
+    s = spec(tmp_path, cwd=str(rdir), serving={"name": "iris"})
+    assert backend.replica_address(s.workload_id, s.attempt, 41000) is None  # not submitted
+    backend.start(s)
+    assert json.load(open(rdir / "settings.json"))["host"] == "10.1.0.7"
+    assert backend.replica_address(s.workload_id, s.attempt, 41000) == "10.1.0.7:41000"
+    # The topology is read once: it is slurm.conf's, fixed while slurmctld runs.
+    clock.t += 60
+    backend.take_node_changes()
+    assert len([c for c in slurm.calls if c[:3] == ["scontrol", "show", "topology"]]) == 1
+
+
+def test_a_lost_job_makes_the_backend_look_at_the_nodes_at_once(fake):
+    backend, slurm, clock, tmp_path = fake
+    slurm.nodes = "NodeName=node1 Gres=gpu:4 State=IDLE Partitions=gpu\n"
+    backend.discover()
+    s = spec(tmp_path)
+    job = backend.start(s)
+    slurm.queue = f"{job}|gpuhub.wabc123.2|NODE_FAIL|None|node1|root\n"
+    slurm.jobs[job] = f"JobId={job} JobName=gpuhub.wabc123.2 JobState=NODE_FAIL ExitCode=0:0\n"
+    slurm.nodes = "NodeName=node1 Gres=gpu:4 State=DOWN* Partitions=gpu Reason=Not responding\n"
+    (x,) = backend.poll()
+    assert x.reason == LOST
+    (node,) = backend.take_node_changes()  # well within node_refresh_interval
+    assert not node.healthy
+    assert backend.node_reason("node1") == "Slurm: DOWN* (Not responding)"

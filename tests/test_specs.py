@@ -63,6 +63,9 @@ def test_bad_durations_name_the_field(text):
     ({"command": "x", "env": {"LD_PRELOAD": "/tmp/x.so"}}, "env.LD_PRELOAD"),
     ({"command": "x", "env": {"OK": "1", "LD_LIBRARY_PATH": "/tmp"}}, "env.LD_LIBRARY_PATH"),
     ({"command": "x", "env": {"LD_AUDIT": "/tmp/a.so"}}, "env.LD_AUDIT"),
+    ({"command": "x", "nodes": 2, "topology": "strict"}, "topology"),
+    ({"command": "x", "nodes": 2, "topology": "required", "topology_key": "a b"}, "topology_key"),
+    ({"command": "x", "nodes": 2, "topology": "required", "topology_key": 3}, "topology_key"),
 ])
 def test_bad_specs_name_the_field(body, field):
     with pytest.raises(SpecError) as e:
@@ -81,6 +84,11 @@ def test_bad_specs_name_the_field(body, field):
      {"notebook": "t.ipynb", "parameters": {"lr": 0.1}, "pool": "h100", "gpus": 8, "nodes": 2}),
     ({"command": "x", "env": {"WANDB_MODE": "offline"}, "project": "search", "priority": "best-effort"},
      {"env": {"WANDB_MODE": "offline"}, "project": "search", "priority": "best-effort"}),
+    ({"command": "x", "nodes": 2}, {"topology": "none", "topology_key": "switch"}),
+    ({"command": "x", "nodes": 2, "topology": "required"},
+     {"topology": "required", "topology_key": "switch"}),
+    ({"command": "x", "nodes": 4, "topology": "preferred", "topology_key": "rack"},
+     {"topology": "preferred", "topology_key": "rack"}),
 ])
 def test_good_specs(body, expect):
     spec = parse_job(body, LIMITS)

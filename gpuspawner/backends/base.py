@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 # Why an attempt ended.
 EXITED = "exited"          # the command exited by itself (see returncode)
@@ -154,6 +154,11 @@ class Backend:
         last call; a cluster backend learns of those, a local host does not."""
         return []
 
+    def node_reason(self, node: str) -> str:
+        """Why the cluster says ``node`` is unhealthy or drained, as last read
+        ("" when it does not say, or the node is fine)."""
+        return ""
+
     def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
         """Where a serving replica that listens on ``port`` is reached, or None
         while that is not known yet."""
@@ -167,4 +172,18 @@ class Backend:
     async def run(self) -> None:
         """Background work on the event loop for as long as the service runs
         (a cluster backend's watch); nothing by default."""
+        return None
+
+    def log_followed(self, workload_id: str, attempt: int, following: bool) -> None:
+        """Someone starts (``following``) or stops following the attempt's
+        log (``GET /workloads/{id}/logs?follow=true``): a backend whose log
+        file is not written as the job runs (a cluster's pods) copies it
+        there while it is followed. Nothing by default: the local backend's
+        supervisor writes it all along."""
+        return None
+
+    def set_wake(self, wake: Callable[[], None]) -> None:
+        """``wake()`` asks the service for a scheduling cycle now: a backend
+        that learns of an exit between polls (a cluster's watch) calls it.
+        Ignored by default (the engine polls every cycle anyway)."""
         return None

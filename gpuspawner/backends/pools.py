@@ -71,6 +71,9 @@ class PoolBackends(Backend):
     def take_node_changes(self) -> list:
         return [node for backend in self.backends for node in backend.take_node_changes()]
 
+    def node_reason(self, node: str) -> str:
+        return next((why for why in (b.node_reason(node) for b in self.backends) if why), "")
+
     def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
         backend = self._where.get((workload_id, attempt))
         return None if backend is None else backend.replica_address(workload_id, attempt, port)
@@ -80,3 +83,11 @@ class PoolBackends(Backend):
 
     async def run(self) -> None:
         await asyncio.gather(*(backend.run() for backend in self.backends))
+
+    def log_followed(self, workload_id: str, attempt: int, following: bool) -> None:
+        for backend in self._of(workload_id, attempt):
+            backend.log_followed(workload_id, attempt, following)
+
+    def set_wake(self, wake) -> None:
+        for backend in self.backends:
+            backend.set_wake(wake)

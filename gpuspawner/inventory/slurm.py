@@ -1,8 +1,13 @@
 """A Slurm cluster's GPU nodes as scheduler nodes, from
-``scontrol show node --oneliner``.
+``scontrol show node --oneliner`` and ``scontrol show topology``.
 
-One line per node: its name, its GPUs (``Gres=gpu:4`` or ``gpu:a100:4(S:0-1)``,
-several types joined by commas), its partitions and its state. Nodes with no
+One line per node: its name, its address (``NodeAddr``: where its jobs and
+replicas are reached), its GPUs (``Gres=gpu:4`` or ``gpu:a100:4(S:0-1)``,
+several types joined by commas), its partitions and its state. With
+``TopologyPlugin=topology/tree`` each node's switches become its scheduler
+topology: ``{"switch": <leaf switch>, "switch1": <the one above>, ...}``, so
+a gang asking ``topology_key: switch`` stays under one leaf, as Slurm's own
+tree plugin would place it. Nodes with no
 GPU GRES are not the hub's business and are left out. A node Slurm will not
 run work on (DOWN, FAIL, not responding, INVALID) is unhealthy, with Slurm's
 state and reason as the why; a DRAIN node is drained, as GPU Hub drains: no
@@ -12,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..scheduler.model import Node
 from .model import Gpu
@@ -35,6 +40,7 @@ class SlurmNode:
     partitions: tuple[str, ...]
     state: str
     reason: str = ""
+    addr: str = ""               # NodeAddr ("" when Slurm did not say)
 
     @property
     def healthy(self) -> bool:
@@ -88,8 +94,40 @@ def parse_nodes(text: str) -> list[SlurmNode]:
         gpus, types = parse_gres(f.get("Gres", ""))
         parts = tuple(p for p in f.get("Partitions", "").split(",") if p and p != "(null)")
         nodes.append(SlurmNode(f["NodeName"], gpus, types, parts, f.get("State", "UNKNOWN"),
-                               f.get("Reason", "").strip()))
+                               f.get("Reason", "").strip(), f.get("NodeAddr", "").strip()))
     return nodes
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm's compressed host list: ``gpu[01-03,07],cpu1`` -> gpu01, gpu02, gpu03, gpu07, cpu1."""
+    names = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?([^,\[]*)", hostlist):
+        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
+        if ranges is None:
+            names.append(prefix + suffix)
+            continue
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            for n in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{prefix}{n:0{len(lo)}d}{suffix}")
+    return names
+
+
+def parse_topology(text: str) -> dict[str, dict[str, str]]:
+    """``scontrol show topology`` as each node's switches, ``{node: {"switch":
+    leaf, "switch1": its parent, ...}}``: the level-0 switch naming the node is
+    its leaf; a switch of level L naming it is ``switchL``. ``{}`` without a
+    topology plugin (Slurm prints no ``SwitchName`` lines then)."""
+    out: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        f = parse_oneliner(line.strip())
+        if "SwitchName" not in f or not f.get("Nodes") or f["Nodes"] == "(null)":
+            continue
+        level = int(f.get("Level", "0") or 0)
+        key = "switch" if level == 0 else f"switch{level}"
+        for node in expand_hostlist(f["Nodes"]):
+            out.setdefault(node, {})[key] = f["SwitchName"]
+    return out
 
 
 def pool_of(node: SlurmNode, pool_from: str, partitions: dict) -> Optional[str]:
@@ -112,11 +150,11 @@ def pool_of(node: SlurmNode, pool_from: str, partitions: dict) -> Optional[str]:
 
 
 def to_scheduler(nodes: Sequence[SlurmNode], pool_from: str = "partition",
-                 partitions: Optional[dict] = None, log=None
-                 ) -> list[tuple[Node, list[Gpu]]]:
+                 partitions: Optional[dict] = None, log=None,
+                 switches: Optional[dict] = None) -> list[tuple[Node, list[Gpu]]]:
     """The GPU nodes as ``(Node, its GPUs)``. GPU indices run on across nodes
     (the service keys its GPU records by them); node-local number i is
-    ``gpus[i]``."""
+    ``gpus[i]``. ``switches`` is ``parse_topology``'s."""
     out: list[tuple[Node, list[Gpu]]] = []
     index = 0
     for sn in sorted(nodes, key=lambda n: n.name):
@@ -138,13 +176,7 @@ def to_scheduler(nodes: Sequence[SlurmNode], pool_from: str = "partition",
                     pool=pool, healthy=not bad, health_reason=why) for i in range(sn.gpus)]
         index += sn.gpus
         out.append((Node(sn.name, pool, sn.gpus, healthy=not bad, drained=drained,
+                         topology=dict((switches or {}).get(sn.name, {})),
                          labels={"slurm.partition": sn.partitions[0]} if sn.partitions else {}),
                     gpus))
     return out
-
-
-def discover(run: Callable[[Sequence[str]], str], pool_from: str = "partition",
-             partitions: Optional[dict] = None, log=None) -> list[tuple[Node, list[Gpu]]]:
-    """Ask Slurm (``run`` executes one command and returns its stdout)."""
-    return to_scheduler(parse_nodes(run(["scontrol", "show", "node", "--oneliner"])),
-                        pool_from, partitions, log)

@@ -26,14 +26,18 @@ class Scheduler:
     def __init__(self, nodes: Iterable[Node] = (), teams: Iterable[Team] = (),
                  policy: Policy = Policy()):
         self.policy = policy
+        spacing = policy.sweep_task_spacing
+
+        def order_time(w: Workload) -> float:
+            return w.submit_time + (w.sweep_index or 0) * spacing
         if policy.order_by_priority:
             value = policy.priority_value
 
             def queue_key(w: Workload):
-                return (-value(w.priority), w.submit_time, w.id)
+                return (-value(w.priority), order_time(w), w.id)
         else:
             def queue_key(w: Workload):
-                return (w.submit_time, w.id)
+                return (order_time(w), w.id)
         self.state = ClusterState(nodes, teams, queue_key=queue_key,
                                   priority_value=policy.priority_value,
                                   group_by_team=policy.quotas,

@@ -158,6 +158,9 @@ class Workload:
     attempt: int = 0
     preempted_by: frozenset[str] = frozenset()
     grace_period: Optional[float] = None
+    # Its index in a sweep (array job), None if it is not a task of one: a
+    # team's queue orders a sweep's later tasks later (Policy.sweep_task_spacing).
+    sweep_index: Optional[int] = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -69,6 +69,11 @@ class Policy:
     # waits until enough GPUs happen to be free at once). Not at once: a
     # reservation drains nodes other teams' guaranteed work would use.
     reserve_for_borrowers_after: Optional[float] = 3600.0
+    # A sweep's task k is ordered in its team's queue as if it was submitted
+    # k times this many seconds after the sweep, seconds: one big sweep
+    # interleaves with the rest of its team's work (and of its user's)
+    # instead of going first whole. 0: every task at the sweep's submit time.
+    sweep_task_spacing: float = 60.0
     # Aged workloads that may hold a reservation at once, per pool.
     max_aged_reservations_per_pool: int = 2
     priority_classes: Mapping[str, PriorityClass] = field(

@@ -35,7 +35,7 @@ from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolat
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
 from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
-from . import admin_api, endpoints, whatif_api
+from . import admin_api, endpoints, schedules_api, sweeps_api, whatif_api
 from . import handlers as h
 from ..backends.kubernetes.config import KubernetesJobs
 from .engine import Engine, EngineConfig
@@ -48,6 +48,7 @@ from .job_tokens import JobTokens
 from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
 from .panel.pages import PANEL_ROUTES, OverviewPage
+from .schedules import Schedules
 from .serving_controller import ServingController
 from .specs import Limits
 from .wiring import ENFORCED_ELSEWHERE, FACTORIES, combine, record_inventory
@@ -72,6 +73,10 @@ API_ROUTES = [
     ("/workloads/{id}/unhold", admin_api.UnholdHandler),
     ("/workloads/{id}/priority", admin_api.PriorityHandler),
     ("/workloads/{id}/logs", h.LogsHandler),
+    ("/sweeps", sweeps_api.SweepsHandler),
+    ("/sweeps/{id}", sweeps_api.SweepHandler),
+    ("/sweeps/{id}/cancel", sweeps_api.SweepCancelHandler),
+    ("/sweeps/{id}/retry", sweeps_api.SweepRetryHandler),
     ("/pools", h.PoolsHandler),
     ("/pools/{name}", admin_api.PoolHandler),
     ("/nodes/{name}", admin_api.NodeHandler),
@@ -95,6 +100,11 @@ API_ROUTES = [
     ("/whatif/{id}", whatif_api.PreviewHandler),
     ("/whatif/{id}/cancel", whatif_api.PreviewCancelHandler),
     ("/whatif/{id}/apply", whatif_api.PreviewApplyHandler),
+    ("/schedules", schedules_api.SchedulesHandler),
+    ("/schedules/{id}", schedules_api.ScheduleHandler),
+    ("/schedules/{id}/pause", schedules_api.PauseHandler),
+    ("/schedules/{id}/resume", schedules_api.ResumeHandler),
+    ("/schedules/{id}/run", schedules_api.RunHandler),
     ("/openapi.json", h.OpenAPIHandler),
     ("/health", h.HealthHandler),
 ]
@@ -176,6 +186,13 @@ class GpuHubService(Application):
         may preempt (reclaim borrowed GPUs, or evict lower priority work).
         Notebooks and deployments preempt at once. Shorter: lenders get their
         quota back sooner; longer: fewer jobs are interrupted.
+        """).tag(config=True)
+
+    sweep_task_spacing = Float(60.0, help="""
+        Seconds between the places of a sweep's tasks in their team's queue:
+        task k is ordered as if submitted k times this after the sweep, so a
+        big sweep interleaves with the team's other work instead of going
+        first whole (0: all at the sweep's submit time). See docs/workflows.md.
         """).tag(config=True)
 
     team_group_prefix = Unicode("team-", help="""
@@ -408,6 +425,19 @@ class GpuHubService(Application):
         (starting again, and the work since its last checkpoint).
         """).tag(config=True)
 
+    schedule_check_interval = Float(1.0, help="""
+        Seconds between checks for schedules that are due (``/schedules``):
+        about how late, at most, a firing is submitted.
+        """).tag(config=True)
+
+    schedule_late_grace = Float(60.0, help="""
+        A schedule's firing found due at most this many seconds late is run
+        as usual. Later than that, the service was down when it was due: a
+        schedule with ``catch_up="once"`` runs its latest missed firing once
+        (however many it missed), one with ``catch_up="skip"`` runs none and
+        waits for the next.
+        """).tag(config=True)
+
     generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
 
     backend = Enum(["local", "kubernetes", "slurm"], "local", help="""
@@ -465,7 +495,8 @@ class GpuHubService(Application):
         if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
             self.default_pool = nodes[0].node.pool
         self._seed_teams()
-        policy = replace(get_policy(self.policy), preemption_delay=self.preemption_delay)
+        policy = replace(get_policy(self.policy), preemption_delay=self.preemption_delay,
+                         sweep_task_spacing=self.sweep_task_spacing)
         self.engine = Engine(self.store, backend, nodes, policy,
                              EngineConfig(data_dir=self.data_dir,
                                           team_prefix=self.team_group_prefix,
@@ -489,6 +520,7 @@ class GpuHubService(Application):
                                  longest_s=self.whatif_max_days * 86400,
                                  restart_cost_s=self.whatif_restart_cost)
         self.previews.recover()
+        self.schedules = Schedules(self.engine, self.limits, self.schedule_late_grace)
 
     def _listen(self) -> list[socket.socket]:
         """Bind the service's port, waiting up to ``bind_wait_seconds`` for a
@@ -693,6 +725,14 @@ class GpuHubService(Application):
             except Exception:
                 self.log.exception("reconciling notebook servers failed")
 
+    async def _schedule_loop(self) -> None:
+        while True:
+            try:
+                self.schedules.fire_due()
+            except Exception:
+                self.log.exception("firing schedules failed")
+            await asyncio.sleep(self.schedule_check_interval)
+
     _cycled: Optional[asyncio.Event] = None
 
     async def cycle_done(self, timeout: float) -> None:
@@ -709,6 +749,7 @@ class GpuHubService(Application):
         wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self.engine.wake = wake.set
+        self.engine.backend.set_wake(wake.set)   # a watch event that ends an attempt
         # Starts finish in worker threads: they wake the loop through it.
         self.engine.starter.wake = lambda: loop.call_soon_threadsafe(wake.set)
         while True:
@@ -773,6 +814,7 @@ class GpuHubService(Application):
         loop = ioloop.IOLoop.current()
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
+        loop.add_callback(self._schedule_loop)
         loop.add_callback(self.serving.run)
         loop.add_callback(exit_with_parent, loop.stop, self.hub_watch_interval)
         loop.add_callback(self.engine.backend.run)

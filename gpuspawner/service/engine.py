@@ -28,7 +28,7 @@ from ..scheduler.model import Quota
 from ..scheduler.policy import Policy
 from ..scheduler.steps import drain
 from ..store import Attempt, Store, WorkloadRow
-from . import journal, records
+from . import journal, records, sweeps, waiting
 from .exits import Asked, ending
 from .kinds import BACKEND_KINDS, kind
 from .launch import Launcher, LocalNode
@@ -92,6 +92,9 @@ class Engine(Requests):
         self._replacing: dict[tuple[str, int], str] = {}
         self._planning = False
         self._changes: list[Callable] = []
+        # Something ended (or waits anew): the waiting ones are looked at
+        # again before the next cycle (waiting.release_step). At start too.
+        self._dependencies_changed = True
         # Set by the app: metrics (ServiceMetrics) and a way to wake the loop
         # early after a submit or cancel.
         self.metrics = None
@@ -104,6 +107,9 @@ class Engine(Requests):
             self._changes.append(fn)
         else:
             fn(self.scheduler)
+
+    def dependencies_changed(self) -> None:
+        self._dependencies_changed = True
 
     def forget_reason(self, wid: str) -> None:
         """Its waiting reason is to be written again when it waits again."""
@@ -193,7 +199,14 @@ class Engine(Requests):
             if node.name in self.nodes:
                 self.nodes[node.name].node = node
                 self.scheduler.set_node(node)
+                why = self.backend.node_reason(node.name)
+                log.warning("node %s is now %s", node.name,
+                            "healthy" if node.healthy else f"unhealthy: {why}")
+                with self.store.transaction() as s:
+                    records.node_health(s, node, why, self.clock())
         now = self.clock()
+        if self._dependencies_changed:
+            self._release_waiting(now)
         with self._planned(apply_changes=False):
             result = yield from self.scheduler.cycle_steps(now, explain=True)
         if result.events:
@@ -216,6 +229,22 @@ class Engine(Requests):
                 log.exception("could not act on %s of %s", e.type, e.workload_id)
         yield from self._reason_steps(result.waiting)
         yield from self._estimate_steps(now)
+
+    def _release_waiting(self, now: float) -> None:
+        """Queue the waiting workloads whose wait is over (into the core, for
+        this cycle); cancel those whose dependency can never be met."""
+        try:
+            with self.store.transaction() as s:
+                done = waiting.release_step(s, now,
+                                            lambda r: self.scheduler.validate(to_workload(r)))
+        except Exception:  # tried again next cycle; the cycle itself goes on
+            log.exception("could not release the waiting workloads")
+            return
+        self._dependencies_changed = False
+        for row in done.queued:
+            self.change(lambda sched, w=to_workload(row): sched.submit(w, now))
+        if done.ended:
+            self.wake()
 
     def _reason_steps(self, waiting: dict[str, str]):
         """Write down why each waits where that changed, a batch at a time
@@ -328,8 +357,16 @@ class Engine(Requests):
         self.wake()
 
     def _finished(self, s: Session, row: WorkloadRow) -> None:
-        """A workload ended for good: how long it ran joins the run-time history."""
+        """A workload ended for good: how long it ran joins the run-time
+        history; what waits for it is looked at again."""
         self.estimates.finished(row, records.ran_seconds(s, row.id))
+        if row.sweep_id is not None:
+            try:
+                with s.begin_nested():
+                    sweeps.record_result(s, row)
+            except Exception:  # what a job left cannot keep its end from being recorded
+                log.exception("could not read the result of sweep task %s", row.id)
+        self._dependencies_changed = True
 
     def _lost_without_core(self, wid: str, now: float, why: str) -> None:
         with self.store.transaction() as s:

@@ -336,9 +336,11 @@ class LogsHandler(APIHandler):
         metrics = self.engine.metrics
         if metrics is not None:
             metrics.log_follows.inc()
+        self.engine.backend.log_followed(wid, attempt, True)
         try:
             await self._follow(wid, attempt, path)
         finally:
+            self.engine.backend.log_followed(wid, attempt, False)
             if metrics is not None:
                 metrics.log_follows.dec()
 
@@ -354,7 +356,7 @@ class LogsHandler(APIHandler):
                 self.write(f"id: {offset}\nevent: log\ndata: {json.dumps({'text': text})}\n\n")
             state = queries.attempt_state(self.engine.store, wid, attempt)
             try:
-                if state not in ("running", "queued") and not chunk:
+                if state not in ("running", "queued", "waiting") and not chunk:
                     self.write(f"event: end\ndata: {json.dumps({'attempt_state': state})}\n\n")
                     await self.flush()
                     break

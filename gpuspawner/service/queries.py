@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from ..store import (Attempt, AuditEntry, EventRow, GpuRow, NodeRow, NoticeRow, QuotaRow, Store,
@@ -123,7 +123,18 @@ def teams_view(engine, who: Identity) -> list[dict]:
 # ---- workloads, their attempts and events ---------------------------------------
 LIST_FILTERS = {"team": WorkloadRow.team, "user": WorkloadRow.user, "kind": WorkloadRow.kind,
                 "pool": WorkloadRow.pool, "project": WorkloadRow.project,
-                "state": WorkloadRow.state}
+                "state": WorkloadRow.state, "sweep_id": WorkloadRow.sweep_id}
+# Filters of a column that may be null: the value "none" matches null (no sweep).
+NULL_VALUE = {"sweep_id": "none"}
+
+
+def matching(name: str, values: list[str]):
+    """The condition of a list filter: one of ``values`` (or null for the column's NULL_VALUE)."""
+    column = LIST_FILTERS[name]
+    named = [v for v in values if v != NULL_VALUE.get(name)]
+    if len(named) == len(values):
+        return column.in_(named)
+    return or_(column.is_(None), column.in_(named)) if named else column.is_(None)
 
 
 def workloads(store: Store, who: Identity, filters: dict[str, list[str]], limit: int,
@@ -134,7 +145,7 @@ def workloads(store: Store, who: Identity, filters: dict[str, list[str]], limit:
     q = select(WorkloadRow)
     for name, values in filters.items():
         if values:
-            q = q.where(LIST_FILTERS[name].in_(values))
+            q = q.where(matching(name, values))
     if not who.admin:
         q = q.where(WorkloadRow.team.in_(sorted(who.teams | who.leads)))
     q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id).limit(limit)
@@ -161,14 +172,16 @@ def events_of(store: Store, wid: str) -> list[EventRow]:
 
 
 def attempt_state(store: Store, wid: str, attempt: int) -> str:
-    """An attempt's state, "queued" while it waits to be admitted."""
+    """An attempt's state: "queued" while it waits to be admitted, "waiting"
+    while it waits for its dependencies."""
     with store.session() as s:
         a = s.get(Attempt, (wid, attempt))
         if a is not None:
             return a.state
         row = s.get(WorkloadRow, wid)
-        waiting = row is not None and row.state == QUEUED and row.attempt == attempt
-        return "queued" if waiting else (row.state if row is not None else "none")
+        if row is None:
+            return "none"
+        return "queued" if row.state == QUEUED and row.attempt == attempt else row.state
 
 
 # ---- notices and the audit log ------------------------------------------------------

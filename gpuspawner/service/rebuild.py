@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from ..scheduler import Scheduler
 from ..scheduler.fairshare import DecayedUsage
-from ..scheduler.model import Node, Quota, Team, Workload
+from ..scheduler.model import TOPOLOGY_NONE, Node, Quota, Team, Workload
 from ..store import Attempt, QuotaRow, TeamRow, UsageRow, WorkloadRow
 
 from .states import HOLDING_STATES, QUEUED, STOPPING
@@ -28,7 +28,9 @@ def to_workload(row: WorkloadRow) -> Workload:
                     num_nodes=row.num_nodes, submit_time=row.submitted_at, user=row.user,
                     kind=row.kind, priority=row.priority, time_limit=row.time_limit,
                     attempt=row.attempt, preempted_by=frozenset(row.preempted_by or ()),
-                    grace_period=row.grace_period)
+                    grace_period=row.grace_period, sweep_index=row.sweep_index,
+                    topology=(row.spec or {}).get("topology", TOPOLOGY_NONE),
+                    topology_key=(row.spec or {}).get("topology_key", "switch"))
 
 
 def to_team(row: TeamRow, quotas: Iterable[QuotaRow]) -> Team:

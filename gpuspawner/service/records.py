@@ -8,7 +8,7 @@ from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from ..scheduler import events as ev
-from ..store import Allocation, Attempt, UsageRow, WorkloadRow
+from ..store import Allocation, Attempt, GpuRow, NodeRow, UsageRow, WorkloadRow
 from . import journal
 from .kinds import kind
 from .rebuild import placement_to_json
@@ -120,3 +120,16 @@ def write_reasons(s: Session, reasons: list[tuple[str, str]]) -> None:
         s.execute(update(table).where(table.c.id == bindparam("wid"), table.c.state == QUEUED)
                   .values(reason=bindparam("why")),
                   [{"wid": wid, "why": why} for wid, why in reasons])
+
+
+def node_health(s: Session, node, reason: str, now: float) -> None:
+    """A node the cluster now calls (un)healthy or drained (scheduler ``Node``):
+    its row and its GPUs' rows, as the pools API and the heat map show them.
+    An admin's drain stays; the cluster's reason replaces the last one."""
+    row = s.get(NodeRow, node.name)
+    if row is None:
+        return
+    row.healthy, row.updated_at = node.healthy, now
+    row.drained = row.drained or node.drained
+    for g in s.scalars(select(GpuRow).where(GpuRow.node == node.name)):
+        g.healthy, g.health_reason = node.healthy, reason if not node.healthy else ""

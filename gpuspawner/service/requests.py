@@ -5,17 +5,21 @@ and then changes the core (``Engine.change``) and wakes the loop."""
 from __future__ import annotations
 
 import secrets
-from typing import Optional
+from typing import Callable, Optional
 
+from sqlalchemy.orm import Session
+
+from ..scheduler import dependencies
 from ..scheduler import events as ev
 from ..store import WorkloadRow
-from . import journal, queries
+from . import journal, queries, waiting
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .kinds import kind
 from .rebuild import field_for_reason, to_workload
 from .specs import JobSpec, SpecError
-from .states import CANCELLED, FINAL_STATES, HELD, QUEUED, RUNNING, STOPPED, STOPPING
+from .states import (CANCELLED, FINAL_STATES, HELD, QUEUED, RUNNING, STOPPED, STOPPING,
+                     WAITING)
 
 
 class Requests:
@@ -24,7 +28,36 @@ class Requests:
     def submit(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
                ) -> WorkloadRow:
         """Queue a job (users) or a notebook server's GPUs (the spawner, an
-        admin identity acting for ``on_behalf_of``)."""
+        admin identity acting for ``on_behalf_of``). A job with ``after``
+        waits for its dependencies first (``waiting``), outside the core."""
+        return self.queue_row(self.new_row(who, spec, on_behalf_of), who.name)
+
+    def new_row(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
+                ) -> WorkloadRow:
+        """The workload row ``submit`` would queue, checked against who asks,
+        the cluster and its dependencies, not yet stored (its team's row is
+        made if new)."""
+        team, user, now = self.accept(who, spec, on_behalf_of)
+        wid = "w" + secrets.token_hex(6)
+        after = list(spec.after)
+        if after:
+            with self.store.session() as s:
+                waiting.check_after(s, who, wid, after)
+        return self.make_row(wid, spec, team, user, now, after)
+
+    def accept(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str] = None
+               ) -> tuple[str, str, float]:
+        """The team and user a submission (a job, a server, a sweep's
+        template) is for, and now, once it passed the checks; its team exists."""
+        team, user = self.owner_of(who, spec, on_behalf_of)
+        now = self.clock()
+        self.check_submission(spec, team)
+        self.teams.ensure(team, now)
+        return team, user, now
+
+    def owner_of(self, who: Identity, spec: JobSpec, on_behalf_of: Optional[str]
+                 ) -> tuple[str, str]:
+        """The team and user a submission is for, if the caller may submit it."""
         if not who.can_submit:
             raise Forbidden("you may not submit work (scope custom:gpuhub:submit)")
         rules = kind(spec.kind)
@@ -35,10 +68,12 @@ class Requests:
             if not on_behalf_of or not spec.team:
                 raise SpecError("user" if not on_behalf_of else "team",
                                 "is required when asking on someone's behalf")
-            team, user = spec.team, on_behalf_of
-        else:
-            team, user = self.teams.team_for(who, spec.team), who.name
-        now = self.clock()
+            return spec.team, on_behalf_of
+        return self.teams.team_for(who, spec.team), who.name
+
+    def check_submission(self, spec: JobSpec, team: str) -> None:
+        """What needs the live cluster: the priority class, the pool, a
+        notebook server's limit."""
         priority = spec.priority or "batch"
         if priority not in self.policy.priority_classes:
             raise SpecError("priority", f"unknown priority class {priority!r}; known: "
@@ -46,29 +81,44 @@ class Requests:
         if spec.pool not in self.scheduler.state.capacity:
             raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
                                     f"{', '.join(sorted(self.scheduler.state.capacity)) or 'none'}")
-        if not rules.run_by_backend:  # a notebook server: its team's limit per server
+        if not kind(spec.kind).run_by_backend:  # a notebook server: its team's limit per server
             most = self.teams.notebook_gpu_limit(team, spec.pool)
             if most is not None and spec.gpus > most:
                 raise SpecError("gpus", f"a notebook server of team {team} may hold at most "
                                         f"{most} {spec.pool} GPU(s)")
-        self.teams.ensure(team, now)
-        wid = "w" + secrets.token_hex(6)
-        row = WorkloadRow(
+
+    def make_row(self, wid: str, spec: JobSpec, team: str, user: str, now: float,
+                 after: list, reason: str = "") -> WorkloadRow:
+        """The row of a new workload: ``waiting`` with ``after`` (or a
+        ``reason`` to wait), else ``queued``."""
+        waits = bool(after) or bool(reason)
+        return WorkloadRow(
             id=wid, name=spec.name, kind=spec.kind, team=team, user=user,
             project=spec.project, pool=spec.pool, gpus_per_node=spec.gpus, num_nodes=spec.nodes,
-            priority=priority, time_limit=spec.time_limit, grace_period=spec.grace_period,
-            spec=self.launcher.job_spec(wid, user, spec) if rules.run_by_backend else {},
-            state=QUEUED, reason="queued", attempt=0, preempted_by=[], submitted_at=now)
-        return self.queue_row(row, who.name)
+            priority=spec.priority or "batch", time_limit=spec.time_limit,
+            grace_period=spec.grace_period,
+            spec=self.launcher.job_spec(wid, user, spec) if kind(spec.kind).run_by_backend else {},
+            state=WAITING if waits else QUEUED,
+            reason=reason or (dependencies.resolve(after, {})[1] if after else "queued"),
+            attempt=0, preempted_by=[], submitted_at=now, after=after)
 
-    def queue_row(self, row: WorkloadRow, actor: str) -> WorkloadRow:
-        """Validate, persist (with its event and audit entry) and queue a new
-        workload row: the end of every submission path."""
-        w = to_workload(row)
-        reason = self.scheduler.validate(w)
+    def check_row(self, row: WorkloadRow) -> None:
+        """SpecError when the core could never run ``row``."""
+        reason = self.scheduler.validate(to_workload(row))
         if reason is not None:
             raise SpecError(field_for_reason(reason), reason)
+
+    def queue_row(self, row: WorkloadRow, actor: str,
+                  also: Optional[Callable[[Session], None]] = None) -> WorkloadRow:
+        """Validate, persist (with its event and audit entry) and queue a new
+        workload row: the end of every submission path. ``also(session)``
+        writes what must be committed with it or not at all (a schedule's
+        firing); what it raises leaves nothing behind."""
+        self.check_row(row)
+        w = to_workload(row)
         with self.store.transaction() as s:
+            if also is not None:
+                also(s)
             s.add(row)
             s.flush()
             journal.event(s, row.id, "submitted", row.submitted_at, f"{row.kind} submitted by "
@@ -76,7 +126,10 @@ class Requests:
             journal.audit(s, row.submitted_at, actor, "submit", row.id,
                           {"team": row.team, "pool": row.pool,
                            "gpus": row.gpus_per_node * row.num_nodes})
-        self.change(lambda sched: sched.submit(w, row.submitted_at))
+        if row.state == QUEUED:
+            self.change(lambda sched: sched.submit(w, row.submitted_at))
+        else:
+            self.dependencies_changed()
         self.estimates.track(row)
         self.wake()
         return row
@@ -97,9 +150,10 @@ class Requests:
                 return row  # asked before: nothing new to record
             journal.audit(s, now, who.name, "cancel", wid, {"state": row.state})
             was = row.state
-            if row.state in (QUEUED, HELD):
+            if row.state in (WAITING, QUEUED, HELD):
                 row.state, row.finished_at = CANCELLED, now
-                row.reason = f"cancelled by {who.name} while queued"
+                row.reason = (f"cancelled by {who.name} while "
+                              f"{'waiting' if was == WAITING else 'queued'}")
                 row.nomination = None
                 journal.event(s, wid, "cancelled", now, row.reason, attempt=row.attempt)
             else:
@@ -109,8 +163,9 @@ class Requests:
                 journal.event(s, wid, "cancel-requested", now, row.reason, attempt=row.attempt)
         if was == QUEUED:
             self.change(lambda sched: sched.cancel(wid, now))
-        elif was != HELD:
+        elif was not in (HELD, WAITING):
             self.starter.stop(wid, row.attempt, self.launcher.grace(row))
+        self.dependencies_changed()
         self._reasons.pop(wid, None)
         self.wake()
         return row

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..durations import seconds_of
-from ..scheduler.model import JOB, NOTEBOOK
+from ..scheduler.dependencies import CONDITIONS, MAX_AFTER, OK, TARGET_RE
+from ..scheduler.model import JOB, NOTEBOOK, TOPOLOGY_MODES, TOPOLOGY_NONE
 
 # Matched with fullmatch: a pattern's "$" would let a trailing newline through.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -33,8 +34,9 @@ MAX_TEXT = 64 * 1024
 MAX_PARAMETERS = 64 * 1024
 
 FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
-          "env", "pool", "gpus", "gpus_per_node", "nodes", "time_limit", "priority", "checkpoint_dir", "project",
-          "team", "grace_period")
+          "env", "pool", "gpus", "gpus_per_node", "nodes", "topology", "topology_key", "time_limit",
+          "priority", "checkpoint_dir", "project", "team", "grace_period", "after")
+TOPOLOGY_KEY_RE = re.compile(r"[A-Za-z0-9._/-]{1,64}")
 
 
 class SpecError(ValueError):
@@ -77,13 +79,19 @@ class JobSpec:
     project: str = ""
     team: Optional[str] = None
     grace_period: Optional[float] = None
+    topology: str = TOPOLOGY_NONE
+    topology_key: str = "switch"
+    # What it waits for: ({"id", "condition"}, ...) (dependencies.parse_after)
+    after: tuple = ()
 
     def stored(self) -> dict[str, Any]:
         """What is kept in the workload's ``spec`` column."""
         return {"command": list(self.command) if self.command else None, "shell": self.shell,
                 "notebook": self.notebook, "parameters": self.parameters,
                 "output_notebook": self.output_notebook, "working_dir": self.working_dir,
-                "env": self.env, "checkpoint_dir": self.checkpoint_dir}
+                "env": self.env, "checkpoint_dir": self.checkpoint_dir,
+                **({"topology": self.topology, "topology_key": self.topology_key}
+                   if self.topology != TOPOLOGY_NONE else {})}
 
 
 def parse_duration(value: Any, field_name: str) -> float:
@@ -253,7 +261,48 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
         priority=_text(body, "priority", 64) or "",
         checkpoint_dir=_text(body, "checkpoint_dir", 4096),
         project=_text(body, "project", 255) or "",
-        team=_text(body, "team", 128), grace_period=grace)
+        team=_text(body, "team", 128), grace_period=grace, **_topology(body),
+        after=tuple(parse_after(body.get("after"))))
+
+
+def _topology(body: dict) -> dict:
+    """``topology`` (none, preferred, required) and its ``topology_key``."""
+    mode = body.get("topology", TOPOLOGY_NONE)
+    if mode not in TOPOLOGY_MODES:
+        raise SpecError("topology", f"must be one of {', '.join(TOPOLOGY_MODES)}, got {mode!r}")
+    key = body.get("topology_key", "switch")
+    if not isinstance(key, str) or not TOPOLOGY_KEY_RE.fullmatch(key):
+        raise SpecError("topology_key", f"must be a topology level such as 'switch' or 'rack' "
+                                        f"(letters, digits, . _ / -; at most 64), got {key!r}")
+    return {"topology": mode, "topology_key": key}
+
+
+def parse_after(value: Any, field_name: str = "after") -> list[dict]:
+    """``after`` as sent: a list of {id, condition?} (condition "ok" when
+    left out). Duplicates are dropped; the same id under two conditions is
+    kept, and both must be met."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpecError(field_name, "must be a list of {id, condition} objects")
+    if len(value) > MAX_AFTER:
+        raise SpecError(field_name, f"has {len(value)} entries; at most {MAX_AFTER}")
+    out: list[dict] = []
+    for i, dep in enumerate(value):
+        where = f"{field_name}[{i}]"
+        if not isinstance(dep, dict) or set(dep) - {"id", "condition"}:
+            raise SpecError(where, "must be an object with 'id' and optionally 'condition'")
+        target, condition = dep.get("id"), dep.get("condition", OK)
+        if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
+            raise SpecError(f"{where}.id", f"must be a workload id (w + 12 hex digits) or a "
+                                           f"sweep id (s + 12 hex digits), got {target!r}")
+        if condition not in CONDITIONS:
+            raise SpecError(f"{where}.condition", f"must be one of {', '.join(CONDITIONS)}, "
+                                                  f"got {condition!r}")
+        entry = {"id": target, "condition": condition}
+        if entry not in out:
+            out.append(entry)
+    return out
 
 
 def parse_workload(body: Any, limits: Limits = Limits()) -> JobSpec:

@@ -25,6 +25,8 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
         "cancel_requested": row.cancel_requested,
         "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
         "finished_at": iso(row.finished_at),
+        "after": row.after or [], "sweep_id": row.sweep_id, "sweep_index": row.sweep_index,
+        "schedule_id": row.schedule_id,
     }
     if attempt is not None and attempt.number == row.attempt and attempt.state == "running":
         out["placement"] = placement_view(attempt.placement)

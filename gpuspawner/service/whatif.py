@@ -85,7 +85,8 @@ def past_workloads(s: Session, since: float, until: float) -> list[PastWorkload]
                          gpus_per_node=r.gpus_per_node, submitted_at=r.submitted_at,
                          attempts=tuple(attempts.get(r.id, ())), num_nodes=r.num_nodes,
                          priority=r.priority, time_limit=r.time_limit,
-                         preemptions=preempted.get(r.id, 0), name=r.name)
+                         preemptions=preempted.get(r.id, 0), name=r.name, sweep=r.sweep_id,
+                         after=tuple((d["id"], d["condition"]) for d in r.after or ()))
             for r in s.execute(select(WorkloadRow).where(*window)).scalars()]
 
 

@@ -14,7 +14,8 @@ from typing import Callable, Optional
 from ..backends.base import Backend
 from ..backends.kubernetes.config import KubernetesJobs
 from ..backends.kubernetes.status import nodes_from_k8s
-from ..backends.kubernetes.backend import KubeApi, KubernetesBackend
+from ..backends.kubernetes.api import KubeApi
+from ..backends.kubernetes.backend import KubernetesBackend
 from ..backends.local import LocalBackend
 from ..backends.pools import PoolBackends
 from ..isolation.accounts import isolating
@@ -81,8 +82,7 @@ def make_kubernetes(app, accounts) -> Wired:
     if not nodes:
         app.log.warning("the cluster has no node with nvidia.com/gpu or MIG resources: "
                         "is the NVIDIA device plugin (GPU operator) installed?")
-    backend = KubernetesBackend(jobs.settings(), api, refresh_interval=jobs.refresh_interval,
-                                nodes=nodes)
+    backend = KubernetesBackend(jobs.settings(), api, nodes=nodes, **jobs.backend_options())
     return Wired("kubernetes", backend, [LocalNode(n, list(range(n.gpus))) for n in nodes],
                  "kubernetes")
 

@@ -42,6 +42,20 @@ def server_settings(http_port: int) -> dict:
             "load_models_at_startup": True}
 
 
+def bind_to(path: str, host: str) -> None:
+    """The replica in ``path`` listens on ``host`` rather than the loopback
+    address: a cluster backend's replica runs on another machine (a Slurm
+    node's NodeAddr) and the router reaches it there."""
+    settings = os.path.join(path, "settings.json")
+    with open(settings) as f:
+        server = json.load(f)
+    server["host"] = host
+    with open(settings + ".tmp", "w") as f:
+        json.dump(server, f, indent=2)
+    os.chmod(settings + ".tmp", os.stat(settings).st_mode & 0o777)
+    os.replace(settings + ".tmp", settings)
+
+
 def write_replica_dir(path: str, model: dict, server: dict) -> list[str]:
     """Write the settings into ``path``; returns the command that serves them."""
     os.makedirs(os.path.join(path, "model"), exist_ok=True)

@@ -41,6 +41,7 @@ from typing import Iterable, Optional
 
 from ..scheduler.model import Node, Team
 from .cluster import Cluster
+from .pipelines import parse_after_cell
 from .metrics import percentile
 from .trace import TraceJob
 
@@ -75,6 +76,9 @@ class PastWorkload:
     time_limit: Optional[float] = None
     preemptions: int = 0
     name: str = ""
+    # The sweep it was a task of, and what it waited for: ((target, condition), ...).
+    sweep: Optional[str] = None
+    after: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -163,6 +167,22 @@ def history_trace(workloads: Iterable[PastWorkload], since: float, until: float,
             kind=None if w.kind == "job" else w.kind))
         out.outcomes[w.id] = Outcome(w.id, w.team, w.gpus, w.submitted_at - since,
                                      held[0][0], held, w.preemptions)
+    out.jobs = with_dependencies(out.jobs, {w.id: w for w in workloads})
+    return out
+
+
+def with_dependencies(jobs: list[TraceJob], workloads: dict[str, PastWorkload]
+                      ) -> list[TraceJob]:
+    """The trace's ``sweep`` and ``after`` columns: what each job waited for
+    among what the trace holds (a target left out of it, or outside the
+    period, is dropped: the replay cannot wait for it)."""
+    present = {j.job_id for j in jobs} | {workloads[j.job_id].sweep for j in jobs
+                                          if workloads[j.job_id].sweep}
+    out = []
+    for j in jobs:
+        w = workloads[j.job_id]
+        after = " ".join(f"{t}:{c}" for t, c in w.after if t in present) or None
+        out.append(replace(j, sweep=w.sweep, after=after) if w.sweep or after else j)
     return out
 
 
@@ -231,7 +251,7 @@ def cluster_of(nodes: Iterable[Node], teams: Iterable[Team]) -> Cluster:
 
 def pseudonymise(history: History, cluster: Cluster) -> tuple[History, Cluster]:
     """The same history and cluster with teams, users, workloads and nodes
-    renamed (``team-1``, ``user-1``, ``job-000001``, ``node-1``), numbered
+    renamed (``team-1``, ``user-1``, ``job-000001``, ``node-1``, ``sweep-1``), numbered
     in sorted order of the real names so the trace and the cluster file
     agree. Pools keep their names (they say what hardware it is)."""
     teams = _numbered("team", {t.name for t in cluster.teams} | {j.team for j in history.jobs})
@@ -239,7 +259,14 @@ def pseudonymise(history: History, cluster: Cluster) -> tuple[History, Cluster]:
     width = max(6, len(str(len(history.jobs))))
     ids = {j.job_id: f"job-{i:0{width}d}" for i, j in enumerate(history.jobs, 1)}
     nodes = _numbered("node", {n.name for n in cluster.nodes})
-    jobs = [replace(j, job_id=ids[j.job_id], team=teams[j.team], user=users[j.user])
+    sweeps = _numbered("sweep", {j.sweep for j in history.jobs if j.sweep})
+    names = {**ids, **sweeps}
+
+    def after(cell):
+        return " ".join(f"{names[d['id']]}:{d['condition']}"
+                        for d in parse_after_cell(cell)) if cell else None
+    jobs = [replace(j, job_id=ids[j.job_id], team=teams[j.team], user=users[j.user],
+                    sweep=sweeps.get(j.sweep), after=after(j.after))
             for j in history.jobs]
     outcomes = {ids[k]: replace(o, job_id=ids[k], team=teams[o.team])
                 for k, o in history.outcomes.items()}

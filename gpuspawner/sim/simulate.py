@@ -20,7 +20,9 @@ from ..scheduler.invariants import check_all
 from ..scheduler.policy import Policy
 from ..scheduler.quota import QuotaLedger
 from .cluster import Cluster
+from ..scheduler.dependencies import FAILED, STOPPED, SUCCEEDED
 from .metrics import JobRecord, summarize
+from .pipelines import Pipelines, sweep_indices
 from .trace import TraceJob
 
 if TYPE_CHECKING:
@@ -68,7 +70,7 @@ def split_over_nodes(gpus: int, gpus_per_node: int, nodes_in_pool: int) -> Optio
     return None
 
 
-def to_workload(job: TraceJob, cluster: Cluster) -> Workload:
+def to_workload(job: TraceJob, cluster: Cluster, sweep_index: Optional[int] = None) -> Workload:
     gpn = cluster.pool_gpus_per_node()
     pool = job.gpu_type or next(iter(gpn))
     if pool not in gpn:
@@ -89,7 +91,8 @@ def to_workload(job: TraceJob, cluster: Cluster) -> Workload:
         id=job.job_id, team=job.team, user=job.user, pool=pool, kind=job.kind or JOB,
         gpus_per_node=job.num_gpus // nodes, num_nodes=nodes,
         submit_time=job.submit_time_s, priority=job.priority or "",
-        time_limit=job.time_limit_s, topology="preferred" if nodes > 1 else "none")
+        time_limit=job.time_limit_s, topology="preferred" if nodes > 1 else "none",
+        sweep_index=sweep_index)
 
 
 def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
@@ -109,13 +112,17 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     jobs: dict[str, _Job] = {}
     queue: list = []
     seq = itertools.count()
+    pipelines = Pipelines(trace)
+    indices = sweep_indices(trace)
+    rejected_at_start = []
     for job in trace:
         record = JobRecord(job.job_id, job.team, job.submit_time_s, job.duration_s, job.num_gpus)
         try:
-            w = to_workload(job, cluster)
+            w = to_workload(job, cluster, indices.get(job.job_id))
         except ShapeError as e:
             record.rejected = str(e)
             jobs[job.job_id] = _Job(job, None, job.duration_s, record)
+            rejected_at_start.append(job.job_id)
             continue
         jobs[job.job_id] = _Job(job, w, job.duration_s, record)
         heapq.heappush(queue, (job.submit_time_s, SUBMIT, next(seq), job.job_id, 0))
@@ -130,6 +137,18 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     problems: list[str] = []
     ended = sum(1 for j in jobs.values() if j.workload is None)
     submitted_count = 0
+    released: list[str] = []
+
+    def job_ended(wid: str, state: str, now: float) -> None:
+        """What waits for it may go, or never will (cancelled, as ended)."""
+        nonlocal ended
+        go, cancelled = pipelines.ended(wid, state, now)
+        released.extend(go)
+        for cid, why in cancelled:
+            jobs[cid].record.rejected = f"cancelled: {why}"
+            ended += 1
+    for wid in rejected_at_start:
+        job_ended(wid, FAILED, jobs[wid].trace.submit_time_s)
 
     while queue:
         if progress is not None and cycles % 64 == 0:
@@ -144,12 +163,15 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
             _, kind, _, wid, token = heapq.heappop(queue)
             job = jobs[wid]
             if kind == SUBMIT:
-                submitted.append(wid)
                 submitted_count += 1
+                if pipelines.blocked(wid):
+                    continue  # waits outside the scheduler, holding nothing
+                submitted.append(wid)
                 e = sched.submit(job.workload, now)
                 if e.type == ev.REJECTED:
                     job.record.rejected = e.message
                     ended += 1
+                    job_ended(wid, FAILED, now)
             elif token != job.token:
                 continue  # exit of an attempt that was preempted meanwhile
             else:
@@ -161,6 +183,7 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                     sched.finished(wid, now, requeue=False)
                     job.record.finish = now
                     ended += 1
+                    job_ended(wid, STOPPED, now)
                 elif kind == LEAVE:
                     sched.finished(wid, now, requeue=True)
                     job.remaining += restart_cost_s
@@ -173,8 +196,16 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                     job.record.finish = now
                     job.record.timed_out = job.remaining > (w.time_limit or math.inf)
                     ended += 1
+                    job_ended(wid, FAILED if job.record.timed_out else SUCCEEDED, now)
                 in_use[w.team] -= w.gpus
                 quotas.charge(w.team, w.pool, -w.gpus)
+        while released:  # their dependencies were met just now
+            wid = released.pop(0)
+            submitted.append(wid)
+            if sched.submit(jobs[wid].workload, now).type == ev.REJECTED:
+                jobs[wid].record.rejected = "rejected"
+                ended += 1
+                job_ended(wid, FAILED, now)
         result = sched.cycle(now, explain=check)
         sched.apply_result(result, now)
         cycles += 1
@@ -224,4 +255,9 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
         "cycles": cycles,
         "wall_s": time.perf_counter() - wall,
     })
+    sweeps, chains = pipelines.makespans()
+    if sweeps:
+        metrics["sweep_makespan_s"] = sweeps
+    if chains:
+        metrics["pipeline_makespan_s"] = chains
     return SimResult(policy.name, metrics, timeline, problems, records)

@@ -3,7 +3,8 @@
 A trace is what the simulator replays: when each job is submitted, by whom, how many GPUs it asks for
 and how long it really runs (``duration_s``, unknown to the scheduler) versus what the user declared
 (``time_limit_s``, which backfill relies on). The CSV has one row per job with the columns named in
-``REQUIRED_COLUMNS`` and, optionally, ``OPTIONAL_COLUMNS``; an empty optional cell means "not given".
+``REQUIRED_COLUMNS`` and, optionally, ``OPTIONAL_COLUMNS`` (``sweep`` and ``after``: sweeps and
+dependencies, sim/pipelines.py); an empty optional cell means "not given".
 Unknown extra columns are ignored so traces exported from other tools can be replayed as they are.
 
 Synthetic traces (``generate_philly_trace``) follow the Microsoft Philly cluster as characterised by
@@ -44,6 +45,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .pipelines import check_references, parse_after_cell
+
 
 @dataclass(frozen=True)
 class TraceJob:
@@ -62,6 +65,10 @@ class TraceJob:
     # "job", "notebook" or "deployment" (None: a job). A notebook server or
     # a model replica preempts at once, and a preempted server ends.
     kind: str | None = None
+    # The sweep (a name) it is a task of, and what it waits for:
+    # "TARGET[:ok|any|failed] ..." with job ids or sweep names (sim/pipelines.py).
+    sweep: str | None = None
+    after: str | None = None
 
 
 class TraceError(ValueError):
@@ -69,7 +76,7 @@ class TraceError(ValueError):
 
 
 REQUIRED_COLUMNS = ("job_id", "team", "user", "submit_time_s", "num_gpus", "duration_s")
-OPTIONAL_COLUMNS = ("time_limit_s", "gpu_type", "priority", "num_nodes", "kind")
+OPTIONAL_COLUMNS = ("time_limit_s", "gpu_type", "priority", "num_nodes", "kind", "sweep", "after")
 KINDS = ("job", "notebook", "deployment")
 
 
@@ -102,6 +109,9 @@ def read_trace(path: str | Path) -> list[TraceJob]:
                              f"duplicate job_id {job.job_id!r} (first on line {first_line[job.job_id]})")
             first_line[job.job_id] = line
             jobs.append(job)
+    problem = check_references(jobs)
+    if problem:
+        raise TraceError(f"{path}: {problem}")
     return sorted(jobs, key=lambda job: job.submit_time_s)
 
 
@@ -253,12 +263,19 @@ def _parse_row(cells: dict[str, str], path: Path, line: int) -> TraceJob:
     kind = cells["kind"] if given("kind") else None
     if kind is not None:
         check("kind", kind in KINDS, f"one of {', '.join(KINDS)}")
+    after = cells["after"] if given("after") else None
+    if after is not None:
+        try:
+            parse_after_cell(after)
+        except ValueError as e:
+            raise _error(path, line, "after", str(e)) from None
     return TraceJob(
         job_id=text("job_id"), team=text("team"), user=text("user"), submit_time_s=submit,
         num_gpus=gpus, duration_s=duration, time_limit_s=time_limit,
         gpu_type=cells["gpu_type"] if given("gpu_type") else None,
         priority=cells["priority"] if given("priority") else None,
-        num_nodes=num_nodes, kind=kind,
+        num_nodes=num_nodes, kind=kind, sweep=cells["sweep"] if given("sweep") else None,
+        after=after,
     )
 
 

@@ -5,10 +5,11 @@ not forget across a restart lives here; the scheduler core's in-memory state
 is rebuilt from it at start.
 """
 from .db import Store, migrate
-from .models import (Allocation, Attempt, AuditEntry, Base, DeploymentRow, EventRow, GpuRow,
-                     NodeRow, NoticeRow, PoolRow, PreviewRow, PriceRow, QuotaRow, RevisionRow, TeamRow,
-                     UsageRow, WorkloadRow)
+from .models import (Allocation, Attempt, AuditEntry, Base, DeploymentRow, EventRow, FiringRow,
+                     GpuRow, NodeRow, NoticeRow, PoolRow, PreviewRow, PriceRow, QuotaRow, RevisionRow,
+                     ScheduleRow, SweepRow, SweepTaskRow, TeamRow, UsageRow, WorkloadRow)
 
 __all__ = ["Store", "migrate", "Base", "PoolRow", "NodeRow", "GpuRow", "TeamRow", "QuotaRow",
            "WorkloadRow", "Attempt", "Allocation", "EventRow", "UsageRow", "AuditEntry", "NoticeRow",
-           "DeploymentRow", "RevisionRow", "PriceRow", "PreviewRow"]
+           "DeploymentRow", "RevisionRow", "PriceRow", "PreviewRow", "SweepRow", "SweepTaskRow",
+           "ScheduleRow", "FiringRow"]

@@ -120,9 +120,18 @@ class WorkloadRow(Base):
     # and when it was made): what the estimates' accuracy is judged by.
     estimated_start: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     estimate_made_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    # What it waits for while ``waiting``: [{"id": wid or sweep id, "condition": "ok"|"any"|"failed"}]
+    after: Mapped[list[Any]] = mapped_column(default=list)
+    # The sweep it is a task of, and its index there (None: not a sweep task).
+    sweep_id: Mapped[Optional[str]] = mapped_column(String(32), nullable=True)
+    sweep_index: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # The schedule whose firing made it (None: submitted by hand).
+    schedule_id: Mapped[Optional[str]] = mapped_column(String(32), nullable=True)
 
     __table_args__ = (
+        Index("ix_workloads_sweep", "sweep_id", "state"),
         Index("ix_workloads_state", "state"),
+        Index("ix_workloads_schedule", "schedule_id"),
         Index("ix_workloads_team_state", "team", "state"),
         Index("ix_workloads_user", "user"),
     )
@@ -300,3 +309,80 @@ class PreviewRow(Base):
     applied_by: Mapped[str] = mapped_column(String(255), default="")
 
     __table_args__ = (Index("ix_whatif_previews_created", "created_at"),)
+
+
+class SweepRow(Base):
+    """One notebook or command over a parameter grid: its tasks are
+    workloads (``sweep_tasks`` says which is the current one of each index)."""
+
+    __tablename__ = "sweeps"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), default="")
+    team: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(String(255))
+    # At most this many of its tasks queued or running at once (None: no cap).
+    max_running: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # {"name": ..., "goal": "max"|"min"} or None
+    metric: Mapped[Optional[dict[str, Any]]] = mapped_column(nullable=True)
+    after: Mapped[list[Any]] = mapped_column(default=list)
+    # running, succeeded, failed, cancelled
+    state: Mapped[str] = mapped_column(String(16))
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ix_sweeps_team_state", "team", "state"),)
+
+
+class SweepTaskRow(Base):
+    """One index of a sweep: its parameters, its current workload (a retry
+    makes a new one) and the metric its output reported."""
+
+    __tablename__ = "sweep_tasks"
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    parameters: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    workload_id: Mapped[str] = mapped_column(String(32))
+    metric: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    output_notebook: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+
+
+class ScheduleRow(Base):
+    """A recurring job: ``spec`` (a JobSpec body) submitted at each firing of
+    ``cron`` read in ``timezone``. ``next_run_at`` is the next firing not yet
+    handled (None while paused)."""
+
+    __tablename__ = "schedules"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    team: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(String(255))
+    cron: Mapped[str] = mapped_column(String(255))
+    timezone: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    # "once": a firing missed while the service was down runs once; "skip": none.
+    catch_up: Mapped[str] = mapped_column(String(8), default="once")
+    next_run_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    last_run_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    last_workload_id: Mapped[Optional[str]] = mapped_column(String(32), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_schedules_next_run", "paused", "next_run_at"),)
+
+
+class FiringRow(Base):
+    """One firing of a schedule, written in the transaction that creates its
+    workload. The key makes a firing happen at most once, whatever restarts
+    or second service processes try."""
+
+    __tablename__ = "schedule_firings"
+    schedule_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # The firing's scheduled instant; for "run now", the instant it was asked.
+    fire_time: Mapped[float] = mapped_column(Float, primary_key=True)
+    fired_at: Mapped[float] = mapped_column(Float)
+    workload_id: Mapped[str] = mapped_column(String(32))
+    # "cron", "catch-up" (the one run of firings missed while down) or "manual"
+    cause: Mapped[str] = mapped_column(String(16), default="cron")

@@ -101,8 +101,9 @@ class WorkloadsHandler(GpuHubHandler):
         scope = self.get_argument("scope", "mine")
         if scope not in SCOPES:
             raise jobspec.FormError("scope", f"must be one of {', '.join(SCOPES)}")
-        # detail=1: attempts, queue position and output notebook in the same call
-        params = [("kind", "job"), ("limit", "200"), ("detail", "1")]
+        # detail=1: attempts, queue position and output notebook in the same call;
+        # a sweep's tasks are not listed one by one (GET sweeps has them, by sweep)
+        params = [("kind", "job"), ("sweep_id", "none"), ("limit", "200"), ("detail", "1")]
         if scope == "mine":
             params.append(("user", (await self.me())["name"]))
         listed = (await self.service.call("GET", "/workloads", params))["workloads"]
@@ -235,7 +236,7 @@ def error_status(exc: Exception) -> int:
 
 
 def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_root: str) -> None:
-    from . import deploy_handlers  # it builds on GpuHubHandler above
+    from . import deploy_handlers, workflow_handlers  # they build on GpuHubHandler above
 
     web_app.settings.update(gpuhub_service=service, gpuhub_root_dir=os.path.abspath(root_dir),
                             gpuhub_service_root=service_root)
@@ -252,5 +253,6 @@ def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_ro
         (url_path_join(base, "workloads", wid, "outputs"), OutputsHandler),
         (url_path_join(base, "parameters"), ParametersHandler),
         *deploy_handlers.routes(base),
+        *workflow_handlers.routes(base),
     ]
     web_app.add_handlers(".*$", routes)

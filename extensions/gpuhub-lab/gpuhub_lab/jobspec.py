@@ -17,7 +17,9 @@ from typing import Any, Optional
 INTERPRETERS = {".py": "python", ".sh": "bash"}
 NOTEBOOK = ".ipynb"
 KNOWN_FIELDS = {"path", "name", "team", "pool", "gpus", "nodes", "time_limit", "priority",
-                "parameters", "env", "output_dir", "checkpoint_dir", "project"}
+                "parameters", "env", "output_dir", "checkpoint_dir", "project", "after"}
+# How a workload may wait for another (or a sweep): its success, its end, its failure.
+CONDITIONS = ("ok", "any", "failed")
 # The job finds its output directory here (GPUHUB_* names are the service's).
 OUTPUT_DIR_ENV = "OUTPUT_DIR"
 _NAME_OK = re.compile(r"[^A-Za-z0-9._-]+")
@@ -64,6 +66,25 @@ def _integer(form: dict, key: str, default: int, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise FormError(key, f"must be a whole number from {low} to {high}")
     return value
+
+
+def dependencies(value: Any) -> list[dict]:
+    """``[{id, condition}]``: which workloads or sweeps to wait for. Whether
+    they exist (and whether they make a cycle) is the service's to say."""
+    if value in (None, []):
+        return []
+    if not isinstance(value, list):
+        raise FormError("after", "must be a list of {id, condition}")
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not item["id"]:
+            raise FormError("after", "each entry needs the id of a job or a sweep")
+        condition = item.get("condition", "ok")
+        if condition not in CONDITIONS:
+            raise FormError("after", f"condition must be one of {', '.join(CONDITIONS)}, "
+                                     f"not {condition!r}")
+        out.append({"id": item["id"], "condition": condition})
+    return out
 
 
 def default_name(path: str) -> str:
@@ -138,6 +159,9 @@ def build_spec(form: Any, root_dir: str, service_root: str,
     else:
         spec["command"] = [INTERPRETERS[ext], filename, *script_args(parameters)]
     spec["env"] = env
+    after = dependencies(form.get("after"))
+    if after:
+        spec["after"] = after
     return spec, make_dirs
 
 

@@ -2,6 +2,7 @@
 parameters cell of a notebook."""
 from __future__ import annotations
 
+import ast
 import os
 import tempfile
 import zipfile
@@ -42,9 +43,26 @@ def zip_paths(root_dir: str, paths: list[str]) -> IO[bytes]:
 
 def notebook_parameters(path: str) -> list[dict]:
     """The notebook's ``parameters`` cell as papermill reads it: name,
-    default (source text), inferred type, help."""
+    default (source text), inferred type (from an annotation), help; and
+    ``type``, the type of the default's value when it is a literal (what
+    the sweep editor types the values of a grid as)."""
     from papermill.inspection import inspect_notebook
 
     return [{"name": name, "default": p.get("default", ""),
-             "inferred_type_name": p.get("inferred_type_name", ""), "help": p.get("help", "")}
+             "inferred_type_name": p.get("inferred_type_name", ""), "help": p.get("help", ""),
+             "type": literal_type(p.get("default", ""))}
             for name, p in inspect_notebook(path).items()]
+
+
+LITERAL_TYPES = {bool: "bool", int: "int", float: "float", str: "str", list: "list",
+                 tuple: "list", dict: "dict", type(None): "none"}
+
+
+def literal_type(source: str) -> str:
+    """"int", "float", "str", "bool", "list", "dict", "none" for a Python
+    literal, "expr" for anything else (a call, a name)."""
+    try:
+        value = ast.literal_eval(source.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return "expr"
+    return LITERAL_TYPES.get(type(value), "expr")

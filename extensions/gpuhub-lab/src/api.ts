@@ -13,7 +13,11 @@ import {
   INotice,
   IParameter,
   IPool,
+  ISchedule,
+  IScheduleSubmission,
   ISubmission,
+  ISweep,
+  ISweepSubmission,
   ITeam,
   IWorkload
 } from './types';
@@ -103,6 +107,41 @@ export class GpuHubApi {
       query: { path }
     });
     return r.parameters;
+  }
+
+  async sweeps(scope: JobScope): Promise<ISweep[]> {
+    return (await this.request<{ sweeps: ISweep[] }>('sweeps', { query: { scope } })).sweeps;
+  }
+
+  /** A sweep with its tasks (parameters, state, metric, output notebook). */
+  sweep(id: string): Promise<ISweep> {
+    return this.request(`sweeps/${encodeURIComponent(id)}`);
+  }
+
+  submitSweep(submission: ISweepSubmission): Promise<ISweep> {
+    return this.request('sweeps', { method: 'POST', body: JSON.stringify(submission) });
+  }
+
+  /** cancel (every task not ended) or retry (the failed and cancelled ones). */
+  sweepAction(id: string, action: 'cancel' | 'retry'): Promise<ISweep> {
+    return this.request(`sweeps/${encodeURIComponent(id)}/${action}`, { method: 'POST', body: '{}' });
+  }
+
+  async schedules(scope: JobScope): Promise<ISchedule[]> {
+    return (await this.request<{ schedules: ISchedule[] }>('schedules', { query: { scope } })).schedules;
+  }
+
+  createSchedule(submission: IScheduleSubmission): Promise<ISchedule> {
+    return this.request('schedules', { method: 'POST', body: JSON.stringify(submission) });
+  }
+
+  /** pause, resume (the schedule) or run (now: the job it made). */
+  scheduleAction(id: string, action: 'pause' | 'resume' | 'run'): Promise<ISchedule | IWorkload> {
+    return this.request(`schedules/${encodeURIComponent(id)}/${action}`, { method: 'POST', body: '{}' });
+  }
+
+  deleteSchedule(id: string): Promise<unknown> {
+    return this.request(`schedules/${encodeURIComponent(id)}`, { method: 'DELETE', text: true });
   }
 
   async deployments(): Promise<IDeployment[]> {

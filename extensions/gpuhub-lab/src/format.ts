@@ -1,7 +1,7 @@
 /** How jobs read in the panel: run times, states, reasons. Pure. */
-import { IAttemptRow, IWorkload } from './types';
+import { IAttemptRow, IDependency, IWorkload } from './types';
 
-export const ACTIVE_STATES = ['queued', 'running', 'stopping'];
+export const ACTIVE_STATES = ['waiting', 'queued', 'running', 'stopping'];
 export const FINISHED_STATES = ['succeeded', 'failed', 'cancelled', 'stopped'];
 
 export function isActive(w: IWorkload): boolean {
@@ -22,6 +22,21 @@ export function duration(seconds: number): string {
     return `${m}m ${pad(r)}s`;
   }
   return `${r}s`;
+}
+
+/** "in 3m 05s" for a time to come, "2m 10s ago" for one past. */
+export function relativeTime(iso: string, now: number = Date.now()): string {
+  const seconds = (Date.parse(iso) - now) / 1000;
+  if (Math.abs(seconds) < 1) {
+    return 'now';
+  }
+  return seconds > 0 ? `in ${duration(seconds)}` : `${duration(-seconds)} ago`;
+}
+
+/** "after w12 (ok), s3 (any)": what a job (or a sweep) waits for, or "" when nothing. */
+export function afterText(w: { after?: IDependency[] }): string {
+  const after = w.after ?? [];
+  return after.length ? `after ${after.map(a => `${a.id} (${a.condition})`).join(', ')}` : '';
 }
 
 /** Run time of the current (or last) attempt, or "" while it never ran. */

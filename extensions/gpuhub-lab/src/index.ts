@@ -37,6 +37,7 @@ import { formFromJob, IFormValues, isSubmittable, EMPTY_FORM } from './submissio
 import { Submitter } from './submit';
 import { IJobNote } from './transitions';
 import { IWorkload } from './types';
+import { workflowActions } from './workflows';
 
 const PLUGIN_ID = 'gpuhub-lab:plugin';
 
@@ -96,19 +97,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
       deploy: (job: IWorkload) =>
         void deployer.deploy({ modelDir: modelDirOfJob(job), name: deploymentName(job.name), team: job.team })
     };
-    const panel = new JobsPanel(model, actions);
+    const panel = new JobsPanel(model, {
+      ...actions,
+      ...workflowActions(api, model),
+      toggleSweep: (id: string) => model.toggleSweep(id),
+      openPath: (path: string) => void docManager.openOrReveal(path)
+    });
     panel.id = 'gpuhub-jobs';
     panel.title.icon = gpuIcon;
     panel.title.caption = 'GPU jobs';
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'gpuhub-jobs');
+    model.shown = () => panel.isVisible;
 
     const submitter = new Submitter(
       model,
       state,
       (): Partial<IFormValues> => ({ priority: settings.get('defaultPriority').composite as string }),
       job => {
-        model.add(job);
+        if (job) {
+          model.add(job);
+        }
         app.shell.activateById(panel.id);
         void model.refreshNow();
       }

@@ -9,7 +9,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import type { GpuHubApi, JobScope } from './api';
 import { PolledModel } from './polled';
 import { IJobNote, IJobSnapshot, jobNotes, pollInterval, snapshot } from './transitions';
-import { IMe, INotice, IPool, ITeam, IWorkload } from './types';
+import { IMe, INotice, IPool, ISchedule, ISweep, ITeam, IWorkload } from './types';
 
 export interface IPollSettings {
   /** Seconds between polls while a job of mine is queued or running. */
@@ -40,6 +40,14 @@ export class JobsModel extends PolledModel {
   pools: IPool[] = [];
   error = '';
   scope: JobScope = 'mine';
+  /** Sweeps and schedules of the scope: fetched only while the Jobs panel is shown. */
+  sweeps: ISweep[] = [];
+  schedules: ISchedule[] = [];
+  /** Sweeps opened in the panel, with their tasks (fetched with each poll while shown). */
+  readonly expanded = new Set<string>();
+  details = new Map<string, ISweep>();
+  /** Whether the Jobs panel is shown (set by the plugin). */
+  shown: () => boolean = () => false;
 
   /** Jobs of mine that changed state since the last poll. */
   get jobNotes(): ISignal<this, IJobNote[]> {
@@ -67,6 +75,23 @@ export class JobsModel extends PolledModel {
     void this.refreshNow();
   }
 
+  /** Open or close a sweep's results in the panel. */
+  toggleSweep(id: string): void {
+    if (!this.expanded.delete(id)) {
+      this.expanded.add(id);
+    }
+    this._changed.emit();
+    void this.refreshNow();
+  }
+
+  /** What a new job may run after: my recent sweeps and jobs. */
+  recentTargets(): { id: string; label: string }[] {
+    return [
+      ...this.sweeps.slice(0, 10).map(s => ({ id: s.id, label: `sweep ${s.name} (${s.id}, ${s.state})` })),
+      ...this.mine.slice(0, 20).map(j => ({ id: j.id, label: `${j.name} (${j.id}, ${j.state})` }))
+    ];
+  }
+
   /**
    * A job just submitted, listed at once from the submit's answer (the next
    * poll brings its queue position). A poll already under way began before
@@ -91,19 +116,21 @@ export class JobsModel extends PolledModel {
       if (!this.me) {
         this.me = await this.api.me();
       }
-      const [mine, team, teams, pools, notices] = await Promise.all([
+      const shown = this.shown();
+      const [mine, team, teams, pools, notices, workflows] = await Promise.all([
         this.api.jobs('mine'),
         this.scope === 'team' ? this.api.jobs('team') : Promise.resolve(this.team),
         this.api.teams(),
         this.api.pools(),
-        this.api.notices()
+        this.api.notices(),
+        shown ? this.workflows() : Promise.resolve(null)
       ]);
       if (generation !== this.generation) {
         return;
       }
       const notes = jobNotes(this.seen, mine);
       this.seen = snapshot(mine);
-      Object.assign(this, { mine, team, teams, pools, error: '' });
+      Object.assign(this, { mine, team, teams, pools, error: '', ...workflows });
       const fresh = notices.filter(n => !this.noticesSeen.has(n.id));
       fresh.forEach(n => this.noticesSeen.add(n.id));
       this._changed.emit();
@@ -113,12 +140,11 @@ export class JobsModel extends PolledModel {
       if (fresh.length) {
         this._newNotices.emit(fresh);
       }
-      const next = pollInterval(
-        mine,
-        this.pollSettings.activeInterval,
-        this.pollSettings.idleInterval,
-        notes.length > 0
-      );
+      // A sweep's tasks are not in `mine`: a running sweep polls fast too.
+      const moving = this.sweeps.some(s => s.state === 'running');
+      const next = moving
+        ? this.pollSettings.activeInterval
+        : pollInterval(mine, this.pollSettings.activeInterval, this.pollSettings.idleInterval, notes.length > 0);
       this.setInterval(next);
     } catch (error) {
       if (generation !== this.generation) {
@@ -128,6 +154,17 @@ export class JobsModel extends PolledModel {
       this._changed.emit();
       throw error; // the poll backs off
     }
+  }
+
+  /** Sweeps, schedules and the opened sweeps' tasks. */
+  private async workflows(): Promise<Pick<JobsModel, 'sweeps' | 'schedules' | 'details'>> {
+    const opened = Array.from(this.expanded);
+    const [sweeps, schedules, details] = await Promise.all([
+      this.api.sweeps(this.scope),
+      this.api.schedules(this.scope),
+      Promise.all(opened.map(id => this.api.sweep(id)))
+    ]);
+    return { sweeps, schedules, details: new Map(details.map(d => [d.id, d])) };
   }
 
   private generation = 0;

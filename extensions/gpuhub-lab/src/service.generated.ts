@@ -54,12 +54,14 @@ export interface paths {
             parameters: {
                 query?: {
                     /** @description repeat to match several */
-                    state?: "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
+                    state?: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
                     team?: string;
                     user?: string;
                     kind?: "job" | "notebook" | "deployment";
                     pool?: string;
                     project?: string;
+                    /** @description the tasks of this sweep; none: workloads that are no sweep's task (repeat to match several) */
+                    sweep_id?: string;
                     limit?: number;
                     /** @description 1: each workload as GET /workloads/{id} has it (attempts, queue_position, output_notebook) */
                     detail?: 0 | 1;
@@ -138,7 +140,7 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
-                    wait_while?: "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
+                    wait_while?: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
                     /** @description seconds, with wait_while */
                     timeout?: number;
                 };
@@ -543,6 +545,214 @@ export interface paths {
         };
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Sweeps of the caller's teams (all for admins), newest first, without their tasks */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description repeat to match several */
+                    team?: string;
+                    /** @description repeat to match several */
+                    state?: "running" | "succeeded" | "failed" | "cancelled";
+                    limit?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Sweeps */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            sweeps?: components["schemas"]["Sweep"][];
+                        };
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        /**
+         * Submit one job over a parameter grid or list, as one workload per task
+         * @description Every task is a job of the sweep's team, admitted against its quota like any other. Tasks start `waiting`; at most `max_running` of them are queued or running at once, the rest hold no reservation and no quota. A notebook template gets each task's parameters merged into its papermill `parameters`; a command template gets each as the environment variable `GPUHUB_PARAM_<NAME>` (upper case) and in place of `{name}` in its arguments. `GPUHUB_SWEEP_ID` and `GPUHUB_SWEEP_INDEX` are set for both.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["SweepRequest"];
+                };
+            };
+            responses: {
+                /** @description Submitted */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Sweep"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                413: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        /** One sweep with its tasks, their metric and the best one */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The sweep */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Sweep"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel every task of the sweep that has not ended (running ones are stopped) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Cancelling */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Sweep"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps/{id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Run each failed or cancelled task again, as a new workload with the same index and parameters */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Resubmitted */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Sweep"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+                409: components["responses"]["Error"];
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -1843,6 +2053,308 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Schedules of the caller's teams and their own (all for admins), newest first */
+        get: {
+            parameters: {
+                query?: {
+                    team?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Schedules */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            schedules: components["schemas"]["Schedule"][];
+                        };
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        /**
+         * Create a schedule: its spec is submitted as a normal workload of its team at each firing of cron in timezone
+         * @description cron has five fields (minute hour day-of-month month day-of-week; ranges, steps, lists, names such as MON or JAN) or a shortcut (@hourly, @daily, @weekly, @monthly, @yearly). A wall time that a daylight-saving change skips fires once at the end of the gap; one it repeats fires once, at its first occurrence. catch_up "once": after the service was down, the latest missed firing runs once; "skip": none does. A bad cron or timezone is a 400 naming the field and the problem ("cron: cron minute field: 61 is out of 0-59").
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ScheduleRequest"];
+                };
+            };
+            responses: {
+                /** @description Created */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                413: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        /** A schedule, its next firing and its last ten */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The schedule */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        put?: never;
+        post?: never;
+        /** Delete a schedule; the workloads it made stay */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        options?: never;
+        head?: never;
+        /** Change a schedule (its user, a lead of its team, or an admin); a new cron or timezone sets the next firing anew */
+        patch: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ScheduleEdit"];
+                };
+            };
+            responses: {
+                /** @description The changed schedule */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+                413: components["responses"]["Error"];
+            };
+        };
+        trace?: never;
+    };
+    "/schedules/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Pause a schedule (nothing fires until it is resumed) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The paused schedule */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Resume a schedule; firings while it was paused are not run, the next one after now is */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The resumed schedule */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Schedule"];
+                    };
+                };
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{id}/run": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Fire a schedule now (paused or not), without changing its next firing */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["WorkloadId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The workload it made */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Workload"];
+                    };
+                };
+                400: components["responses"]["Error"];
+                401: components["responses"]["Error"];
+                403: components["responses"]["Error"];
+                404: components["responses"]["Error"];
+                409: components["responses"]["Error"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.json": {
         parameters: {
             query?: never;
@@ -2001,6 +2513,17 @@ export interface components {
             gpus?: number;
             /** @default 1 */
             nodes: number;
+            /**
+             * @description a multi-node job's nodes in one domain of topology_key: required (wait until there is one) or preferred
+             * @default none
+             * @enum {string}
+             */
+            topology: "none" | "preferred" | "required";
+            /**
+             * @description the topology level: a Slurm node's leaf switch is 'switch' (topology.conf), its parent 'switch1'; declared nodes name their own (rack)
+             * @default switch
+             */
+            topology_key: string;
             time_limit?: number | string;
             /** @description seconds between SIGTERM and SIGKILL */
             grace_period?: number | string;
@@ -2015,7 +2538,179 @@ export interface components {
             project?: string;
             /** @description default the caller's only team */
             team?: string;
+            /** @description what it waits for (state `waiting`, holding no reservation and no quota); once a dependency can no longer be met it ends `cancelled` with the reason */
+            after?: components["schemas"]["Dependency"][];
         } & (unknown | unknown);
+        Dependency: {
+            /** @description a workload id, or a sweep id */
+            id: string;
+            /**
+             * @description ok: it succeeded (a sweep: every task did); failed: it failed or was cancelled (a sweep: it ended with a task not succeeded); any: it ended
+             * @default ok
+             * @enum {string}
+             */
+            condition: "ok" | "any" | "failed";
+        };
+        /** @description Give exactly one of grid and tasks (at most 10000 tasks). */
+        SweepRequest: {
+            /** @description each task is named NAME-INDEX */
+            name?: string;
+            /** @description default the caller's only team */
+            team?: string;
+            template: components["schemas"]["JobSpec"];
+            /** @description param: [values]; the cartesian product, in key order (the last key varies fastest) */
+            grid?: {
+                [key: string]: unknown[];
+            };
+            /** @description [{param: value}], one task each */
+            tasks?: {
+                [key: string]: unknown;
+            }[];
+            /** @description at most this many tasks queued or running at once (null: no cap) */
+            max_running?: number | null;
+            metric?: components["schemas"]["SweepMetric"];
+            /** @description what every task waits for */
+            after?: components["schemas"]["Dependency"][];
+        };
+        /** @description Read when a task succeeds: from its output notebook's scraps (scrapbook's glue, `application/scrapbook.scrap.json+json`, or papermill's record) named `name`, else from `metrics.json` (`{"<name>": number}`) in its attempt directory (GPUHUB_ATTEMPT_DIR), then its working directory. */
+        SweepMetric: {
+            name: string;
+            /**
+             * @default max
+             * @enum {string}
+             */
+            goal: "max" | "min";
+        } | null;
+        SweepCounts: {
+            waiting: number;
+            queued: number;
+            held: number;
+            running: number;
+            stopping: number;
+            succeeded: number;
+            failed: number;
+            cancelled: number;
+            stopped: number;
+        };
+        SweepTask: {
+            index: number;
+            parameters: {
+                [key: string]: unknown;
+            };
+            /** @description its current workload (a retry makes a new one) */
+            workload_id: string;
+            state: string;
+            reason: string;
+            metric: number | null;
+            output_notebook: string | null;
+        };
+        Sweep: {
+            id: string;
+            name: string;
+            team: string;
+            user: string;
+            /** @enum {string} */
+            state: "running" | "succeeded" | "failed" | "cancelled";
+            max_running: number | null;
+            total: number;
+            counts: components["schemas"]["SweepCounts"];
+            metric: components["schemas"]["SweepMetric"];
+            best: {
+                index: number;
+                parameters: {
+                    [key: string]: unknown;
+                };
+                value: number;
+                workload_id: string;
+            } | null;
+            after: components["schemas"]["Dependency"][];
+            /** @description GET /sweeps/{id} only */
+            tasks?: components["schemas"]["SweepTask"][];
+            /** Format: date-time */
+            submitted_at: string;
+            /** Format: date-time */
+            finished_at: string | null;
+        };
+        ScheduleRequest: {
+            /** @description each firing's workload is named NAME-YYYYmmddTHHMM (the firing's wall time in timezone) */
+            name: string;
+            /** @description default the caller's only team (or spec.team) */
+            team?: string;
+            /** @example *\/5 * * * * */
+            cron: string;
+            /**
+             * @description an IANA time zone
+             * @default UTC
+             * @example Europe/Berlin
+             */
+            timezone: string;
+            spec: components["schemas"]["JobSpec"];
+            /** @default false */
+            paused: boolean;
+            /**
+             * @default once
+             * @enum {string}
+             */
+            catch_up: "once" | "skip";
+        };
+        ScheduleEdit: {
+            name?: string;
+            cron?: string;
+            timezone?: string;
+            spec?: components["schemas"]["JobSpec"];
+            /** @enum {string} */
+            catch_up?: "once" | "skip";
+        };
+        Schedule: {
+            /** @description "c" + 12 hex digits */
+            id: string;
+            name: string;
+            team: string;
+            user: string;
+            /** @description the expression, spaces normalised */
+            cron: string;
+            timezone: string;
+            /** @description the JobSpec submitted at each firing (without a name) */
+            spec: {
+                [key: string]: unknown;
+            };
+            paused: boolean;
+            /** @enum {string} */
+            catch_up: "once" | "skip";
+            /**
+             * Format: date-time
+             * @description null while paused
+             */
+            next_run_at: string | null;
+            /** Format: date-time */
+            last_run_at: string | null;
+            last_workload_id: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description the last ten firings, newest first */
+            recent: {
+                workload_id: string;
+                /**
+                 * Format: date-time
+                 * @description when the workload was submitted
+                 */
+                fired_at: string;
+                /**
+                 * Format: date-time
+                 * @description the firing's scheduled instant (for run now: when it was asked)
+                 */
+                scheduled_for: string;
+                /** @description the workload's state now */
+                state: string | null;
+                /**
+                 * @description catch-up: the one run of firings missed while the service was down; manual: run now
+                 * @enum {string}
+                 */
+                cause: "cron" | "catch-up" | "manual";
+            }[];
+        };
         /** @description GPUs for a notebook server, asked for by the hub's spawner on a user's behalf. */
         ServerRequest: {
             /** @enum {string} */
@@ -2036,6 +2731,12 @@ export interface components {
             project?: string;
         };
         Workload: {
+            /** @description what it waits for ([] when nothing) */
+            after: components["schemas"]["Dependency"][];
+            /** @description the sweep it is a task of */
+            sweep_id: string | null;
+            /** @description its index in that sweep */
+            sweep_index: number | null;
             /** @description host GPU indices while running (local backend) */
             devices?: number[];
             /** @description the UUIDs the inventory gave those GPUs (NVML's; empty where unknown) */
@@ -2052,8 +2753,8 @@ export interface components {
             user: string;
             project: string;
             /** @enum {string} */
-            state: "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
-            /** @description why it waits, or why it ended */
+            state: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
+            /** @description why it waits (waiting: for what, e.g. 'waiting for w0123456789ab (ok)'), or why it ended */
             reason: string;
             pool: string;
             /** @description GPUs in all: gpus_per_node × nodes */
@@ -2088,6 +2789,8 @@ export interface components {
             started_at: string | null;
             /** Format: date-time */
             finished_at: string | null;
+            /** @description the schedule whose firing made it (null when submitted by hand) */
+            schedule_id: string | null;
             /** @description while running */
             placement?: components["schemas"]["PlacedNode"][];
             attempts?: components["schemas"]["Attempt"][];

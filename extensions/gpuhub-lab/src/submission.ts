@@ -2,8 +2,9 @@
  * The submit form's values and how they become a submission. Pure: the
  * form component keeps text; this module parses it.
  */
+import type { CronKind } from './cron';
 import { quotaView, requestFit } from './quota';
-import { IPool, ISubmission, ITeam, IWorkload } from './types';
+import { IDependency, IPool, ISubmission, ITeam, IWorkload } from './types';
 
 export const SUBMITTABLE = ['.ipynb', '.py', '.sh'];
 
@@ -26,7 +27,28 @@ export interface IFormValues {
   env: string;
   outputDir: string;
   checkpointDir: string;
+  /** "Run after": a job or sweep id ("" for none) and the condition. */
+  afterId: string;
+  afterCondition: string;
+  /** Which tab of the dialog: one job, a sweep over a grid, a schedule. */
+  mode: FormMode;
+  /** Sweep tab: per parameter, its values ("0.1, 0.01"); a script's as "name = v1, v2" lines. */
+  sweepValues: Record<string, string>;
+  sweepLines: string;
+  maxRunning: string;
+  metricName: string;
+  metricGoal: 'max' | 'min';
+  /** Schedule tab. */
+  scheduleName: string;
+  cronKind: CronKind;
+  cronTime: string;
+  cronMinute: string;
+  cronWeekday: string;
+  cronCustom: string;
+  timezone: string;
 }
+
+export type FormMode = 'job' | 'sweep' | 'schedule';
 
 /** What the next form remembers of a submission (not the file nor its parameters). */
 export type RememberedValues = Pick<
@@ -46,7 +68,22 @@ export const EMPTY_FORM: IFormValues = {
   parameters: '',
   env: '',
   outputDir: '',
-  checkpointDir: ''
+  checkpointDir: '',
+  afterId: '',
+  afterCondition: 'ok',
+  mode: 'job',
+  sweepValues: {},
+  sweepLines: '',
+  maxRunning: '',
+  metricName: '',
+  metricGoal: 'max',
+  scheduleName: '',
+  cronKind: 'daily',
+  cronTime: '09:00',
+  cronMinute: '0',
+  cronWeekday: '1',
+  cronCustom: '',
+  timezone: 'UTC'
 };
 
 export function remembered(values: IFormValues): RememberedValues {
@@ -80,7 +117,22 @@ export const FIELD_LABELS: Record<keyof IFormValues, string> = {
   parameters: 'Parameters',
   env: 'Environment',
   outputDir: 'Output directory',
-  checkpointDir: 'Checkpoint directory'
+  checkpointDir: 'Checkpoint directory',
+  afterId: 'Run after',
+  afterCondition: 'Run after',
+  mode: 'Kind',
+  sweepValues: 'Parameter grid',
+  sweepLines: 'Parameter grid',
+  maxRunning: 'Max running',
+  metricName: 'Metric',
+  metricGoal: 'Metric',
+  scheduleName: 'Schedule name',
+  cronKind: 'Repeat',
+  cronTime: 'At',
+  cronMinute: 'Minute',
+  cronWeekday: 'On',
+  cronCustom: 'Cron expression',
+  timezone: 'Time zone'
 };
 
 /** The service's and the server extension's field names → the form's. */
@@ -91,7 +143,16 @@ const FORM_FIELDS: Record<string, keyof IFormValues> = {
   checkpoint_dir: 'checkpointDir',
   command: 'path',
   notebook: 'path',
-  working_dir: 'path'
+  working_dir: 'path',
+  after: 'afterId',
+  grid: 'sweepValues',
+  tasks: 'sweepValues',
+  max_running: 'maxRunning',
+  metric: 'metricName',
+  'metric.name': 'metricName',
+  'metric.goal': 'metricGoal',
+  cron: 'cronCustom',
+  schedule_name: 'scheduleName'
 };
 
 /**
@@ -100,7 +161,10 @@ const FORM_FIELDS: Record<string, keyof IFormValues> = {
  * `message` is the refusal without a field prefix.
  */
 export function formProblem(field: string | undefined, message: string): { field?: string; message: string } {
-  const key = field ? (FORM_FIELDS[field] ?? field) : undefined;
+  // a sweep's template and a schedule's spec are the job's fields
+  // (and "after[0].id" is the Run after field, "tasks[3].lr" the grid)
+  const bare = field?.replace(/^(template|spec)\./, '').replace(/\[\d+\].*$/, '');
+  const key = bare ? (FORM_FIELDS[bare] ?? bare) : undefined;
   const label = key ? FIELD_LABELS[key as keyof IFormValues] : undefined;
   return { field: key, message: label ? `${label}: ${message}` : field ? `${field}: ${message}` : message };
 }
@@ -142,9 +206,13 @@ export function parseValue(text: string): unknown {
   }
 }
 
-/** "name = value" (or "name: value") lines; blank lines and # comments skipped. */
-export function parseParameters(text: string): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
+/**
+ * "name = value" (or "name: value") lines as name → the value's text;
+ * blank lines and # comments skipped. `bad` says what a line that is not
+ * one raises (its number from 1, its text).
+ */
+export function assignmentLines(text: string, bad: (n: number, line: string) => Error): Record<string, string> {
+  const out: Record<string, string> = {};
   text.split('\n').forEach((raw, i) => {
     const line = raw.trim();
     if (!line || line.startsWith('#')) {
@@ -152,11 +220,20 @@ export function parseParameters(text: string): Record<string, unknown> {
     }
     const m = /^([A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*(.*)$/.exec(line);
     if (!m) {
-      throw new FormError('parameters', `line ${i + 1}: write name = value, not "${line}"`);
+      throw bad(i + 1, line);
     }
-    out[m[1]] = parseValue(m[2]);
+    out[m[1]] = m[2];
   });
   return out;
+}
+
+/** The Parameters field: "name = value" lines, each value as papermill gets it. */
+export function parseParameters(text: string): Record<string, unknown> {
+  const lines = assignmentLines(
+    text,
+    (n, line) => new FormError('parameters', `line ${n}: write name = value, not "${line}"`)
+  );
+  return Object.fromEntries(Object.entries(lines).map(([k, v]) => [k, parseValue(v)]));
 }
 
 /** "NAME=value" lines. */
@@ -210,6 +287,9 @@ export function toSubmission(values: IFormValues): ISubmission {
       (submission as any)[key] = value.trim();
     }
   }
+  if (values.afterId.trim()) {
+    submission.after = [{ id: values.afterId.trim(), condition: values.afterCondition as IDependency['condition'] }];
+  }
   return submission;
 }
 
@@ -239,6 +319,8 @@ export function formFromJob(job: IWorkload, fallback: IFormValues): IFormValues 
     parameters: params,
     env,
     outputDir: job.output_dir_path ?? fallback.outputDir,
-    checkpointDir: job.checkpoint_path ?? ''
+    checkpointDir: job.checkpoint_path ?? '',
+    afterId: job.after?.[0]?.id ?? '',
+    afterCondition: job.after?.[0]?.condition ?? 'ok'
   };
 }

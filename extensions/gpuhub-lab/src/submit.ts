@@ -20,7 +20,10 @@ import {
   RememberedValues,
   toSubmission
 } from './submission';
-import { IWorkload } from './types';
+import { browserTimezone } from './cron';
+import { GridError } from './sweep';
+import { IParameter, IWorkload } from './types';
+import { acceptLabel, toSchedule, toSweep } from './workflowform';
 
 const LAST_SUBMISSION = 'gpuhub-lab:last-submission';
 
@@ -29,42 +32,63 @@ export class Submitter {
     private model: JobsModel,
     private state: IStateDB,
     private defaults: () => Partial<IFormValues>,
-    private onSubmitted: (job: IWorkload) => void
+    /** After a submission: the job it made (null for a sweep or a schedule). */
+    private onSubmitted: (job: IWorkload | null) => void
   ) {}
 
-  /** The form for a file, starting from the last submission. */
-  async initialValues(path: string): Promise<IFormValues> {
+  /** The form for a file, starting from the last submission and the notebook's parameters. */
+  async initialValues(path: string, params: IParameter[]): Promise<IFormValues> {
     const last = ((await this.state.fetch(LAST_SUBMISSION)) ?? {}) as Partial<RememberedValues>;
-    const values: IFormValues = { ...EMPTY_FORM, ...this.defaults(), ...last, path, name: path ? defaultName(path) : '' };
-    if (path.toLowerCase().endsWith('.ipynb')) {
-      try {
-        const params = await this.model.api.parameters(path);
-        values.parameters = params.map(p => `${p.name} = ${p.default}`).join('\n');
-      } catch {
-        // no parameters cell to show: the form starts empty there
-      }
-    }
+    const values: IFormValues = {
+      ...EMPTY_FORM,
+      timezone: browserTimezone(),
+      ...this.defaults(),
+      ...last,
+      path,
+      name: path ? defaultName(path) : ''
+    };
+    values.parameters = params.map(p => `${p.name} = ${p.default}`).join('\n');
     return values;
+  }
+
+  /** The notebook's parameters cell (none for a script, or a notebook without one). */
+  private async parameters(path: string): Promise<IParameter[]> {
+    if (!path.toLowerCase().endsWith('.ipynb')) {
+      return [];
+    }
+    try {
+      return await this.model.api.parameters(path);
+    } catch {
+      return []; // no parameters cell to show: the form starts empty there
+    }
   }
 
   async submit(path: string, start?: IFormValues): Promise<IWorkload | null> {
     if (!this.model.me) {
       await this.model.refreshNow();
     }
-    let values = start ?? (await this.initialValues(path));
+    // The notebook's parameters cell: the form's parameters and the Sweep tab's rows.
+    const params = await this.parameters(start?.path ?? path);
+    let values = start ?? (await this.initialValues(path, params));
     values = this.fillTeamAndPool(values);
     let error: { field?: string; message: string } | null = null;
     const { teams, pools } = this.model;
+    const recent = this.model.recentTargets();
     for (;;) {
-      // Submit is disabled while the hint says the GPU count can never fit.
+      // Submit is disabled while the hint says the GPU count can never fit;
+      // its label says what it makes (a job, a sweep of N tasks, a schedule).
       let dialog: Dialog<IFormValues> | null = null;
       const block = (v: IFormValues) => {
         const button = dialog?.node.querySelector<HTMLButtonElement>('.jp-Dialog-button.jp-mod-accept');
         if (button) {
           button.disabled = impossibleRequest(v, teams, pools) !== null;
+          const label = button.querySelector('.jp-Dialog-buttonLabel');
+          if (label) {
+            label.textContent = acceptLabel(v, params);
+          }
         }
       };
-      const body = new SubmitFormWidget({ initial: values, teams, pools, error }, block);
+      const body = new SubmitFormWidget({ initial: values, teams, pools, error, params, recent }, block);
       dialog = new Dialog({
         title: 'Submit as job',
         body,
@@ -88,12 +112,14 @@ export class Submitter {
       const note = Notification.emit(`Submitting ${values.name || values.path}…`, 'in-progress', {
         autoClose: false
       });
-      let job: IWorkload;
+      let made: { message: string; job?: IWorkload };
       try {
-        job = await this.model.api.submit(toSubmission(values));
+        made = await this.send(values, params);
       } catch (e) {
         Notification.dismiss(note);
-        if (e instanceof FormError) {
+        if (e instanceof GridError) {
+          error = { field: `sweepValues.${e.param}`, message: e.message };
+        } else if (e instanceof FormError) {
           error = formProblem(e.field, e.message);
         } else if (e instanceof ApiError) {
           error = formProblem(e.field, e.reason);
@@ -103,17 +129,27 @@ export class Submitter {
         }
         continue;
       }
-      Notification.update({
-        id: note,
-        message: `Job ${job.name} submitted (${job.id})`,
-        type: 'success',
-        autoClose: 4000
-      });
-      this.onSubmitted(job);
+      Notification.update({ id: note, message: made.message, type: 'success', autoClose: 4000 });
+      this.onSubmitted(made.job ?? null);
       // The next form starts from this one (a failure here loses no job).
       await this.state.save(LAST_SUBMISSION, remembered(values) as any).catch(() => undefined);
-      return job;
+      return made.job ?? null;
     }
+  }
+
+  /** What the dialog's tab makes: a job, a sweep or a schedule. */
+  private async send(values: IFormValues, params: IParameter[]): Promise<{ message: string; job?: IWorkload }> {
+    const api = this.model.api;
+    if (values.mode === 'sweep') {
+      const sweep = await api.submitSweep(toSweep(values, params));
+      return { message: `Sweep ${sweep.name} submitted: ${sweep.total} tasks (${sweep.id})` };
+    }
+    if (values.mode === 'schedule') {
+      const schedule = await api.createSchedule(toSchedule(values));
+      return { message: `Schedule ${schedule.name} created (${schedule.cron}, ${schedule.timezone})` };
+    }
+    const job = await api.submit(toSubmission(values));
+    return { message: `Job ${job.name} submitted (${job.id})`, job };
   }
 
   /** A team the user is in and a pool where it has quota. */

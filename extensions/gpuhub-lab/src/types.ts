@@ -44,6 +44,39 @@ export interface IParameter {
   default: string;
   inferred_type_name: string;
   help: string;
+  /** The default's type when it is a literal: int, float, str, bool, list, dict, none; else expr. */
+  type?: string;
+}
+
+/** What the service waits for before a workload runs: a job's or a sweep's end. */
+export type IDependency = Schemas['Dependency'];
+export type ISweepCounts = Schemas['SweepCounts'];
+export type ISweepTask = Schemas['SweepTask'] & {
+  /** Added by the server extension: the output notebook relative to this server's root. */
+  output_path?: string | null;
+};
+/** A sweep; with its tasks from GET /sweeps/{id}. */
+export type ISweep = Omit<Schemas['Sweep'], 'tasks'> & { tasks?: ISweepTask[] };
+
+export type ISchedule = Schemas['Schedule'] & {
+  /** Added by the server extension: the file it runs, relative to this server's root. */
+  source_path?: string | null;
+};
+
+/** What the Sweep tab sends to POST /gpuhub/sweeps: the job's form and the grid. */
+export interface ISweepSubmission extends ISubmission {
+  grid: Record<string, unknown[]>;
+  max_running?: number;
+  metric?: { name: string; goal: 'max' | 'min' };
+  after?: IDependency[];
+}
+
+/** What the Schedule tab sends to POST /gpuhub/schedules. */
+export interface IScheduleSubmission extends ISubmission {
+  schedule_name?: string;
+  cron: string;
+  timezone: string;
+  paused?: boolean;
 }
 
 /** What the submit form sends to POST /gpuhub/workloads. */
@@ -60,6 +93,7 @@ export interface ISubmission {
   env: Record<string, string>;
   output_dir?: string;
   checkpoint_dir?: string;
+  after?: IDependency[];
 }
 
 /** One revision of a deployment: its model and what the router measured (last minute). */

@@ -30,6 +30,10 @@ export function job(over: Partial<IWorkload> = {}): IWorkload {
     submitted_at: '2026-11-30T00:00:00Z',
     started_at: null,
     finished_at: null,
+    after: [],
+    sweep_id: null,
+    sweep_index: null,
+    schedule_id: null,
     ...over
   };
 }

@@ -1,4 +1,4 @@
-import { attemptHeader, attemptLine, attemptsText, duration, joinLog, runTime, stateDetail, tail } from '../src/format';
+import { afterText, attemptHeader, attemptLine, attemptsText, duration, isActive, joinLog, relativeTime, runTime, stateDetail, tail } from '../src/format';
 import { errorFrom, xsrfToken } from '../src/errors';
 import { IAttempt } from '../src/types';
 import { job } from './fixtures';
@@ -91,5 +91,25 @@ describe("a requeued job's attempts", () => {
     expect(joinLog('', attemptHeader(w, 0), 'step 1\nstep 2')).toBe(`${attemptHeader(w, 0)}step 1\nstep 2`);
     // a log cut mid-line still gets the next header on a line of its own
     expect(joinLog('step 1\nstep 2', attemptHeader(w, 1), 'resumed\n')).toBe('step 1\nstep 2\n── attempt 2 ──\nresumed\n');
+  });
+});
+
+describe('times and dependencies', () => {
+  const now = Date.parse('2026-11-30T12:00:00Z');
+  it.each([
+    ['2026-11-30T12:03:05Z', 'in 3m 05s'],
+    ['2026-11-30T11:59:20Z', '40s ago'],
+    ['2026-11-30T14:00:00Z', 'in 2h 00m'],
+    ['2026-11-30T12:00:00Z', 'now']
+  ])('%s is %s', (iso, text) => {
+    expect(relativeTime(iso, now)).toBe(text);
+  });
+
+  it('says what a waiting job waits for, and counts it active (it can be cancelled)', () => {
+    const waiting = job({ state: 'waiting', reason: 'waiting for w1 (ok)', after: [{ id: 'w1', condition: 'ok' }, { id: 's2', condition: 'any' }] });
+    expect(afterText(waiting)).toBe('after w1 (ok), s2 (any)');
+    expect(stateDetail(waiting)).toBe('waiting for w1 (ok)');
+    expect(isActive(waiting)).toBe(true);
+    expect(afterText(job())).toBe('');
   });
 });

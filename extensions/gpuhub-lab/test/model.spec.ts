@@ -28,6 +28,19 @@ class FakeApi {
   teams = async () => TEAMS;
   pools = async () => POOLS;
   noticesCall = async () => this.notices;
+  workflowCalls: string[] = [];
+  sweeps = async (scope: string) => {
+    this.workflowCalls.push(`sweeps ${scope}`);
+    return [{ id: 's1', name: 'lr', state: 'running' }];
+  };
+  sweep = async (id: string) => {
+    this.workflowCalls.push(`sweep ${id}`);
+    return { id, name: 'lr', state: 'running', tasks: [] };
+  };
+  schedules = async (scope: string) => {
+    this.workflowCalls.push(`schedules ${scope}`);
+    return [{ id: 'c1', name: 'nightly' }];
+  };
 }
 
 function model(api: FakeApi): JobsModel {
@@ -135,5 +148,31 @@ describe('the jobs model', () => {
     await new Promise(r => setTimeout(r, 20)); // the held answer is in
     expect(m.mine.map(j => j.id)).toEqual(['w9']);
     expect(api.calls).toBe(calls);
+  });
+
+  it('asks for sweeps, schedules and opened sweeps only while the panel is shown', async () => {
+    const api = new FakeApi();
+    const m = model(api);
+    let shown = false;
+    m.shown = () => shown;
+    m.start();
+    await m.refreshNow();
+    expect(api.workflowCalls).toEqual([]);
+    shown = true;
+    await m.refreshNow();
+    expect(api.workflowCalls).toEqual(['sweeps mine', 'schedules mine']);
+    expect(m.sweeps.map(s => s.id)).toEqual(['s1']);
+    expect(m.schedules.map(s => s.id)).toEqual(['c1']);
+    api.workflowCalls = [];
+    m.toggleSweep('s1');
+    await m.refreshNow();
+    expect(api.workflowCalls).toContain('sweep s1');
+    expect(m.details.get('s1')?.tasks).toEqual([]);
+    expect(m.recentTargets().map(t => t.id)).toEqual(['s1']);
+    shown = false;
+    api.workflowCalls = [];
+    await m.refreshNow();
+    expect(api.workflowCalls).toEqual([]);
+    expect(m.sweeps.map(s => s.id)).toEqual(['s1']); // kept while hidden
   });
 });

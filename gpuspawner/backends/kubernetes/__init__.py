@@ -3,7 +3,9 @@ Deployments on the nodes the scheduler chose.
 
 ``manifests`` (Jobs, gangs, namespaces, Kueue objects), ``serving`` (replica
 objects), ``status`` (what the cluster says of nodes and pods), ``labels``
-(label values) and ``config`` (``c.KubernetesJobs``) are pure; ``backend``
-holds ``KubernetesBackend`` and the thin API layer ``KubeApi``. Importing the
+(label values), ``config`` (``c.KubernetesJobs``) and the event part of
+``watch`` are pure; ``backend`` holds ``KubernetesBackend``, ``api`` the
+thin API layer ``KubeApi``, ``logs`` the pods' log copying, and
+``standin`` a stand-in API server for the tests and ``gpuhub bench kube``. Importing the
 package imports no Kubernetes client: ``backend`` does that when it connects.
 """

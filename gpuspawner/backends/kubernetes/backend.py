@@ -1,117 +1,39 @@
 """Runs attempts as Kubernetes Jobs (``manifests``) and model replicas
 as Deployments (``serving``), and reports how they end
-(``status``), through a thin asynchronous API layer (``KubeApi``, on
+(``status``), through a thin asynchronous API layer (``api.KubeApi``, on
 ``kubernetes_asyncio`` like KubeSpawner).
 
 The engine calls backends synchronously from the event loop, so the API
-calls are tasks: ``start``/``stop``/``kill`` schedule them, and a refresh
-task lists the GPU Hub Jobs, their pods and the nodes every few seconds;
-``poll`` answers from the latest listing. A listing, not a watch: it cannot
-miss an event, and survives API server restarts, at the price of one list
-of each kind per interval (a label-selected list is cheap at the scale of
-one hub's jobs).
+calls are tasks: ``start``/``stop``/``kill`` schedule them. ``run`` lists
+the GPU Hub Jobs, Deployments, their pods and the nodes once, then watches
+them (``watch.Reflector``: bookmarks, relist on 410 Gone, reconnect with
+backoff); ``poll`` answers from that cache, and an event that ends an
+attempt wakes the engine at once. With ``watch`` off, ``run`` lists every
+kind each ``refresh_interval`` instead. While someone follows an attempt's
+log, its running pods' logs are followed into it (``logs.PodLogs``).
 
 After a service restart ``recover`` adopts the Jobs the database says are
-running; the next listing says which of them ended meanwhile.
+running; the first listing says which of them ended meanwhile.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Optional
 
 from ...scheduler.model import Node
 from ..base import EXITED, AttemptExit, Backend, LaunchSpec
-from .manifests import (MANAGED_BY, KubeSettings, job_manifest, job_name, namespace_for,
-                             rendezvous_service)
+from .api import KINDS
+from .logs import PodLogs
+from .manifests import KubeSettings, job_manifest, job_name, namespace_for, rendezvous_service
 from .serving import (LABEL_REPLICA, replica_address, replica_exit, replica_manifests,
-                           revision_service, revision_service_name)
+                      revision_service, revision_service_name)
 from .status import attempt_exit, nodes_from_k8s
+from .watch import Cache, Key, Reflector
 
 log = logging.getLogger("gpuhub.kubernetes")
-SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
-
-
-class KubeApi:
-    """The only code that talks to the API server: each method is one call,
-    objects in and out as plain JSON dicts."""
-
-    def __init__(self, api_client):
-        from kubernetes_asyncio import client
-        self._client = api_client
-        self._batch = client.BatchV1Api(api_client)
-        self._apps = client.AppsV1Api(api_client)
-        self._core = client.CoreV1Api(api_client)
-        self._api_exception = client.exceptions.ApiException
-        self._delete_options = client.V1DeleteOptions
-
-    @classmethod
-    async def connect(cls) -> "KubeApi":
-        """In a pod: the service account; elsewhere: $KUBECONFIG."""
-        from kubernetes_asyncio import client, config
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
-        else:
-            # Read $KUBECONFIG now: the library reads it once, at import.
-            await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-        return cls(client.ApiClient())
-
-    def _json(self, obj) -> dict:
-        return self._client.sanitize_for_serialization(obj)
-
-    async def create(self, manifest: dict, exist_ok: bool = False) -> None:
-        ns, kind = manifest["metadata"]["namespace"], manifest["kind"]
-        try:
-            if kind == "Job":
-                await self._batch.create_namespaced_job(ns, manifest)
-            elif kind == "Deployment":
-                await self._apps.create_namespaced_deployment(ns, manifest)
-            elif kind == "ConfigMap":
-                await self._core.create_namespaced_config_map(ns, manifest)
-            else:
-                await self._core.create_namespaced_service(ns, manifest)
-        except self._api_exception as e:
-            if not (exist_ok and e.status == 409):
-                raise
-
-    async def delete_job(self, name: str, namespace: str, grace_seconds: int) -> None:
-        # Background: the Job goes now, its pods get their grace period.
-        await self._batch.delete_namespaced_job(name, namespace, body=self._delete_options(
-            propagation_policy="Background", grace_period_seconds=grace_seconds))
-
-    async def delete_deployment(self, name: str, namespace: str, grace_seconds: int) -> None:
-        await self._apps.delete_namespaced_deployment(name, namespace, body=self._delete_options(
-            propagation_policy="Background", grace_period_seconds=grace_seconds))
-
-    async def delete_service(self, name: str, namespace: str) -> None:
-        await self._core.delete_namespaced_service(name, namespace)
-
-    async def delete_config_map(self, name: str, namespace: str) -> None:
-        await self._core.delete_namespaced_config_map(name, namespace)
-
-    async def list_jobs(self) -> list[dict]:
-        return self._json(await self._batch.list_job_for_all_namespaces(
-            label_selector=SELECTOR))["items"]
-
-    async def list_deployments(self) -> list[dict]:
-        return self._json(await self._apps.list_deployment_for_all_namespaces(
-            label_selector=SELECTOR))["items"]
-
-    async def list_pods(self) -> list[dict]:
-        return self._json(await self._core.list_pod_for_all_namespaces(
-            label_selector=SELECTOR))["items"]
-
-    async def list_nodes(self) -> list[dict]:
-        return self._json(await self._core.list_node())["items"]
-
-    async def pod_log(self, name: str, namespace: str) -> str:
-        return await self._core.read_namespaced_pod_log(name, namespace)
-
-    async def close(self) -> None:
-        await self._client.close()
 
 
 @dataclass
@@ -123,6 +45,8 @@ class _Attempt:
     failed_to_create: str = ""
     gang: bool = False
     replica: bool = False       # a model replica: a Deployment, not a Job
+    seen: bool = False          # its Job (Deployment) has been listed or watched
+    ended_at: Optional[float] = None   # first seen ended (its log may still be coming)
 
 
 class KubernetesBackend(Backend):
@@ -130,16 +54,27 @@ class KubernetesBackend(Backend):
     scheduler chose; its API calls run as tasks on the event loop."""
 
     def __init__(self, settings: KubeSettings, api, clock: Callable[[], float] = time.time,
-                 refresh_interval: float = 2.0, nodes: Iterable[Node] = ()):
+                 refresh_interval: float = 2.0, nodes: Iterable[Node] = (), watch: bool = True,
+                 watch_timeout: int = 300, backoff_base: float = 0.5, backoff_cap: float = 30.0):
         self.settings = settings
         self.api = api
         self._clock = clock
         self.refresh_interval = refresh_interval
+        self.watching = watch
+        self.watch_timeout, self.backoff_base, self.backoff_cap = \
+            watch_timeout, backoff_base, backoff_cap
         self._attempts: dict[tuple[str, int], _Attempt] = {}
-        self._jobs: dict[tuple[str, str], dict] = {}
-        self._deployments: dict[tuple[str, str], dict] = {}
-        self._pods: dict[tuple[str, str], list[dict]] = {}
-        self._listed_at: Optional[float] = None
+        self._names: dict[Key, tuple[str, int]] = {}    # (namespace, Job name) -> attempt
+        # What the cluster said last, by kind (a list, kept current by a watch).
+        self.caches = {kind: Cache() for kind in KINDS}
+        self._pods: dict[Key, dict[str, dict]] = {}     # (namespace, owner) -> pods by name
+        self._pod_owner: dict[Key, Key] = {}
+        self._synced: dict[str, float] = {}              # kind -> start of its last full list
+        self._list_started: dict[str, float] = {}
+        self.reflectors: list[Reflector] = []
+        self.logs = PodLogs(api, on_done=lambda: self._wake())
+        self._log_readers: dict[tuple[str, int], int] = {}   # attempt -> open `logs -f`
+        self._wake: Callable[[], None] = lambda: None
         # The nodes as the scheduler last heard of them.
         self._nodes: dict[str, Node] = {n.name: n for n in nodes}
         self._node_changes: list[Node] = []
@@ -154,25 +89,30 @@ class KubernetesBackend(Backend):
             return self._start_replica(spec)
         job = job_manifest(spec, self.settings)  # ValueError on a pool it cannot run
         service = rendezvous_service(spec, self.settings)
-        a = _Attempt(spec, job["metadata"]["namespace"], self._clock(), gang=service is not None)
-        self._attempts[key] = a
-        self._spawn(self._create(a, [m for m in (service, job) if m]))
+        self._track(_Attempt(spec, job["metadata"]["namespace"], self._clock(),
+                             gang=service is not None))
+        self._spawn(self._create(self._attempts[key], [m for m in (service, job) if m]))
         return job["metadata"]["name"]
 
     def _start_replica(self, spec: LaunchSpec) -> str:
         manifests = replica_manifests(spec, self.settings)
         name, namespace = manifests[-1]["metadata"]["name"], manifests[-1]["metadata"]["namespace"]
-        a = _Attempt(spec, namespace, self._clock(), replica=True)
-        self._attempts[(spec.workload_id, spec.attempt)] = a
+        a = self._track(_Attempt(spec, namespace, self._clock(), replica=True))
         self._spawn(self._create(a, manifests, shared=revision_service(spec, self.settings)))
         return name
+
+    def _track(self, a: _Attempt) -> _Attempt:
+        key = (a.spec.workload_id, a.spec.attempt)
+        self._attempts[key] = a
+        self._names[(a.namespace, job_name(*key))] = key
+        return a
 
     def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
         """The replica pod's IP and port, once it runs (None before)."""
         a = self._attempts.get((workload_id, attempt))
         if a is None:
             return None
-        return replica_address(self._pods.get((a.namespace, job_name(workload_id, attempt)), []))
+        return replica_address(self._pods_of(a.namespace, job_name(workload_id, attempt)))
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
         """Delete the Job (or the replica's Deployment): Kubernetes sends SIGTERM,
@@ -189,36 +129,85 @@ class KubernetesBackend(Backend):
             self._spawn(self._delete(a, 0))
 
     def poll(self) -> list[AttemptExit]:
-        """Attempts the latest listing shows ended (each reported once)."""
+        """Attempts the cluster shows ended (each reported once)."""
         now = self._clock()
         exits = []
         for key, a in list(self._attempts.items()):
             if a.failed_to_create:
                 exits.append(AttemptExit(*key, EXITED, 127, now))
-            elif self._listed_at is None or self._listed_at < a.created_at:
-                continue  # not listed since it was created: no news yet
             else:
-                name = job_name(*key)
-                ended = replica_exit if a.replica else attempt_exit
-                found = (self._deployments if a.replica else self._jobs).get((a.namespace, name))
-                x = ended(*key, found, self._pods.get((a.namespace, name), []), a.stopped, now)
-                if x is None:
+                x = self._exit_of(key, a, now)
+                if x is None or self._log_coming(a, now):
                     continue
                 exits.append(x)
                 self._spawn(self._collect(a, stop=not a.stopped))
             del self._attempts[key]
+            self._names.pop((a.namespace, job_name(*key)), None)
         return exits
+
+    def _exit_of(self, key: tuple[str, int], a: _Attempt, now: float) -> Optional[AttemptExit]:
+        listed = self._listed_at
+        if not a.seen and (listed is None or listed < a.created_at):
+            return None  # neither seen nor listed since it was created: no news yet
+        name = job_name(*key)
+        ended = replica_exit if a.replica else attempt_exit
+        found = self.caches["deployments" if a.replica else "jobs"].objects.get((a.namespace, name))
+        return ended(*key, found, self._pods_of(a.namespace, name), a.stopped, now)
+
+    def _log_coming(self, a: _Attempt, now: float) -> bool:
+        """Whether an ended attempt's pods' logs are still being followed: its
+        end is reported once they are in (``finish_wait`` at the most), so
+        that ``gpuhub logs -f`` ends with the last line."""
+        pods = [p["metadata"]["name"] for p in self._pods_of(a.namespace, job_name(
+            a.spec.workload_id, a.spec.attempt))]
+        if not self.logs.following(a.namespace, pods):
+            return False
+        if a.ended_at is None:
+            a.ended_at = now
+        return now - a.ended_at < self.logs.finish_wait
 
     def recover(self, specs: list[LaunchSpec]) -> list[AttemptExit]:
         """Adopt what the database says runs; the next listing tells which ended."""
         for spec in specs:
-            self._attempts.setdefault((spec.workload_id, spec.attempt), _Attempt(
-                spec, namespace_for(spec.team, self.settings), 0.0,
-                gang=len(spec.placement) > 1, replica=bool(spec.serving)))
+            if (spec.workload_id, spec.attempt) not in self._attempts:
+                self._track(_Attempt(spec, namespace_for(spec.team, self.settings), 0.0,
+                                     gang=len(spec.placement) > 1, replica=bool(spec.serving)))
         return []
 
     def running(self) -> set[tuple[str, int]]:
         return set(self._attempts)
+
+    def log_followed(self, workload_id: str, attempt: int, following: bool) -> None:
+        """While someone follows the attempt's log (``gpuhub logs -f``), its
+        running pods' logs are followed into the attempt's log; when the last
+        one stops, so do the follows (what was copied stays counted)."""
+        key = (workload_id, attempt)
+        readers = self._log_readers.get(key, 0) + (1 if following else -1)
+        if readers > 0:
+            self._log_readers[key] = readers
+        else:
+            self._log_readers.pop(key, None)
+        a = self._attempts.get(key)
+        if a is None:
+            return
+        pods = self._pods_of(a.namespace, job_name(*key))
+        if readers > 0:
+            for pod in pods:
+                self._follow_pod(a, pod)
+        else:
+            self.logs.stop(a.namespace, [p["metadata"]["name"] for p in pods])
+
+    def _follow_pod(self, a: _Attempt, pod: dict) -> None:
+        if not a.replica and a.spec.attempt_dir and \
+                (pod.get("status") or {}).get("phase") == "Running":
+            self.logs.follow(a.namespace, pod["metadata"]["name"],
+                             self.log_path(a.spec.attempt_dir))
+
+    def set_wake(self, wake: Callable[[], None]) -> None:
+        """``wake()`` runs a scheduling cycle soon: called when a watch
+        event ends an attempt or changes a node, so that it is acted on at
+        once rather than at the next cycle."""
+        self._wake = wake
 
     # ---- nodes ---------------------------------------------------------------------------
     def take_node_changes(self) -> list[Node]:
@@ -236,27 +225,81 @@ class KubernetesBackend(Backend):
                                                   unhealthy_gpus=node.unhealthy_gpus))
             self._nodes[node.name] = node
 
+    # ---- what the cluster says -------------------------------------------------------------
+    @property
+    def _listed_at(self) -> Optional[float]:
+        """When the oldest of the latest full lists of each kind began."""
+        return min(self._synced.values()) if len(self._synced) == len(KINDS) else None
+
+    def _pods_of(self, namespace: str, owner: str) -> list[dict]:
+        return list(self._pods.get((namespace, owner), {}).values())
+
+    def _index_pod(self, key: Key, pod: Optional[dict]) -> Optional[Key]:
+        """Keep pods grouped by their Job (or replica); returns the group."""
+        owner = self._pod_owner.pop(key, None)
+        if owner is not None:
+            group = self._pods.get(owner, {})
+            group.pop(key[1], None)
+            if not group:
+                self._pods.pop(owner, None)
+        if pod is None:
+            return owner
+        labels = pod["metadata"].get("labels") or {}
+        name = labels.get("job-name") or labels.get(LABEL_REPLICA)
+        if not name:
+            return None
+        owner = (key[0], name)
+        self._pod_owner[key] = owner
+        self._pods.setdefault(owner, {})[key[1]] = pod
+        return owner
+
+    def _changed(self, kind: str, key: Key, obj: Optional[dict]) -> None:
+        """One object changed (a watch event, or a difference a list found)."""
+        if kind == "nodes":
+            if obj is not None:
+                self._update_nodes(nodes_from_k8s([obj]))
+                if self._node_changes:
+                    self._wake()
+            return
+        owner = self._index_pod(key, obj) if kind == "pods" else key
+        attempt = self._names.get(owner) if owner else None
+        a = self._attempts.get(attempt) if attempt else None
+        if a is None:
+            return
+        if kind != "pods" and obj is not None:
+            a.seen = True
+        if kind == "pods" and obj is not None and self._log_readers.get(attempt):
+            self._follow_pod(a, obj)
+        if self._exit_of(attempt, a, self._clock()) is not None:
+            self._wake()
+
+    async def _list(self, kind: str) -> tuple[list[dict], str]:
+        self._list_started[kind] = self._clock()
+        return await self.api.list_kind(kind)
+
+    def _listed(self, kind: str) -> None:
+        self._synced[kind] = self._list_started[kind]
+
     # ---- the loop's tasks ----------------------------------------------------------------
     async def refresh(self) -> None:
-        started = self._clock()
-        jobs, deployments, pods, nodes = await asyncio.gather(
-            self.api.list_jobs(), self.api.list_deployments(), self.api.list_pods(),
-            self.api.list_nodes())
-        self._jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
-        self._deployments = {(d["metadata"]["namespace"], d["metadata"]["name"]): d
-                             for d in deployments}
-        by_job: dict[tuple[str, str], list[dict]] = {}
-        for p in pods:
-            pod_labels = p["metadata"].get("labels") or {}
-            owner = pod_labels.get("job-name") or pod_labels.get(LABEL_REPLICA)
-            if owner:
-                by_job.setdefault((p["metadata"]["namespace"], owner), []).append(p)
-        self._pods = by_job
-        self._update_nodes(nodes_from_k8s(nodes))
-        self._listed_at = started
+        """List every kind once (the polling mode's cycle; tests)."""
+        answers = await asyncio.gather(*(self._list(kind) for kind in KINDS))
+        for kind, (items, version) in zip(KINDS, answers):
+            for key, obj in self.caches[kind].replace(items, version).items():
+                self._changed(kind, key, obj)
+            self._listed(kind)
 
     async def run(self) -> None:
-        """The refresh loop, for the service to run beside its own."""
+        """For the service to run beside its own loop: the watches (list
+        once, then watch each kind), or with ``watch`` off a list of each
+        kind every ``refresh_interval``."""
+        if self.watching:
+            self.reflectors = [Reflector(
+                kind, self._list, lambda k, version: self.api.watch(k, version, self.watch_timeout),
+                self._changed, self._listed, cache=self.caches[kind],
+                backoff_base=self.backoff_base, backoff_cap=self.backoff_cap) for kind in KINDS]
+            await asyncio.gather(*(r.run() for r in self.reflectors))
+            return
         while True:
             try:
                 await self.refresh()
@@ -286,6 +329,7 @@ class KubernetesBackend(Backend):
         except Exception as e:  # the API refused it: the attempt fails, visibly
             log.error("could not create %s: %s", manifests[-1]["metadata"]["name"], e)
             a.failed_to_create = str(e)
+            self._wake()
 
     async def _delete(self, a: _Attempt, grace: int) -> None:
         name = job_name(a.spec.workload_id, a.spec.attempt)
@@ -298,20 +342,12 @@ class KubernetesBackend(Backend):
             log.warning("could not delete %s: %s", name, e)
 
     async def _collect(self, a: _Attempt, stop: bool) -> None:
-        """After the end: keep the pods' output in the attempt's log (what
-        ``gpuhub logs`` reads), then delete the Job and rendezvous Service."""
+        """After the end: the rest of the pods' output into the attempt's log
+        (what ``gpuhub logs`` reads), then delete the Job and rendezvous Service."""
         name = job_name(a.spec.workload_id, a.spec.attempt)
-        texts = []
-        for pod in sorted(self._pods.get((a.namespace, name), []),
-                          key=lambda p: p["metadata"]["name"]):
-            try:
-                texts.append(await self.api.pod_log(pod["metadata"]["name"], a.namespace))
-            except Exception as e:
-                texts.append(f"[gpuhub: no log of pod {pod['metadata']['name']}: {e}]\n")
-        if texts and a.spec.attempt_dir:
-            os.makedirs(a.spec.attempt_dir, exist_ok=True)
-            with open(os.path.join(a.spec.attempt_dir, "output.log"), "a") as f:
-                f.write("".join(texts))
+        pods = [p["metadata"]["name"] for p in self._pods_of(a.namespace, name)]
+        await self.logs.collect(a.namespace, pods,
+                                self.log_path(a.spec.attempt_dir) if a.spec.attempt_dir else "")
         if stop:
             await self._delete(a, 0)
         leftovers = []
@@ -331,4 +367,3 @@ class KubernetesBackend(Backend):
                 await delete(what, a.namespace)
             except Exception as e:
                 log.warning("could not delete %s: %s", what, e)
-

@@ -2,7 +2,7 @@
 ``c.GpuHubService.backend = "kubernetes"``."""
 from __future__ import annotations
 
-from traitlets import Bool, Dict, Float, Unicode
+from traitlets import Bool, Dict, Float, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
 from .manifests import KubeSettings
@@ -92,10 +92,44 @@ class KubernetesJobs(LoggingConfigurable):
         GPU Hub's quotas are printed by ``gpuhub kube-manifests``.
         """).tag(config=True)
 
-    refresh_interval = Float(2.0, help="""
-        Seconds between listings of the jobs, pods and nodes: how soon an
-        ended job or a failed node is noticed.
+    watch = Bool(True, help="""
+        List the Jobs, Deployments, Pods and nodes once, then watch them
+        (from the list's resourceVersion, with bookmarks; a new list only
+        after 410 Gone): an ended job or a failed node is acted on within
+        milliseconds, and the API server sends only what changed. False: a
+        full list of each every ``refresh_interval`` (for API servers or
+        proxies that do not stream watches). The RBAC needs ``watch`` on
+        them (the Helm chart grants it).
         """).tag(config=True)
+
+    watch_timeout = Int(300, min=1, help="""
+        Seconds each watch request asks the API server to stay open
+        (``timeoutSeconds``); when it ends the backend watches again from
+        the last resourceVersion, at once. A watch silent 30 s longer than
+        this (not even a bookmark) counts as broken.
+        """).tag(config=True)
+
+    watch_backoff = Float(0.5, min=0.01, help="""
+        Seconds before the first reconnect after a watch or list fails (a
+        dropped connection, a 5xx); doubled on each failure in a row, up to
+        ``watch_backoff_max``, with a random part of up to half taken off
+        (jitter). Back to this once an event gets through.
+        """).tag(config=True)
+
+    watch_backoff_max = Float(30.0, min=0.01, help="""
+        The longest wait between reconnects (see ``watch_backoff``).
+        """).tag(config=True)
+
+    refresh_interval = Float(2.0, help="""
+        With ``watch = False``: seconds between listings of the jobs, pods
+        and nodes, i.e. how soon an ended job or a failed node is noticed.
+        """).tag(config=True)
+
+    def backend_options(self) -> dict:
+        """The keyword arguments of ``KubernetesBackend`` these traits set."""
+        return dict(refresh_interval=self.refresh_interval, watch=self.watch,
+                    watch_timeout=self.watch_timeout, backoff_base=self.watch_backoff,
+                    backoff_cap=self.watch_backoff_max)
 
     def settings(self) -> KubeSettings:
         return KubeSettings(namespace=self.namespace, image=self.image, pools=self.pools,

@@ -15,8 +15,8 @@ from ...isolation.accounts import (Account, AccountError, Accounts, DirectoryAcc
                                    prepare_checkpoint)
 from ...jsonfile import read_json, write_json
 from ...safefiles import create_own
-from ..base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of,
-                    local_replica_address)
+from ...serving.replica import bind_to
+from ..base import LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of
 from .commands import (JOB_FILE, LOG_FILE, SACCT_FIELDS, SCRIPT_FILE, SQUEUE_FORMAT, JobInfo,
                        Runner, SlurmError, batch_script, exit_from_state, expand_hostlist,
                        job_name, parse_job_name, parse_sacct, parse_scontrol_job, parse_squeue,
@@ -168,6 +168,9 @@ class SlurmBackend(LoggingConfigurable, Backend):
         self._last_poll = float("-inf")
         self._nodes: dict = {}
         self._nodes_read_at = float("-inf")
+        self._addrs: dict[str, str] = {}
+        self._reasons: dict[str, str] = {}
+        self._switches: Optional[dict] = None
 
     def make_accounts(self, prefix: str, home_for: Callable[[str], str]):
         """The accounts jobs run as, from ``accounts_from``; kept as ``accounts``."""
@@ -192,9 +195,19 @@ class SlurmBackend(LoggingConfigurable, Backend):
         return set(self._jobs)
 
     def replica_address(self, workload_id: str, attempt: int, port: int) -> Optional[str]:
-        # Replicas bind to the loopback address: serving through Slurm needs
-        # slurmd on the service's host (as in the one-host harness).
-        return local_replica_address(port)
+        """The replica's node's address (NodeAddr), which it binds (``start``)."""
+        j = self._jobs.get((workload_id, attempt))
+        if j is None or not j.spec.nodes:
+            return None
+        return f"{self.node_address(j.spec.nodes[0])}:{port}"
+
+    def node_reason(self, node: str) -> str:
+        return self._reasons.get(node, "")
+
+    def node_address(self, node: str) -> str:
+        """The node's ``NodeAddr`` as Slurm last said; its name where Slurm
+        did not say (a name the cluster's DNS resolves)."""
+        return self._addrs.get(node) or node
 
     def job_id(self, workload_id: str, attempt: int) -> Optional[str]:
         j = self._jobs.get((workload_id, attempt))
@@ -202,10 +215,26 @@ class SlurmBackend(LoggingConfigurable, Backend):
 
     def discover(self) -> list:
         """The cluster's GPU nodes as ``[(scheduler Node, [Gpu, ...]), ...]``."""
-        found = slurm_inventory.discover(self._run, self.pool_from, self.partitions, self.log)
+        nodes = slurm_inventory.parse_nodes(self._run(["scontrol", "show", "node", "--oneliner"]))
+        found = slurm_inventory.to_scheduler(nodes, self.pool_from, self.partitions, self.log,
+                                             self._read_switches())
+        self._addrs = {n.name: n.addr for n in nodes if n.addr}
         self._nodes = {n.name: n for n, _ in found}
+        self._reasons = {n.name: gpus[0].health_reason for n, gpus in found if gpus}
         self._nodes_read_at = self._clock()
         return found
+
+    def _read_switches(self) -> dict:
+        """Each node's switches (``scontrol show topology``), read once: the tree
+        is slurm.conf's, fixed while slurmctld runs. {} without a topology plugin."""
+        if self._switches is None:
+            try:
+                self._switches = slurm_inventory.parse_topology(
+                    self._run(["scontrol", "show", "topology"]))
+            except SlurmError as e:
+                self.log.info("no Slurm topology (%s): nodes have no switches", e)
+                self._switches = {}
+        return self._switches
 
     def take_node_changes(self) -> list:
         """Nodes whose health or drain changed since the last look (at most
@@ -240,8 +269,11 @@ class SlurmBackend(LoggingConfigurable, Backend):
             os.makedirs(attempt_dir, exist_ok=True)
             script = os.path.join(attempt_dir, SCRIPT_FILE)
             with os.fdopen(create_own(script, 0o600), "w") as f:  # it holds the job's token
-                f.write(batch_script(spec, account))
+                f.write(batch_script(spec, account, self._addrs))
             self._prepare(spec, attempt_dir, account)
+            if spec.serving:
+                # A replica listens on its node's address, where the router reaches it.
+                bind_to(spec.cwd, self.node_address(spec.nodes[0]))
         except OSError as e:
             raise BackendError(f"cannot prepare attempt {key}: {e}") from e
         try:
@@ -335,6 +367,10 @@ class SlurmBackend(LoggingConfigurable, Backend):
             x = self._ended(j.spec, j.job_id, info, j.stopped)
             if x is not None and j.misplaced:
                 x = AttemptExit(x.workload_id, x.attempt, LOST, x.returncode, x.finished_at)
+            if x is not None and x.reason == LOST:
+                # Its node may have failed (NODE_FAIL): look at the nodes now, so
+                # the requeued attempt is not placed on that node again.
+                self._nodes_read_at = float("-inf")
             if x is not None:
                 exits.append(x)
                 del self._jobs[key]

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Optional, Sequence
 
-from ...inventory.slurm import parse_oneliner
+from ...inventory.slurm import expand_hostlist, parse_oneliner  # noqa: F401 (expand_hostlist: ours too)
 from ...isolation.accounts import Account, account_env
 from ..base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, BackendError, LaunchSpec, \
     kept_environment
@@ -145,15 +144,25 @@ def job_env(spec: LaunchSpec) -> dict:
     return env
 
 
-def batch_script(spec: LaunchSpec, account: Optional[Account] = None) -> str:
+RENDEZVOUS_PORT_BASE = 20000  # a gang's MASTER_PORT: this + its Slurm job id % 10000
+
+
+def batch_script(spec: LaunchSpec, account: Optional[Account] = None,
+                 addresses: Optional[dict] = None) -> str:
     """A POSIX sh script that sets the job's environment and execs its command.
 
     exec: the command *is* the batch step, so ``--signal=B:TERM`` and
     ``scancel --full`` reach it directly and its exit code is the job's.
     CUDA_VISIBLE_DEVICES is Slurm's for a GPU job; a job without GPUs gets
     it empty (none visible), as in the local backend.
+
+    A gang (several nodes) execs ``srun`` instead, one task per node, each
+    with its rank (``gang_rank_script``); ``addresses`` ({node: NodeAddr})
+    gives MASTER_ADDR, the address of the placement's first node (rank 0).
     """
     env = {**(account_env(account) if account is not None else {}), **job_env(spec)}
+    if len(spec.placement) > 1:
+        env.update(gang_env(spec, addresses or {}))
     lines = ["#!/bin/sh", f"# GPU Hub workload {spec.workload_id}, attempt {spec.attempt}"]
     lines += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items())
               if k != "CUDA_VISIBLE_DEVICES"]
@@ -161,8 +170,39 @@ def batch_script(spec: LaunchSpec, account: Optional[Account] = None) -> str:
         lines.append("export CUDA_VISIBLE_DEVICES=")
     if spec.checkpoint_dir:
         lines.append('mkdir -p "$GPUHUB_CHECKPOINT_DIR"')
-    lines.append("exec " + shlex.join(spec.argv))
+    if len(spec.placement) > 1:
+        lines.append(f'export MASTER_PORT=$(({RENDEZVOUS_PORT_BASE} + SLURM_JOB_ID % 10000))')
+        lines.append('export GPUHUB_MASTER_PORT="$MASTER_PORT"')
+        # --export=ALL: sbatch's --export list (SLURM_EXPORT_ENV) would strip the above.
+        # --kill-on-bad-exit: one rank failing ends them all, as a gang.
+        lines.append("exec srun --export=ALL --kill-on-bad-exit=1 --nodes="
+                     f"{len(spec.placement)} --ntasks-per-node=1 /bin/sh -c "
+                     + shlex.quote(gang_rank_script(spec, addresses or {}))
+                     + " gpuhub-rank " + shlex.join(spec.argv))
+    else:
+        lines.append("exec " + shlex.join(spec.argv))
     return "\n".join(lines) + "\n"
+
+
+def gang_env(spec: LaunchSpec, addresses: dict) -> dict:
+    """What every rank of a gang shares: where rank 0 listens and how many
+    there are (MASTER_PORT is set in the script, from the job id)."""
+    master = addresses.get(spec.nodes[0]) or spec.nodes[0]
+    n = str(len(spec.placement))
+    return {"MASTER_ADDR": master, "GPUHUB_MASTER_ADDR": master, "WORLD_SIZE": n,
+            "GPUHUB_NUM_NODES": n,
+            "GPUHUB_NODE_ADDRS": ",".join(addresses.get(node) or node for node in spec.nodes)}
+
+
+def gang_rank_script(spec: LaunchSpec, addresses: dict) -> str:
+    """Run by srun on each node: its rank is its place in the placement
+    (rank 0 on the first node, MASTER_ADDR's), then exec the command."""
+    cases = " ".join(f"{shlex.quote(node)}) r={i} a={shlex.quote(addresses.get(node) or node)};;"
+                     for i, node in enumerate(spec.nodes))
+    return (f'case "$SLURMD_NODENAME" in {cases} '
+            '*) echo "gpuhub: node $SLURMD_NODENAME is not in the placement" >&2; exit 97;; esac; '
+            'export RANK=$r NODE_RANK=$r GPUHUB_NODE_RANK=$r LOCAL_RANK=0 GPUHUB_NODE_ADDR=$a; '
+            'exec "$@"')
 
 
 # ---- pure: what Slurm says --------------------------------------------------
@@ -225,21 +265,6 @@ def parse_sacct(text: str) -> list[JobInfo]:
         jobs.append(JobInfo(parts[0], parts[1], _state(parts[2]), parts[3] or None,
                             _slurm_time(parts[4])))
     return jobs
-
-
-def expand_hostlist(hostlist: str) -> list[str]:
-    """Slurm's compressed host list: ``gpu[01-03,07],cpu1`` -> gpu01, gpu02, gpu03, gpu07, cpu1."""
-    names = []
-    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?([^,\[]*)", hostlist):
-        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
-        if ranges is None:
-            names.append(prefix + suffix)
-            continue
-        for r in ranges.split(","):
-            lo, _, hi = r.partition("-")
-            for n in range(int(lo), int(hi or lo) + 1):
-                names.append(f"{prefix}{n:0{len(lo)}d}{suffix}")
-    return names
 
 
 def _state(text: str) -> str:

@@ -1,7 +1,7 @@
 /** One job in the Jobs panel: what it is, where it stands, what can be done. */
 import * as React from 'react';
 
-import { attemptLine, attemptList, attemptsText, isActive, runTime, stateDetail } from '../format';
+import { afterText, attemptLine, attemptList, attemptsText, isActive, runTime, stateDetail } from '../format';
 import { IWorkload } from '../types';
 
 export interface IJobActions {
@@ -46,6 +46,7 @@ export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJob
         <span className="gpuhub-Job-id">{job.id}</span>
       </div>
       {detail && <div className="gpuhub-Job-detail">{detail}</div>}
+      {afterText(job) && <div className="gpuhub-Job-after">{afterText(job)}</div>}
       {attempts.length > 1 && (
         <ol className="gpuhub-Job-attemptList" title="Each time the job ran (a preempted job runs again)">
           {attempts.map(a => (

@@ -2,13 +2,22 @@
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import type { Message } from '@lumino/messaging';
+
 import { JobScope } from '../api';
 import { JobsModel } from '../model';
+import { groupBySweep } from '../sweep';
 import { IJobActions, JobRow } from './JobRow';
+import { IScheduleActions, ScheduleList } from './Schedules';
+import { ISweepActions, SweepRow } from './SweepRow';
 
-function JobList(props: { model: JobsModel; actions: IJobActions }): JSX.Element {
+export type IPanelActions = IJobActions & ISweepActions & IScheduleActions;
+
+function JobList(props: { model: JobsModel; actions: IPanelActions }): JSX.Element {
   const { model } = props;
   const jobs = model.scope === 'mine' ? model.mine : model.team;
+  const items = groupBySweep(jobs, model.sweeps);
+  const showUser = model.scope === 'team';
   const tab = (scope: JobScope, label: string) => (
     <button
       className={`gpuhub-Jobs-tab${model.scope === scope ? ' gpuhub-mod-active' : ''}`}
@@ -33,10 +42,24 @@ function JobList(props: { model: JobsModel; actions: IJobActions }): JSX.Element
           No jobs yet. Use “Submit as job” on a notebook, a .py or a .sh file.
         </p>
       )}
+      <ScheduleList schedules={model.schedules} showUser={showUser} actions={props.actions} />
       <ul className="gpuhub-Jobs-list">
-        {jobs.map(job => (
-          <JobRow key={job.id} job={job} showUser={model.scope === 'team'} actions={props.actions} />
-        ))}
+        {items.map(item =>
+          item.kind === 'job' ? (
+            <JobRow key={item.job.id} job={item.job} showUser={showUser} actions={props.actions} />
+          ) : (
+            <SweepRow
+              key={item.id}
+              id={item.id}
+              sweep={item.sweep}
+              tasks={item.tasks}
+              detail={model.details.get(item.id)}
+              expanded={model.expanded.has(item.id)}
+              showUser={showUser}
+              actions={props.actions}
+            />
+          )
+        )}
       </ul>
     </div>
   );
@@ -45,10 +68,16 @@ function JobList(props: { model: JobsModel; actions: IJobActions }): JSX.Element
 export class JobsPanel extends ReactWidget {
   constructor(
     private model: JobsModel,
-    private actions: IJobActions
+    private actions: IPanelActions
   ) {
     super();
     this.addClass('gpuhub-JobsPanel');
+  }
+
+  /** Shown: sweeps and schedules (fetched only while it is) are brought up to date at once. */
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this.model.refreshNow();
   }
 
   render(): JSX.Element {

@@ -7,9 +7,10 @@ import { HTMLSelect, ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { quotaView, requestFit } from '../quota';
-import { IFormValues } from '../submission';
-import { IPool, ITeam } from '../types';
+import { FormMode, IFormValues } from '../submission';
+import { IParameter, IPool, ITeam } from '../types';
 import { Field } from './Field';
+import { ScheduleTab, SweepTab } from './WorkflowTabs';
 
 export const PRIORITIES = ['batch', 'best-effort', 'interactive', 'production'];
 
@@ -19,17 +20,31 @@ export interface ISubmitFormProps {
   pools: IPool[];
   error: { field?: string; message: string } | null;
   onChange: (values: IFormValues) => void;
+  /** The notebook's parameters cell (the Sweep tab's rows). */
+  params?: IParameter[];
+  /** Recent jobs and sweeps to run after: id → what the picker says. */
+  recent?: { id: string; label: string }[];
 }
+
+const MODES: { mode: FormMode; label: string }[] = [
+  { mode: 'job', label: 'Job' },
+  { mode: 'sweep', label: 'Sweep' },
+  { mode: 'schedule', label: 'Schedule' }
+];
+
+/** Fields the tabs show their problem under (not in the banner). */
+const TAB_FIELD = /^(sweep|maxRunning|metric|scheduleName|cron|timezone)/;
 
 export function SubmitForm(props: ISubmitFormProps): JSX.Element {
   const [values, setValues] = React.useState<IFormValues>(props.initial);
-  const update = (key: keyof IFormValues) => (
-    e: React.ChangeEvent<HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement>
-  ) => {
-    const next = { ...values, [key]: e.target.value };
+  const set = (patch: Partial<IFormValues>) => {
+    const next = { ...values, ...patch };
     setValues(next);
     props.onChange(next);
   };
+  const update = (key: keyof IFormValues) => (
+    e: React.ChangeEvent<HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement>
+  ) => set({ [key]: e.target.value });
   const invalid = (key: string) => props.error?.field === key;
   const pools = Array.from(
     new Set([...props.pools.map(p => p.name), ...(values.pool ? [values.pool] : [])])
@@ -39,16 +54,35 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
   const fit = view && Number.isFinite(gpus) ? requestFit(view, gpus) : null;
   const isNotebook = values.path.toLowerCase().endsWith('.ipynb');
   const input = (key: keyof IFormValues, extra: React.InputHTMLAttributes<HTMLInputElement> = {}) => (
-    <input className="jp-mod-styled" name={key} value={values[key]} onChange={update(key)} {...extra} />
+    <input className="jp-mod-styled" name={key} value={values[key] as string} onChange={update(key)} {...extra} />
   );
   // A select that looks like one (JupyterLab's styled select: its caret, an input's height).
   const select = (key: keyof IFormValues, options: string[]) => (
-    <HTMLSelect name={key} value={values[key]} onChange={update(key)} options={options} />
+    <HTMLSelect name={key} value={values[key] as string} onChange={update(key)} options={options} />
   );
 
+  const mode = values.mode;
+  const banner = props.error && !TAB_FIELD.test(props.error.field ?? '');
+  const recent = props.recent ?? [];
+
   return (
-    <form className="gpuhub-SubmitForm" onSubmit={e => e.preventDefault()}>
-      {props.error && <div className="gpuhub-SubmitForm-error">{props.error.message}</div>}
+    <form className="gpuhub-SubmitForm" data-mode={mode} onSubmit={e => e.preventDefault()}>
+      <div className="gpuhub-SubmitForm-tabs" role="tablist">
+        {MODES.map(m => (
+          <button
+            key={m.mode}
+            type="button"
+            role="tab"
+            aria-selected={mode === m.mode}
+            data-mode={m.mode}
+            className={`gpuhub-SubmitForm-tab${mode === m.mode ? ' gpuhub-mod-active' : ''}`}
+            onClick={() => set({ mode: m.mode })}
+          >
+            {m.label}
+          </button>
+        ))}
+      </div>
+      {banner && <div className="gpuhub-SubmitForm-error">{props.error!.message}</div>}
       <div className="gpuhub-SubmitForm-row">
         <Field label="File" name="path" invalid={invalid('path')} hint="a notebook, .py or .sh file of this server">
           {input('path')}
@@ -57,6 +91,8 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
           {input('name', { placeholder: 'from the file name' })}
         </Field>
       </div>
+      {mode === 'sweep' && <SweepTab values={values} set={set} error={props.error} params={props.params ?? []} />}
+      {mode === 'schedule' && <ScheduleTab values={values} set={set} error={props.error} />}
       <div className="gpuhub-SubmitForm-row">
         <Field label="Team" name="team" invalid={invalid('team')}>
           {select('team', props.teams.map(t => t.name))}
@@ -96,18 +132,44 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
         </Field>
       </div>
       <div className="gpuhub-SubmitForm-row">
-        <Field
-          label="Parameters"
-          name="parameters"
-          invalid={invalid('parameters')}
-          hint={isNotebook ? "name = value per line, injected after the notebook's parameters cell" : 'name = value per line, passed as --name=value'}
-        >
-          <textarea className="jp-mod-styled" name="parameters" rows={4} value={values.parameters} onChange={update('parameters')} />
-        </Field>
+        {mode !== 'sweep' && (
+          <Field
+            label="Parameters"
+            name="parameters"
+            invalid={invalid('parameters')}
+            hint={isNotebook ? "name = value per line, injected after the notebook's parameters cell" : 'name = value per line, passed as --name=value'}
+          >
+            <textarea className="jp-mod-styled" name="parameters" rows={4} value={values.parameters} onChange={update('parameters')} />
+          </Field>
+        )}
         <Field label="Environment" name="env" invalid={invalid('env')} hint="NAME=value per line">
           <textarea className="jp-mod-styled" name="env" rows={4} value={values.env} onChange={update('env')} />
         </Field>
       </div>
+      {mode !== 'schedule' && (
+        <div className="gpuhub-SubmitForm-row">
+          <Field label="Run after" name="afterId" invalid={invalid('afterId')} hint="wait for a job or a sweep of yours">
+            <HTMLSelect
+              name="afterId"
+              value={values.afterId}
+              onChange={update('afterId')}
+              options={[{ value: '', label: 'nothing: run when admitted' }, ...recent.map(r => ({ value: r.id, label: r.label }))]}
+            />
+          </Field>
+          <Field label="Condition" name="afterCondition">
+            <HTMLSelect
+              name="afterCondition"
+              value={values.afterCondition}
+              onChange={update('afterCondition')}
+              options={[
+                { value: 'ok', label: 'it succeeds' },
+                { value: 'any', label: 'it ends' },
+                { value: 'failed', label: 'it fails' }
+              ]}
+            />
+          </Field>
+        </div>
+      )}
     </form>
   );
 }

@@ -1,0 +1,279 @@
+"""Schedules: a job submitted at each firing of a cron expression, as a
+normal workload of the schedule's team (admitted against its quota like any
+other).
+
+Exactly once: a firing is a row keyed by (schedule, scheduled instant),
+written in the transaction that creates its workload, so a restart or a
+second service process that tries the same firing again fails to insert it
+and creates nothing. ``next_run_at`` (in the database) is the next firing
+not yet handled; the loop (``fire_due``) handles those that are due:
+
+- on time (the latest due firing at most ``late_grace`` seconds ago): it
+  fires, whatever ``catch_up`` says;
+- later (the service was down): ``catch_up="once"`` runs the latest missed
+  firing once (not once per missed firing), ``"skip"`` runs none;
+
+and then ``next_run_at`` moves to the first firing after now.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import secrets
+from typing import Any, Callable, Optional
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from ..scheduler import cron
+from ..store import FiringRow, ScheduleRow, WorkloadRow
+from . import journal
+from .errors import Conflict, Forbidden, NotFound
+from .identity import Identity
+from .schedule_specs import job_spec, parse_schedule
+from .specs import Limits, SpecError
+
+log = logging.getLogger("gpuhub.schedules")
+UTC = dt.timezone.utc
+RECENT = 10
+CRON, CATCH_UP, MANUAL = "cron", "catch-up", "manual"
+
+
+class Skipped(Exception):
+    """The firing was handled already (by another process, or before a
+    restart), or its schedule changed meanwhile: nothing to do."""
+
+
+def when(t: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(t, UTC)
+
+
+def next_run(row: ScheduleRow, after: float) -> float:
+    c, tz = cron.parse(row.cron), cron.zone(row.timezone)
+    return cron.next_fire(c, tz, when(after)).timestamp()
+
+
+def firing_name(row: ScheduleRow, fire_time: float) -> str:
+    """``<schedule>-YYYYmmddTHHMM``, the firing's wall time in the schedule's zone."""
+    local = when(fire_time).astimezone(cron.zone(row.timezone))
+    return f"{row.name}-{local:%Y%m%dT%H%M}"
+
+
+class Schedules:
+    def __init__(self, engine, limits: Callable[[], Limits], late_grace: float = 60.0):
+        """``engine``: submits the firings and gives the clock (``engine.clock``);
+        ``limits()``: the operator's job limits, read at each firing."""
+        self.engine = engine
+        self.limits = limits
+        self.late_grace = late_grace
+
+    @property
+    def store(self):
+        return self.engine.store
+
+    # ---- reads -----------------------------------------------------------
+    def get(self, who: Identity, sid: str) -> ScheduleRow:
+        with self.store.session() as s:
+            return self._visible(s, who, sid)
+
+    def listing(self, who: Identity, team: Optional[str] = None) -> list[ScheduleRow]:
+        with self.store.session() as s:
+            q = select(ScheduleRow).order_by(ScheduleRow.created_at.desc(), ScheduleRow.id)
+            if team:
+                q = q.where(ScheduleRow.team == team)
+            return [r for r in s.scalars(q) if who.sees_team(r.team) or r.user == who.name]
+
+    def recent(self, sid: str) -> list[dict[str, Any]]:
+        """The last firings, newest first, with the state of each workload."""
+        with self.store.session() as s:
+            rows = s.execute(
+                select(FiringRow, WorkloadRow.state)
+                .join(WorkloadRow, WorkloadRow.id == FiringRow.workload_id, isouter=True)
+                .where(FiringRow.schedule_id == sid)
+                .order_by(FiringRow.fired_at.desc()).limit(RECENT)).all()
+        return [{"workload_id": f.workload_id, "fired_at": f.fired_at, "state": state,
+                 "scheduled_for": f.fire_time, "cause": f.cause} for f, state in rows]
+
+    @staticmethod
+    def _visible(s: Session, who: Identity, sid: str) -> ScheduleRow:
+        row = s.get(ScheduleRow, sid)
+        if row is None or not (who.sees_team(row.team) or row.user == who.name):
+            raise NotFound(f"no schedule {sid}")
+        return row
+
+    def _mine(self, s: Session, who: Identity, sid: str) -> ScheduleRow:
+        row = self._visible(s, who, sid)
+        if not who.acts_on(row.user, row.team):
+            raise Forbidden(f"schedule {sid} belongs to {row.user}; only they, a lead of team "
+                            f"{row.team} or an admin may change it")
+        return row
+
+    # ---- changes ---------------------------------------------------------
+    def create(self, who: Identity, body: Any) -> ScheduleRow:
+        fields = parse_schedule(body, self.limits())
+        if not who.can_submit:
+            raise Forbidden("you may not submit work (scope custom:gpuhub:submit)")
+        team = self.engine.teams.team_for(who, fields.pop("team") or fields["spec"].get("team"))
+        if fields["spec"].get("team") not in (None, team):
+            raise SpecError("spec.team", f"must be the schedule's team {team!r} or left out")
+        now = self.engine.clock()
+        row = ScheduleRow(id="c" + secrets.token_hex(6), team=team, user=who.name,
+                          created_at=now, updated_at=now, **fields)
+        self._check_job(row)
+        row.next_run_at = None if row.paused else next_run(row, now)
+        with self.store.transaction() as s:
+            s.add(row)
+            journal.audit(s, now, who.name, "schedule-create", row.id,
+                          {"team": team, "name": row.name, "cron": row.cron,
+                           "timezone": row.timezone})
+        return row
+
+    def update(self, who: Identity, sid: str, body: Any) -> ScheduleRow:
+        fields = parse_schedule(body, self.limits(), partial=True)
+        now = self.engine.clock()
+        with self.store.transaction() as s:
+            row = self._mine(s, who, sid)
+            if fields.get("spec", {}).get("team") not in (None, row.team):
+                raise SpecError("spec.team",
+                                f"must be the schedule's team {row.team!r} or left out")
+            for key, value in fields.items():
+                setattr(row, key, value)
+            self._check_job(row)
+            if not row.paused and ({"cron", "timezone"} & set(fields)):
+                row.next_run_at = next_run(row, now)
+            row.updated_at = now
+            journal.audit(s, now, who.name, "schedule-update", sid, {"changed": sorted(fields)})
+        return row
+
+    def pause(self, who: Identity, sid: str) -> ScheduleRow:
+        return self._set_paused(who, sid, True)
+
+    def resume(self, who: Identity, sid: str) -> ScheduleRow:
+        """Firings while paused are not run; the next one after now is."""
+        return self._set_paused(who, sid, False)
+
+    def _set_paused(self, who: Identity, sid: str, paused: bool) -> ScheduleRow:
+        now = self.engine.clock()
+        with self.store.transaction() as s:
+            row = self._mine(s, who, sid)
+            if row.paused == paused:
+                return row  # asked before: nothing new to record
+            row.paused, row.updated_at = paused, now
+            row.next_run_at = None if paused else next_run(row, now)
+            journal.audit(s, now, who.name, "schedule-pause" if paused else "schedule-resume",
+                          sid, {})
+        return row
+
+    def delete(self, who: Identity, sid: str) -> None:
+        """The schedule and its firings go; the workloads it made stay."""
+        now = self.engine.clock()
+        with self.store.transaction() as s:
+            row = self._mine(s, who, sid)
+            s.execute(delete(FiringRow).where(FiringRow.schedule_id == sid))
+            s.delete(row)
+            journal.audit(s, now, who.name, "schedule-delete", sid,
+                          {"team": row.team, "name": row.name})
+
+    def run_now(self, who: Identity, sid: str) -> WorkloadRow:
+        """Fire once now (paused or not); the schedule's timing stays."""
+        with self.store.session() as s:
+            row = self._mine(s, who, sid)
+        now = self.engine.clock()
+        return self._fire(row, now, MANUAL, who.name)
+
+    def _check_job(self, row: ScheduleRow) -> None:
+        """SpecError (naming ``spec.<field>``) when its job could not be submitted."""
+        spec = job_spec(row.spec, self.limits(), "x", row.team)
+        try:
+            self.engine.check_row(self.engine.new_row(self._owner(row), spec))
+        except SpecError as e:
+            if e.field.startswith("spec."):
+                raise
+            raise SpecError(f"spec.{e.field}", e.message, e.status) from None
+
+    @staticmethod
+    def _owner(row: ScheduleRow) -> Identity:
+        """Whom a firing submits as: the schedule's user, in its team."""
+        return Identity(row.user, teams=frozenset({row.team}), can_submit=True)
+
+    # ---- firing ----------------------------------------------------------
+    def fire_due(self) -> list[WorkloadRow]:
+        """Handle every firing due by now (the service's loop calls this)."""
+        now = self.engine.clock()
+        with self.store.session() as s:
+            due = s.scalars(select(ScheduleRow).where(
+                ScheduleRow.paused.is_(False), ScheduleRow.next_run_at <= now)).all()
+        made = []
+        for row in due:
+            try:
+                wl = self._fire_due(row, now)
+            except Skipped:
+                continue
+            except Exception:  # one schedule must not stop the others
+                log.exception("schedule %s could not fire", row.id)
+                continue
+            if wl is not None:
+                made.append(wl)
+        return made
+
+    def _fire_due(self, row: ScheduleRow, now: float) -> Optional[WorkloadRow]:
+        c, tz = cron.parse(row.cron), cron.zone(row.timezone)
+        expected = row.next_run_at
+        latest = cron.last_fire_between(c, tz, when(expected - 1), when(now)).timestamp()
+        following = cron.next_fire(c, tz, when(now)).timestamp()
+        if now - latest <= self.late_grace:
+            cause = CRON
+        elif row.catch_up == "once":
+            cause = CATCH_UP
+        else:
+            self._advance(row.id, expected, following, now, f"skipped firings missed while the "
+                          f"service was down, the latest at {when(latest):%Y-%m-%d %H:%M}Z "
+                          f"(catch_up=skip)")
+            return None
+        return self._fire(row, latest, cause, f"schedule {row.id}", expected, following)
+
+    def _advance(self, sid: str, expected: float, following: float, now: float,
+                 why: str) -> None:
+        with self.store.transaction() as s:
+            row = s.get(ScheduleRow, sid)
+            if row is None or row.paused or row.next_run_at != expected:
+                return
+            row.next_run_at = following
+            log.info("schedule %s: %s", sid, why)
+
+    def _fire(self, row: ScheduleRow, fire_time: float, cause: str, actor: str,
+              expected: Optional[float] = None, following: Optional[float] = None
+              ) -> WorkloadRow:
+        """Submit the firing's workload; with ``expected``, only if the
+        schedule's next_run_at is still that, moving it to ``following``."""
+        now = self.engine.clock()
+        try:
+            spec = job_spec(row.spec, self.limits(), firing_name(row, fire_time), row.team)
+            wl = self.engine.new_row(self._owner(row), spec)
+        except (SpecError, Forbidden) as err:  # the team, pool or limits changed since
+            if expected is not None:
+                self._advance(row.id, expected, following, now, f"firing failed: {err}")
+            raise
+        wl.schedule_id = row.id
+
+        def record(s: Session) -> None:
+            sched = s.get(ScheduleRow, row.id)
+            if sched is None:
+                raise Skipped()
+            if expected is not None:
+                if sched.paused or sched.next_run_at != expected:
+                    raise Skipped()
+                sched.next_run_at = following
+            s.add(FiringRow(schedule_id=row.id, fire_time=fire_time, fired_at=now,
+                            workload_id=wl.id, cause=cause))
+            s.flush()  # a firing made before: IntegrityError, and nothing is written
+            sched.last_run_at, sched.last_workload_id = now, wl.id
+            journal.audit(s, now, actor, "schedule-fire", row.id,
+                          {"workload": wl.id, "scheduled_for": fire_time, "cause": cause})
+        try:
+            return self.engine.queue_row(wl, actor, also=record)
+        except IntegrityError:
+            if cause == MANUAL:
+                raise Conflict(f"schedule {row.id} was just run; try again") from None
+            raise Skipped() from None

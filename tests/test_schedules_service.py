@@ -1,0 +1,236 @@
+"""Schedules in the service, on a scripted clock (the engine's ``clock``
+seam; nothing sleeps): the real database (SQLite and PostgreSQL), the real
+engine and the loop's step ``Schedules.fire_due``, as the service runs it
+every ``schedule_check_interval``. What a user sees: the workloads each
+firing makes (name, schedule_id, state), the schedule's next_run_at, and
+that nothing fires twice across restarts or two service processes."""
+from __future__ import annotations
+
+import datetime as dt
+import sys
+
+import pytest
+from sqlalchemy import select
+
+from gpuspawner.scheduler.model import Quota
+from gpuspawner.service.errors import Forbidden, NotFound
+from gpuspawner.service.identity import Identity
+from gpuspawner.service.operations import set_team
+from gpuspawner.service.schedules import Schedules, Skipped
+from gpuspawner.service.specs import Limits, SpecError
+from gpuspawner.store import AuditEntry, FiringRow, ScheduleRow, WorkloadRow
+from test_start_estimates_service import ALICE, BOB, Clock, make_engine
+
+CAROL = Identity("carol", teams=frozenset({"a"}), can_submit=True)  # alice's teammate
+ADMIN = Identity("root", admin=True, can_submit=True)
+JOB = {"command": [sys.executable, "-c", "print('nightly')"], "gpus": 1, "pool": "default"}
+
+
+def utc(text: str) -> float:
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+class Service:
+    """One service process: an engine and its schedules, on the shared clock."""
+
+    def __init__(self, db_url, tmp_path, clock, grace: float = 60.0):
+        self.engine = make_engine(db_url, tmp_path, clock)
+        self.schedules = Schedules(self.engine, Limits, grace)
+
+    def run_until(self, clock: Clock, until: float, step: float = 20.0) -> list[WorkloadRow]:
+        """The loop, every ``step`` seconds of the clock until ``until``."""
+        made = []
+        while clock.t < until:
+            clock.t = min(until, clock.t + step)
+            made += self.schedules.fire_due()
+        return made
+
+    def close(self):
+        self.engine.store.close()
+
+
+@pytest.fixture
+def clock():
+    return Clock(utc("2026-06-01T10:00:30"))
+
+
+@pytest.fixture
+def service(db_url, tmp_path, clock):
+    svc = Service(db_url, tmp_path, clock)
+    yield svc
+    svc.close()
+
+
+def create(svc, cron="* * * * *", who=ALICE, **extra):
+    return svc.schedules.create(who, {"name": "nightly", "cron": cron, "spec": JOB, **extra})
+
+
+def workloads_of(svc, sid) -> list[WorkloadRow]:
+    with svc.engine.store.session() as s:
+        return list(s.scalars(select(WorkloadRow).where(WorkloadRow.schedule_id == sid)
+                              .order_by(WorkloadRow.submitted_at)))
+
+
+def test_a_schedule_makes_one_named_workload_per_firing_on_time(service, clock):
+    sched = create(service)
+    assert iso(sched.next_run_at) == "2026-06-01T10:01:00"
+    made = service.run_until(clock, utc("2026-06-01T10:05:30"))
+    assert [w.name for w in made] == [f"nightly-20260601T10{m:02d}" for m in range(1, 6)]
+    assert all(w.schedule_id == sched.id and w.team == "a" and w.user == "alice" for w in made)
+    # Late by at most the loop's step (20 s here): fired_at - scheduled time.
+    with service.engine.store.session() as s:
+        firings = s.scalars(select(FiringRow).order_by(FiringRow.fire_time)).all()
+    assert [f.cause for f in firings] == ["cron"] * 5
+    assert all(0 <= f.fired_at - f.fire_time <= 20 for f in firings)
+    assert iso(service.schedules.get(ALICE, sched.id).next_run_at) == "2026-06-01T10:06:00"
+
+
+# Berlin: 2026-03-29 02:00 CET -> 03:00 CEST; 2026-10-25 03:00 CEST -> 02:00 CET.
+# New York: 2026-03-08 02:00 EST -> 03:00 EDT; 2026-11-01 02:00 EDT -> 01:00 EST.
+@pytest.mark.parametrize("cron,tz,start,until,fired", [
+    # spring forward: the skipped 02:30 runs once, at 03:00 CEST (01:00Z)
+    ("30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00", "2026-03-30T03:00:00",
+     [("2026-03-29T01:00:00", "nightly-20260329T0300"),
+      ("2026-03-30T00:30:00", "nightly-20260330T0230")]),
+    # fall back: the repeated 02:30 runs at its first occurrence only (CEST, 00:30Z)
+    ("30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00", "2026-10-26T03:00:00",
+     [("2026-10-25T00:30:00", "nightly-20261025T0230"),
+      ("2026-10-26T01:30:00", "nightly-20261026T0230")]),
+    ("0 2 * * *", "America/New_York", "2026-03-07T12:00:00", "2026-03-08T12:00:00",
+     [("2026-03-08T07:00:00", "nightly-20260308T0300")]),
+    ("30 1 * * *", "America/New_York", "2026-10-31T12:00:00", "2026-11-01T12:00:00",
+     [("2026-11-01T05:30:00", "nightly-20261101T0130")]),
+])
+def test_daylight_saving_changes_through_the_loop(service, clock, cron, tz, start, until, fired):
+    clock.t = utc(start)
+    sched = create(service, cron, timezone=tz)
+    made = service.run_until(clock, utc(until), step=60.0)
+    with service.engine.store.session() as s:
+        firings = s.scalars(select(FiringRow).where(FiringRow.schedule_id == sched.id)
+                            .order_by(FiringRow.fire_time)).all()
+    assert [(iso(f.fire_time), w.name) for f, w in zip(firings, made)] == fired
+    assert len(made) == len(fired)
+
+
+@pytest.mark.parametrize("catch_up,back_at,expected", [
+    # down 10:05:30 -> 11:02:10, twelve firings missed: the latest runs once
+    ("once", "2026-06-01T11:02:10", [("nightly-20260601T1100", "catch-up")]),
+    ("skip", "2026-06-01T11:02:10", []),
+    # back within schedule_late_grace (60 s) of the latest: it is on time
+    ("skip", "2026-06-01T11:00:40", [("nightly-20260601T1100", "cron")]),
+])
+def test_firings_missed_while_down_run_once_or_not_at_a_restart(db_url, tmp_path, clock,
+                                                                 catch_up, back_at, expected):
+    first = Service(db_url, tmp_path, clock)
+    sched = create(first, "*/5 * * * *", catch_up=catch_up)
+    assert [w.name for w in first.run_until(clock, utc("2026-06-01T10:05:30"))] == \
+        ["nightly-20260601T1005"]
+    first.close()  # the service is down ...
+    clock.t = utc(back_at)
+    again = Service(db_url, tmp_path, clock)  # ... and restarts
+    made = again.schedules.fire_due()
+    made += again.schedules.fire_due()  # the next loop turn: nothing more
+    with again.engine.store.session() as s:
+        causes = {f.workload_id: f.cause for f in s.scalars(select(FiringRow))}
+    assert [(w.name, causes[w.id]) for w in made] == expected
+    # ... and the schedule goes on from now
+    assert iso(again.schedules.get(ALICE, sched.id).next_run_at) == "2026-06-01T11:05:00"
+    later = again.run_until(clock, utc("2026-06-01T11:05:30"))
+    assert [w.name for w in later] == ["nightly-20260601T1105"]
+    again.close()
+
+
+def test_two_service_processes_never_fire_the_same_firing_twice(db_url, tmp_path, clock):
+    one, two = Service(db_url, tmp_path, clock), Service(db_url, tmp_path, clock)
+    sched = create(one)
+    clock.t = utc("2026-06-01T10:01:05")
+    # Both read the schedule as due before either fires it.
+    with two.engine.store.session() as s:
+        seen_by_two = s.get(ScheduleRow, sched.id)
+    assert len(one.schedules.fire_due()) == 1
+    assert two.schedules.fire_due() == []  # next_run_at moved on
+    # Even past that check, the firing's key refuses a second workload.
+    with pytest.raises(Skipped):
+        two.schedules._fire(seen_by_two, seen_by_two.next_run_at, "cron", "test")
+    assert len(workloads_of(one, sched.id)) == 1
+    one.close()
+    two.close()
+
+
+def test_firings_are_admitted_against_the_team_quota(service, clock):
+    set_team(service.engine, ADMIN, "a", None, {"default": Quota(nominal=2, borrowing_limit=0)})
+    create(service, spec={**JOB, "gpus": 2})
+    made = service.run_until(clock, utc("2026-06-01T10:02:30"))
+    service.engine.tick()
+    with service.engine.store.session() as s:
+        states = [s.get(WorkloadRow, w.id) for w in made]
+    assert [w.state for w in states] == ["running", "queued"]
+    assert "team a holds 2 default GPUs and may hold at most 2" in states[1].reason
+
+
+def test_pause_resume_edit_run_now_and_delete(service, clock):
+    sched = create(service)
+    paused = service.schedules.pause(ALICE, sched.id)
+    assert paused.paused and paused.next_run_at is None
+    assert service.run_until(clock, utc("2026-06-01T10:03:30")) == []
+    # run now works while paused, and keeps the schedule paused
+    now_run = service.schedules.run_now(ALICE, sched.id)
+    assert now_run.name == "nightly-20260601T1003" and now_run.schedule_id == sched.id
+    resumed = service.schedules.resume(ALICE, sched.id)
+    assert iso(resumed.next_run_at) == "2026-06-01T10:04:00"  # nothing missed while paused runs
+    edited = service.schedules.update(ALICE, sched.id, {"cron": "0 12 * * *",
+                                                        "timezone": "Europe/Paris"})
+    assert iso(edited.next_run_at) == "2026-06-02T10:00:00"  # 12:00 CEST, tomorrow
+    assert service.schedules.recent(sched.id)[0]["workload_id"] == now_run.id
+    service.schedules.delete(ALICE, sched.id)
+    with pytest.raises(NotFound):
+        service.schedules.get(ALICE, sched.id)
+    assert [w.id for w in workloads_of(service, sched.id)] == [now_run.id]  # it stays
+    with service.engine.store.session() as s:
+        actions = [a.action for a in s.scalars(select(AuditEntry).where(
+            AuditEntry.target == sched.id).order_by(AuditEntry.id))]
+    assert actions == ["schedule-create", "schedule-pause", "schedule-fire", "schedule-resume",
+                       "schedule-update", "schedule-delete"]
+
+
+def test_who_may_see_and_change_a_schedule(service):
+    sched = create(service)
+    with pytest.raises(NotFound):
+        service.schedules.get(BOB, sched.id)  # another team's: as if there were none
+    assert service.schedules.listing(BOB) == []
+    assert service.schedules.get(CAROL, sched.id).id == sched.id  # a teammate sees it ...
+    for change in (lambda w: service.schedules.pause(w, sched.id),
+                   lambda w: service.schedules.run_now(w, sched.id),
+                   lambda w: service.schedules.update(w, sched.id, {"cron": "@daily"}),
+                   lambda w: service.schedules.delete(w, sched.id)):
+        with pytest.raises(Forbidden, match="belongs to alice"):
+            change(CAROL)  # ... but does not change it
+    assert service.schedules.pause(ADMIN, sched.id).paused  # an admin does
+    with pytest.raises(SpecError, match="not a member of team 'a'"):
+        create(service, who=BOB, team="a")
+
+
+@pytest.mark.parametrize("body,field,message", [
+    ({"cron": "61 * * * *"}, "cron", "cron: cron minute field: 61 is out of 0-59"),
+    ({"cron": "* * *"}, "cron", "cron: cron expression needs 5 fields"),
+    ({"cron": None}, "cron", "cron: is required"),
+    ({"timezone": "Mars/Olympus"}, "timezone", "timezone: unknown IANA time zone 'Mars/Olympus'"),
+    ({"catch_up": "all"}, "catch_up", "catch_up: must be one of once, skip"),
+    ({"spec": {"gpus": 1, "pool": "default"}}, "spec.command",
+     "spec.command: give exactly one of 'command' or 'notebook'"),
+    ({"spec": {**JOB, "pool": "h100"}}, "spec.pool", "spec.pool: unknown pool 'h100'"),
+    ({"team": "a", "spec": {**JOB, "team": "b"}}, "spec.team",
+     "spec.team: must be the schedule's team 'a'"),
+    ({"name": "two words"}, "name", "name: may use letters"),
+    ({"spec": {**JOB, "name": "no good"}}, "spec.name", "spec.name: may use letters"),
+    ({"colour": "red"}, "colour", "colour: is not a known field"),
+])
+def test_bad_schedules_are_refused_naming_the_field(service, body, field, message):
+    with pytest.raises(SpecError) as err:
+        service.schedules.create(ALICE, {"name": "nightly", "cron": "@daily", "spec": JOB, **body})
+    assert err.value.field == field and str(err.value).startswith(message)
+    assert service.schedules.listing(ADMIN) == []  # nothing made
