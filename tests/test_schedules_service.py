@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
+import nbformat
 import pytest
 from sqlalchemy import select
 
@@ -87,6 +88,19 @@ def test_a_schedule_makes_one_named_workload_per_firing_on_time(service, clock):
     assert [f.cause for f in firings] == ["cron"] * 5
     assert all(0 <= f.fired_at - f.fire_time <= 20 for f in firings)
     assert iso(service.schedules.get(ALICE, sched.id).next_run_at) == "2026-06-01T10:06:00"
+
+
+def test_each_firing_of_a_notebook_keeps_its_own_executed_copy(service, clock, tmp_path):
+    workspace = tmp_path / "workspaces" / "alice"
+    workspace.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(), str(workspace / "report.ipynb"))
+    nb = {"notebook": "report.ipynb", "output_notebook": "out/report.ipynb", "pool": "default",
+          "gpus": 0}
+    sched = service.schedules.create(ALICE, {"name": "daily", "cron": "* * * * *", "spec": nb})
+    made = service.run_until(clock, utc("2026-06-01T10:02:30"))
+    assert [w.spec["output_notebook"] for w in made] == ["out/report-20260601T1001.ipynb",
+                                                          "out/report-20260601T1002.ipynb"]
+    assert service.schedules.get(ALICE, sched.id).spec["output_notebook"] == "out/report.ipynb"
 
 
 # Berlin: 2026-03-29 02:00 CET -> 03:00 CEST; 2026-10-25 03:00 CEST -> 02:00 CET.

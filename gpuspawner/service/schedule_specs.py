@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..scheduler import cron
-from .specs import NAME_RE, JobSpec, Limits, SpecError, parse_job
+from .specs import NAME_RE, JobSpec, Limits, SpecError, parse_job, suffixed_notebook
 
 CATCH_UP = ("once", "skip")
 FIELDS = ("name", "team", "cron", "timezone", "spec", "paused", "catch_up")
@@ -87,6 +87,16 @@ def _name(name: Any) -> str:
     if not isinstance(name, str) or len(name) > MAX_NAME or not NAME_RE.fullmatch(name):
         raise SpecError("name", f"may use letters, digits, '.', '_' and '-' (at most {MAX_NAME})")
     return name
+
+
+def firing_output(body: dict, stamp: str) -> dict:
+    """The spec of one firing: a notebook's executed copy gets ``-<stamp>``
+    before its extension (``out/report.ipynb`` → ``out/report-20261201T0600.ipynb``),
+    so each run keeps its own instead of writing over the last one's."""
+    out = body.get("output_notebook")
+    if not isinstance(out, str) or not out:
+        return body
+    return {**body, "output_notebook": suffixed_notebook(out, stamp)}
 
 
 def job_spec(body: dict, limits: Limits, name: str = "", team: str | None = None) -> JobSpec:

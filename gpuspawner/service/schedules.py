@@ -31,7 +31,7 @@ from ..store import FiringRow, ScheduleRow, WorkloadRow
 from . import journal
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
-from .schedule_specs import job_spec, parse_schedule
+from .schedule_specs import firing_output, job_spec, parse_schedule
 from .specs import Limits, SpecError
 
 log = logging.getLogger("gpuhub.schedules")
@@ -54,10 +54,14 @@ def next_run(row: ScheduleRow, after: float) -> float:
     return cron.next_fire(c, tz, when(after)).timestamp()
 
 
+def firing_stamp(row: ScheduleRow, fire_time: float) -> str:
+    """``YYYYmmddTHHMM``, the firing's wall time in the schedule's zone."""
+    return f"{when(fire_time).astimezone(cron.zone(row.timezone)):%Y%m%dT%H%M}"
+
+
 def firing_name(row: ScheduleRow, fire_time: float) -> str:
-    """``<schedule>-YYYYmmddTHHMM``, the firing's wall time in the schedule's zone."""
-    local = when(fire_time).astimezone(cron.zone(row.timezone))
-    return f"{row.name}-{local:%Y%m%dT%H%M}"
+    """``<schedule>-YYYYmmddTHHMM``."""
+    return f"{row.name}-{firing_stamp(row, fire_time)}"
 
 
 class Schedules:
@@ -249,7 +253,8 @@ class Schedules:
         schedule's next_run_at is still that, moving it to ``following``."""
         now = self.engine.clock()
         try:
-            spec = job_spec(row.spec, self.limits(), firing_name(row, fire_time), row.team)
+            spec = job_spec(firing_output(row.spec, firing_stamp(row, fire_time)), self.limits(),
+                            firing_name(row, fire_time), row.team)
             wl = self.engine.new_row(self._owner(row), spec)
         except (SpecError, Forbidden) as err:  # the team, pool or limits changed since
             if expected is not None:

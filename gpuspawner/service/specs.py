@@ -7,6 +7,7 @@ is checked by the engine, which raises the same error type.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -201,6 +202,13 @@ def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
                    gpus=_gpus_per_node(body), nodes=1, name=name,
                    time_limit=None, priority=_text(body, "priority", 64) or "interactive",
                    project=_text(body, "project", 255) or "", team=_text(body, "team", 128))
+
+
+def suffixed_notebook(path: str, suffix: str) -> str:
+    """``path`` with ``-<suffix>`` before its extension (``out/nb.ipynb`` →
+    ``out/nb-3.ipynb``): one run's executed notebook beside its siblings'."""
+    stem, ext = posixpath.splitext(path)
+    return f"{stem}-{suffix}{ext or '.ipynb'}"
 
 
 def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:

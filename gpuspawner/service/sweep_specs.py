@@ -11,13 +11,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import posixpath
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from .specs import (ENV_NAME_RE, MAX_PARAMETERS, NAME_RE, JobSpec, Limits, SpecError,
-                    parse_after, parse_job)
+                    parse_after, parse_job, suffixed_notebook)
 
 MAX_TASKS = 10000
 MAX_PARAMS = 64
@@ -163,8 +162,7 @@ def task_output(template: JobSpec, index: int) -> Optional[str]:
     do not write over each other's (None: the attempt's directory)."""
     if not template.output_notebook:
         return None
-    stem, ext = posixpath.splitext(template.output_notebook)
-    return f"{stem}-{index}{ext or '.ipynb'}"
+    return suffixed_notebook(template.output_notebook, str(index))
 
 
 def best_index(values: dict[int, float], goal: str) -> Optional[int]:
