@@ -16,10 +16,10 @@ import re
 import time
 import zipfile
 
-import nbformat
 import requests
 from playwright import sync_api
 
+import notebooks
 from hub_harness import Hub
 from test_spawn_browser import (CHROMIUM, CHROMIUM_ARGS, SLOW_MS, kill_leftover_servers, login,
                                 server_pids, server_state, shot, stop_servers, wait_for)
@@ -38,15 +38,8 @@ HOLD = "import time; time.sleep(600)"
 
 def write_notebook(path: str, parameters: str = 'epochs = 1\nmodel = "resnet"\nstep_seconds = 2',
                    code: str = TRAIN, title: str = "# Train") -> None:
-    """A notebook: a title, a cell tagged ``parameters`` and the code."""
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(parameters)
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell(title), params, nbformat.v4.new_code_cell(code)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    nbformat.write(nb, path)
+    """The browser tests' notebook: a title, a cell tagged ``parameters`` and the code."""
+    notebooks.write_notebook(path, parameters, code, title)
 
 
 def quiet_news(workspace: str) -> None:

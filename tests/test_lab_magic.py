@@ -6,11 +6,11 @@ from __future__ import annotations
 import pathlib
 import re
 
-import nbformat
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from hub_harness import Hub
+from notebooks import write_notebook
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +40,6 @@ def shell(hub, folder, monkeypatch):
     ip.run_line_magic("load_ext", "gpuspawner.magic")
     yield ip
     InteractiveShell.clear_instance()
-
-
-def write_notebook(path: pathlib.Path, parameters: str, code: str) -> None:
-    """A notebook with a papermill ``parameters`` cell and one more."""
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(parameters)
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(code)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, str(path))
 
 
 def test_submit_a_notebook_follow_it_and_list_it(shell, folder, capfd):

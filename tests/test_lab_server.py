@@ -18,6 +18,7 @@ import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_harness import Hub
+from notebooks import write_notebook
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -57,14 +58,8 @@ def jp_server_config(hub):
 
 @pytest.fixture
 def files(jp_root_dir, hub):
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("epochs = 1\nname = 'base'")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell('print(f"{name}: {epochs} epochs")')]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    os.makedirs(jp_root_dir / "project")
-    nbformat.write(nb, str(jp_root_dir / "project" / "train.ipynb"))
+    write_notebook(jp_root_dir / "project" / "train.ipynb", "epochs = 1\nname = 'base'",
+                   'print(f"{name}: {epochs} epochs")')
     (jp_root_dir / "project" / "train.py").write_text(SCRIPT)
     hub.give("alice", str(jp_root_dir))  # hers, as her own server would have made them
     return jp_root_dir

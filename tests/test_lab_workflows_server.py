@@ -16,6 +16,7 @@ import nbformat
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
+from notebooks import write_notebook
 from test_lab_server import (call, error, files, hub, jp_root_dir,  # noqa: F401 (fixtures)
                              jp_server_config, wait_state)
 
@@ -34,13 +35,7 @@ print(f"lr={lr} epochs={epochs} loss={loss}")
 
 @pytest.fixture
 def sweep_files(files, hub):
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("lr = 0.1\nepochs = 1\nmodel = 'mlp'")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(GLUE)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, str(files / "project" / "tune.ipynb"))
+    write_notebook(files / "project" / "tune.ipynb", "lr = 0.1\nepochs = 1\nmodel = 'mlp'", GLUE)
     (files / "project" / "fail.sh").write_text('echo "lr=$GPUHUB_PARAM_LR"; exit 3\n')
     # A spawned server makes the output folders as alice; this one runs in
     # the test's (root) process, so they are made hers beforehand.

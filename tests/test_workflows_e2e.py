@@ -12,12 +12,12 @@ import os
 import pathlib
 import time
 
-import nbformat
 import pytest
 
 from gpuspawner.cli import main
 from gpuspawner.times import from_iso
 
+from notebooks import write_notebook
 from hub_harness import Hub, wait_for
 
 LRS = [1.0, 0.3, 0.1, 0.03, 0.01, 0.003]
@@ -50,16 +50,6 @@ with open("best.json", "w") as f:
 TRAIN_BEST = ("import json, os; best = json.load(open('best.json')); os.makedirs('model'); "
               "json.dump({'lr': best['parameters']['lr'], 'weights': [1, 2, 3]}, "
               "open('model/model.json', 'w'))")
-
-
-def notebook(path: pathlib.Path, parameters: str, code: str) -> None:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(parameters)
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(code)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, str(path))
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +86,8 @@ def most_at_once(attempts: list[tuple[float, float]]) -> int:
 
 
 def test_sweep_then_evaluate_then_train_the_best(hub, folder, capsys):
-    notebook(folder / "train.ipynb", "lr = 0.1", TRAIN)
-    notebook(folder / "evaluate.ipynb", "sweep_id = ''", EVALUATE)
+    write_notebook(folder / "train.ipynb", "lr = 0.1", TRAIN)
+    write_notebook(folder / "evaluate.ipynb", "sweep_id = ''", EVALUATE)
     (folder / "grid.yaml").write_text(f"grid:\n  lr: {LRS}\n")
     hub.give("alice", str(folder))
     workdir = os.path.basename(folder)
