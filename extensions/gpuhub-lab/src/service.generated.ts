@@ -2963,6 +2963,28 @@ export interface components {
             max_batch_size: number;
             /** @default 0.005 */
             max_batch_time: number;
+            /** @description what the new revision waits for (state `waiting`: no replicas, no GPUs, the deployment serving as it was); once met, model_dir is checked and it rolls out; if a dependency can no longer be met, or model_dir is then invalid, the revision ends `failed` with the reason */
+            after?: components["schemas"]["Dependency"][];
+        };
+        Revision: {
+            number?: number;
+            model_dir?: string;
+            runtime?: string;
+            predictor?: string;
+            /** Format: date-time */
+            created_at?: string;
+            created_by?: string;
+            /**
+             * @description ready: deployed (it may take traffic); waiting for `after`; failed: never deployed (`reason`)
+             * @enum {string}
+             */
+            state?: "ready" | "waiting" | "failed";
+            /** @description what it waits for ("waiting for w1a2b3c4d5e6 (ok)"), or why it failed */
+            reason?: string;
+            after?: components["schemas"]["Dependency"][];
+            replicas?: string[];
+            ready_replicas?: number;
+            in_flight?: number;
         };
         Deployment: {
             team?: string;
@@ -2974,7 +2996,7 @@ export interface components {
             stable_revision?: number;
             canary_revision?: number | null;
             message?: string;
-            revisions?: Record<string, never>[];
+            revisions?: components["schemas"]["Revision"][];
         };
         PreviewRequest: {
             /** @description how far back: 14d, 36h, 90m, or the start as an ISO date/time or UNIX seconds */
