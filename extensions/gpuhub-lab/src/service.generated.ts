@@ -2789,6 +2789,11 @@ export interface components {
             started_at: string | null;
             /** Format: date-time */
             finished_at: string | null;
+            /**
+             * Format: date-time
+             * @description for a job that waited for a dependency: when it was met; the queue orders and ages it from then (null: from submitted_at)
+             */
+            eligible_at?: string | null;
             /** @description the schedule whose firing made it (null when submitted by hand) */
             schedule_id: string | null;
             /** @description while running */
