@@ -62,6 +62,8 @@ export interface paths {
                     project?: string;
                     /** @description the tasks of this sweep; none: workloads that are no sweep's task (repeat to match several) */
                     sweep_id?: string;
+                    /** @description the workloads this schedule's firings made; none: those no schedule made (repeat to match several) */
+                    schedule_id?: string;
                     limit?: number;
                     /** @description 1: each workload as GET /workloads/{id} has it (attempts, queue_position, output_notebook) */
                     detail?: 0 | 1;
@@ -2685,6 +2687,13 @@ export interface components {
             /** Format: date-time */
             last_run_at: string | null;
             last_workload_id: string | null;
+            /** @description why the last firing could not be submitted (its team, pool or limits changed: "the firing for 2026-12-01 02:00Z could not be submitted: spec.pool: ..."), kept until a firing succeeds; null: none */
+            last_error: string | null;
+            /**
+             * Format: date-time
+             * @description when that firing was tried
+             */
+            last_error_at: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
