@@ -213,6 +213,12 @@ def cmd_bench(args) -> int:
         print("\n".join(json.dumps(r, sort_keys=True) for r in rows) if args.json
               else kube_rows(rows))
         return 0
+    if args.target == "sweeps":
+        from .bench_sweeps import format_rows as sweep_rows, run_bench as sweep_bench
+        rows = sweep_bench(args.sweep_tasks, args.sweeps_db_url)
+        print("\n".join(json.dumps(r, sort_keys=True) for r in rows) if args.json
+              else sweep_rows(rows))
+        return 0
     if args.target == "culler":
         from .culler.bench import format_rows as culler_rows, run_bench as culler_bench
         rows = culler_bench()
@@ -281,9 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks: scheduling cycle against fifo (default), "
                                          "the REST API through the proxy (api), the Kubernetes "
-                                         "backend's API calls, list vs watch (kube)")
+                                         "backend's API calls, list vs watch (kube), a big sweep's "
+                                         "cost to the service (sweeps)")
     bench.add_argument("target", nargs="?",
-                       choices=["scheduler", "api", "culler", "serving", "kube"],
+                       choices=["scheduler", "api", "culler", "serving", "kube", "sweeps"],
                        default="scheduler",
                        help="what to measure (default: scheduler)")
     bench.add_argument("--json", action="store_true", help="one JSON object per measurement")
@@ -295,6 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_api(bench)
     bench.add_argument("--serving-concurrency", type=int, nargs="+", default=[1, 16, 64],
                        help="bench serving: client threads per row (default 1 16 64)")
+    bench.add_argument("--sweep-tasks", type=int, default=2000,
+                       help="bench sweeps: tasks in the sweep (default 2000)")
+    bench.add_argument("--sweeps-db-url",
+                       help="bench sweeps: the database (default a scratch SQLite file), e.g. "
+                            "postgresql+psycopg://postgres@127.0.0.1:5432/bench")
     bench.add_argument("--kube-pods", type=int, default=1000,
                        help="bench kube: GPU Hub pods (and Jobs) on the stand-in API server "
                             "(default 1000)")

@@ -36,11 +36,13 @@ with open(os.path.join(os.environ["OUTPUT_DIR"], "metrics.txt"), "w") as f:
 HOLD = "import time; time.sleep(600)"
 
 
-def write_notebook(path: str) -> None:
+def write_notebook(path: str, parameters: str = 'epochs = 1\nmodel = "resnet"\nstep_seconds = 2',
+                   code: str = TRAIN, title: str = "# Train") -> None:
+    """A notebook: a title, a cell tagged ``parameters`` and the code."""
     nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell('epochs = 1\nmodel = "resnet"\nstep_seconds = 2')
+    params = nbformat.v4.new_code_cell(parameters)
     params.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell("# Train"), params, nbformat.v4.new_code_cell(TRAIN)]
+    nb.cells = [nbformat.v4.new_markdown_cell(title), params, nbformat.v4.new_code_cell(code)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 import re
 
-import nbformat
 from playwright import sync_api
 
 from hub_harness import Hub
-from test_lab_browser import hub_session, lab_page, quiet_news
+from test_lab_browser import hub_session, lab_page, quiet_news, write_notebook
 from test_spawn_browser import SLOW_MS, shot
 
 TUNE = """\
@@ -33,17 +32,6 @@ display({"application/scrapbook.scrap.json+json":
         metadata={"scrapbook": {"name": "loss", "data": True, "display": False}}, raw=True)
 print(f"lr={lr} epochs={epochs} loss={loss}")
 """
-
-
-def write_notebook(path: str) -> None:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell('lr = 0.1\nepochs = 1\nmodel = "mlp"\nstep_seconds = 4')
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell("# Tune"), params, nbformat.v4.new_code_cell(TUNE)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    nbformat.write(nb, path)
 
 
 def open_submit(page, tab: str):
@@ -71,7 +59,8 @@ def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
     hub = Hub(str(tmp_path), groups={"team-a": ["alice"]},
               teams={"a": {"quotas": {"default": {"nominal": 4, "borrowing_limit": 0}}}}, gpus=4)
     workspace = os.path.join(hub.data_dir, "workspaces", "alice")
-    write_notebook(os.path.join(workspace, "tune.ipynb"))
+    write_notebook(os.path.join(workspace, "tune.ipynb"),
+                   'lr = 0.1\nepochs = 1\nmodel = "mlp"\nstep_seconds = 4', TUNE, "# Tune")
     quiet_news(workspace)
     expect = sync_api.expect
     with hub_session(hub) as pids, lab_page(hub, "alice", pids,

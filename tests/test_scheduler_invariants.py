@@ -453,32 +453,62 @@ def test_invariants_hold_after_every_cycle(policy_name, cluster, acts):
 
 # ---- the rules that bound waits and churn (issue 19) ----------------------
 
-PROTECTED = POLICIES["gpuhub"].with_(min_runtime=600.0, max_preemptions=1, preemption_delay=0.0)
+PROTECTED = POLICIES["gpuhub"].with_(min_runtime=600.0, max_preemptions=1, preemption_delay=0.0,
+                                     age_protection=3 * 3600.0)
 
 
 @settings(max_examples=200, deadline=None, report_multiple_bugs=False,
           suppress_health_check=[HealthCheck.too_slow])
 @given(cluster=clusters(), acts=st.lists(actions(), min_size=20, max_size=60))
 def test_protected_workload_is_never_preempted_before_its_minimum_run_time(cluster, acts):
-    """With ``min_runtime`` and ``max_preemptions``: no preemption hits work
-    that started (or restarted) less than ``min_runtime`` ago, or (except a
-    lender's reclaim of its nominal quota) that was preempted
-    ``max_preemptions`` times; every other invariant still holds.
+    """With ``min_runtime``, ``age_protection`` and ``max_preemptions``: no
+    preemption, by either rule, hits work that started (or restarted) less
+    than ``min_runtime`` ago, or less than its age at that start (up to
+    ``age_protection``), or that was preempted ``max_preemptions`` times;
+    every other invariant still holds.
     Random sequences advance time by 1 s to 1 h, so protection both holds
     and expires."""
     def protected_preempted(before, result, now):
         out = []
         for e in result.of_type(ev.PREEMPTED):
-            ran = now - before["started"][e.workload_id]
+            started = before["started"][e.workload_id]
+            ran = now - started
             victim = before["running"][e.workload_id]
-            if ran < PROTECTED.min_runtime:
-                out.append(f"{e.workload_id} preempted after {ran:.0f} s of run time")
-            if (victim.attempt >= PROTECTED.max_preemptions
-                    and "reclaims its nominal" not in e.message):
+            age = min(PROTECTED.age_protection, started - victim.submit_time)
+            if ran < max(PROTECTED.min_runtime, age):
+                out.append(f"{e.workload_id} preempted after {ran:.0f} s of run time "
+                           f"(aged {started - victim.submit_time:.0f} s at its start)")
+            if victim.attempt >= PROTECTED.max_preemptions:
                 out.append(f"{e.workload_id} preempted again at attempt {victim.attempt}")
         return out
 
     run_actions("gpuhub", cluster, acts, policy=PROTECTED, on_cycle=protected_preempted)
+
+
+@settings(max_examples=200, deadline=None, report_multiple_bugs=False,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), acts=st.lists(actions(), min_size=20, max_size=60))
+def test_only_a_wait_on_the_teams_ceiling_holds_quota(cluster, acts):
+    """A quota hold is made only for a workload its team's ceiling (nominal
+    + borrowing limit) refuses; one refused only because the pool is full
+    waits for capacity (its reservation) and holds nothing. Checked against
+    the most the team can hold during the cycle: what it held before plus
+    everything the cycle admitted or nominated for it."""
+    def hold_below_ceiling(before, result, now):
+        state = before["state"]
+        out = []
+        for hold in result.quota_holds:
+            w = before["pending"][hold.workload_id]
+            most = state.ledger.used.get((w.team, w.pool), 0) + sum(
+                before["pending"][e.workload_id].gpus for e in result.events
+                if e.type in (ev.ADMITTED, ev.NOMINATED) and e.workload_id in before["pending"]
+                and (before["pending"][e.workload_id].team, before["pending"][e.workload_id].pool)
+                == (w.team, w.pool))
+            if most + w.gpus <= state.ledger.quota(w.team, w.pool).ceiling:
+                out.append(f"{w.id} holds team {w.team}'s quota, which its ceiling allows")
+        return out
+
+    run_actions("gpuhub", cluster, acts, on_cycle=hold_below_ceiling)
 
 
 @st.composite

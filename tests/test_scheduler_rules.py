@@ -377,26 +377,77 @@ def test_reclaim_preempts_borrowers_highest_share_first(nominal, weights, ask, v
     assert {(n, g) for n, gs in nom.placement for g in gs} == victim_gpus
 
 
+CAP = GPUHUB.max_preemptions
+
+
 @pytest.mark.parametrize("rule, attempt, preempt", [
     pytest.param("reclaim", 0, True, id="reclaim-fresh-borrower"),
-    pytest.param("reclaim", 5, True, id="reclaim-ignores-the-cap"),
+    pytest.param("reclaim", CAP - 1, True, id="reclaim-below-the-cap"),
+    pytest.param("reclaim", CAP, False, id="reclaim-respects-the-cap"),
     pytest.param("priority", 0, True, id="priority-fresh-victim"),
-    pytest.param("priority", 5, False, id="priority-respects-the-cap"),
+    pytest.param("priority", CAP, False, id="priority-respects-the-cap"),
 ])
-def test_preemption_cap_never_keeps_a_team_from_its_nominal_quota(rule, attempt, preempt):
-    """``max_preemptions`` bounds churn from priority preemption, but a
-    lender always gets its nominal quota back from a borrower."""
+def test_preemption_cap_holds_for_both_rules(rule, attempt, preempt):
+    """A workload preempted ``max_preemptions`` times is not preempted again,
+    by reclaim either: the lender gets its quota back when the borrower ends
+    (by its time limit), holding the reservation for it meanwhile; inside a
+    team the higher priority starts when the capped job ends."""
     if rule == "reclaim":
         s = sched([node("n1", 2)], [team("owner", 2), team("b", 0)])
-        start(s, wl("v", "b", 2, t=0.0, attempt=attempt))
+        start(s, wl("v", "b", 2, t=0.0, attempt=attempt, time_limit=3600.0))
         submit(s, wl("x", "owner", 2, t=10.0))
     else:
         s = sched([node("n1", 2)], [team("vision", 2)])
-        start(s, wl("v", "vision", 2, t=0.0, priority="batch", attempt=attempt))
+        start(s, wl("v", "vision", 2, t=0.0, priority="batch", attempt=attempt,
+                    time_limit=3600.0))
         submit(s, wl("x", "vision", 2, t=10.0, priority="production"))
     result = s.step(10.0 + DELAY)
-    assert GPUHUB.max_preemptions is not None and attempt >= 0
     assert ("v" in preempted(result)) == preempt, result.waiting.get("x")
+    if not preempt:
+        if rule == "reclaim":
+            assert [(r.workload_id, r.start) for r in result.reservations] == [("x", 3600.0)]
+        s.finished("v", 3600.0)
+        assert "x" in admitted(s.step(3600.0))
+
+
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize("waited, ran, preempt", [
+    pytest.param(0.0, DELAY, True, id="started-at-once-reclaimed-at-once"),
+    pytest.param(2 * HOUR, 1 * HOUR, False, id="waited-2h-ran-1h"),
+    pytest.param(2 * HOUR, 2 * HOUR, True, id="waited-2h-ran-2h"),
+    pytest.param(72 * HOUR, 7 * HOUR, False, id="waited-3-days-ran-7h"),
+    pytest.param(72 * HOUR, GPUHUB.age_protection, True, id="protection-is-bounded"),
+])
+def test_age_protection_keeps_long_waited_work_running_for_as_long(waited, ran, preempt):
+    """A workload that waited for its GPUs is not reclaimed before it has run
+    as long as it waited, up to ``age_protection`` (gpuhub: 8 h); one that
+    started at once is reclaimed as soon as the lender asks."""
+    s = sched([node("n1", 4)], [team("owner", 4), team("b", 0)])
+    submit(s, wl("v", "b", 4, t=0.0))
+    assert "v" in admitted(s.step(waited))
+    submit(s, wl("x", "owner", 4, t=waited + ran - DELAY))
+    got = preempted(s.step(waited + ran))
+    assert ("v" in got) == preempt
+
+
+@pytest.mark.parametrize("victims_running, victim", [
+    pytest.param(["gang", "single"], "single", id="single-job-newer"),
+    pytest.param(["single", "gang"], "single", id="gang-newer"),
+    pytest.param(["gang"], "gang", id="only-the-gang-makes-room"),
+])
+def test_reclaim_counts_every_gpu_a_gang_victim_holds(victims_running, victim):
+    """A one-node preemptor evicts a 4-GPU job rather than a 2 × 4-GPU gang
+    that frees as much on one node: the gang stops on both of its nodes."""
+    nodes = [node("n1", 4), node("n2", 4)] + ([node("n3", 4)] if "single" in victims_running
+                                              else [])
+    s = sched(nodes, [team("owner", 4), team("b", 0)])
+    shapes = {"gang": wl("gang", "b", 4, num_nodes=2), "single": wl("single", "b", 4)}
+    for i, name in enumerate(victims_running):
+        start(s, replace(shapes[name], submit_time=float(i)), now=float(i))
+    submit(s, wl("x", "owner", 4, t=100.0))
+    assert list(preempted(s.step(100.0 + DELAY))) == [victim]
 
 
 @pytest.mark.parametrize(
@@ -533,7 +584,9 @@ def test_notebooks_and_deployments_within_nominal_never_preempted(kind, sizes, a
 
 @pytest.mark.parametrize("again", ["requeued-victim", "fresh-workload", "victim-evicted-in-grace"])
 def test_no_preemption_loop(again):
-    s = sched([node("n1", 4)], [team("a", 2), team("b", 0)])
+    # Without age protection: x, which waited a while, would be protected.
+    s = sched([node("n1", 4)], [team("a", 2), team("b", 0)],
+              GPUHUB.with_(age_protection=None))
     # z and y borrow a's idle quota and the unowned GPUs
     start(s, wl("z", "b", 2, t=0.0), wl("y", "b", 2, t=1.0))
     assert s.state.running["y"].placement == (("n1", (2, 3)),)
@@ -564,6 +617,30 @@ def test_no_preemption_loop(again):
         # y could reclaim from x by quota, but x preempted y: no loop
         assert "x" not in preempted(result), "y preempts x, which had preempted y"
         assert "y" in result.waiting
+
+
+@pytest.mark.parametrize("borrowing_limit, s_limit, s_runs", [
+    pytest.param(2, 20000.0, False, id="ceiling-hold-keeps-long-work-back"),
+    pytest.param(2, 500.0, True, id="ceiling-hold-lets-short-work-pass"),
+    pytest.param(None, 20000.0, True, id="pool-full-wait-holds-no-quota"),
+])
+def test_quota_hold_only_for_a_wait_on_the_teams_ceiling(borrowing_limit, s_limit, s_runs):
+    """x (4 GPUs) is refused: by its team's ceiling (nominal 4 + borrowing
+    limit 2, holding 5), it holds the team's quota from t=1000 (r1 ends) and
+    s, which would run past that, waits behind it; only because the pool is
+    full (no borrowing limit), x waits for GPUs (with a reservation after
+    ``reserve_for_borrowers_after``) and holds no quota: s starts."""
+    s = sched([node("n1", 4), node("n2", 4)],
+              [team("t", 4, borrowing_limit), team("o", 4)])
+    start(s, wl("r1", "t", 3, time_limit=1000.0), wl("r2", "t", 2, time_limit=10000.0),
+          wl("o1", "o", 2, time_limit=20000.0))
+    submit(s, wl("x", "t", 4, t=10.0), wl("s", "t", 1, t=11.0, time_limit=s_limit))
+    result = s.step(11.0)
+    assert ("s" in admitted(result)) == s_runs, result.waiting.get("s")
+    if not s_runs:
+        assert result.waiting["s"] == ("waiting behind x of team t, which needs the team's "
+                                       "a100 quota first")
+    assert [h.workload_id for h in result.quota_holds] == (["x"] if borrowing_limit else [])
 
 
 # ---- backfill --------------------------------------------------------------

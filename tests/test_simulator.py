@@ -264,7 +264,7 @@ def test_reduced_sweep_replays_every_policy_on_every_case_without_invariant_viol
         assert r["invariant_problems"] == 0, r["case"]
         assert r["finished"] + r["rejected"] == 120
         assert set(r["p99_queue_s_by_size"]) <= {"1", "2-4", "5-8", ">8"}
-        assert r["max_preemptions_per_job"] <= 2  # gpuhub's cap; the others never preempt
+        assert r["max_preemptions_per_job"] <= 3  # gpuhub's cap; the others never preempt
 
 
 @pytest.mark.parametrize("goals, met", [

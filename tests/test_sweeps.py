@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -299,40 +298,19 @@ def test_a_sweep_after_a_job_and_a_restart(db_url, tmp_path):
         f"waiting for a slot of sweep {sw.id} (at most 1 at once)")
 
 
-def test_two_thousand_tasks_submit_and_cycle_quickly(db_url, tmp_path, capsys):
-    """The figures docs/workflows.md quotes (this machine, the test's database)."""
+def test_two_thousand_tasks_queue_and_a_capped_sweep_moves_on(db_url, tmp_path):
+    """At the size `gpuhub bench sweeps` times: every task of a 2,000-task
+    sweep reaches the queue, and a capped one fills a freed slot with its next task."""
     engine = make_engine(db_url, tmp_path, gpus=8)
-    for _ in range(200):  # other work of the team, queued
-        engine.submit(ALICE, parse_job({"command": ["true"], "pool": "default"}))
-    engine.tick()
-
-    def plan_ms():  # one scheduling cycle, planned (not applied), as the engine plans it
-        t0 = time.perf_counter()
-        engine.scheduler.cycle(engine.clock(), explain=True)
-        return (time.perf_counter() - t0) * 1000
-    without = plan_ms()
-    t0 = time.perf_counter()
     sw = sweeps.submit(engine, ALICE, sweep_of(2000))
-    submit_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    engine._release_waiting(engine.clock())  # all 2000 into the queue
-    release_all = time.perf_counter() - t0
     engine.tick()
-    assert sweeps.get(engine, ALICE, sw.id)["counts"]["queued"] == 2000
-    with_sweep = plan_ms()
+    assert sweeps.get(engine, ALICE, sw.id)["counts"]["queued"] == 2000 - 8
     capped = sweeps.submit(engine, ALICE, sweep_of(2000, max_running=4))
     engine.tick()
+    assert states(engine, capped.id)[:5] == ["queued"] * 4 + ["waiting"]
     engine.cancel(ALICE, task_ids(engine, capped.id)[0])  # its slot goes to the next task
-    t0 = time.perf_counter()
-    engine._release_waiting(engine.clock())
-    release_one = (time.perf_counter() - t0) * 1000
+    engine.tick()
     assert states(engine, capped.id)[:6] == ["cancelled"] + ["queued"] * 4 + ["waiting"]
-    with capsys.disabled():
-        print(f"\n2000-task sweep: submit {submit_s:.2f} s, releasing all 2000 {release_all:.2f} s; "
-              f"a cycle with 200 jobs queued {without:.0f} ms, with the 2000 tasks queued too "
-              f"{with_sweep:.0f} ms; releasing the next task of a capped 2000-task sweep "
-              f"{release_one:.0f} ms")
-    assert submit_s < 20 and with_sweep < 5000 and release_one < 1000
 
 
 def test_a_task_that_left_a_hostile_file_still_ends(db_url, tmp_path):

@@ -342,8 +342,6 @@ class _Cycle:
                     return
                 self.quota_blocked[(w.team, w.pool)] = (w.gpus, reason)
                 self.version += 1
-                if policy.quota_holds and (w.team, w.pool) not in self.quota_holds:
-                    self.hold_quota(w)
                 # Blocked only because the pool is full (its team's ceiling
                 # allows it): it waits for GPUs like any other workload, with
                 # a reservation when its turn comes, so that a gang larger
@@ -352,12 +350,19 @@ class _Cycle:
                 # room may have been filled since by work backfilled around
                 # that reservation, and losing it would let the next backfill
                 # take the GPUs drained for it (a start later than promised).
+                # Such a wait for capacity holds no quota: the reservation is
+                # its protection, and a hold of the team's nominal quota would
+                # keep the team's small work back for the gang's whole wait.
+                pool_full = self.ledger.used.get((w.team, w.pool), 0) + w.gpus <= \
+                    self.ledger.quota(w.team, w.pool).ceiling
+                if policy.quota_holds and not pool_full and \
+                        (w.team, w.pool) not in self.quota_holds:
+                    self.hold_quota(w)
                 reserved = None
                 after = policy.reserve_for_borrowers_after
                 borrower_turn = holds_reservation or (
                     after is not None and self.now - w.submit_time >= after)
-                if borrower_turn and self.ledger.used.get((w.team, w.pool), 0) + w.gpus <= \
-                        self.ledger.quota(w.team, w.pool).ceiling:
+                if borrower_turn and pool_full:
                     reserved = self.try_reserve(w, holds_reservation)
                 self.wait(w, reserved or reason)
                 return
@@ -474,13 +479,12 @@ class _Cycle:
         self._count_share(w)
 
     def hold_quota(self, w: Workload) -> None:
-        """Backfill inside a team: the first workload its quota blocks gets the
-        time the team's running work frees enough quota for it (within
-        nominal, or within its ceiling when that is what blocks it); later
-        work of the team may start only if it ends by then or leaves room."""
-        quota = self.ledger.quota(w.team, w.pool)
+        """Backfill inside a team: the first workload its team's ceiling
+        (nominal + borrowing limit) blocks gets the time the team's running
+        work frees enough of it; later work of the team may start only if it
+        ends by then or leaves room."""
         used = self.ledger.used.get((w.team, w.pool), 0)
-        bound = quota.ceiling if used + w.gpus > quota.ceiling else quota.nominal
+        bound = self.ledger.quota(w.team, w.pool).ceiling
         if w.gpus > bound:
             return
         running = self.state.running

@@ -49,7 +49,13 @@ class Policy:
     # A running workload is not preempted before it has run this long since
     # its (re)start, seconds (KAI's min-runtime): no churn, little lost work.
     min_runtime: float = 0.0
-    # A workload preempted this many times is not preempted again (None: no cap).
+    # A (re)started workload is also not preempted until it has run as long
+    # as its age at that start (time since its submission), up to this many
+    # seconds (None: off): what waited long for its GPUs keeps them a while,
+    # what started at once may be reclaimed at once.
+    age_protection: Optional[float] = None
+    # A workload preempted this many times is not preempted again, by either
+    # rule (None: no cap).
     max_preemptions: Optional[int] = None
     # A pending workload that has waited this long (seconds) is considered
     # right after the reservation holders, oldest first, whatever its team's
@@ -105,9 +111,11 @@ POLICIES: dict[str, Policy] = {
         name="quota-fifo", quotas=True, fair_share=False, backfill=False,
         preemption=False, quota_holds=False,
     ),
-    # Aging after 12 h, at most 2 preemptions per workload (docs/scheduler.md,
-    # the ablation table). min_runtime stays 0: it delays every reclaim.
-    "gpuhub": Policy(name="gpuhub", aging_after=12 * 3600.0, max_preemptions=2),
+    # Aging after 12 h, at most 3 preemptions per workload, protection by age
+    # up to 8 h (docs/scheduler.md, the ablation table). min_runtime stays 0:
+    # it delays every reclaim, of work that started at once too.
+    "gpuhub": Policy(name="gpuhub", aging_after=12 * 3600.0, max_preemptions=3,
+                     age_protection=8 * 3600.0),
 }
 
 

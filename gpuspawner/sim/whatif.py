@@ -56,6 +56,9 @@ KNOBS: dict[str, Knob] = {
                                                    "preempted work"),
     "min_runtime": Knob("seconds", False, "a workload is not preempted before it has run "
                                           "this long"),
+    "age_protection": Knob("seconds", True, "a (re)started workload is not preempted before "
+                                            "it has run as long as its age at that start, up "
+                                            "to this long (none: off)"),
     "max_preemptions": Knob("count", True, "a workload preempted this many times is not "
                                            "preempted again (none: no cap)"),
     "aging_after": Knob("seconds", True, "work waiting this long is considered right after "
