@@ -1879,7 +1879,7 @@ export interface paths {
         put?: never;
         /**
          * Start a what-if preview: the period's history replayed under the current settings and with the proposed ones (admins; a team lead for their own team's settings)
-         * @description Runs in a worker process; poll GET /whatif/{id} for its progress and result. Setting keys: team.TEAM.POOL.nominal, team.TEAM.POOL.borrowing_limit, team.TEAM.POOL.lending_limit (null: no limit), team.TEAM.weight, policy.KNOB (preemption_delay, default_grace_period, min_runtime, max_preemptions, aging_after, reserve_for_borrowers_after, usage_half_life, backfill, preemption, fair_share). 409 when GpuHubService.whatif_max_running previews run already.
+         * @description Runs in a worker process; poll GET /whatif/{id} for its progress and result. Setting keys: team.TEAM.POOL.nominal, team.TEAM.POOL.borrowing_limit, team.TEAM.POOL.lending_limit (null: no limit), team.TEAM.weight, policy.KNOB (preemption_delay, default_grace_period, min_runtime, age_protection, max_preemptions, aging_after, reserve_for_borrowers_after, usage_half_life, backfill, preemption, fair_share). 409 when GpuHubService.whatif_max_running previews run already.
          */
         post: {
             parameters: {
