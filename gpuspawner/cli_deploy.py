@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from .cli_sweep import parse_after_arg
 from .cli_client import UsageError, _client, _guard, _print_json, common_options, format_table
 
 
@@ -14,7 +15,8 @@ def format_deployments(deps: Sequence[dict]) -> str:
     for d in deps:
         for r in d["revisions"]:
             weight = d["traffic"].get(str(r["number"]), d["traffic"].get(r["number"], 0))
-            role = ("stable" if r["number"] == d["stable_revision"]
+            role = (r["state"] if r.get("state", "ready") != "ready"
+                    else "stable" if r["number"] == d["stable_revision"]
                     else "canary" if r["number"] == d.get("canary_revision") else "")
             rows.append([f"{d['team']}/{d['name']}", r["number"], f"{weight}%", role,
                          f"{r['ready_replicas']}/{len(r['replicas'])}", r["rps"],
@@ -32,7 +34,7 @@ def format_deployments(deps: Sequence[dict]) -> str:
 def cmd_deploy(args) -> int:
     spec = {"name": args.name, "model_dir": args.model_dir, "runtime": args.runtime}
     for key in ("team", "pool", "gpus", "min_replicas", "max_replicas", "predictor",
-                "canary_percent", "scale_to_zero_after", "target_in_flight"):
+                "canary_percent", "scale_to_zero_after", "target_in_flight", "after"):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
@@ -101,6 +103,9 @@ def add_parsers(sub) -> None:
                    help="requests in flight per replica the autoscaler aims at")
     p.add_argument("--scale-to-zero-after", type=float, help="seconds idle (CPU only)")
     p.add_argument("--canary", dest="canary_percent", type=int, metavar="PERCENT")
+    p.add_argument("--after", action="append", type=parse_after_arg, metavar="ID[:ok|any|failed]",
+                   help="roll out only once a job or sweep succeeded (ok, the default), failed, "
+                        "or ended (any); MODEL_DIR is checked then; repeatable")
     p.set_defaults(func=_guard("deploy", cmd_deploy))
 
     d = sub.add_parser("deployments", parents=[common], help="list deployments, or act on one",

@@ -80,6 +80,8 @@ def format_schedule(s: dict, now: float) -> str:
              f"  catch-up:  {s['catch_up']}",
              f"  next run:  {'paused' if s['paused'] else s.get('next_run_at') or '-'}",
              f"  job:       {job_text(s.get('spec') or {})}"]
+    if s.get("last_error"):
+        lines.append(f"  error:     {s['last_error']} ({when(s.get('last_error_at'), now)})")
     recent = s.get("recent") or []
     if not recent:
         return "\n".join(lines + ["  no firings yet"])

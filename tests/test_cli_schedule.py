@@ -101,6 +101,16 @@ def test_format_schedule_shows_its_firings():
     assert fired and fired[0].split()[1:] == ["2026-05-28T00:00:00Z", "20h26m", "ago", "cron",
                                               "succeeded"]
     assert "no firings yet" in format_schedule({**SCHEDULE, "recent": []}, NOW)
+    assert "error:" not in text
+
+
+def test_format_schedule_shows_the_last_failed_firing():
+    failed = {**SCHEDULE, "last_error": "the firing for 2026-05-28 00:00Z could not be "
+                                        "submitted: spec.pool: unknown pool 'a100'",
+              "last_error_at": "2026-05-28T00:00:01Z"}
+    (line,) = [line for line in format_schedule(failed, NOW).splitlines() if "error:" in line]
+    assert line == ("  error:     the firing for 2026-05-28 00:00Z could not be submitted: "
+                    "spec.pool: unknown pool 'a100' (20h26m ago)")
 
 
 def test_usage_error_type_is_the_cli_one():

@@ -193,3 +193,51 @@ def test_the_rules_name_the_end_states_as_the_service_does():
     from gpuspawner.scheduler import dependencies
     from gpuspawner.service import states
     assert dependencies.FINAL_STATES == states.FINAL_STATES
+
+
+# ---- eligibility: a released dependent is ordered and aged from its release -------------
+@pytest.mark.parametrize("submitted,eligible,submit_time", [
+    (100.0, None, 100.0),     # queued at submit
+    (100.0, 43300.0, 43300.0),  # waited 12 h for its dependency: eligible from its release
+])
+def test_the_scheduler_sees_a_released_job_as_submitted_when_it_became_eligible(
+        submitted, eligible, submit_time):
+    from gpuspawner.service.rebuild import to_workload
+    from gpuspawner.store import WorkloadRow
+    row = WorkloadRow(id="w0123456789ab", name="j", kind="job", team="a", user="alice",
+                      project="", pool="default", gpus_per_node=1, num_nodes=1, priority="",
+                      state="queued", attempt=0, preempted_by=[], spec={},
+                      submitted_at=submitted, eligible_at=eligible)
+    assert to_workload(row).submit_time == submit_time
+
+
+@pytest.mark.parametrize("gate_ends,other_submitted,starts_first", [
+    (50.0, 100.0, "dependent"),  # eligible at 50, before the other job came
+    (200.0, 100.0, "other"),     # eligible at 200: the job submitted at 100 was there first
+])
+def test_a_released_dependent_queues_from_when_it_became_eligible(
+        db_url, tmp_path, gate_ends, other_submitted, starts_first):
+    now = [0.0]
+    engine = make_engine(db_url, tmp_path, gpus=3)
+    engine.clock = lambda: now[0]
+    hold = engine.submit(ALICE, job(gpus=2))
+    gate = engine.submit(ALICE, job(gpus=1))
+    engine.tick()
+    dependent = engine.submit(ALICE, job(gpus=2, after=[(gate.id, "ok")]))
+    events = sorted([(gate_ends, "gate"), (other_submitted, "other")])
+    ids = {"dependent": dependent.id}
+    for t, what in events:
+        now[0] = t
+        if what == "gate":
+            finish(engine, gate.id)
+        else:
+            ids["other"] = engine.submit(ALICE, job(gpus=2)).id
+        engine.tick()
+    released = row_of(engine, dependent.id)
+    assert released.state == "queued" and released.submitted_at == 0.0
+    assert released.eligible_at == gate_ends
+    now[0] = 300.0
+    finish(engine, hold.id)  # 3 GPUs free: room for one of the two 2-GPU jobs
+    engine.tick()
+    states = {name: row_of(engine, wid).state for name, wid in ids.items()}
+    assert states == {name: "running" if name == starts_first else "queued" for name in ids}

@@ -67,6 +67,13 @@ def test_a_user_creates_runs_pauses_edits_and_deletes_a_schedule(hub):
     run = r.json()
     assert run["schedule_id"] == sched["id"] and run["name"].startswith("nightly-")
     assert alice.wait(run["id"], "succeeded", 90)["exit_code"] == 0
+    by_hand = alice.submit(command=["true"], gpus=0)["id"]
+    listed = alice.get("/workloads", params={"schedule_id": sched["id"]}).json()["workloads"]
+    assert [w["id"] for w in listed] == [run["id"]]
+    unscheduled = alice.get("/workloads", params={"schedule_id": "none"}).json()["workloads"]
+    assert by_hand in [w["id"] for w in unscheduled] and run["id"] not in [
+        w["id"] for w in unscheduled]
+    assert sched["last_error"] is None and sched["last_error_at"] is None
 
     paused = alice.post(f"/schedules/{sched['id']}/pause").json()
     assert paused["paused"] and paused["next_run_at"] is None

@@ -18,7 +18,9 @@ from gpuspawner.service.errors import Forbidden, NotFound
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.operations import set_team
 from gpuspawner.service.schedules import Schedules, Skipped
-from gpuspawner.service.specs import Limits, SpecError
+from gpuspawner.service import queries
+from gpuspawner.service.schedules_api import schedule_view
+from gpuspawner.service.specs import Limits, SpecError, parse_job
 from gpuspawner.store import AuditEntry, FiringRow, ScheduleRow, WorkloadRow
 from test_start_estimates_service import ALICE, BOB, Clock, make_engine
 
@@ -248,3 +250,38 @@ def test_bad_schedules_are_refused_naming_the_field(service, body, field, messag
         service.schedules.create(ALICE, {"name": "nightly", "cron": "@daily", "spec": JOB, **body})
     assert err.value.field == field and str(err.value).startswith(message)
     assert service.schedules.listing(ADMIN) == []  # nothing made
+
+
+def test_a_firing_that_cannot_be_submitted_is_recorded_until_one_succeeds(service, clock):
+    limits = [Limits()]
+    service.schedules.limits = lambda: limits[0]
+    sched = create(service, spec={**JOB, "time_limit": 7200})
+    limits[0] = Limits(max_time_limit=3600)  # the operator lowered it since
+    assert service.run_until(clock, utc("2026-06-01T10:02:30")) == []
+    shown = schedule_view(service.schedules, service.schedules.get(ALICE, sched.id))
+    assert shown["last_error"].startswith("the firing for 2026-06-01 10:02Z could not be "
+                                          "submitted: spec.time_limit")
+    assert shown["last_error_at"] == "2026-06-01T10:02:10Z"
+    assert shown["next_run_at"] == "2026-06-01T10:03:00Z"  # skipped, not retried forever
+    with service.engine.store.session() as s:
+        failed = s.scalars(select(AuditEntry).where(
+            AuditEntry.target == sched.id, AuditEntry.action == "schedule-fire-failed")).all()
+    assert [a.detail["scheduled_for"] for a in failed] == [utc("2026-06-01T10:01:00"),
+                                                          utc("2026-06-01T10:02:00")]
+    limits[0] = Limits()
+    (made,) = service.run_until(clock, utc("2026-06-01T10:03:30"))
+    shown = schedule_view(service.schedules, service.schedules.get(ALICE, sched.id))
+    assert (shown["last_error"], shown["last_error_at"]) == (None, None)
+    assert shown["last_workload_id"] == made.id
+
+
+def test_the_workloads_list_filters_by_schedule(service, clock):
+    sched = create(service)
+    made = service.run_until(clock, utc("2026-06-01T10:02:30"))
+    by_hand = service.engine.submit(ALICE, parse_job(JOB))
+    mine, _ = queries.workloads(service.engine.store, ALICE, {"schedule_id": [sched.id]}, 100,
+                                False)
+    assert sorted(w.id for w in mine) == sorted(w.id for w in made) and len(made) == 2
+    none, _ = queries.workloads(service.engine.store, ALICE, {"schedule_id": ["none"]}, 100,
+                                False)
+    assert [w.id for w in none] == [by_hand.id]

@@ -108,3 +108,15 @@ def test_the_services_history_carries_its_sweeps_and_dependencies():
     jobs = {j.job_id: j for j in renamed.jobs}
     assert (jobs["job-000001"].sweep, jobs["job-000003"].after,
             jobs["job-000004"].after) == ("sweep-1", "sweep-1:ok", "job-000003:any")
+
+
+@pytest.mark.parametrize("gate_ends,first", [(50.0, "dependent"), (200.0, "other")])
+def test_a_released_dependent_is_queued_from_its_release_as_the_service_does(gate_ends, first):
+    # 2 GPUs; both 2-GPU jobs wait for "hold" (until 300). The dependent was
+    # submitted first, but is eligible only once "gate" ends.
+    trace = [job("gate", gate_ends), job("hold", 300.0),
+             job("dependent", 100.0, after="gate", gpus=2), job("other", 100.0, t=100.0, gpus=2)]
+    records = {r.job_id: r for r in simulate(trace, CLUSTER, get_policy("gpuhub"),
+                                             check=True).records}
+    assert records[first].first_start == 300.0
+    assert records["other" if first == "dependent" else "dependent"].first_start == 400.0

@@ -3,16 +3,19 @@ GPUs (one hub for the module): a 6-task notebook sweep with at most 2
 running, submitted with the CLI; an "evaluate" notebook after-ok the sweep
 that reads all six output notebooks (through the API, with the job's own
 token) and writes the best parameters; a job after-ok the evaluation that
-trains and saves the best model; then cancel-all and retry-failed on a
-second sweep through the REST API."""
+trains and saves the best model; a deployment after-ok that job, submitted
+before the model exists, that rolls out once it does and answers a request;
+then cancel-all and retry-failed on a second sweep through the REST API."""
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import sys
 import time
 
 import pytest
+import requests
 
 from gpuspawner.cli import main
 from gpuspawner.times import from_iso
@@ -47,9 +50,13 @@ with open("best.json", "w") as f:
     json.dump({"parameters": best, "acc": acc, "read": len(results)}, f)
 '''
 
-TRAIN_BEST = ("import json, os; best = json.load(open('best.json')); os.makedirs('model'); "
-              "json.dump({'lr': best['parameters']['lr'], 'weights': [1, 2, 3]}, "
-              "open('model/model.json', 'w'))")
+IRIS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                    "serving", "iris", "train.py")
+# The example iris classifier, its regularisation from the best learning rate.
+TRAIN_BEST = ("import json, subprocess, sys; best = json.load(open('best.json')); "
+              "json.dump({'lr': best['parameters']['lr']}, open('chosen.json', 'w')); "
+              f"subprocess.run([sys.executable, {IRIS!r}, 'model', '--C', "
+              "str(100 * best['parameters']['lr'])], check=True)")
 
 
 @pytest.fixture(scope="module")
@@ -99,10 +106,15 @@ def test_sweep_then_evaluate_then_train_the_best(hub, folder, capsys):
                    "--gpus", "0", "--workdir", workdir, "--notebook", "evaluate.ipynb",
                    "-p", "sweep_id", sid).strip()
     final = cli(capsys, hub, "submit", "--after", evaluate, "--name", "train-best", "--gpus", "1",
-                "--workdir", workdir, "--", "python", "-c", TRAIN_BEST).strip()
+                "--workdir", workdir, "--", sys.executable, "-c", TRAIN_BEST).strip()
+    # The deploy waits for the training: its model directory does not exist yet.
+    out = cli(capsys, hub, "deploy", "best", f"{workdir}/model", "--after", f"{final}:ok")
+    assert "waiting" in out and f"best: revision 1 is waiting for {final} (ok)" in out
     alice = hub.client("alice")
     assert alice.workload(evaluate)["state"] == "waiting"
     assert alice.workload(final)["reason"] == f"waiting for {evaluate} (ok)"
+    (rev,) = alice.get("/deployments/a/best").json()["revisions"]
+    assert (rev["state"], rev["replicas"]) == ("waiting", [])
 
     sweep = wait_for(lambda: (s := alice.get(f"/sweeps/{sid}").json())["state"] != "running"
                      and s, "the sweep to end", timeout=240)
@@ -127,8 +139,20 @@ def test_sweep_then_evaluate_then_train_the_best(hub, folder, capsys):
     best = json.loads((folder / "best.json").read_text())
     assert best == {"parameters": {"lr": 0.01}, "acc": 1.0, "read": 6}
     assert alice.wait(final, ("succeeded", "failed"), timeout=60)["state"] == "succeeded"
-    model = json.loads((folder / "model" / "model.json").read_text())
-    assert model["lr"] == 0.01
+    assert json.loads((folder / "chosen.json").read_text()) == {"lr": 0.01}
+    assert (folder / "model" / "model.joblib").exists()
+
+    def serving():
+        d = alice.get("/deployments/a/best").json()
+        return d if d["revisions"][0]["ready_replicas"] else None
+    d = wait_for(serving, "the deployment of the best model to serve", timeout=120)
+    assert d["traffic"] == {"1": 100} and d["revisions"][0]["state"] == "ready"
+    r = requests.post(f"{hub.url}/services/gpuhub/endpoints/a/best/v2/models/best/infer",
+                      headers={"Authorization": f"token {hub.token('alice')}"}, timeout=60,
+                      json={"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                                        "data": [5.1, 3.5, 1.4, 0.2]}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"][0]["data"] == [0]  # setosa
     with capsys.disabled():
         print(f"\n6-task notebook sweep (2 at once) ended {sweep_s:.1f}s after its submit; "
               f"pipeline done {time.monotonic() - t0:.1f}s after")

@@ -139,7 +139,10 @@ class Workload:
 
     A gang asks for ``gpus_per_node`` GPUs on each of ``num_nodes`` nodes and
     is placed whole or not at all. ``time_limit`` (seconds, None: unbounded)
-    lets backfill know when it will end at the latest.
+    lets backfill know when it will end at the latest. ``submit_time`` is
+    when it became eligible to run (its submit, or for one that waited for
+    a dependency its release, as Slurm's EligibleTime): queue order and
+    aging count from it.
     """
 
     id: str

@@ -17,7 +17,14 @@ from .engine import Engine
 from .errors import Conflict, Forbidden, NotFound
 from .launch import in_workspace
 from .identity import Identity
-from .specs import SpecError
+from .specs import SpecError, parse_after
+from .waiting import check_after, target_states
+from ..scheduler.dependencies import MET, NEVER, resolve
+
+# A revision's states: deployed (it may take traffic), waiting for its
+# ``after``, or never deployed (its dependency failed, or its model was then
+# invalid).
+READY, WAITING, FAILED = "ready", "waiting", "failed"
 
 NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 # file.py:Class, the file relative to the model directory (checked to stay in it).
@@ -41,6 +48,14 @@ class DeploySpec:
     rollback: dict
     max_batch_size: int
     max_batch_time: float
+    after: tuple = ()
+
+    def settings(self) -> dict:
+        """What a rollout sets on the deployment (kept on a waiting revision)."""
+        return {"pool": self.pool, "gpus": self.gpus, "min_replicas": self.min_replicas,
+                "max_replicas": self.max_replicas, "target_in_flight": self.target_in_flight,
+                "scale_to_zero_after": self.scale_to_zero_after, "rollback": self.rollback,
+                "canary_percent": self.canary_percent}
 
 
 def _int(body: dict, key: str, default: int, lo: int, hi: int) -> int:
@@ -61,7 +76,7 @@ def _num(body: dict, key: str, default, lo: float, hi: float, optional: bool = F
 
 FIELDS = {"name", "team", "model_dir", "runtime", "predictor", "pool", "gpus", "min_replicas",
           "max_replicas", "target_in_flight", "scale_to_zero_after", "canary_percent",
-          "rollback", "max_batch_size", "max_batch_time"}
+          "rollback", "max_batch_size", "max_batch_time", "after"}
 
 
 def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
@@ -124,7 +139,8 @@ def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
                       target_in_flight=_num(body, "target_in_flight", 4, 0.1, 10000),
                       scale_to_zero_after=scale_to_zero, canary_percent=canary, rollback=rb,
                       max_batch_size=_int(body, "max_batch_size", 16, 1, 4096),
-                      max_batch_time=_num(body, "max_batch_time", 0.005, 0, 10))
+                      max_batch_time=_num(body, "max_batch_time", 0.005, 0, 10),
+                      after=tuple(parse_after(body.get("after"))))
 
 
 class Deployments:
@@ -151,7 +167,10 @@ class Deployments:
     # ---- changes -----------------------------------------------------------------------------
     def deploy(self, who: Identity, spec: DeploySpec) -> tuple[DeploymentRow, int]:
         """A new deployment (revision 1, all traffic), or a new revision of an
-        existing one: all traffic, or ``canary_percent`` of it."""
+        existing one: all traffic, or ``canary_percent`` of it. With
+        ``after``, the revision waits (no replicas, no GPUs, the deployment
+        as it was) until its dependencies are met; ``release_waiting`` then
+        checks its model directory and rolls it out."""
         if not who.can_submit:
             raise Forbidden("you may not deploy (scope custom:gpuhub:submit)")
         eng = self.engine
@@ -159,47 +178,107 @@ class Deployments:
         if spec.pool not in eng.scheduler.state.capacity:
             raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
                                     f"{', '.join(sorted(eng.scheduler.state.capacity))}")
-        model_dir = self._model_dir(who.name, spec.model_dir)
-        if spec.predictor:
-            in_workspace(model_dir, os.path.join(model_dir, spec.predictor.rsplit(":", 1)[0]),
-                         "predictor")
+        if spec.after:  # the model may only exist once the job ran: checked at release
+            home = eng.launcher.workspace(who.name)
+            model_dir = in_workspace(home, os.path.join(home, spec.model_dir), "model_dir")
+        else:
+            model_dir = self._model_dir(who.name, spec.model_dir, spec.predictor)
         now = eng.clock()
         with eng.store.transaction() as s:
+            after = list(spec.after)
+            if after:
+                check_after(s, who, f"{team}/{spec.name}", after)
             dep = s.scalars(select(DeploymentRow).where(DeploymentRow.team == team,
                                                         DeploymentRow.name == spec.name)).first()
             if dep is None:
                 dep = DeploymentRow(team=team, name=spec.name, user=who.name, created_at=now,
-                                    traffic={}, stable_revision=1)
+                                    traffic={}, stable_revision=1, updated_at=now)
+                self._apply(dep, spec.settings())
                 s.add(dep)
                 number = 1
             else:
                 self._may_change(who, dep)
                 number = max(r.number for r in self.revisions(s, dep)) + 1
-            dep.pool, dep.gpus = spec.pool, spec.gpus
-            dep.min_replicas, dep.max_replicas = spec.min_replicas, spec.max_replicas
-            dep.target_in_flight, dep.scale_to_zero_after = (spec.target_in_flight,
-                                                             spec.scale_to_zero_after)
-            dep.rollback, dep.updated_at = spec.rollback, now
             s.flush()
-            s.add(RevisionRow(deployment_id=dep.id, number=number, model_dir=model_dir,
+            rev = RevisionRow(deployment_id=dep.id, number=number, model_dir=model_dir,
                               runtime=spec.runtime, predictor=spec.predictor,
                               max_batch_size=spec.max_batch_size,
                               max_batch_time=spec.max_batch_time, created_at=now,
-                              created_by=who.name))
-            if number == 1 or spec.canary_percent in (None, 100):
-                dep.traffic, dep.stable_revision = {str(number): 100}, number
-                dep.message = f"revision {number} takes all traffic"
+                              created_by=who.name, state=READY, reason="", after=after)
+            s.add(rev)
+            if after:
+                _verdict, why = resolve(after, target_states(s, [d["id"] for d in after]))
+                rev.state, rev.reason, rev.pending = WAITING, why or "waiting", spec.settings()
+                dep.message = f"revision {number} is {rev.reason}"
             else:
-                dep.traffic = {str(dep.stable_revision): 100 - spec.canary_percent,
-                               str(number): spec.canary_percent}
-                dep.message = f"revision {number} is a {spec.canary_percent}% canary"
+                self._roll_out(dep, number, spec.settings(), now)
             journal.audit(s, now, who.name, "deploy", f"{team}/{spec.name}",
-                       {"revision": number, "model_dir": model_dir, "runtime": spec.runtime,
-                        "traffic": dict(dep.traffic), "gpus": spec.gpus})
+                          {"revision": number, "model_dir": model_dir, "runtime": spec.runtime,
+                           "traffic": dict(dep.traffic), "gpus": spec.gpus, "after": after})
         eng.wake()
         return dep, number
 
-    def _model_dir(self, user: str, path: str) -> str:
+    @staticmethod
+    def _apply(dep: DeploymentRow, settings: dict) -> None:
+        for key in ("pool", "gpus", "min_replicas", "max_replicas", "target_in_flight",
+                    "scale_to_zero_after", "rollback"):
+            setattr(dep, key, settings[key])
+
+    def _roll_out(self, dep: DeploymentRow, number: int, settings: dict, now: float) -> None:
+        """Revision ``number`` takes all the traffic, or its canary share."""
+        self._apply(dep, settings)
+        dep.updated_at = now
+        canary = settings.get("canary_percent")
+        if not dep.traffic or canary in (None, 100):
+            dep.traffic, dep.stable_revision = {str(number): 100}, number
+            dep.message = f"revision {number} takes all traffic"
+        else:
+            dep.traffic = {str(dep.stable_revision): 100 - canary, str(number): canary}
+            dep.message = f"revision {number} is a {canary}% canary"
+
+    def release_waiting(self) -> int:
+        """Roll out the waiting revisions whose dependencies are met (their
+        model directory checked now), end those whose dependency failed or
+        whose model is invalid. From the database: a restart loses nothing.
+        How many revisions it ended waiting."""
+        now = self.engine.clock()
+        done = 0
+        with self.engine.store.transaction() as s:
+            revs = list(s.scalars(select(RevisionRow).where(RevisionRow.state == WAITING)
+                                  .order_by(RevisionRow.deployment_id, RevisionRow.number)))
+            if not revs:
+                return 0
+            states = target_states(s, {d["id"] for r in revs for d in r.after or ()})
+            for rev in revs:
+                verdict, why = resolve(rev.after or (), states)
+                if verdict not in (MET, NEVER):
+                    rev.reason = why
+                    continue
+                dep = s.get(DeploymentRow, rev.deployment_id)
+                if verdict == MET:
+                    try:
+                        self._model_dir(dep.user, rev.model_dir, rev.predictor)
+                    except SpecError as e:
+                        verdict, why = NEVER, str(e)
+                done += 1
+                where = f"{dep.team}/{dep.name}"
+                if verdict == NEVER:
+                    rev.state, rev.reason, rev.pending = FAILED, why, None
+                    dep.message = f"revision {rev.number} not deployed: {why}"
+                    journal.audit(s, now, "gpuhub", "deploy-failed", where,
+                                  {"revision": rev.number, "why": why})
+                    continue
+                self._roll_out(dep, rev.number, rev.pending or {}, now)
+                rev.state, rev.reason, rev.pending = READY, "", None
+                journal.audit(s, now, "gpuhub", "deploy-released", where,
+                              {"revision": rev.number, "traffic": dict(dep.traffic)})
+        if done:
+            self.engine.wake()
+        return done
+
+    def _model_dir(self, user: str, path: str, predictor: str = "") -> str:
+        """The model directory's full path, once it is a readable directory of
+        the user's workspace (with the predictor's file in it)."""
         home = self.engine.launcher.workspace(user)
         full = in_workspace(home, os.path.join(home, path), "model_dir")
         if not os.path.isdir(full):
@@ -207,6 +286,8 @@ class Deployments:
                                          f"at {home})")
         if not os.access(full, os.R_OK | os.X_OK):
             raise SpecError("model_dir", f"{full} is not readable")
+        if predictor:
+            in_workspace(full, os.path.join(full, predictor.rsplit(":", 1)[0]), "predictor")
         return full
 
     def set_traffic(self, who: Identity, team: str, name: str, traffic: dict, action: str,
@@ -215,14 +296,15 @@ class Deployments:
         with self.engine.store.transaction() as s:
             dep = self.find(s, who, team, name)
             self._may_change(who, dep)
-            numbers = {r.number for r in self.revisions(s, dep)}
+            numbers = {r.number for r in self.revisions(s, dep) if r.state == READY}
             for rev, weight in traffic.items():
                 if not (isinstance(rev, str) and rev.isdigit() and rev.isascii()):
                     raise SpecError("traffic", f"keys are revision numbers such as \"1\", "
                                                f"got {rev!r}")
                 if int(rev) not in numbers:
-                    raise SpecError("traffic", f"deployment {team}/{name} has no revision {rev}; "
-                                               f"it has {', '.join(map(str, sorted(numbers)))}")
+                    raise SpecError("traffic", f"deployment {team}/{name} has no deployed "
+                                               f"revision {rev}; it has "
+                                               f"{', '.join(map(str, sorted(numbers)))}")
                 if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
                     raise SpecError("traffic", f"weights are whole percents, got {weight!r}")
             if sum(traffic.values()) != 100:
@@ -258,7 +340,7 @@ class Deployments:
         revision before the stable one."""
         with self.engine.store.session() as s:
             dep = self.find(s, who, team, name)
-            numbers = [r.number for r in self.revisions(s, dep)]
+            numbers = [r.number for r in self.revisions(s, dep) if r.state == READY]
         if self.canary(dep) is not None:
             target = dep.stable_revision
         else:

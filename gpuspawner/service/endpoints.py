@@ -66,6 +66,7 @@ def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[
         "created_at": iso(dep.created_at), "updated_at": iso(dep.updated_at),
         "revisions": [{"number": r.number, "model_dir": r.model_dir, "runtime": r.runtime,
                        "predictor": r.predictor, "created_at": iso(r.created_at),
+                       "state": r.state, "reason": r.reason, "after": list(r.after or ()),
                        "created_by": r.created_by,
                        "replicas": sorted((p.workload_id for p in replicas if p.revision == r.number)),
                        "ready_replicas": sum(1 for p in replicas if p.revision == r.number and p.ready),

@@ -123,9 +123,11 @@ def teams_view(engine, who: Identity) -> list[dict]:
 # ---- workloads, their attempts and events ---------------------------------------
 LIST_FILTERS = {"team": WorkloadRow.team, "user": WorkloadRow.user, "kind": WorkloadRow.kind,
                 "pool": WorkloadRow.pool, "project": WorkloadRow.project,
-                "state": WorkloadRow.state, "sweep_id": WorkloadRow.sweep_id}
-# Filters of a column that may be null: the value "none" matches null (no sweep).
-NULL_VALUE = {"sweep_id": "none"}
+                "state": WorkloadRow.state, "sweep_id": WorkloadRow.sweep_id,
+                "schedule_id": WorkloadRow.schedule_id}
+# Filters of a column that may be null: the value "none" matches null (no
+# sweep; submitted by hand, no schedule).
+NULL_VALUE = {"sweep_id": "none", "schedule_id": "none"}
 
 
 def matching(name: str, values: list[str]):

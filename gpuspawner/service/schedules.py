@@ -238,13 +238,20 @@ class Schedules:
         return self._fire(row, latest, cause, f"schedule {row.id}", expected, following)
 
     def _advance(self, sid: str, expected: float, following: float, now: float,
-                 why: str) -> None:
+                 why: str, failed_firing: Optional[float] = None) -> None:
+        """On to the next firing; with ``failed_firing`` (its scheduled
+        instant), ``why`` is the schedule's ``last_error`` until a firing
+        succeeds, and audited."""
         with self.store.transaction() as s:
             row = s.get(ScheduleRow, sid)
             if row is None or row.paused or row.next_run_at != expected:
                 return
             row.next_run_at = following
             log.info("schedule %s: %s", sid, why)
+            if failed_firing is not None:
+                row.last_error, row.last_error_at = why, now
+                journal.audit(s, now, f"schedule {sid}", "schedule-fire-failed", sid,
+                              {"scheduled_for": failed_firing, "error": why})
 
     def _fire(self, row: ScheduleRow, fire_time: float, cause: str, actor: str,
               expected: Optional[float] = None, following: Optional[float] = None
@@ -258,7 +265,9 @@ class Schedules:
             wl = self.engine.new_row(self._owner(row), spec)
         except (SpecError, Forbidden) as err:  # the team, pool or limits changed since
             if expected is not None:
-                self._advance(row.id, expected, following, now, f"firing failed: {err}")
+                self._advance(row.id, expected, following, now,
+                              f"the firing for {when(fire_time):%Y-%m-%d %H:%M}Z could not be "
+                              f"submitted: {err}", failed_firing=fire_time)
             raise
         wl.schedule_id = row.id
 
@@ -274,6 +283,7 @@ class Schedules:
                             workload_id=wl.id, cause=cause))
             s.flush()  # a firing made before: IntegrityError, and nothing is written
             sched.last_run_at, sched.last_workload_id = now, wl.id
+            sched.last_error = sched.last_error_at = None
             journal.audit(s, now, actor, "schedule-fire", row.id,
                           {"workload": wl.id, "scheduled_for": fire_time, "cause": cause})
         try:

@@ -15,6 +15,7 @@ def schedule_view(schedules, row: ScheduleRow) -> dict:
             "paused": row.paused, "catch_up": row.catch_up,
             "next_run_at": iso(None if row.paused else row.next_run_at),
             "last_run_at": iso(row.last_run_at), "last_workload_id": row.last_workload_id,
+            "last_error": row.last_error, "last_error_at": iso(row.last_error_at),
             "created_at": iso(row.created_at), "updated_at": iso(row.updated_at),
             "recent": [{**f, "fired_at": iso(f["fired_at"]),
                         "scheduled_for": iso(f["scheduled_for"])}

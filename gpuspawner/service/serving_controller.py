@@ -153,6 +153,7 @@ class ServingController:
             await asyncio.sleep(interval)
 
     async def reconcile(self) -> None:
+        self.deployments.release_waiting()  # revisions whose dependencies are now met (or never)
         now = self.clock()
         with self.engine.store.session() as s:
             deps = {d.id: d for d in s.scalars(select(DeploymentRow))}

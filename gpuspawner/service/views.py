@@ -24,7 +24,7 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
         "attempt": row.attempt, "exit_code": row.exit_code,
         "cancel_requested": row.cancel_requested,
         "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
-        "finished_at": iso(row.finished_at),
+        "finished_at": iso(row.finished_at), "eligible_at": iso(row.eligible_at),
         "after": row.after or [], "sweep_id": row.sweep_id, "sweep_index": row.sweep_index,
         "schedule_id": row.schedule_id,
     }

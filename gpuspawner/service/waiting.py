@@ -127,7 +127,8 @@ def _round(s: Session, now: float, can_run, out: Release) -> None:
         if verdict == NEVER:
             _cancel(s, row, now, why, out)
         elif verdict == MET:
-            _queue(s, row, now, "its dependencies are met", can_run, out)
+            _queue(s, row, now, "its dependencies are met", can_run, out,
+                   eligible_at=_met_at(s, row.after, now))
         elif why != row.reason:
             row.reason = why
     for sw in sweeps:
@@ -157,16 +158,34 @@ def _release_tasks(s: Session, sw: SweepRow, counts: dict[str, int], now: float,
         if free <= 0:
             return
         q = q.limit(free)
+    # A sweep that waited for others is eligible from when they ended, the
+    # same for all its tasks (they keep their places: sweep_task_spacing);
+    # a slot of max_running does not make a task later.
+    eligible = _met_at(s, sw.after, now) if sw.after else None
     for row in s.scalars(q):
-        _queue(s, row, now, f"released by sweep {sw.id}", can_run, out)
+        _queue(s, row, now, f"released by sweep {sw.id}", can_run, out, eligible_at=eligible)
 
 
-def _queue(s: Session, row: WorkloadRow, now: float, why: str, can_run, out: Release) -> None:
+def _met_at(s: Session, after: list[dict], now: float) -> float:
+    """When the last of ``after``'s targets ended (now if none says)."""
+    ends = []
+    for model in (WorkloadRow, SweepRow):
+        ids = [d["id"] for d in after if d["id"].startswith("w" if model is WorkloadRow else "s")]
+        if ids:
+            ends += [t for t in s.scalars(select(model.finished_at).where(model.id.in_(ids)))
+                     if t is not None]
+    return min(max(ends), now) if ends else now
+
+
+def _queue(s: Session, row: WorkloadRow, now: float, why: str, can_run, out: Release,
+           eligible_at: Optional[float] = None) -> None:
     refusal = can_run(row)
     if refusal is not None:
         _cancel(s, row, now, f"can no longer run: {refusal}", out)
         return
     row.state, row.reason = QUEUED, "queued"
+    if eligible_at is not None:
+        row.eligible_at = max(eligible_at, row.submitted_at)
     journal.event(s, row.id, "released", now, why, attempt=row.attempt)
     out.queued.append(row)
 

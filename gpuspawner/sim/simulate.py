@@ -12,7 +12,7 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..scheduler import JOB, NOTEBOOK, Scheduler, Workload, events as ev
@@ -202,6 +202,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
         while released:  # their dependencies were met just now
             wid = released.pop(0)
             submitted.append(wid)
+            # Eligible from now (as the service's eligible_at): ordered and aged from its release.
+            jobs[wid].workload = replace(jobs[wid].workload, submit_time=now)
             if sched.submit(jobs[wid].workload, now).type == ev.REJECTED:
                 jobs[wid].record.rejected = "rejected"
                 ended += 1

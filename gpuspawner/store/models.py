@@ -127,6 +127,10 @@ class WorkloadRow(Base):
     sweep_index: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
     # The schedule whose firing made it (None: submitted by hand).
     schedule_id: Mapped[Optional[str]] = mapped_column(String(32), nullable=True)
+    # When it became eligible to run: its release from ``waiting`` (None:
+    # it was queued at submit, so ``submitted_at``). Ordering and aging count
+    # from it, as Slurm's EligibleTime; users see ``submitted_at``.
+    eligible_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_workloads_sweep", "sweep_id", "state"),
@@ -280,6 +284,15 @@ class RevisionRow(Base):
     max_batch_time: Mapped[float] = mapped_column(Float, default=0.005)
     created_at: Mapped[float] = mapped_column(Float)
     created_by: Mapped[str] = mapped_column(String(255))
+    # "ready" (deployed: it may take traffic), "waiting" (for ``after``),
+    # "failed" (its dependency failed or its model was then invalid: ``reason``).
+    state: Mapped[str] = mapped_column(String(16), default="ready")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    # What it waits for: [{"id", "condition"}], as a workload's ``after``.
+    after: Mapped[list[Any]] = mapped_column(default=list)
+    # While waiting: the deployment settings and traffic it rolls out with
+    # (DeploySpec's pool, gpus, replicas, canary_percent, ...).
+    pending: Mapped[Optional[dict[str, Any]]] = mapped_column(nullable=True)
 
 
 class PreviewRow(Base):
@@ -367,6 +380,10 @@ class ScheduleRow(Base):
     next_run_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     last_run_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     last_workload_id: Mapped[Optional[str]] = mapped_column(String(32), nullable=True)
+    # Why the last firing could not be submitted, and when (None since the
+    # last firing that could).
+    last_error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+    last_error_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
 

@@ -62,6 +62,8 @@ export interface paths {
                     project?: string;
                     /** @description the tasks of this sweep; none: workloads that are no sweep's task (repeat to match several) */
                     sweep_id?: string;
+                    /** @description the workloads this schedule's firings made; none: those no schedule made (repeat to match several) */
+                    schedule_id?: string;
                     limit?: number;
                     /** @description 1: each workload as GET /workloads/{id} has it (attempts, queue_position, output_notebook) */
                     detail?: 0 | 1;
@@ -1877,7 +1879,7 @@ export interface paths {
         put?: never;
         /**
          * Start a what-if preview: the period's history replayed under the current settings and with the proposed ones (admins; a team lead for their own team's settings)
-         * @description Runs in a worker process; poll GET /whatif/{id} for its progress and result. Setting keys: team.TEAM.POOL.nominal, team.TEAM.POOL.borrowing_limit, team.TEAM.POOL.lending_limit (null: no limit), team.TEAM.weight, policy.KNOB (preemption_delay, default_grace_period, min_runtime, max_preemptions, aging_after, reserve_for_borrowers_after, usage_half_life, backfill, preemption, fair_share). 409 when GpuHubService.whatif_max_running previews run already.
+         * @description Runs in a worker process; poll GET /whatif/{id} for its progress and result. Setting keys: team.TEAM.POOL.nominal, team.TEAM.POOL.borrowing_limit, team.TEAM.POOL.lending_limit (null: no limit), team.TEAM.weight, policy.KNOB (preemption_delay, default_grace_period, min_runtime, age_protection, max_preemptions, aging_after, reserve_for_borrowers_after, usage_half_life, backfill, preemption, fair_share). 409 when GpuHubService.whatif_max_running previews run already.
          */
         post: {
             parameters: {
@@ -2685,6 +2687,13 @@ export interface components {
             /** Format: date-time */
             last_run_at: string | null;
             last_workload_id: string | null;
+            /** @description why the last firing could not be submitted (its team, pool or limits changed: "the firing for 2026-12-01 02:00Z could not be submitted: spec.pool: ..."), kept until a firing succeeds; null: none */
+            last_error: string | null;
+            /**
+             * Format: date-time
+             * @description when that firing was tried
+             */
+            last_error_at: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -2789,6 +2798,11 @@ export interface components {
             started_at: string | null;
             /** Format: date-time */
             finished_at: string | null;
+            /**
+             * Format: date-time
+             * @description for a job that waited for a dependency: when it was met; the queue orders and ages it from then (null: from submitted_at)
+             */
+            eligible_at?: string | null;
             /** @description the schedule whose firing made it (null when submitted by hand) */
             schedule_id: string | null;
             /** @description while running */
@@ -2963,6 +2977,28 @@ export interface components {
             max_batch_size: number;
             /** @default 0.005 */
             max_batch_time: number;
+            /** @description what the new revision waits for (state `waiting`: no replicas, no GPUs, the deployment serving as it was); once met, model_dir is checked and it rolls out; if a dependency can no longer be met, or model_dir is then invalid, the revision ends `failed` with the reason */
+            after?: components["schemas"]["Dependency"][];
+        };
+        Revision: {
+            number?: number;
+            model_dir?: string;
+            runtime?: string;
+            predictor?: string;
+            /** Format: date-time */
+            created_at?: string;
+            created_by?: string;
+            /**
+             * @description ready: deployed (it may take traffic); waiting for `after`; failed: never deployed (`reason`)
+             * @enum {string}
+             */
+            state?: "ready" | "waiting" | "failed";
+            /** @description what it waits for ("waiting for w1a2b3c4d5e6 (ok)"), or why it failed */
+            reason?: string;
+            after?: components["schemas"]["Dependency"][];
+            replicas?: string[];
+            ready_replicas?: number;
+            in_flight?: number;
         };
         Deployment: {
             team?: string;
@@ -2974,7 +3010,7 @@ export interface components {
             stable_revision?: number;
             canary_revision?: number | null;
             message?: string;
-            revisions?: Record<string, never>[];
+            revisions?: components["schemas"]["Revision"][];
         };
         PreviewRequest: {
             /** @description how far back: 14d, 36h, 90m, or the start as an ISO date/time or UNIX seconds */

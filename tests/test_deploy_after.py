@@ -1,0 +1,150 @@
+"""A deployment revision that waits for a job (``after``), on a real
+database with the engine and the serving controller: while it waits it has
+no replicas and the deployment serves as it was; once its dependency is met
+its model directory is checked and it rolls out; a failed dependency or an
+invalid model directory ends it ``failed`` with the reason, nothing else
+changed; a restart loses none of it."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from sqlalchemy import select
+
+from gpuspawner.scheduler.model import DEPLOYMENT
+from gpuspawner.service.deployments import parse_deploy
+from gpuspawner.service.serving_controller import ServingController
+from gpuspawner.service.specs import SpecError
+from gpuspawner.store import DeploymentRow, RevisionRow, WorkloadRow
+
+from test_dependencies import finish, job
+from test_engine_steps import ALICE, make_engine
+
+
+def deploy(engine, name="iris", model_dir="model", **extra):
+    spec = parse_deploy({"name": name, "model_dir": model_dir, **extra}, "default")
+    return ServingController(engine).deployments.deploy(ALICE, spec)
+
+
+def model(engine, path="model"):
+    full = os.path.join(engine.launcher.workspace("alice"), path)
+    os.makedirs(full, exist_ok=True)
+    return full
+
+
+def revisions(engine):
+    with engine.store.session() as s:
+        dep = s.scalars(select(DeploymentRow)).one()
+        revs = s.scalars(select(RevisionRow).order_by(RevisionRow.number)).all()
+        return dep, {r.number: (r.state, r.reason) for r in revs}
+
+
+def replicas(engine):
+    with engine.store.session() as s:
+        return [(w.spec["revision"], w.gpus_per_node) for w in s.scalars(
+            select(WorkloadRow).where(WorkloadRow.kind == DEPLOYMENT,
+                                      WorkloadRow.state.in_(("queued", "running"))))]
+
+
+def reconcile(engine):
+    ctl = ServingController(engine)
+    asyncio.run(ctl.reconcile())
+    engine.tick()
+
+
+def test_a_new_deployment_waits_without_replicas_then_rolls_out(db_url, tmp_path):
+    engine = make_engine(db_url, tmp_path)
+    train = engine.submit(ALICE, job())
+    engine.tick()
+    # The model does not exist yet: the job makes it.
+    deploy(engine, after=[{"id": train.id}])
+    reconcile(engine)
+    dep, revs = revisions(engine)
+    assert revs == {1: ("waiting", f"waiting for {train.id} (ok)")}
+    assert dep.traffic == {} and dep.message == f"revision 1 is waiting for {train.id} (ok)"
+    assert replicas(engine) == []
+    model(engine)
+    finish(engine, train.id)
+    engine.tick()
+    reconcile(engine)
+    dep, revs = revisions(engine)
+    assert revs == {1: ("ready", "")} and dep.traffic == {"1": 100}
+    assert replicas(engine) == [(1, 0)]
+
+
+@pytest.mark.parametrize("code,make_model,reason", [
+    (1, True, "dependency {job} failed"),
+    (0, False, "model_dir: '{dir}' is not a directory"),
+])
+def test_a_revision_that_cannot_roll_out_fails_and_the_old_one_keeps_serving(
+        db_url, tmp_path, code, make_model, reason):
+    engine = make_engine(db_url, tmp_path)
+    first = model(engine, "v1")
+    deploy(engine, model_dir="v1")
+    train = engine.submit(ALICE, job())
+    engine.tick()
+    deploy(engine, model_dir="v2", min_replicas=2, max_replicas=3,
+           after=[{"id": train.id, "condition": "ok"}])
+    reconcile(engine)
+    assert revisions(engine)[1][2][0] == "waiting"
+    assert replicas(engine) == [(1, 0)]  # revision 1 serves on, as deployed
+    if make_model:
+        model(engine, "v2")
+    finish(engine, train.id, code)
+    engine.tick()
+    reconcile(engine)
+    dep, revs = revisions(engine)
+    why = reason.format(job=train.id, dir=os.path.join(os.path.dirname(first), "v2"))
+    assert revs[1] == ("ready", "") and revs[2][0] == "failed" and revs[2][1].startswith(why)
+    assert dep.traffic == {"1": 100} and (dep.min_replicas, dep.max_replicas) == (1, 1)
+    assert dep.message == f"revision 2 not deployed: {revs[2][1]}"
+    assert replicas(engine) == [(1, 0)]
+
+
+def test_a_canary_after_a_job_gets_its_share_once_released(db_url, tmp_path):
+    engine = make_engine(db_url, tmp_path)
+    model(engine, "v1")
+    model(engine, "v2")
+    deploy(engine, model_dir="v1")
+    train = engine.submit(ALICE, job())
+    engine.tick()
+    deploy(engine, model_dir="v2", canary_percent=20, after=[{"id": train.id}])
+    ctl = ServingController(engine)
+    with pytest.raises(SpecError) as e:  # not deployed yet: no traffic to it
+        ctl.deployments.set_traffic(ALICE, "a", "iris", {"2": 50, "1": 50}, "traffic", "")
+    assert "no deployed revision 2" in e.value.message
+    finish(engine, train.id)
+    engine.tick()
+    reconcile(engine)
+    assert revisions(engine)[0].traffic == {"1": 80, "2": 20}
+
+
+def test_the_wait_survives_a_restart(db_url, tmp_path):
+    engine = make_engine(db_url, tmp_path)
+    train = engine.submit(ALICE, job())
+    engine.tick()
+    deploy(engine, after=[{"id": train.id}])
+    model(engine)
+    finish(engine, train.id)
+    engine.tick()
+    engine.starter.close()
+    again = make_engine(db_url, tmp_path)
+    assert revisions(again)[1] == {1: ("waiting", f"waiting for {train.id} (ok)")}
+    reconcile(again)
+    assert revisions(again)[1] == {1: ("ready", "")}
+    assert replicas(again) == [(1, 0)]
+
+
+@pytest.mark.parametrize("after,field", [
+    ([{"id": "w0123456789ab"}], "after[0].id"),
+    ([{"id": "w0123456789ab", "condition": "later"}], "after[0].condition"),
+    ("w0123456789ab", "after"),
+])
+def test_a_bad_after_is_refused_naming_it_and_nothing_is_made(db_url, tmp_path, after, field):
+    engine = make_engine(db_url, tmp_path)
+    with pytest.raises(SpecError) as e:
+        deploy(engine, after=after)
+    assert e.value.field == field
+    with engine.store.session() as s:
+        assert s.scalars(select(DeploymentRow)).all() == []
