@@ -60,3 +60,22 @@ def test_a_job_asks_for_its_pools_resource(pool, node, limits, selector):
     assert pod["nodeSelector"].items() >= selector.items()
     assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["h1"]
+
+
+def test_the_charts_documented_mig_and_shared_pools_reach_the_jobs():
+    """The gpuPools example in helm/gpuhub/values.yaml, as an admin would uncomment it."""
+    import json
+    import re
+
+    import yaml
+    from test_helm_chart import CHART, config_files, manifests, merged
+
+    text = open(f"{CHART}/values.yaml").read()
+    block = text.split("mig.strategy=mixed) each profile is a resource of its own, and a pool:\n", 1)[1]
+    block = block.split("      # GPU Hub never changes", 1)[0]
+    example = yaml.safe_load("\n".join(re.sub(r"^\s*#   ", "", line) for line in block.splitlines()
+                                       if re.match(r"^\s*#   ", line)))
+    assert example == POOLS
+    docs = manifests(merged({"jupyterhub": {"custom": {"gpuhub": {"gpuPools": example}}}}))
+    jobs = json.loads(config_files(docs)["settings.json"])["KubernetesJobs"]
+    assert jobs["pools"] == POOLS
