@@ -109,35 +109,32 @@ print(json.dumps({"given": given, "cuInit": rc, "uuids": uuids, "nodes": nodes})
 '''
 
 
-# Keeps the GPU busy for a few seconds (memset kernels over 1 GiB), so the
-# utilization the culler reads can be seen to move.
-CUDA_BUSY = r'''
-import ctypes, time
+# A context on CUDA's device 0 with sys.argv[1] MiB allocated at ptr.
+CUDA_ALLOCATE = r'''
+import ctypes, sys, time
 cuda = ctypes.CDLL("libcuda.so.1")
 assert cuda.cuInit(0) == 0
 dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+size = int(sys.argv[1]) << 20
 cuda.cuDeviceGet(ctypes.byref(dev), 0)
 assert cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
-assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), 1 << 30) == 0
+assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), size) == 0
+'''
+
+# Keeps the GPU busy for a few seconds (memset kernels over the 1 GiB given
+# as its argument), so the utilization the culler reads can be seen to move.
+CUDA_BUSY = CUDA_ALLOCATE + r'''
 end = time.time() + 6
 while time.time() < end:
-    cuda.cuMemsetD8_v2(ptr, 7, 1 << 30)
+    cuda.cuMemsetD8_v2(ptr, 7, size)
     cuda.cuCtxSynchronize()
 print("busy done")
 '''
 
-
 ALLOC_MIB = 512
 
-# Allocates ALLOC_MIB on CUDA's device 0, says so, and holds it until stdin closes.
-CUDA_ALLOC = r'''
-import ctypes, sys
-cuda = ctypes.CDLL("libcuda.so.1")
-assert cuda.cuInit(0) == 0
-dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-cuda.cuDeviceGet(ctypes.byref(dev), 0)
-assert cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
-assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), int(sys.argv[1]) << 20) == 0
+# Allocates ALLOC_MIB (its argument), says so, and holds it until stdin closes.
+CUDA_ALLOC = CUDA_ALLOCATE + r'''
 print("allocated", flush=True)
 sys.stdin.read()
 '''
@@ -240,7 +237,7 @@ def busy_gpu_is_seen(engine, who, pool, gpus, data) -> bool:
     inventory = Inventory(source="nvml")
     inventory.discover()
     idle = inventory.sample()
-    wid = engine.submit(who, parse_job({"command": [sys.executable, "-c", CUDA_BUSY],
+    wid = engine.submit(who, parse_job({"command": [sys.executable, "-c", CUDA_BUSY, "1024"],
                                         "gpus": 1, "pool": pool})).id
     peak: dict[int, float] = {}
     busiest: tuple[float, dict] = (-1.0, {})
