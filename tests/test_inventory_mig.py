@@ -9,6 +9,7 @@ from traitlets.config import Config
 
 from gpuspawner.inventory import Inventory, InventoryError, declared_gpus, read_nvml
 from gpuspawner.inventory.model import mig_profile
+from gpuspawner.service.launch import local_nodes
 
 ON, OFF = 1, 0
 
@@ -147,3 +148,14 @@ def test_declared_mig_validation(entry, fragments):
         declared_gpus([entry])
     for fragment in fragments:
         assert fragment in str(info.value)
+
+
+def test_each_mig_profile_is_a_node_of_its_own_named_by_mig_uuids():
+    """What the local backend schedules and launches on: one node per pool."""
+    gpus = read_nvml(FakeNvml([FakeGpu(), FakeGpu(mig_mode=(ON, ON), migs=h200_mixed())]))
+    nodes = {ln.node.pool: (ln.node.name, ln.node.gpus, ln.devices, [u[:4] for u in ln.uuids])
+             for ln in local_nodes(gpus, "host")}
+    assert nodes == {"h200": ("host/h200", 1, [0], ["GPU-"]),
+                     "h200-mig-1g.18gb": ("host/h200-mig-1g.18gb", 2, [4, 5], ["MIG-", "MIG-"]),
+                     "h200-mig-2g.35gb": ("host/h200-mig-2g.35gb", 1, [3], ["MIG-"]),
+                     "h200-mig-3g.71gb": ("host/h200-mig-3g.71gb", 1, [2], ["MIG-"])}
