@@ -210,7 +210,7 @@ def enforcement_holds(engine, who, pool, gpus, enforcement, data) -> Optional[bo
               f"({'; '.join(enforcement.notes) or 'no notes'})")
         return None
     by_index = {g.index: g.uuid for g in gpus}
-    minor = {g.index: enforcement._minor(g.index, g.uuid) for g in gpus}
+    minor = {g.index: enforcement.device_minor(g.index, g.uuid) for g in gpus}
     ok = True
     for r, line in run_jobs(engine, who, pool, [sys.executable, "-c", ENFORCE_PROBE], [1, 0], data):
         if r.state != "succeeded":

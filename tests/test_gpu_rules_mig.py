@@ -112,5 +112,5 @@ def test_device_groups_give_a_gpus_group_once_and_say_slices_are_not_separated()
     gpus = declared_gpus(HOST)
     e = enforcement(rules.DEVICE_GROUPS)
     e.know_devices(gpus)
-    assert e._minor(0, UUIDS[0]) == e._minor(1, UUIDS[1]) == 0
+    assert e.device_minor(0, UUIDS[0]) == e.device_minor(1, UUIDS[1]) == 0
     assert "device groups guard whole GPUs only" in e.notes[0]

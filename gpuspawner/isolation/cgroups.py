@@ -153,8 +153,8 @@ class GpuEnforcement(LoggingConfigurable):
     limits_mode: str = LIMITS_NONE
     notes: list[str]
     minors: dict[int, int]
-    # inventory index of a MIG device -> (its GPU's minor, GPU instance, compute instance)
-    mig: dict[int, tuple[int, Optional[int], Optional[int]]]
+    # a MIG device's UUID -> (its GPU's minor, GPU instance, compute instance)
+    mig: dict[str, tuple[int, Optional[int], Optional[int]]]
     caps_major: Optional[int] = None
     mig_minors: dict[str, int]
 
@@ -242,14 +242,14 @@ class GpuEnforcement(LoggingConfigurable):
         nodes not given (a MIG device gives its GPU's), then the capability
         nodes of the other MIG devices."""
         gpus, uuids = list(gpus), list(uuids)
-        out = rules.device_deny_rules({self._minor(i, u) for i, u in _pairs(gpus, uuids)})
+        out = rules.device_deny_rules({self.device_minor(i, u) for i, u in _pairs(gpus, uuids)})
         known = [d for d in self.mig.values() if self._caps_known(d)]
         if known:
             given = [self.mig[u] for u in uuids if u in self.mig and self._caps_known(self.mig[u])]
             out += rules.mig_cap_deny_rules(self.caps_major, self.mig_minors, known, given)
         return out
 
-    def _minor(self, index: int, uuid: str = "") -> int:
+    def device_minor(self, index: int, uuid: str = "") -> int:
         if uuid in self.mig:
             return self.mig[uuid][0]
         return self.minors.get(index, index)
@@ -315,7 +315,7 @@ class GpuEnforcement(LoggingConfigurable):
         placement = Placement()
         if self.gpu_mode == DEVICE_GROUPS:
             # A GPU's slices: its group, once.
-            minors = dict.fromkeys(self._minor(i, u) for i, u in _pairs(gpus, list(uuids)))
+            minors = dict.fromkeys(self.device_minor(i, u) for i, u in _pairs(gpus, list(uuids)))
             placement.gids = [self._group_gid(m) for m in minors]
             return placement
         if self.gpu_mode != CGROUP_V1:
