@@ -3,123 +3,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import pytest
+from nvml_fake import (FakeGpu, FakeNvml, NVMLError, NVMLError_DriverNotLoaded, NVMLError_GpuIsLost,
+                       NVMLError_LibraryNotFound, NVMLError_NoPermission, NVMLError_NotSupported)
 from traitlets.config import Config
 
 from gpuspawner.inventory import (Gpu, Inventory, InventoryError, NvmlUnavailable, declared_gpus,
                                   pool_name, read_nvml, sample_utilization)
-
-MIB = 1024 * 1024
-
-
-# --- a small fake of the pynvml calls the inventory uses ---------------------------------------
-
-class NVMLError(Exception):
-    def __init__(self, value):
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self):
-        return {3: "Not Supported", 4: "Insufficient Permissions", 9: "Driver Not Loaded",
-                12: "NVML Shared Library Not Found", 15: "GPU is lost"}.get(self.value, "Unknown Error")
-
-
-def _error_class(name, value):
-    return type(name, (NVMLError,), {"__init__": lambda self: NVMLError.__init__(self, value)})
-
-
-NVMLError_NotSupported = _error_class("NVMLError_NotSupported", 3)
-NVMLError_NoPermission = _error_class("NVMLError_NoPermission", 4)
-NVMLError_DriverNotLoaded = _error_class("NVMLError_DriverNotLoaded", 9)
-NVMLError_LibraryNotFound = _error_class("NVMLError_LibraryNotFound", 12)
-NVMLError_GpuIsLost = _error_class("NVMLError_GpuIsLost", 15)
-
-
-@dataclass
-class FakeGpu:
-    name: object = "NVIDIA H200"          # str or bytes, as pynvml versions differ
-    total_mib: int = 143771
-    used_mib: int = 0
-    util: int = 0
-    retired_pending: int = 0              # NVML_FEATURE_ENABLED (1) = pages pending retirement
-    remapped: tuple = (0, 0, 0, 0)        # (corrRows, uncRows, isPending, failureOccurred)
-    ecc_uncorrected: int = 0
-    raises: dict = field(default_factory=dict)   # function name -> exception to raise
-
-
-class FakeNvml:
-    """The pynvml functions and constants read_nvml uses, over a list of FakeGpu."""
-
-    NVMLError = NVMLError
-    NVMLError_NotSupported = NVMLError_NotSupported
-    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
-    NVML_ERROR_LIBRARY_NOT_FOUND = 12
-    NVML_FEATURE_ENABLED = 1
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-    NVML_VOLATILE_ECC = 0
-
-    def __init__(self, gpus=(), raises=None):
-        self.gpus = list(gpus)
-        self.raises = dict(raises or {})   # host-wide: function name -> exception
-        self.calls = []
-        self.ecc_args = []
-
-    def _enter(self, fn, index=None):
-        self.calls.append(fn)
-        exc = self.raises.get(fn)
-        if exc is None and index is not None:
-            exc = self.gpus[index].raises.get(fn)
-        if exc is not None:
-            raise exc
-
-    def nvmlInit(self):
-        self._enter("nvmlInit")
-
-    def nvmlShutdown(self):
-        self._enter("nvmlShutdown")
-
-    def nvmlDeviceGetCount(self):
-        self._enter("nvmlDeviceGetCount")
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        self._enter("nvmlDeviceGetHandleByIndex", i)
-        return i                            # the handle is the index
-
-    def nvmlDeviceGetName(self, h):
-        self._enter("nvmlDeviceGetName", h)
-        return self.gpus[h].name
-
-    def nvmlDeviceGetUUID(self, h):
-        self._enter("nvmlDeviceGetUUID", h)
-        return f"GPU-fake-{h}"
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        self._enter("nvmlDeviceGetMemoryInfo", h)
-        g = self.gpus[h]
-        return SimpleNamespace(total=g.total_mib * MIB, used=g.used_mib * MIB,
-                               free=(g.total_mib - g.used_mib) * MIB)
-
-    def nvmlDeviceGetUtilizationRates(self, h):
-        self._enter("nvmlDeviceGetUtilizationRates", h)
-        return SimpleNamespace(gpu=self.gpus[h].util, memory=0)
-
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
-        self._enter("nvmlDeviceGetRetiredPagesPendingStatus", h)
-        return self.gpus[h].retired_pending
-
-    def nvmlDeviceGetRemappedRows(self, h):
-        self._enter("nvmlDeviceGetRemappedRows", h)
-        return self.gpus[h].remapped
-
-    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
-        self._enter("nvmlDeviceGetTotalEccErrors", h)
-        self.ecc_args.append((error_type, counter_type))
-        return self.gpus[h].ecc_uncorrected if (error_type, counter_type) == (1, 0) else 0
-
 
 HEALTH_CALLS = ("nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",
                 "nvmlDeviceGetTotalEccErrors")
@@ -439,10 +330,10 @@ def test_real_pynvml():
         assert message.startswith("NVML is not available: ") and len(message) > len("NVML is not available: ") + 10
         return
     assert gpus, "NVML answered but listed no GPUs"
-    assert [g.index for g in gpus] == list(range(len(gpus)))
+    assert len({g.index for g in gpus}) == len(gpus)
     for g in gpus:
-        assert g.uuid.startswith(("GPU-", "MIG-")) and g.model and g.memory_mib > 0
-        assert g.pool == pool_name(g.model)
+        assert g.uuid.startswith("MIG-" if g.is_mig else "GPU-") and g.model and g.memory_mib > 0
+        assert g.pool == pool_name(g.model) or (g.is_mig and g.pool.endswith("-mig-" + g.mig_profile))
         assert isinstance(g.healthy, bool) and (g.healthy or g.health_reason)
         assert g.memory_used_mib is None or 0 <= g.memory_used_mib <= g.memory_mib
     sample = sample_utilization()

@@ -119,13 +119,15 @@ def test_exit_is_reported_with_its_returncode_and_output(tmp_path, argv, returnc
 
 U0 = "GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f"
 U2 = "GPU-d9e8f7a6-b5c4-4d3e-a2f1-e0d9c8b7a6f5"
+MIG = "MIG-6a2f1b3c-4d5e-5f60-8a7b-9c0d1e2f3a4b"    # a MIG device (docs/gpus.md), host index 9
 
 
 @pytest.mark.parametrize("gpus, uuids, visible, checkpoint", [
     ((0, 2), (), "0,2", True),            # UUIDs unknown (declared GPUs): by index
     ((0, 2), (U0, U2), f"{U0},{U2}", False),  # NVML's: by UUID, which a device cgroup keeps
     ((), (), "", False),   # no GPUs: none visible, not all of them
-], ids=["two-gpus", "two-gpus-by-uuid", "no-gpus"])
+    ((9,), (MIG,), MIG, False),           # a MIG device: by its MIG- UUID, the only way CUDA names it
+], ids=["two-gpus", "two-gpus-by-uuid", "no-gpus", "mig-device"])
 def test_command_sees_exactly_its_gpus_and_attempt(tmp_path, monkeypatch, gpus, uuids, visible,
                                                      checkpoint):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the service's own must not leak

@@ -192,7 +192,7 @@ class LocalBackend(Backend):
         digest = hashlib.sha1(attempt_dir.encode()).hexdigest()[:8]
         placement = self.enforcement.create(
             cgroups.safe_name("job", spec.workload_id, str(spec.attempt), digest),
-            spec.gpus, spec.team, spec.pool)
+            spec.gpus, spec.team, spec.pool, spec.gpu_uuids)
         write_json(os.path.join(attempt_dir, CGROUP_FILE), placement.to_json())
         return placement
 

@@ -9,7 +9,7 @@ from traitlets import Dict, Enum, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from .declared import declared_gpus
-from .model import Gpu
+from .model import Gpu, mig_pool
 from .nvml import NvmlUnavailable, read_nvml, sample_utilization
 
 __all__ = ["Inventory"]
@@ -51,6 +51,9 @@ class Inventory(LoggingConfigurable):
         optionally `pool` (default: a slug of the model, e.g. "a100-sxm4-80gb")
         and `uuids` (one CUDA UUID per GPU, as `nvidia-smi -L` prints them:
         then CUDA_VISIBLE_DEVICES names the GPUs by UUID, as with NVML).
+        An entry may declare MIG devices instead of whole GPUs: `mig_profile`
+        (e.g. "1g.18gb"), `parent_index` (the GPU they lie on) and optionally
+        `gpu_instances` ([[gi, ci], ...]); see docs/gpus.md.
         Indices are numbered on across entries. The default is four 16 GiB fake
         GPUs in the pool "default", enough to try the hub on a laptop.
 
@@ -72,7 +75,9 @@ class Inventory(LoggingConfigurable):
         Useful when one host's GPUs should be scheduled as one pool whatever
         the driver calls them, or to keep pool names stable across a hardware
         refresh. Empty (the default) means one pool per GPU model. Declared
-        GPUs take their pool from their own entry instead.
+        GPUs take their pool from their own entry instead. MIG devices go
+        into this name, "-mig-" and their profile ("training-mig-1g.18gb"):
+        slices of different sizes are not the same GPU type.
 
         Example::
 
@@ -147,7 +152,8 @@ class Inventory(LoggingConfigurable):
                                  e, len(gpus))
             else:
                 if self.pool:
-                    gpus = [replace(g, pool=self.pool) for g in gpus]
+                    gpus = [replace(g, pool=mig_pool(self.pool, g.mig_profile) if g.is_mig
+                                    else self.pool) for g in gpus]
                 if not gpus:
                     self.log.warning("NVML answered but reports no GPUs on this host")
         self.source_used = used

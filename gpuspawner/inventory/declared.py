@@ -1,14 +1,17 @@
 """GPUs an admin declares in the config, for hosts (or tests) without NVML."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..isolation.gpu_rules import CUDA_UUID
-from .model import Gpu, InventoryError, pool_name
+from .model import Gpu, InventoryError, mig_pool, pool_name
 
 __all__ = ["declared_gpus"]
 
-_KEYS = ("model", "count", "memory_mib", "pool", "uuids")
+_KEYS = ("model", "count", "memory_mib", "pool", "uuids", "mig_profile", "parent_index",
+         "gpu_instances")
+MIG_PROFILE = re.compile(r"([1-7]c\.)?[1-8]g\.[0-9]+gb")
 
 
 def _positive_int(value: Any) -> bool:
@@ -22,6 +25,12 @@ def declared_gpus(spec: list[dict]) -> list[Gpu]:
     ``uuids``, one per GPU, are the GPUs' CUDA UUIDs (``nvidia-smi -L``), by
     which CUDA_VISIBLE_DEVICES then names them; without them a GPU's UUID is
     ``GPU-declared-<index>``, which names nothing to CUDA (then by index).
+    An entry with ``mig_profile`` (``"1g.18gb"``) declares MIG devices of
+    the GPU ``parent_index`` (its NVML index and /dev/nvidia minor), in the
+    pool ``<slug of model>-mig-<profile>`` by default; ``gpu_instances``, one
+    ``[gi, ci]`` per device, are their GPU/compute instance ids (which name
+    their capability device files; without them the device cgroup cannot
+    tell the slices of one GPU apart). Their UUIDs, if given, are ``MIG-...``.
     Raises ``InventoryError`` naming the entry and field on any mistake.
     """
     if not isinstance(spec, (list, tuple)):
@@ -46,7 +55,9 @@ def declared_gpus(spec: list[dict]) -> list[Gpu]:
             if not _positive_int(entry[field]):
                 raise InventoryError(f"{where}: '{field}' must be a positive integer, "
                                      f"got {entry[field]!r}")
-        pool = entry.get("pool", pool_name(model))
+        mig = _mig_fields(entry, where)
+        pool = entry.get("pool", mig_pool(pool_name(model), mig["mig_profile"])
+                         if mig else pool_name(model))
         if not isinstance(pool, str) or not pool.strip():
             raise InventoryError(f"{where}: 'pool' must be a non-empty string, got {pool!r}")
         uuids = entry.get("uuids")
@@ -56,8 +67,40 @@ def declared_gpus(spec: list[dict]) -> list[Gpu]:
             raise InventoryError(f"{where}: 'uuids' must be a list of {entry['count']} CUDA "
                                  f"UUIDs like 'GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f' "
                                  f"(nvidia-smi -L), got {uuids!r}")
+        if mig and uuids and not all(u.startswith("MIG-") for u in uuids):
+            raise InventoryError(f"{where}: the 'uuids' of MIG devices are MIG-... UUIDs "
+                                 f"(nvidia-smi -L), got {uuids!r}")
+        instances = mig.pop("gpu_instances", None) or [(None, None)] * entry["count"]
         for n in range(entry["count"]):
             index = len(gpus)
-            gpus.append(Gpu(index=index, uuid=uuids[n] if uuids else f"GPU-declared-{index}",
-                            model=model, memory_mib=entry["memory_mib"], pool=pool))
+            fallback = f"{'MIG' if mig else 'GPU'}-declared-{index}"
+            extra = ({**mig, "gpu_instance": instances[n][0], "compute_instance": instances[n][1]}
+                     if mig else {})
+            gpus.append(Gpu(index=index, uuid=uuids[n] if uuids else fallback,
+                            model=model, memory_mib=entry["memory_mib"], pool=pool, **extra))
     return gpus
+
+
+def _mig_fields(entry: dict, where: str) -> dict:
+    """The MIG fields of a declared entry ({} for whole GPUs), checked."""
+    mig_keys = ("mig_profile", "parent_index", "gpu_instances")
+    if not any(k in entry for k in mig_keys):
+        return {}
+    profile = entry.get("mig_profile")
+    if not isinstance(profile, str) or not MIG_PROFILE.fullmatch(profile):
+        raise InventoryError(f"{where}: 'mig_profile' must be a MIG profile like '1g.18gb' "
+                             f"or '1c.3g.71gb' (nvidia-smi mig -lgip), got {profile!r}")
+    parent = entry.get("parent_index")
+    if not isinstance(parent, int) or isinstance(parent, bool) or parent < 0:
+        raise InventoryError(f"{where}: MIG devices need 'parent_index', the NVML index of "
+                             f"their GPU (an integer from 0), got {parent!r}")
+    instances = entry.get("gpu_instances")
+    if instances is not None and (
+            not isinstance(instances, list) or len(instances) != entry["count"]
+            or not all(isinstance(p, (list, tuple)) and len(p) == 2
+                       and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                               for x in p) for p in instances)):
+        raise InventoryError(f"{where}: 'gpu_instances' must be a list of {entry['count']} "
+                             f"[GPU instance id, compute instance id] pairs, got {instances!r}")
+    return {"mig_profile": profile, "parent_index": parent,
+            "gpu_instances": [tuple(p) for p in instances] if instances else None}

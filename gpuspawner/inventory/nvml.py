@@ -24,12 +24,27 @@ consumer cards, ``NoPermission`` in containers, or ``FunctionNotFound`` with an
 old driver) means "this check is not available": it does not mark the GPU
 unhealthy. A failure of a basic call (name, UUID, memory) raises
 ``InventoryError``; a failure to start NVML at all raises ``NvmlUnavailable``.
+
+MIG (docs/gpus.md): a GPU whose ``nvmlDeviceGetMigMode`` reports the current
+mode ``NVML_DEVICE_MIG_ENABLE`` is replaced by its MIG devices
+(``nvmlDeviceGetMaxMigDeviceCount`` slots, ``nvmlDeviceGetMigDeviceHandleByIndex``;
+an empty slot raises ``NotFound``), each with its own ``MIG-...`` UUID, memory
+(``nvmlDeviceGetMemoryInfo`` on the MIG handle), profile (from
+``nvmlDeviceGetAttributes``: slice counts and memory, see ``mig_profile``), GPU
+and compute instance ids, and its GPU's health. They are numbered after the
+GPUs NVML counts (a host with 2 GPUs: its MIG devices are 2, 3, ...), so a
+whole GPU keeps its NVML index. ``NotSupported`` from ``nvmlDeviceGetMigMode``
+means a GPU without MIG. Where the pending mode differs from the current one
+(a change waiting for a GPU reset) the current one is used, and the devices'
+``note`` says so. Nothing here changes a GPU's MIG mode.
 """
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
-from .model import Gpu, InventoryError, pool_name
+from .model import Gpu, InventoryError, mig_pool, mig_profile, pool_name
 
 __all__ = ["NvmlUnavailable", "read_nvml", "sample_utilization"]
 
@@ -39,6 +54,10 @@ _LIBRARY_NOT_FOUND = 12
 _FEATURE_ENABLED = 1
 _UNCORRECTED = 1
 _VOLATILE = 0
+_MIG_ENABLE = 1
+_NOT_FOUND = 6
+
+log = logging.getLogger(__name__)
 
 
 class NvmlUnavailable(InventoryError):
@@ -156,28 +175,107 @@ def _utilization(nvml: Any, handle: Any) -> Optional[float]:
     return None if rates is None else float(rates.gpu)
 
 
+def mig_mode(nvml: Any, handle: Any) -> Optional[tuple[int, int]]:
+    """``(current, pending)`` MIG mode of a GPU, None where it has no MIG
+    (``NotSupported``) or the call is not there."""
+    mode = _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
+    return None if mode is None else (int(mode[0]), int(mode[1]))
+
+
+def _enabled(nvml: Any, value: int) -> bool:
+    return value == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", _MIG_ENABLE)
+
+
+def _not_found(nvml: Any, exc: BaseException) -> bool:
+    cls = getattr(nvml, "NVMLError_NotFound", None)
+    if isinstance(cls, type) and isinstance(exc, cls):
+        return True
+    return getattr(exc, "value", None) == getattr(nvml, "NVML_ERROR_NOT_FOUND", _NOT_FOUND)
+
+
+def mig_handles(nvml: Any, index: int, handle: Any) -> list[Any]:
+    """The handles of the MIG devices that exist on GPU ``index``, by slot."""
+    out = []
+    slots = _call(nvml, index, "MIG device count",
+                  lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    for slot in range(slots):
+        try:
+            out.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+        except _nvml_error(nvml) as e:
+            if not _not_found(nvml, e):  # NotFound: an empty slot
+                raise InventoryError(f"NVML: MIG device {slot} of GPU {index} failed: "
+                                     f"{_describe(e)}") from e
+    return out
+
+
+def _mig_devices(nvml: Any, parent: Gpu, handle: Any, first: int, note: str) -> list[Gpu]:
+    devices = []
+    for n, mig in enumerate(mig_handles(nvml, parent.index, handle)):
+        what = f"MIG device {n}"
+        uuid = _text(_call(nvml, parent.index, f"UUID of {what}", lambda: nvml.nvmlDeviceGetUUID(mig)))
+        memory = _call(nvml, parent.index, f"memory of {what}",
+                       lambda: nvml.nvmlDeviceGetMemoryInfo(mig))
+        attrs = _call(nvml, parent.index, f"attributes of {what}",
+                      lambda: nvml.nvmlDeviceGetAttributes(mig))
+        profile = mig_profile(attrs.gpuInstanceSliceCount, attrs.computeInstanceSliceCount,
+                              attrs.memorySizeMB)
+        devices.append(Gpu(
+            index=first + n, uuid=uuid, model=f"{parent.model} MIG {profile}",
+            memory_mib=int(memory.total) // _MIB, pool=mig_pool(parent.pool, profile),
+            healthy=parent.healthy, health_reason=parent.health_reason,
+            memory_used_mib=int(memory.used) // _MIB, mig_profile=profile,
+            parent_index=parent.index,
+            gpu_instance=_call(nvml, parent.index, f"GPU instance of {what}",
+                               lambda: nvml.nvmlDeviceGetGpuInstanceId(mig)),
+            compute_instance=_call(nvml, parent.index, f"compute instance of {what}",
+                                   lambda: nvml.nvmlDeviceGetComputeInstanceId(mig)),
+            note=note))
+    return devices
+
+
 def read_nvml(nvml: Any = None) -> list[Gpu]:
-    """The GPUs NVML sees, in index order, each in the pool named after its model.
+    """The GPUs NVML sees, in index order, each in the pool named after its
+    model; a GPU in MIG mode is replaced by its MIG devices, numbered after
+    the GPUs (module docstring).
 
     Raises ``NvmlUnavailable`` when NVML cannot start, ``InventoryError`` when a
-    GPU's name, UUID or memory cannot be read.
+    GPU's (or MIG device's) name, UUID or memory cannot be read.
     """
     def body(nvml: Any) -> list[Gpu]:
-        gpus = []
-        for index in range(nvml.nvmlDeviceGetCount()):
+        gpus, migs = [], []
+        count = nvml.nvmlDeviceGetCount()
+        for index in range(count):
             handle = _call(nvml, index, "handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index))
             model = _text(_call(nvml, index, "name", lambda: nvml.nvmlDeviceGetName(handle)))
             uuid = _text(_call(nvml, index, "UUID", lambda: nvml.nvmlDeviceGetUUID(handle)))
             memory = _call(nvml, index, "memory info", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
             reasons = _health(nvml, handle)
-            gpus.append(Gpu(
+            gpu = Gpu(
                 index=index, uuid=uuid, model=model, memory_mib=int(memory.total) // _MIB,
                 pool=pool_name(model), healthy=not reasons, health_reason="; ".join(reasons),
                 utilization_pct=_utilization(nvml, handle),
-                memory_used_mib=int(memory.used) // _MIB))
-        return gpus
+                memory_used_mib=int(memory.used) // _MIB)
+            mode = mig_mode(nvml, handle)
+            note = ""
+            if mode is not None and mode[0] != mode[1]:
+                note = (f"MIG mode of GPU {index} is {_mode_word(nvml, mode[0])}, pending "
+                        f"{_mode_word(nvml, mode[1])} (after a GPU reset): the current mode is used")
+                log.warning("%s", note)
+            if mode is None or not _enabled(nvml, mode[0]):
+                gpus.append(replace(gpu, note=note))
+                continue
+            devices = _mig_devices(nvml, gpu, handle, count + len(migs), note)
+            if not devices:
+                log.warning("GPU %d is in MIG mode but has no MIG devices (none created): "
+                            "it offers nothing to schedule", index)
+            migs.extend(devices)
+        return gpus + migs
 
     return _session(nvml, body)
+
+
+def _mode_word(nvml: Any, value: int) -> str:
+    return "enabled" if _enabled(nvml, value) else "disabled"
 
 
 def sample_utilization(nvml: Any = None) -> dict[int, tuple[float, int]]:

@@ -28,7 +28,7 @@ import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from traitlets import Dict, Enum, Unicode
 from traitlets.config import LoggingConfigurable
@@ -153,10 +153,14 @@ class GpuEnforcement(LoggingConfigurable):
     limits_mode: str = LIMITS_NONE
     notes: list[str]
     minors: dict[int, int]
+    # a MIG device's UUID -> (its GPU's minor, GPU instance, compute instance)
+    mig: dict[str, tuple[int, Optional[int], Optional[int]]]
+    caps_major: Optional[int] = None
+    mig_minors: dict[str, int]
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.notes, self.minors = [], {}
+        self.notes, self.minors, self.mig, self.mig_minors = [], {}, {}, {}
         self._by_team = rules.check_limits(self.team_limits, "GpuEnforcement.team_limits")
         self._by_pool = rules.check_limits(self.pool_limits, "GpuEnforcement.pool_limits")
         self._default = rules.check_entry(self.default_limits, "GpuEnforcement.default_limits")
@@ -196,7 +200,59 @@ class GpuEnforcement(LoggingConfigurable):
             self.notes.append("memory/CPU limits are configured but cannot be enforced here")
         if self.gpu_mode != ADVISORY:
             self.minors = _nvml_minors()
+        if self.gpu_mode == CGROUP_V1:
+            self.caps_major = rules.char_major(_read("/proc/devices"), "nvidia-caps")
+            self.mig_minors = rules.parse_mig_minors(_read("/proc/driver/nvidia-caps/mig-minors"))
+        if self.gpu_mode != ADVISORY:
+            self.know_devices(_nvml_mig_devices())
         return self
+
+    def know_devices(self, gpus) -> None:
+        """Learn MIG devices (inventory ``Gpu`` records): their GPU's node and
+        their capability nodes, by UUID, for ``create``. ``detect`` learns
+        NVML's; the service adds its inventory's (declared MIG devices)."""
+        self.mig.update({g.uuid: (self.minors.get(g.parent_index, g.parent_index),
+                                  g.gpu_instance, g.compute_instance)
+                         for g in gpus if g.is_mig})
+        if not self.mig or self.gpu_mode == ADVISORY:
+            return
+        if self.gpu_mode == DEVICE_GROUPS:
+            note = ("MIG devices: device groups guard whole GPUs only; the slices of one GPU "
+                    "are not kept from each other")
+        else:
+            unknown = sorted(u for u, d in self.mig.items() if not self._caps_known(d))
+            note = (f"MIG devices {', '.join(unknown)}: their capability nodes are not known "
+                    f"(/dev/nvidia-caps, /proc/driver/nvidia-caps/mig-minors): the device "
+                    f"cgroup does not keep them from each other") if unknown else ""
+        if note and note not in self.notes:
+            self.notes.append(note)
+
+    def _caps_known(self, device) -> bool:
+        if self.caps_major is None or None in device:
+            return False
+        try:
+            rules.mig_cap_minors(self.mig_minors, *device)
+        except ValueError:
+            return False
+        return True
+
+    def device_rules(self, gpus: Iterable[int], uuids: Sequence[str] = ()) -> list[str]:
+        """The ``devices.deny`` lines of a placement of the inventory devices
+        ``gpus`` (``uuids``, where known, in the same order): the per-GPU
+        nodes not given (a MIG device gives its GPU's), then the capability
+        nodes of the other MIG devices."""
+        gpus, uuids = list(gpus), list(uuids)
+        out = rules.device_deny_rules({self.device_minor(i, u) for i, u in _pairs(gpus, uuids)})
+        known = [d for d in self.mig.values() if self._caps_known(d)]
+        if known:
+            given = [self.mig[u] for u in uuids if u in self.mig and self._caps_known(self.mig[u])]
+            out += rules.mig_cap_deny_rules(self.caps_major, self.mig_minors, known, given)
+        return out
+
+    def device_minor(self, index: int, uuid: str = "") -> int:
+        if uuid in self.mig:
+            return self.mig[uuid][0]
+        return self.minors.get(index, index)
 
     def report(self) -> dict:
         return {"gpu_enforcement": self.gpu_mode, "limits": self.limits_mode,
@@ -249,13 +305,17 @@ class GpuEnforcement(LoggingConfigurable):
     def limits_for(self, team: str, pool: str) -> Limits:
         return rules.resolve_limits(team, pool, self._by_team, self._by_pool, self._default)
 
-    def create(self, name: str, gpus: Iterable[int], team: str = "", pool: str = "") -> Placement:
-        """The placement for GPUs ``gpus`` (inventory indices) of ``team`` in
+    def create(self, name: str, gpus: Iterable[int], team: str = "", pool: str = "",
+               uuids: Sequence[str] = ()) -> Placement:
+        """The placement for GPUs ``gpus`` (inventory indices; ``uuids``
+        their UUIDs where known, which tell MIG devices) of ``team`` in
         ``pool``. Raises OSError when the kernel refuses; nothing is left
         behind then."""
-        minors = [self.minors.get(i, i) for i in gpus]
+        gpus = list(gpus)
         placement = Placement()
         if self.gpu_mode == DEVICE_GROUPS:
+            # A GPU's slices: its group, once.
+            minors = dict.fromkeys(self.device_minor(i, u) for i, u in _pairs(gpus, list(uuids)))
             placement.gids = [self._group_gid(m) for m in minors]
             return placement
         if self.gpu_mode != CGROUP_V1:
@@ -264,7 +324,7 @@ class GpuEnforcement(LoggingConfigurable):
         try:
             path = self._make("devices", name)
             placement.cgroups.append(path)
-            for rule in rules.device_deny_rules(minors):
+            for rule in self.device_rules(gpus, uuids):
                 _write(path, "devices.deny", rule)
             if limits.memory_bytes is not None and "memory" in self._parents:
                 path = self._make("memory", name)
@@ -367,6 +427,27 @@ def _kill_all(path: str) -> None:
 def _write(path: str, name: str, value: str) -> None:
     with open(os.path.join(path, name), "w") as f:
         f.write(value)
+
+
+def _pairs(gpus: list[int], uuids: list[str]) -> list[tuple[int, str]]:
+    return list(zip(gpus, uuids if len(uuids) == len(gpus) else [""] * len(gpus)))
+
+
+def _nvml_mig_devices() -> list:
+    """NVML's MIG devices (inventory records); none without NVML."""
+    from ..inventory import InventoryError, read_nvml
+    try:
+        return [g for g in read_nvml() if g.is_mig]
+    except InventoryError:
+        return []
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def _nvml_minors() -> dict[int, int]:

@@ -14,6 +14,15 @@ stay as they were (a cgroup v1 child inherits its parent's list; a wildcard
 deny could not be punched again by an allow). The fallback gives each GPU
 node a group of its own, and a process only the groups of its GPUs.
 
+MIG devices (docs/gpus.md): a MIG device is reached through its GPU's
+``/dev/nvidiaN`` and two capability nodes, ``/dev/nvidia-caps/nvidia-capM``
+for its GPU instance and for its compute instance, whose minors
+``/proc/driver/nvidia-caps/mig-minors`` lists (``gpu0/gi7/access 66``,
+``gpu0/gi7/ci0/access 67``; the major is ``nvidia-caps`` in /proc/devices).
+A placement of MIG devices is allowed their GPUs' nodes and their own
+capability nodes; the capability nodes of every other MIG device of the host,
+and ``config`` (which creates and destroys MIG instances), are denied.
+
 Memory and CPU limits come per team, per pool, or a default (team over pool
 over default, each key on its own).
 """
@@ -75,6 +84,51 @@ def device_deny_rules(placed: Iterable[int]) -> list[str]:
     if bad:
         raise ValueError(f"GPU minor(s) {bad} are not per-GPU nodes (0-253)")
     return [f"c {NVIDIA_MAJOR}:{m} rwm" for m in GPU_MINORS if m not in placed]
+
+
+def parse_mig_minors(text: str) -> dict[str, int]:
+    """``/proc/driver/nvidia-caps/mig-minors`` as ``{"gpu0/gi7/ci0/access": 67, "config": 1, ...}``."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def char_major(proc_devices: str, name: str) -> Optional[int]:
+    """The major of character driver ``name`` in /proc/devices, None if absent."""
+    block = proc_devices.split("Block devices:", 1)[0]
+    for line in block.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == name and parts[0].isdigit():
+            return int(parts[0])
+    return None
+
+
+def mig_cap_minors(table: dict[str, int], gpu_minor: int, gi: int, ci: int) -> tuple[int, int]:
+    """The (GPU instance, compute instance) capability minors of a MIG device.
+    Raises ValueError when the table does not list them."""
+    keys = (f"gpu{gpu_minor}/gi{gi}/access", f"gpu{gpu_minor}/gi{gi}/ci{ci}/access")
+    missing = [k for k in keys if k not in table]
+    if missing:
+        raise ValueError(f"mig-minors lists no {', '.join(missing)}")
+    return table[keys[0]], table[keys[1]]
+
+
+def mig_cap_deny_rules(caps_major: int, table: dict[str, int],
+                       every: Iterable[tuple[int, int, int]],
+                       given: Iterable[tuple[int, int, int]]) -> list[str]:
+    """The ``devices.deny`` lines for MIG capability nodes: ``config`` and the
+    capabilities of every MIG device of the host (``every``, as
+    ``(GPU minor, GPU instance, compute instance)``) that the placement was
+    not ``given``. A GPU instance shared by two compute instances stays
+    allowed when either is given."""
+    allowed = {m for d in given for m in mig_cap_minors(table, *d)}
+    denied = {m for d in every for m in mig_cap_minors(table, *d)}
+    if "config" in table:
+        denied.add(table["config"])
+    return [f"c {caps_major}:{m} rwm" for m in sorted(denied - allowed)]
 
 
 def gpu_group(minor: int, prefix: str = "gpuhub-gpu") -> str:

@@ -53,6 +53,7 @@ def make_local(app, accounts) -> Wired:
     if enforcement.gpu_mode == DEVICE_GROUPS:
         enforcement.setup_device_groups(app.device_groups_file)
     source, gpus = app.inventory.discover()
+    enforcement.know_devices(gpus)  # declared MIG devices (NVML's it knows)
     nodes = local_nodes(gpus, app.node_name)
     by_index = {g.index: g for g in gpus}
     return Wired("local", LocalBackend(enforcement=enforcement, accounts=accounts), nodes,

@@ -89,7 +89,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         self._unplace()  # one left by a server that died with the hub
         self.placement = self.enforcement.create(
             cgroups.safe_name("server", self.user.name, self.name or "default", digest),
-            self.devices or [], request.team if request else "", request.pool if request else "")
+            self.devices or [], request.team if request else "", request.pool if request else "",
+            self.device_uuids or [])
 
     def _unplace(self) -> None:
         if self.placement is not None:

@@ -12,6 +12,9 @@ from ..base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
+# The device plugin's time-sliced GPUs with renameByDefault: each GPU is
+# offered as `replicas` shares (docs/deploy-kubernetes.md, "MIG and time-sliced GPUs").
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 # Pod ends that mean the hardware or the node went away, not the program.
 LOST_POD_REASONS = {"Evicted", "NodeLost", "Shutdown", "Terminated", "NodeShutdown",
@@ -79,11 +82,27 @@ def _ready(node: dict) -> bool:
     return _condition(node, "Ready") is not None
 
 
+def gpu_kind(product: str, resource: str) -> Optional[tuple[str, str]]:
+    """``(node suffix, pool)`` of a node's extended resource, None if it is
+    no GPU: ``nvidia.com/gpu`` whole GPUs (or time-sliced replicas, which
+    feature discovery labels ``<product>-SHARED``) in the product's pool;
+    ``nvidia.com/mig-1g.10gb`` in ``<product>-mig-1g.10gb``; time-sliced
+    ``nvidia.com/gpu.shared`` (renameByDefault) in ``<product>-shared``."""
+    if resource == GPU_RESOURCE:
+        return "", product
+    if resource.startswith(MIG_PREFIX):
+        profile = resource[len("nvidia.com/"):]
+        return profile, f"{product}-{profile}"
+    if resource == SHARED_RESOURCE:
+        return "shared", product if product.endswith("-shared") else f"{product}-shared"
+    return None
+
+
 def nodes_from_k8s(items: list[dict]) -> list[Node]:
     """Scheduler nodes from the API's nodes: whole GPUs (``nvidia.com/gpu``)
     in a pool named after ``nvidia.com/gpu.product``, and each MIG profile
-    (``nvidia.com/mig-1g.10gb``) as a node of its own in the pool
-    ``<product>-mig-1g.10gb``. A node that is not Ready is unhealthy; a
+    (``nvidia.com/mig-1g.10gb``) or time-sliced share
+    (``nvidia.com/gpu.shared``) as a node of its own (``gpu_kind``). A node that is not Ready is unhealthy; a
     cordoned one is drained; GPUs in capacity but not allocatable (the
     device plugin's verdict on XID errors) are unhealthy slots, the
     highest-numbered ones: Kubernetes does not say which device failed.
@@ -101,13 +120,11 @@ def nodes_from_k8s(items: list[dict]) -> list[Node]:
         common = dict(topology=topology, labels=labels, healthy=_ready(item),
                       drained=bool(spec.get("unschedulable")))
         for resource, count in sorted(allocatable.items()):
-            if resource == GPU_RESOURCE:
-                name, pool = meta["name"], product
-            elif resource.startswith(MIG_PREFIX):
-                profile = resource[len("nvidia.com/"):]
-                name, pool = f"{meta['name']}/{profile}", f"{product}-{profile}"
-            else:
+            kind = gpu_kind(product, resource)
+            if kind is None:
                 continue
+            suffix, pool = kind
+            name = f"{meta['name']}/{suffix}" if suffix else meta["name"]
             # The device plugin takes a GPU with XID errors out of allocatable;
             # capacity keeps counting it. The missing ones are unhealthy slots.
             total = max(int(count), int(capacity.get(resource, count)))
@@ -124,8 +141,7 @@ def pool_resources(nodes: list[dict]) -> dict[str, str]:
         labels = (item.get("metadata") or {}).get("labels") or {}
         product = pool_name(labels.get(PRODUCT_LABEL, "gpu"))
         for resource in ((item.get("status") or {}).get("allocatable") or {}):
-            if resource == GPU_RESOURCE:
-                out[product] = resource
-            elif resource.startswith(MIG_PREFIX):
-                out[f"{product}-{resource[len('nvidia.com/'):]}"] = resource
+            kind = gpu_kind(product, resource)
+            if kind is not None:
+                out[kind[1]] = resource
     return out
