@@ -289,6 +289,8 @@ def test_sweep_exit_status_says_whether_the_goals_are_met(tmp_path, capsys, goal
         assert (verdict["goals_missed"] == []) == met
     if met is False:
         assert any("utilisation under backlog" in m for m in verdict["goals_missed"])
+        jct = [m for m in verdict["goals_missed"] if "avg JCT" in m]
+        assert jct and all("with no queueing at all" in m for m in jct)
 
 
 def test_sweep_table_names_every_case_and_policy(tmp_path, capsys):
