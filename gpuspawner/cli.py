@@ -15,7 +15,7 @@ def _fmt_s(seconds: float) -> str:
 
 
 def cmd_sweep(args) -> int:
-    from .sim.sweep import SweepError, format_table, judge, load_sweep, run_sweep
+    from .sim.sweep import SweepError, format_table, judge, load_sweep, run_sweep, tally
 
     try:
         sweep = load_sweep(args.sweep)
@@ -30,16 +30,21 @@ def cmd_sweep(args) -> int:
 
     rows = run_sweep(sweep, check=args.check, progress=None if args.json else progress)
     missed = judge(rows, sweep)
+    by_policy = tally(rows, sweep)
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
         print(json.dumps({"goals_missed": missed, "baseline": sweep.baseline,
-                          "candidate": sweep.candidate}))
+                          "candidate": sweep.candidate, "goals_missed_by_policy": by_policy}))
     else:
         print(format_table(rows, sweep.baseline))
         print()
         for line in missed:
             print(f"goal missed: {line}")
+        for name, counts in by_policy.items():
+            parts = ", ".join(f"{goal} {n}" for goal, n in sorted(counts.items()))
+            print(f"as the candidate, {name} misses {sum(counts.values())}"
+                  + (f" ({parts})" if parts else ""))
         print(f"{len(missed)} goal(s) missed by {sweep.candidate} against {sweep.baseline}"
               if missed else f"every goal met by {sweep.candidate} against {sweep.baseline}")
     return 1 if missed else 0

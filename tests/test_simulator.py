@@ -289,6 +289,8 @@ def test_sweep_exit_status_says_whether_the_goals_are_met(tmp_path, capsys, goal
         assert (verdict["goals_missed"] == []) == met
     if met is False:
         assert any("utilisation under backlog" in m for m in verdict["goals_missed"])
+        jct = [m for m in verdict["goals_missed"] if "avg JCT" in m]
+        assert jct and all("with no queueing at all" in m for m in jct)
 
 
 def test_sweep_table_names_every_case_and_policy(tmp_path, capsys):
@@ -314,6 +316,8 @@ def test_sweep_table_names_every_case_and_policy(tmp_path, capsys):
     ({"loads": [1.0], "limits": {"x": {"blanket_share": 2}}}, "limits.x.blanket_share"),
     ({"loads": [1.0], "goals": {"speed": 1}}, "goals.speed is unknown"),
     ({"loads": [1.0], "colour": "red"}, "unknown field(s) colour"),
+    ({"loads": [1.0], "seed": 7, "seeds": [7, 11]}, "give seed or seeds, not both"),
+    ({"loads": [1.0], "seeds": [7, -1]}, "seeds[1] must be an integer >= 0"),
     ({"loads": [1.0], "variants": ["x"]}, "variants must map a name"),
     ({"loads": [1.0], "variants": {"gpuhub": {"base": "gpuhub"}}}, "a name of its own"),
     ({"loads": [1.0], "variants": {"v": {"base": "lottery"}}}, "variants.v.base must name"),
@@ -349,6 +353,31 @@ def test_a_sweep_variant_is_its_base_policy_with_the_knobs_changed(tmp_path, cap
     assert rows["gpuhub"]["preemptions_per_job"] > 0
     assert rows["gpuhub-no-preemption"]["preemptions_per_job"] == 0
     assert rows["gpuhub-no-preemption"]["avg_jct_s"] != rows["gpuhub"]["avg_jct_s"]
+
+
+def test_a_sweep_over_seeds_replays_every_case_once_per_seed_and_tallies_each_policy(
+        tmp_path, capsys):
+    """One seed's verdict is noise for an ablation: with ``seeds`` every case
+    runs on each seed's trace, and the verdict counts, per policy judged as
+    the candidate, the goals it misses."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        **REDUCED_SWEEP, "loads": [1.6], "quotas": ["skewed"], "seeds": [7, 11],
+        "limits": {"exact": {"factor": [1.0, 1.0]}},
+        "policies": ["backfill", "gpuhub", "gpuhub-no-preemption"],
+        "variants": {"gpuhub-no-preemption": {"base": "gpuhub", "preemption": False}}}))
+    main(["simulate", "--sweep", str(sweep), "--json"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows, verdict = lines[:-1], lines[-1]
+    names = {r["case"] for r in rows}
+    assert names == {"load 1.6 · 3 teams · skewed · exact · seed 7",
+                     "load 1.6 · 3 teams · skewed · exact · seed 11"}
+    assert {r["seed"] for r in rows} == {7, 11} and len(rows) == 6
+    backfill = [r for r in rows if r["policy"] == "backfill"]
+    assert backfill[0]["avg_jct_s"] != backfill[1]["avg_jct_s"]  # two different traces
+    by_policy = verdict["goals_missed_by_policy"]
+    assert set(by_policy) == {"gpuhub", "gpuhub-no-preemption"}
+    assert sum(by_policy["gpuhub"].values()) == len(verdict["goals_missed"])
 
 
 def test_the_shipped_ablation_file_names_its_variants():
