@@ -26,6 +26,8 @@ from traitlets.config import Config
 from gpuspawner.spawner.kube import GPU_TRAITS, KubeGPUSpawner, label_value
 from gpuspawner.spawner.options import GpuRequest
 
+from hub_harness import data_dir_in
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 K8S_VERSION = kubernetes_validate.latest_version()
@@ -587,7 +589,9 @@ def test_kubernetes_hub_config_needs_its_secrets(monkeypatch):
 def test_kubernetes_hub_config_scopes_match_the_embedded_hub(monkeypatch, tmp_path):
     for k, v in HUB_ENV.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setenv("GPUHUB_DATA_DIR", str(tmp_path))
+    # The hub config refuses a data directory users' accounts cannot pass
+    # through to; pytest's own are 0700 (as root, when isolating).
+    monkeypatch.setenv("GPUHUB_DATA_DIR", data_dir_in(str(tmp_path)))
     kube = load_config(KUBE_CONFIG)
     embedded = load_config(os.path.join(ROOT, "hub_config", "jupyterhub_config.py"))
     assert kube.JupyterHub.custom_scopes == embedded.JupyterHub.custom_scopes

@@ -270,7 +270,8 @@ def test_what_left_the_process_group_ends_with_the_attempt(tmp_path, ending, rea
                      grace_period=0.3)
     backend.start(spec)
     said = wait_until(lambda: "ready" in output(spec) and re.search(r"escaped (\d+)\n",
-                                                                    output(spec)))
+                                                                    output(spec)),
+                      timeout=30)  # a start of the runner and two Pythons, on a loaded machine
     escaped = int(said.group(1))
     ticks = proc_stat(escaped)[1]
     if ending == "exits":
