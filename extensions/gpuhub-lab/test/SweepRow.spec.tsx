@@ -113,6 +113,8 @@ describe('the Schedules section', () => {
     next_run_at: new Date(Date.now() + 3600_000).toISOString(),
     last_run_at: null,
     last_workload_id: null,
+    last_error: null,
+    last_error_at: null,
     created_at: '2026-11-30T00:00:00Z',
     updated_at: '2026-11-30T00:00:00Z',
     recent: [],
@@ -135,6 +137,13 @@ describe('the Schedules section', () => {
     expect(html).toContain('not run yet');
     expect(html).toMatch(/last run [^<]* ago: succeeded/);
     expect(buttons(html)).toEqual(['Pause', 'Run now', 'Delete', 'Resume', 'Run now', 'Delete']);
+  });
+
+  it("says why the last firing failed, until one succeeds", () => {
+    const failed = schedule({ last_error: "spec.pool: unknown pool 'h100'", last_error_at: new Date(Date.now() - 120_000).toISOString() });
+    const html = renderToStaticMarkup(<ScheduleList schedules={[failed, schedule({ id: 'c2' })]} showUser={false} actions={actions} />);
+    expect(html).toMatch(/last firing failed 2m( 0?[0-9]s)? ago: spec.pool: unknown pool &#x27;h100&#x27;/);
+    expect(html.match(/gpuhub-Schedule-error/g)).toHaveLength(1);
   });
 
   it('is not there without schedules', () => {

@@ -38,6 +38,11 @@ function ScheduleRow(props: { schedule: ISchedule; showUser: boolean; actions: I
         <span className="gpuhub-Schedule-last" data-state={last?.state ?? ''}>
           {last ? `last run ${relativeTime(last.fired_at)}: ${last.state ?? 'gone'}` : 'not run yet'}
         </span>
+        {s.last_error && (
+          <span className="gpuhub-Schedule-error" title={s.last_error_at ? new Date(s.last_error_at).toLocaleString() : ''}>
+            {`last firing failed${s.last_error_at ? ` ${relativeTime(s.last_error_at)}` : ''}: ${s.last_error}`}
+          </span>
+        )}
         {props.showUser && <span title="user, team">{`${s.user} (${s.team})`}</span>}
         <span className="gpuhub-Job-id">{s.id}</span>
       </div>
