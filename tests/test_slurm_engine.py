@@ -134,7 +134,12 @@ def test_a_restarted_service_adopts_its_slurm_job_and_stops_it(slurm, tmp_path):
     short = first.submit(ALICE, gpu_job(0.5)).id
     run_until(first, lambda: row(first, long).state == "running"
               and row(first, short).state == "running")
-    time.sleep(4)  # the service is down; the short job ends meanwhile
+    # The service is down (nothing ticks it); the short job ends meanwhile,
+    # as Slurm tells (a fixed sleep raced Slurm's own start on a busy machine).
+    deadline = time.monotonic() + 60
+    while any(short in name for name in slurm_jobs(slurm)):
+        assert time.monotonic() < deadline, "Slurm did not end the short job"
+        time.sleep(0.2)
     second = make_engine(slurm, tmp_path)
     assert row(second, short).state == "succeeded"
     assert (row(second, long).state, row(second, long).attempt) == ("running", 0)
