@@ -327,3 +327,22 @@ def test_a_task_that_left_a_hostile_file_still_ends(db_url, tmp_path):
     view = sweeps.get(engine, ALICE, sw.id)
     assert view["tasks"][0]["state"] == "succeeded" and view["tasks"][0]["metric"] is None
     assert view["state"] == "succeeded"
+
+
+def test_another_team_cannot_see_a_sweep_and_a_teammate_cannot_change_it(db_url, tmp_path):
+    from gpuspawner.service.errors import Forbidden, NotFound
+    from gpuspawner.service.identity import Identity
+    engine = make_engine(db_url, tmp_path, gpus=4)
+    sw = sweeps.submit(engine, ALICE, sweep_of(3, max_running=1))
+    engine.tick()
+    outsider = Identity("bob", teams=frozenset({"b"}), can_submit=True)
+    teammate = Identity("carol", teams=frozenset({"a"}), can_submit=True)
+    for act in (sweeps.get, sweeps.cancel, sweeps.retry):
+        with pytest.raises(NotFound):
+            act(engine, outsider, sw.id)
+    assert sweeps.get(engine, teammate, sw.id)["id"] == sw.id  # the team sees it
+    for act in (sweeps.cancel, sweeps.retry):
+        with pytest.raises(Forbidden):
+            act(engine, teammate, sw.id)
+    # Nothing of alice's sweep was touched by either of them.
+    assert states(engine, sw.id) == ["running", "waiting", "waiting"]
