@@ -12,8 +12,9 @@ import pytest
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
 from gpuspawner.backends.slurm import SlurmBackend
+from gpuspawner.inventory.slurm import expand_hostlist
 from gpuspawner.backends.slurm.commands import (JOB_FILE, JobInfo, SlurmError, batch_script,
-                                                exit_from_state, expand_hostlist, job_name,
+                                                exit_from_state, job_name,
                                                 parse_job_name, parse_sacct, parse_scontrol_job,
                                                 parse_squeue, returncode_of, run_command,
                                                 sbatch_args, time_limit_minutes, gang_rank_script)

@@ -18,7 +18,7 @@ from ...safefiles import create_own
 from ...serving.replica import bind_to
 from ..base import LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of
 from .commands import (JOB_FILE, LOG_FILE, SACCT_FIELDS, SCRIPT_FILE, SQUEUE_FORMAT, JobInfo,
-                       Runner, SlurmError, batch_script, exit_from_state, expand_hostlist,
+                       Runner, SlurmError, batch_script, exit_from_state,
                        job_name, parse_job_name, parse_sacct, parse_scontrol_job, parse_squeue,
                        run_command, sbatch_args)
 
@@ -494,7 +494,7 @@ class SlurmBackend(LoggingConfigurable, Backend):
         hub's GPU bookkeeping is wrong. Such a job is cancelled and reported LOST
         (the engine requeues it, and fails it when it keeps happening)."""
         try:
-            ran = set(expand_hostlist(info.nodes))
+            ran = set(slurm_inventory.expand_hostlist(info.nodes))
         except ValueError:  # a host list this parser does not know: do not act on a guess
             self.log.debug("cannot read Slurm's node list %r of job %s", info.nodes, j.job_id)
             return

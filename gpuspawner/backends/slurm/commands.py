@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Optional, Sequence
 
-from ...inventory.slurm import expand_hostlist, parse_oneliner  # noqa: F401 (expand_hostlist: ours too)
+from ...inventory.slurm import parse_oneliner
 from ...isolation.accounts import Account, account_env
 from ..base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, BackendError, LaunchSpec, \
     kept_environment
