@@ -70,6 +70,8 @@ class Node:
     healthy: bool = True
     unhealthy_gpus: frozenset[int] = frozenset()
     drained: bool = False
+    # 0: its GPUs are never shared; N: a GPU may be split into N equal slots.
+    share_units: int = 0
 
     def usable_gpus(self) -> tuple[int, ...]:
         if not self.healthy:
@@ -164,6 +166,8 @@ class Workload:
     # Its index in a sweep (array job), None if it is not a task of one: a
     # team's queue orders a sweep's later tasks later (Policy.sweep_task_spacing).
     sweep_index: Optional[int] = None
+    # Its share of ONE GPU (0 < s < 1), 0.0 for whole GPUs.
+    gpu_share: float = 0.0
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -182,6 +186,11 @@ class Workload:
     @property
     def gpus(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+    @property
+    def gpu_units(self) -> float:
+        """What it holds in GPU units: its share of one GPU, or its GPUs."""
+        return self.gpu_share or float(self.gpus)
 
 
 def combined_selector(team: Optional[Team], w: "Workload") -> dict[str, str]:

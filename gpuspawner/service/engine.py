@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..backends.base import EXITED, AttemptExit
@@ -27,12 +27,13 @@ from ..scheduler import events as ev
 from ..scheduler.model import Quota
 from ..scheduler.policy import Policy
 from ..scheduler.steps import drain
-from ..store import Attempt, Store, WorkloadRow
+from ..store import Attempt, GpuRow, NodeRow, Store, WorkloadRow
 from . import journal, records, sweeps, waiting
 from .exits import Asked, ending
 from .kinds import BACKEND_KINDS, kind
 from .launch import Launcher, LocalNode
 from .rebuild import rebuild, to_workload
+from .share_specs import PoolSharing
 from .requests import Requests
 from .start_estimates import StartEstimates
 from .starts import Starter
@@ -67,6 +68,8 @@ class EngineConfig:
     default_team: str = ""
     # Threads that start attempts off the event loop (0: in the caller's thread).
     start_threads: int = 0
+    # pool -> slots each of its GPUs may be shared in (share_specs.parse_sharing).
+    gpu_sharing: dict = field(default_factory=dict)
 
 
 class Engine(Requests):
@@ -88,6 +91,9 @@ class Engine(Requests):
                                wake=lambda: self.wake())
         self.estimates = StartEstimates(policy)
         self._reasons: dict[str, str] = {}
+        # workload -> GPU memory (MiB) its processes used at the last reading
+        # of a shared GPU (the share watcher's), for the heat map.
+        self.share_memory: dict[str, int] = {}
         # (replica, attempt) -> why the service itself ends it (replace_replica).
         self._replacing: dict[tuple[str, int], str] = {}
         self._planning = False
@@ -114,6 +120,18 @@ class Engine(Requests):
     def forget_reason(self, wid: str) -> None:
         """Its waiting reason is to be written again when it waits again."""
         self._reasons.pop(wid, None)
+
+    def pool_sharing(self, pool: str) -> Optional[PoolSharing]:
+        """How ``pool`` shares its GPUs (None: it does not): its slots per
+        GPU and the memory of its smallest GPU, which a share is part of."""
+        units = self.config.gpu_sharing.get(pool)
+        if not units:
+            return None
+        with self.store.session() as s:
+            memory = s.scalar(select(func.min(GpuRow.memory_mib))
+                              .join(NodeRow, NodeRow.name == GpuRow.node)
+                              .where(NodeRow.pool == pool)) or 0
+        return PoolSharing(pool, units, memory)
 
     def pool_sizes(self) -> dict[str, int]:
         """pool -> GPUs of its nodes, healthy or not."""
@@ -291,7 +309,9 @@ class Engine(Requests):
         attempt = None if planned is None else planned.attempt
         kept = records.persist_decision(s, e, now, attempt,
                                         self.launcher.attempt_dir(e.workload_id, attempt or 0),
-                                        self.estimates.record_start)
+                                        self.estimates.record_start,
+                                        self.config.gpu_sharing.get(
+                                            getattr(planned, "pool", ""), 1))
         if kept and e.type == ev.EVICTED and planned is not None:
             self._count_attempt("evicted", planned.kind)
         return kept
