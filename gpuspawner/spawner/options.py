@@ -50,9 +50,9 @@ class GpuRequest:
         return float(self.share) if self.share else float(self.gpus)
 
     def wanted(self) -> str:
-        """"1/4 of an h200 GPU", "2 × h200 GPUs": the progress page's words."""
+        """"1/4 of one h200 GPU", "2 × h200 GPUs": the progress page's words."""
         if self.share:
-            return f"{self.share} of a {self.pool} GPU"
+            return f"{self.share} of one {self.pool} GPU"
         return f"{self.gpus} × {self.pool} GPU{'s' if self.gpus > 1 else ''}"
 
 
