@@ -10,6 +10,7 @@ from gpuspawner.service.panel import charts
 from gpuspawner.service.panel.base import environment
 from gpuspawner.service.panel.cluster import cluster_model, gpu_state, share_slots, sharing_note
 from gpuspawner.service.panel.glance import output_in_workspace
+from gpuspawner.service.panel.units import gpus_text, units_text
 from gpuspawner.store import WorkloadRow
 from gpuspawner.service.panel.pages import parse_quota_form
 from gpuspawner.service.specs import SpecError
@@ -22,6 +23,7 @@ def test_axis_top_is_a_round_number_at_or_above_the_data(value, top):
 
 
 @pytest.mark.parametrize("value, text", [(0, "0"), (2, "2"), (0.0034, "0.0034"), (2.5, "2.5"),
+                                         (0.25, "0.25"),  # a 1/4 share for an hour
                                          (12.345, "12.35"), (250.4, "250")])
 def test_values_keep_the_digits_that_matter(value, text):
     assert charts._fmt(value) == text
@@ -218,3 +220,30 @@ def test_the_heat_map_draws_each_share_with_its_owner_and_the_enforcement():
     assert "compute time-sliced (not enforced)." in html
     # The whole-GPU job's GPU says its holder as before.
     assert "job w3 · carol (vision)" in html
+
+
+@pytest.mark.parametrize("units, text", [(0, "0"), (1.0, "1"), (0.25, "0.25"), (3.75, "3.75"),
+                                         (0.125, "0.125"), (0.0625, "0.0625"), (12.5, "12.5")])
+def test_gpu_units_are_printed_without_rounding_a_share_away(units, text):
+    assert units_text(units) == text
+
+
+@pytest.mark.parametrize("workload, text", [
+    ({"gpus": 2, "gpu_share": None}, "2"), ({"gpus": 1, "gpu_share": 0.25}, "1/4"),
+    ({"gpus": 1, "gpu_share": 0.75}, "3/4"), ({"gpus": 1, "gpu_share": 0.0625}, "1/16"),
+    ({"gpus": 1, "gpu_share": 0.0}, "1"),
+])
+def test_a_workloads_gpus_say_its_share(workload, text):
+    assert gpus_text(workload) == text
+
+
+def test_the_glance_shows_a_share_and_fractional_use():
+    html = environment().get_template("_glance.html").render(
+        gpus=0.25, teams=[{"name": "vision", "quotas": {"h200": {
+            "used": 0.75, "nominal": 1, "borrowing_limit": 0}}}],
+        workloads=[{"id": "w1", "kind": "notebook", "name": "", "team": "vision", "gpus": 1,
+                    "gpu_share": 0.25, "pool": "h200", "state": "running", "reason": ""}],
+        finished=[], deployments=[])
+    assert 'id="my-gpus">0.25<' in html
+    assert "<td>h200</td><td>0.75</td><td>1</td>" in html
+    assert "<td>1/4 × h200</td>" in html

@@ -29,7 +29,7 @@ class OptionsError(ValueError):
 
 def units_text(units: float) -> str:
     """GPU units as people read them: "2", "0.25", "3.75"."""
-    return f"{units:.3f}".rstrip("0").rstrip(".") if units != int(units) else str(int(units))
+    return f"{units:.4f}".rstrip("0").rstrip(".") if units != int(units) else str(int(units))
 
 
 @dataclass(frozen=True)
