@@ -2528,10 +2528,10 @@ export interface components {
              * @description the older name of gpus_per_node (read for one more release; give one of the two)
              */
             gpus?: number;
-            /** @description part of ONE GPU (gpus 1) in a pool that shares its GPUs (GpuHubService.gpu_sharing): rounded up to the pool's slots */
-            gpu_share?: string | number;
+            /** @description part of ONE GPU (gpus 1) in a pool that shares its GPUs (GpuHubService.gpu_sharing): rounded up to the pool's slots (null: whole GPUs) */
+            gpu_share?: (string | number) | null;
             /** @description GPU memory the share needs (GiB when a number): rounded up to the pool's slots; with gpu_share, the larger wins */
-            gpu_memory?: string | number;
+            gpu_memory?: (string | number) | null;
             /** @default 1 */
             nodes: number;
             /**
@@ -2752,10 +2752,10 @@ export interface components {
              * @description the older name of gpus_per_node
              */
             gpus?: number;
-            /** @description part of ONE GPU (gpus 1) in a pool that shares its GPUs (GpuHubService.gpu_sharing): rounded up to the pool's slots */
-            gpu_share?: string | number;
+            /** @description part of ONE GPU (gpus 1) in a pool that shares its GPUs (GpuHubService.gpu_sharing): rounded up to the pool's slots (null: whole GPUs) */
+            gpu_share?: (string | number) | null;
             /** @description GPU memory the share needs (GiB when a number): rounded up to the pool's slots; with gpu_share, the larger wins */
-            gpu_memory?: string | number;
+            gpu_memory?: (string | number) | null;
             /** @description the server's name */
             name?: string;
             /** @default interactive */
