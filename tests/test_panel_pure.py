@@ -169,6 +169,12 @@ def test_a_share_says_its_owner_and_memory_used_of_its_limit(used, memory, over)
     assert (seg["owner"], seg["memory"], seg["over"]) == ("alice · alice-nb", memory, over)
 
 
+def test_a_default_servers_share_is_owned_by_its_user_and_workload():
+    unnamed = share("w7", "alice", 0.25)
+    unnamed["workload"]["name"] = ""
+    assert share_slots([unnamed], 4)[0]["owner"] == "alice · notebook w7"
+
+
 @pytest.mark.parametrize("enforcement, words", [
     (None, "GPUs shared in 4 slots of 35.2 GiB; memory watched: a share above its memory is "
            "warned, then stopped; compute time-sliced (not enforced)"),

@@ -38,7 +38,8 @@ def share_slots(shares: list[dict], units: int) -> list[dict]:
         used, limit = sh.get("memory_used_mib"), sh.get("memory_limit_mib") or 0
         segments.append({
             "slots": max(1, round(sh["share"] * units)), "label": sh["label"],
-            "workload": w, "owner": f"{w.get('user', '?')} · {w.get('name') or w.get('id', '')}",
+            "workload": w, "owner": f"{w.get('user', '?')} · "
+                     f"{w.get('name') or (w.get('kind', '') + ' ' + w.get('id', '')).strip()}",
             "memory": f"{'–' if used is None else gib(used)} / {gib(limit)} GiB",
             "over": used is not None and used > limit,
             "colour": charts.colour(len(segments) % SHARE_COLOURS)})
