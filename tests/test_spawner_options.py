@@ -135,6 +135,7 @@ def h200_team(nominal=1, borrowing=0, limit=None):
     ({"gpu_choice": ["h200:1/4"]}, 1, Fraction(1, 4)),
     ({"gpu_choice": ["h200:3/4"]}, 1, Fraction(3, 4)),
     ({"gpu_choice": ["h200:1"]}, 1, None),
+    ({"pool": "h200", "gpus": 1, "gpu_share": "", "gpu_memory": ""}, 1, None),
     ({"pool": "h200", "gpu_share": "1/4"}, 1, Fraction(1, 4)),
     ({"pool": "h200", "gpus": 1, "gpu_share": 0.25}, 1, Fraction(1, 4)),
     ({"pool": "h200", "gpu_share": "1/3"}, 1, Fraction(1, 2)),       # rounded up to slots
@@ -145,7 +146,6 @@ def h200_team(nominal=1, borrowing=0, limit=None):
 def test_a_share_is_parsed_and_rounded_up_to_the_pools_slots(options, gpus, share):
     r = parse_options(options, offers([shared_pool()], [h200_team()]))
     assert (r.team, r.pool, r.gpus, r.share) == ("vision", "h200", gpus, share)
-    assert r.units == (float(share) if share else 1.0)
 
 
 @pytest.mark.parametrize("pools, options, field, words", [

@@ -44,11 +44,6 @@ class GpuRequest:
     def cpu_only(self) -> bool:
         return self.gpus == 0
 
-    @property
-    def units(self) -> float:
-        """What it counts against quota, in GPU units."""
-        return float(self.share) if self.share else float(self.gpus)
-
     def wanted(self) -> str:
         """"1/4 of one h200 GPU", "2 × h200 GPUs": the progress page's words."""
         if self.share:
@@ -69,7 +64,7 @@ class PoolOffer:
     used: float              # GPU units the team holds in the pool now (four 1/4 shares: 1.0)
     free_in_pool: int
     notebook_limit: Optional[int]
-    # 0: whole GPUs only; N: a GPU may be shared in N slots of share_memory_mib.
+    # 0: whole GPUs only; N: a GPU may be shared in N equal slots.
     share_units: int = 0
     shared_gpu_mib: int = 0  # the memory a share is part of (the pool's smallest GPU)
     enforcement: str = ""    # how shares are held to their part, as the service says it
@@ -164,7 +159,9 @@ def parse_options(options: dict, teams: dict[str, list[PoolOffer]]) -> GpuReques
     if not teams:
         raise OptionsError("team", "you are in no team, so you cannot use GPUs; ask an admin")
     choice = _one(options, "gpu_choice")
-    share, memory = _one(options, "gpu_share"), _one(options, "gpu_memory")
+    # An empty form field is no share.
+    share, memory = (None if v == "" else v for v in (_one(options, "gpu_share"),
+                                                      _one(options, "gpu_memory")))
     if choice:  # the form's radio button: "pool:gpus" or "pool:k/N" (a share)
         pool, _, gpus = str(choice).partition(":")
         if "/" in gpus:
