@@ -28,10 +28,40 @@ TEAMS = {"a": {"quotas": {"default": {"nominal": 1, "borrowing_limit": 0}}}}
 SHARING = 'c.GpuHubService.gpu_sharing = {"default": {"share_units": 4}}\n'
 
 
+def workloads_of(hub: Hub, user: str) -> list[dict]:
+    """The user's notebook workloads (state, reason, share, placement)."""
+    return [w for w in hub.client("root-admin").get("/workloads", params={"user": user}).json()[
+        "workloads"] if w["kind"] == "notebook"]
+
+
 def notebook_of(hub: Hub, user: str) -> dict:
-    [w] = [w for w in hub.client("root-admin").get("/workloads", params={"user": user}).json()[
-        "workloads"] if w["kind"] == "notebook" and w["state"] == "running"]
+    [w] = [w for w in workloads_of(hub, user) if w["state"] == "running"]
     return w
+
+
+def check_heat_map(page, hub: Hub, owners: dict[str, str]) -> None:
+    """The cluster page draws one GPU in four slots with a quarter per owner
+    (user -> workload id), the rest free and empty, and says how shares are
+    enforced; the other GPU is free."""
+    page.goto(f"{hub.url}/services/gpuhub/admin/cluster")
+    shared = page.locator(".gpu:has(.slot.share)")
+    sync_api.expect(shared).to_have_count(1)
+    sync_api.expect(shared.locator(".slot.share")).to_have_count(len(owners))
+    assert shared.locator(".slot").count() == 4
+    assert shared.locator(".slot.free").count() == 4 - len(owners)
+    shares = shared.locator("li.share")
+    assert sorted(shares.locator(".owner").all_inner_texts()) == \
+        [f"{user} · notebook {wid}" for user, wid in sorted(owners.items())]
+    for text in shares.all_inner_texts():
+        # Memory used ("–" where NVML has no per-process figure) of a 4.0 GiB limit.
+        assert re.fullmatch(r"\u25a0 1/4 \S+ · notebook \S+ · (–|\d+\.\d) / 4\.0 GiB", text), text
+    pool = page.locator('.pool[data-pool="default"]')
+    sync_api.expect(pool.locator(".count-free-slots")).to_have_text(
+        f"{4 - len(owners)} free 1/4 slots on shared GPUs")
+    legend = pool.locator(".sharing-note").inner_text()
+    assert "GPUs shared in 4 slots of 4.0 GiB" in legend
+    assert "memory watched" in legend and "compute time-sliced (not enforced)" in legend
+    sync_api.expect(pool.locator('.gpu[data-state="free"]')).to_have_count(1)
 
 
 def test_a_quarter_gpu_from_the_form_on_the_heat_map(tmp_path):
@@ -74,43 +104,32 @@ def test_a_quarter_gpu_from_the_form_on_the_heat_map(tmp_path):
                 alice_w = notebook_of(hub, "alice")
                 assert (alice_w["gpus"], alice_w["gpu_share"]) == (1, 0.25)
 
-                # 3. bob asks for a quarter through the REST API: it is packed onto
-                # the GPU alice shares, not onto the idle one.
+                # 3. The heat map: that GPU in four slots, alice's quarter and three free;
+                # the other GPU free for whole-GPU work; how shares are enforced.
+                admin = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                admin.set_default_timeout(60_000)
+                login(admin, hub, "root-admin")
+                check_heat_map(admin, hub, {"alice": alice_w["id"]})
+                shot(admin, tmp_path, "admin-heatmap-shares.png")
+
+                # 4. bob asks for a quarter through the REST API: it is packed onto the
+                # GPU alice shares, not onto the idle one, and the heat map shows both.
                 r = requests.post(f"{hub.url}/hub/api/users/bob/server",
                                   json={"pool": "default", "gpu_share": "1/4"},
                                   headers={"Authorization": f"token {hub.token('bob')}"},
                                   timeout=60)
                 assert r.status_code in (201, 202), r.text
-                wait_for(lambda: (server_state(hub, "bob") or {}).get("ready"), SLOW_MS / 1000,
-                         "bob's server to be ready")
+                try:
+                    wait_for(lambda: (server_state(hub, "bob") or {}).get("ready"),
+                             SLOW_MS / 1000, "bob's server to be ready")
+                except AssertionError as e:  # say why it waits
+                    raise AssertionError(f"{e}; bob's notebook workloads: "
+                                         f"{workloads_of(hub, 'bob')}") from None
                 pids |= server_pids(hub)
-                bob_w = notebook_of(hub, "bob")
+                [bob_w] = [w for w in workloads_of(hub, "bob") if w["state"] == "running"]
                 assert bob_w["gpu_share"] == 0.25
                 assert bob_w["placement"] == alice_w["placement"], (bob_w, alice_w)
-
-                # 4. The heat map: that GPU in four slots, two shares and two free.
-                admin = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                admin.set_default_timeout(60_000)
-                login(admin, hub, "root-admin")
-                admin.goto(f"{hub.url}/services/gpuhub/admin/cluster")
-                shared = admin.locator('.gpu:has(.slot.share)')
-                sync_api.expect(shared).to_have_count(1)
-                assert shared.locator(".slot").count() == 4
-                assert shared.locator(".slot.free").count() == 2
-                shares = shared.locator("li.share")
-                owners = sorted(shares.locator(".owner").all_inner_texts())
-                assert owners == [f"alice · notebook {alice_w['id']}",
-                                  f"bob · notebook {bob_w['id']}"], owners
-                for text in shares.all_inner_texts():
-                    assert text.startswith("■ 1/4 ") and "/ 4.0 GiB" in text, text
-                pool = admin.locator('.pool[data-pool="default"]')
-                sync_api.expect(pool.locator(".count-free-slots")).to_have_text(
-                    "2 free 1/4 slots on shared GPUs")
-                legend = pool.locator(".sharing-note").inner_text()
-                assert "GPUs shared in 4 slots of 4.0 GiB" in legend
-                assert "memory watched" in legend and "compute time-sliced (not enforced)" in legend
-                # The other GPU is free for whole-GPU work.
-                sync_api.expect(pool.locator('.gpu[data-state="free"]')).to_have_count(1)
+                check_heat_map(admin, hub, {"alice": alice_w["id"], "bob": bob_w["id"]})
                 shot(admin, tmp_path, "admin-heatmap-shares.png")
 
                 # 5. alice's home page: her share, and her team's use in GPU units.
