@@ -30,6 +30,19 @@ WARNING_KIND = "cull-warning"
 Fetch = Callable[[str, str, Optional[dict]], Awaitable[object]]
 
 
+def holders(gpus: list[dict]):
+    """(GPU, workload, utilisation %) for each known utilisation: a whole
+    GPU's own, or on a shared GPU each share's, its own processes' (a share
+    is not busy because its neighbour is; one whose figure is unknown gets
+    no sample, and is judged by its server's activity alone)."""
+    for g in gpus:
+        for share in g.get("shares") or ():
+            if share.get("utilization_pct") is not None:
+                yield g, share["workload"], share["utilization_pct"]
+        if g.get("workload") and g.get("utilization_pct") is not None:
+            yield g, g["workload"], g["utilization_pct"]
+
+
 class Culler:
     def __init__(self, policy: Policy, rules: list[PolicyRule], *, hub_api: str, gpuhub_api: str,
                  fetch: Fetch, cull_every: float, concurrency: int = 10, page_size: int = 0,
@@ -77,13 +90,10 @@ class Culler:
         held: dict[str, list[int]] = {}
         keep = max([required_history(self.policy)] +
                    [required_history(r.apply(self.policy)) for r in self.rules])
-        for g in gpus:
-            w = g.get("workload")
-            if not w or g.get("utilization_pct") is None:
-                continue
+        for g, w, util in holders(gpus):
             held.setdefault(w["id"], []).append(g["device"])
             ring = self.samples.setdefault(w["id"], deque())
-            ring.append(GpuSample(now, g["device"], float(g["utilization_pct"]), None))
+            ring.append(GpuSample(now, g["device"], float(util), None))
             while ring and (now - ring[0].time).total_seconds() > keep:
                 ring.popleft()
         for wid in list(self.samples):

@@ -84,6 +84,7 @@ class Engine(Requests):
         self.scheduler = None
         self.launcher = Launcher(self.nodes, config.data_dir, config.workspace_root,
                                  config.default_grace_period, config.prepare_workspace)
+        self.launcher.pool_sharing = self.pool_sharing
         self.teams = TeamBook(store, config.team_prefix, config.default_quota,
                               config.default_team, config.notebook_gpu_limits, self.change,
                               self.pool_sizes)

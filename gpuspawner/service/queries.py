@@ -96,21 +96,21 @@ def pools_view(engine, who: Identity) -> list[dict]:
     for w in list(state.pending.values()):
         q = queued.setdefault(w.pool, [0, 0])
         q[0] += 1
-        q[1] += w.gpus
+        q[1] += w.gpu_units
     with engine.store.session() as s:
         nodes = s.scalars(select(NodeRow)).all()
         gpus = s.scalars(select(GpuRow)).all()
     out = []
     for pool in sorted(state.capacity):
-        used = {team: n for (team, p), n in held.items() if p == pool and n}
+        used = {team: gpu_units(n) for (team, p), n in held.items() if p == pool and n}
         pool_nodes = [n for n in nodes if n.pool == pool]
         out.append({
             "name": pool, "capacity": state.capacity[pool],
             "total": sum(n.gpus for n in pool_nodes),
-            "used": sum(used.values()),
+            "used": gpu_units(sum(used.values())),
             "free": state.index.pool_free[pool],
             "queued_workloads": queued.get(pool, [0, 0])[0],
-            "queued_gpus": queued.get(pool, [0, 0])[1],
+            "queued_gpus": gpu_units(queued.get(pool, [0, 0])[1]),
             "teams": used if who.admin else {t: n for t, n in used.items() if who.sees_team(t)},
             "sharing": sharing_view(engine.pool_sharing(pool)),
             "nodes": [{"name": n.name, "gpus": n.gpus, "drained": n.drained,
@@ -123,6 +123,12 @@ def pools_view(engine, who: Identity) -> list[dict]:
                       for n in pool_nodes],
         })
     return out
+
+
+def gpu_units(n: float):
+    """A count of GPU units as the API shows it: an integer when whole (the
+    common case, as before shares), else the fraction (0.25)."""
+    return int(n) if float(n).is_integer() else round(n, 6)
 
 
 def sharing_view(sharing) -> Optional[dict]:
@@ -151,7 +157,7 @@ def teams_view(engine, who: Identity) -> list[dict]:
                     "quotas": {q.pool: {"nominal": q.nominal,
                                         "borrowing_limit": q.borrowing_limit,
                                         "lending_limit": q.lending_limit,
-                                        "used": held.get((t.name, q.pool), 0)}
+                                        "used": gpu_units(held.get((t.name, q.pool), 0))}
                                for q in quotas if q.team == t.name}})
     return out
 

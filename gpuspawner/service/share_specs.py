@@ -142,3 +142,14 @@ def share_label(share: float, gpu_memory_mib: int = 0, model: str = "") -> str:
     if gpu_memory_mib:
         text += f" · {share * gpu_memory_mib / 1024:.1f} GiB"
     return text
+
+
+def share_env(share: float, sharing: Optional[PoolSharing]) -> dict[str, str]:
+    """What a share's processes are told of it (the watcher holds them to
+    the memory limit whatever they do with these)."""
+    if not share:
+        return {}
+    env = {"GPUHUB_GPU_SHARE": f"{share:g}"}
+    if sharing is not None and sharing.gpu_memory_mib:
+        env["GPUHUB_GPU_MEMORY_LIMIT_MIB"] = str(int(share * sharing.gpu_memory_mib))
+    return env
