@@ -169,7 +169,8 @@ def _judge_share(share: Share, used: int, gpu: GpuMemory, watch: MemoryWatch, no
                "grace_s": watch.grace_s, "hard_limit_mib": int(share.limit_mib * watch.hard_factor)}
 
     def act(kind: str, reason: str) -> Action:
-        return Action(kind, share.workload_id, share.attempt, used, share.limit_mib, reason, numbers)
+        return Action(kind, share.workload_id, share.attempt, used, share.limit_mib, reason,
+                      numbers)
 
     if prior is not None and prior.get("stopping"):
         return None, prior                       # told once; the stop is under way
