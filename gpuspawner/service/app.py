@@ -30,6 +30,7 @@ from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
 from ..isolation.cgroups import GpuEnforcement
 from ..isolation.gpu_rules import DEVICE_GROUPS
+from ..isolation.share_memory import MemoryWatch
 from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolating,
                                   private_file, secure_data_dir)
 from ..scheduler.model import Quota
@@ -50,6 +51,7 @@ from .panel.base import environment as panel_environment
 from .panel.pages import PANEL_ROUTES, OverviewPage
 from .schedules import Schedules
 from .share_specs import parse_sharing
+from .share_watch import ShareWatch
 from .serving_controller import ServingController
 from .specs import Limits
 from .wiring import ENFORCED_ELSEWHERE, FACTORIES, combine, record_inventory
@@ -364,6 +366,19 @@ class GpuHubService(Application):
         Example (H200s in quarters, 35 GiB each)::
 
             c.GpuHubService.gpu_sharing = {"h200": {"share_units": 4}}
+        """).tag(config=True)
+
+    share_watch_interval = Float(5.0, help="""
+        Seconds between looks at the memory each share of a shared GPU uses
+        (NVML's per-process accounting): how long a share may run above its
+        memory before it is first warned.
+        """).tag(config=True)
+
+    share_memory_grace = Float(30.0, help="""
+        Seconds a share may stay above its GPU memory after its warning
+        before it is stopped (a job fails, a server is stopped) with the
+        reason. Above 1.1 times its memory, or while the GPU is full, it is
+        stopped at once: the next allocation of any share there would fail.
         """).tag(config=True)
 
     max_lost_attempts = Integer(3, help="""
@@ -763,6 +778,20 @@ class GpuHubService(Application):
             except Exception:
                 self.log.exception("reconciling notebook servers failed")
 
+    async def _share_watch_loop(self) -> None:
+        """The memory watch of shared GPUs (share_watch.py), off the event
+        loop: NVML and /proc reads may take a while on a big host."""
+        if not self.sharing:
+            return
+        watch = ShareWatch(self.engine, self.inventory.processes, self.enforcement,
+                           MemoryWatch(grace_s=self.share_memory_grace))
+        while True:
+            await asyncio.sleep(self.share_watch_interval)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, watch.tick)
+            except Exception:
+                self.log.exception("watching shared GPUs' memory failed")
+
     async def _schedule_loop(self) -> None:
         while True:
             try:
@@ -853,6 +882,7 @@ class GpuHubService(Application):
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self._schedule_loop)
+        loop.add_callback(self._share_watch_loop)
         loop.add_callback(self.serving.run)
         loop.add_callback(exit_with_parent, loop.stop, self.hub_watch_interval)
         loop.add_callback(self.engine.backend.run)

@@ -68,7 +68,8 @@ def gpus_view(engine, sample: dict) -> list[dict]:
                     {"workload": _holder(rows[wid]), "share": share,
                      "label": share_label(share), "memory_limit_mib":
                          int(share * sharing.gpu_memory_mib),
-                     "memory_used_mib": engine.share_memory.get(wid)}
+                     "memory_used_mib": engine.share_memory.get(wid),
+                     "utilization_pct": engine.share_activity.get(wid)}
                     for wid, share in on if wid in rows]
             out.append(entry)
     return out

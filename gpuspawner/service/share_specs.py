@@ -45,6 +45,7 @@ class PoolSharing:
     pool: str
     units: int
     gpu_memory_mib: int  # the smallest GPU of the pool: what a share's memory is a part of
+    model: str = ""      # that GPU's model, as the inventory names it
 
 
 def parse_sharing(config: Mapping[str, Any]) -> dict[str, int]:
