@@ -7,8 +7,10 @@ import pytest
 
 from gpuspawner.scheduler.model import Quota
 from gpuspawner.service.panel import charts
-from gpuspawner.service.panel.cluster import cluster_model, gpu_state
+from gpuspawner.service.panel.base import environment
+from gpuspawner.service.panel.cluster import cluster_model, gpu_state, share_slots, sharing_note
 from gpuspawner.service.panel.glance import output_in_workspace
+from gpuspawner.service.panel.units import gpus_text, units_text
 from gpuspawner.store import WorkloadRow
 from gpuspawner.service.panel.pages import parse_quota_form
 from gpuspawner.service.specs import SpecError
@@ -21,6 +23,7 @@ def test_axis_top_is_a_round_number_at_or_above_the_data(value, top):
 
 
 @pytest.mark.parametrize("value, text", [(0, "0"), (2, "2"), (0.0034, "0.0034"), (2.5, "2.5"),
+                                         (0.25, "0.25"),  # a 1/4 share for an hour
                                          (12.345, "12.35"), (250.4, "250")])
 def test_values_keep_the_digits_that_matter(value, text):
     assert charts._fmt(value) == text
@@ -128,3 +131,125 @@ def test_cluster_model_counts_and_colours_per_pool():
 ])
 def test_the_glance_links_an_output_notebook_only_inside_the_workspace(spec, output):
     assert output_in_workspace(WorkloadRow(spec=spec), "/ws/alice") == output
+
+
+# ---- a pool whose GPUs are shared (GpuHubService.gpu_sharing) -----------------------------
+
+H200_MIB = 144384
+SHARING = {"share_units": 4, "gpu_memory_mib": H200_MIB, "share_memory_mib": H200_MIB // 4,
+           "smallest_share": "1/4"}
+
+
+def share(wid, user, fraction, used=None, label=None):
+    return {"workload": {"id": wid, "kind": "notebook", "user": user, "team": "vision",
+                         "name": f"{user}-nb"},
+            "share": fraction, "label": label or f"{round(fraction * 4)}/4".replace("2/4", "1/2"),
+            "memory_limit_mib": int(fraction * H200_MIB), "memory_used_mib": used}
+
+
+@pytest.mark.parametrize("shares, drawn", [
+    ([], ["free"] * 4),
+    ([share("w1", "alice", 0.25, 12288)], ["1/4", "free", "free", "free"]),
+    ([share("w1", "alice", 0.25), share("w2", "bob", 0.5)], ["1/4", "1/2", "free"]),
+    ([share(f"w{i}", "u", 0.25) for i in range(4)], ["1/4"] * 4),
+])
+def test_a_shared_gpu_is_drawn_in_its_slots_with_the_free_ones_empty(shares, drawn):
+    slots = share_slots(shares, 4)
+    assert ["free" if s.get("free") else s["label"] for s in slots] == drawn
+    assert sum(s["slots"] for s in slots) == 4
+
+
+@pytest.mark.parametrize("used, memory, over", [
+    (12288, "12.0 / 35.2 GiB", False),
+    (None, "– / 35.2 GiB", False),         # NVML gave no per-process figure
+    (40960, "40.0 / 35.2 GiB", True),
+])
+def test_a_share_says_its_owner_and_memory_used_of_its_limit(used, memory, over):
+    [seg, *_] = share_slots([share("w1", "alice", 0.25, used)], 4)
+    assert (seg["owner"], seg["memory"], seg["over"]) == ("alice · alice-nb", memory, over)
+
+
+def test_a_default_servers_share_is_owned_by_its_user_and_workload():
+    unnamed = share("w7", "alice", 0.25)
+    unnamed["workload"]["name"] = ""
+    assert share_slots([unnamed], 4)[0]["owner"] == "alice · notebook w7"
+
+
+@pytest.mark.parametrize("enforcement, words", [
+    (None, "GPUs shared in 4 slots of 35.2 GiB; memory watched: a share above its memory is "
+           "warned, then stopped; compute time-sliced (not enforced)"),
+    ({"memory": "watched: a share above its memory is warned, then stopped",
+      "compute": "MPS: enforced"}, "; compute MPS: enforced"),
+])
+def test_a_sharing_pool_says_how_its_shares_are_enforced(enforcement, words):
+    sharing = {**SHARING, **({"enforcement": enforcement} if enforcement else {})}
+    assert words in sharing_note(sharing)
+
+
+def shared_cluster():
+    pools = [{"name": "h200", "sharing": SHARING, "queued_workloads": 0, "queued_gpus": 0,
+              "nodes": [{"name": "n1", "gpus": 3, "source": "declared", "drained": False,
+                         "devices": [{"index": i, "healthy": True, "model": "H200",
+                                      "memory_mib": H200_MIB, "uuid": f"GPU-{i}"}
+                                     for i in range(3)]}]}]
+    samples = [
+        {"node": "n1", "gpu": 0, "utilization_pct": 40.0, "memory_used_mib": 20000,
+         "workload": None, "share_units": 4,
+         "shares": [share("w1", "alice", 0.25, 12288), share("w2", "bob", 0.5, None)]},
+        {"node": "n1", "gpu": 1, "utilization_pct": 90.0, "memory_used_mib": 70000,
+         "workload": {"id": "w3", "kind": "job", "user": "carol", "team": "vision",
+                      "name": "train"}, "share_units": 4, "shares": []},
+        {"node": "n1", "gpu": 2, "utilization_pct": 0.0, "memory_used_mib": 0,
+         "workload": None, "share_units": 4, "shares": []},
+    ]
+    return cluster_model(pools, samples)
+
+
+def test_cluster_model_counts_a_shared_gpu_in_use_and_its_free_slots():
+    [pool] = shared_cluster()
+    assert pool["counts"] == {"in use": 2, "free": 1, "unhealthy": 0, "out of service": 0}
+    assert pool["free_slots"] == 1       # the shared GPU's last quarter
+    shared, whole, free = pool["nodes"][0]["cells"]
+    assert [s.get("label", "free") for s in shared["slots"]] == ["1/4", "1/2", "free"]
+    assert "slots" not in whole and "slots" not in free
+
+
+def test_the_heat_map_draws_each_share_with_its_owner_and_the_enforcement():
+    html = environment().get_template("_heatmap.html").render(pools=shared_cluster())
+    cell = re.search(r'<div class="gpu [^>]*data-gpu="0".*?</ul>', html, re.S).group(0)
+    slots = re.findall(r'class="slot (share|free)', cell)
+    assert slots == ["share", "share", "free"]
+    assert re.findall(r'style="flex: (\d)', cell) == ["1", "2", "1"]
+    assert "alice · alice-nb</span> · <span class=\"share-memory\">12.0 / 35.2 GiB" in cell
+    assert "bob · bob-nb</span> · <span class=\"share-memory\">– / 70.5 GiB" in cell
+    assert "1 free 1/4 slots on shared GPUs" in html
+    assert "compute time-sliced (not enforced)." in html
+    # The whole-GPU job's GPU says its holder as before.
+    assert "job w3 · carol (vision)" in html
+
+
+@pytest.mark.parametrize("units, text", [(0, "0"), (1.0, "1"), (0.25, "0.25"), (3.75, "3.75"),
+                                         (0.125, "0.125"), (0.0625, "0.0625"), (12.5, "12.5")])
+def test_gpu_units_are_printed_without_rounding_a_share_away(units, text):
+    assert units_text(units) == text
+
+
+@pytest.mark.parametrize("workload, text", [
+    ({"gpus": 2, "gpu_share": None}, "2"), ({"gpus": 1, "gpu_share": 0.25}, "1/4"),
+    ({"gpus": 1, "gpu_share": 0.75}, "3/4"), ({"gpus": 1, "gpu_share": 0.0625}, "1/16"),
+    ({"gpus": 1, "gpu_share": 0.0}, "1"),
+])
+def test_a_workloads_gpus_say_its_share(workload, text):
+    assert gpus_text(workload) == text
+
+
+def test_the_glance_shows_a_share_and_fractional_use():
+    html = environment().get_template("_glance.html").render(
+        gpus=0.25, teams=[{"name": "vision", "quotas": {"h200": {
+            "used": 0.75, "nominal": 1, "borrowing_limit": 0}}}],
+        workloads=[{"id": "w1", "kind": "notebook", "name": "", "team": "vision", "gpus": 1,
+                    "gpu_share": 0.25, "pool": "h200", "state": "running", "reason": ""}],
+        finished=[], deployments=[])
+    assert 'id="my-gpus">0.25<' in html
+    assert "<td>h200</td><td>0.75</td><td>1</td>" in html
+    assert "<td>1/4 × h200</td>" in html

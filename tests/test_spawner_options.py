@@ -1,6 +1,9 @@
 """The spawn form's choices and the checks of user_options: pure tables."""
 from __future__ import annotations
 
+import re
+from fractions import Fraction
+
 import pytest
 
 from gpuspawner.spawner.options import OptionsError, offers, parse_options, render_form
@@ -105,3 +108,124 @@ def test_form_says_why_there_is_no_gpu_and_links_admins_to_the_fix(pools, teams,
     assert 'id="gpuhub-no-gpu"' in html and says in html
     assert (f'href="{url}"' in html) == admin
     assert ("Ask an admin" in html) == (not admin)
+
+
+# ---- shares of one GPU (a pool with GpuHubService.gpu_sharing) ----------------------------
+
+H200_MIB = 144384  # 141 GiB: a quarter is 35.2 GiB
+
+
+def shared_pool(units=4, teams=None, enforcement=None, nodes=(4,)):
+    p = pool("h200", teams=teams, nodes=nodes, model="H200", mib=H200_MIB)
+    p["sharing"] = {"share_units": units, "gpu_memory_mib": H200_MIB,
+                    "share_memory_mib": H200_MIB // units, "smallest_share": f"1/{units}"}
+    if enforcement is not None:
+        p["sharing"]["enforcement"] = enforcement
+    return p
+
+
+def h200_team(nominal=1, borrowing=0, limit=None):
+    t = {"name": "vision", "quotas": {"h200": {"nominal": nominal, "borrowing_limit": borrowing}}}
+    if limit is not None:
+        t["notebook_gpu_limits"] = {"h200": limit}
+    return t
+
+
+@pytest.mark.parametrize("options, gpus, share", [
+    ({"gpu_choice": ["h200:1/4"]}, 1, Fraction(1, 4)),
+    ({"gpu_choice": ["h200:3/4"]}, 1, Fraction(3, 4)),
+    ({"gpu_choice": ["h200:1"]}, 1, None),
+    ({"pool": "h200", "gpu_share": "1/4"}, 1, Fraction(1, 4)),
+    ({"pool": "h200", "gpus": 1, "gpu_share": 0.25}, 1, Fraction(1, 4)),
+    ({"pool": "h200", "gpu_share": "1/3"}, 1, Fraction(1, 2)),       # rounded up to slots
+    ({"pool": "h200", "gpu_memory": "35GiB"}, 1, Fraction(1, 4)),    # 35 GiB <= 35.25
+    ({"pool": "h200", "gpu_memory": "36GiB"}, 1, Fraction(1, 2)),
+    ({"pool": "h200", "gpu_memory": 70, "gpu_share": "1/4"}, 1, Fraction(1, 2)),  # the larger
+])
+def test_a_share_is_parsed_and_rounded_up_to_the_pools_slots(options, gpus, share):
+    r = parse_options(options, offers([shared_pool()], [h200_team()]))
+    assert (r.team, r.pool, r.gpus, r.share) == ("vision", "h200", gpus, share)
+    assert r.units == (float(share) if share else 1.0)
+
+
+@pytest.mark.parametrize("pools, options, field, words", [
+    ([pool("h200", model="H200")], {"gpu_choice": "h200:1/4"}, "gpu_share",
+     "pool h200 does not share its GPUs"),
+    ([shared_pool()], {"pool": "h200", "gpus": 2, "gpu_share": "1/4"}, "gpu_share",
+     "share of one GPU"),
+    ([shared_pool()], {"pool": "h200", "gpu_share": "4/4"}, "gpu_share", "less than one GPU"),
+    ([shared_pool()], {"pool": "h200", "gpu_share": "a quarter"}, "gpu_share", "'1/4' or 0.25"),
+    ([shared_pool()], {"pool": "h200", "gpu_share": "1/0"}, "gpu_share", "'1/4' or 0.25"),
+    ([shared_pool()], {"pool": "h200", "gpu_share": "7/8"}, "gpu_share",
+     "rounds up to a whole h200 GPU (shares there are 1/4 of a GPU, 35.2 GiB each)"),
+    ([shared_pool()], {"pool": "h200", "gpu_memory": "lots"}, "gpu_memory", "'35GiB'"),
+    ([shared_pool()], {"pool": "h200", "gpu_memory": "200GiB"}, "gpu_memory",
+     "rounds up to a whole h200 GPU"),
+])
+def test_a_share_is_refused_with_the_field_and_why(pools, options, field, words):
+    with pytest.raises(OptionsError) as e:
+        parse_options(options, offers(pools, [h200_team()]))
+    assert e.value.field == field and words in e.value.message
+
+
+def test_a_team_with_no_gpu_there_gets_no_share_either():
+    with pytest.raises(OptionsError) as e:
+        parse_options({"gpu_choice": "h200:1/4"},
+                      offers([shared_pool()], [h200_team(nominal=0, borrowing=0)]))
+    assert "can get no h200 GPU, nor part of one" in e.value.message
+
+
+@pytest.mark.parametrize("used, units, says", [
+    (0, 0.25, None),
+    (0.75, 0.25, None),               # 0.75 + 0.25 is within a nominal of 1
+    (0.75, 0.5, "waits in the queue"),  # no borrowing: over the ceiling
+    (1, 0.25, "waits in the queue"),
+])
+def test_a_share_counts_its_units_against_the_quota(used, units, says):
+    offer = offers([shared_pool(teams={"vision": used})], [h200_team()])["vision"][0]
+    note = offer.note(units)
+    assert (says in note) if says else note == ""
+
+
+def test_a_share_within_nominal_but_above_used_borrows_when_the_team_may():
+    offer = offers([shared_pool(teams={"vision": 1})], [h200_team(borrowing=1)])["vision"][0]
+    assert "may be preempted" in offer.note(0.25)
+
+
+def options_of(html: str) -> list[tuple[str, str]]:
+    return re.findall(r'<option value="([^"]+)">([^<]*)</option>', html)
+
+
+def test_form_offers_shares_before_whole_gpus_with_their_memory():
+    html = render_form(offers([shared_pool()], [h200_team(nominal=2)]))
+    assert options_of(html) == [
+        ("h200:1/4", "1/4 H200 · 35.2 GiB"), ("h200:1/2", "1/2 H200 · 70.5 GiB"),
+        ("h200:3/4", "3/4 H200 · 105.8 GiB"), ("h200:1", "1 GPU"), ("h200:2", "2 GPUs")]
+    # The card's radio starts on the select's first option: the smallest share.
+    assert '<input type="radio" name="gpu_choice" value="h200:1/4">' in html
+    assert ("Shared GPUs: from 1/4 of a GPU; memory watched; compute time-sliced "
+            "(not enforced).") in html
+
+
+def test_form_says_the_services_enforcement_labels_when_it_gives_them():
+    html = render_form(offers([shared_pool(8, enforcement={
+        "memory": "watched: a share above its memory is warned, then stopped",
+        "compute": "MPS: enforced"})], [h200_team()]))
+    assert ("from 1/8 of a GPU; memory watched: a share above its memory is warned, then "
+            "stopped; compute MPS: enforced.") in html
+    assert [v for v, _ in options_of(html)] == [
+        "h200:1/8", "h200:1/4", "h200:3/8", "h200:1/2", "h200:5/8", "h200:3/4", "h200:7/8",
+        "h200:1"]
+
+
+def test_form_quota_counts_shares_in_gpu_units():
+    html = render_form(offers([shared_pool(teams={"vision": 0.75})], [h200_team()]))
+    assert "0.25 of its 1 h200 GPU free in its quota (may borrow 0)" in html
+    labels = dict(options_of(html))
+    assert labels["h200:1/4"] == "1/4 H200 · 35.2 GiB"        # fits the quarter left
+    assert "waits in the queue" in labels["h200:1/2"]
+
+
+def test_form_for_a_pool_that_does_not_share_offers_whole_gpus_only():
+    html = render_form(offers([pool()], [team()]))
+    assert "Shared GPUs" not in html and "/" not in "".join(v for v, _ in options_of(html))

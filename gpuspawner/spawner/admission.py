@@ -159,7 +159,7 @@ class GPUSpawnerMixin(Configurable):
 
     @default("apply_user_options")
     def _apply_user_options_default(self):
-        # team, pool and gpus are checked and applied by admit() in start().
+        # team, pool, gpus and gpu_share are checked and applied by admit() in start().
         return lambda spawner, user_options: None
 
     def options_from_form(self, formdata):
@@ -170,7 +170,8 @@ class GPUSpawnerMixin(Configurable):
             request = parse_options(formdata, offered)
         except OptionsError as e:
             raise ValueError(e.message if e.field == "gpus" else str(e))
-        return {"team": request.team, "pool": request.pool, "gpus": request.gpus}
+        return {"team": request.team, "pool": request.pool, "gpus": request.gpus,
+                **({"gpu_share": str(request.share)} if request.share else {})}
 
     # ---- admission ---------------------------------------------------------
     def _say(self, message: str, progress: int = 10) -> None:
@@ -190,9 +191,10 @@ class GPUSpawnerMixin(Configurable):
             return None
         w = await self._service("POST", "/workloads", {
             "kind": "notebook", "user": self.user.name, "team": request.team,
-            "pool": request.pool, "gpus": request.gpus, "name": self.name})
+            "pool": request.pool, "gpus": request.gpus, "name": self.name,
+            **({"gpu_share": str(request.share)} if request.share else {})})
         self.workload_id = w["id"]
-        want = f"{request.gpus} × {request.pool} GPU{'s' if request.gpus > 1 else ''}"
+        want = request.wanted()
         self._say(f"asked the scheduler for {want} for team {request.team}")
         last = None
         try:

@@ -7,8 +7,17 @@ the hub's REST API, so both refuse the same requests with the same message.
 from __future__ import annotations
 
 import html
+import math
+import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Optional
+
+# Said of a sharing pool whose service does not say how it enforces shares:
+# what the local backend does without an MPS daemon.
+DEFAULT_ENFORCEMENT = "memory watched; compute time-sliced (not enforced)"
+FRACTION_RE = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
+MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(GiB|GB|G|MiB|MB|M)?\s*", re.IGNORECASE)
 
 
 class OptionsError(ValueError):
@@ -18,15 +27,33 @@ class OptionsError(ValueError):
         self.message = message
 
 
+def units_text(units: float) -> str:
+    """GPU units as people read them: "2", "0.25", "3.75"."""
+    return f"{units:.4f}".rstrip("0").rstrip(".") if units != int(units) else str(int(units))
+
+
 @dataclass(frozen=True)
 class GpuRequest:
     team: str
     pool: str
     gpus: int
+    # Part of one GPU (gpus is then 1): a multiple of the pool's smallest share.
+    share: Optional[Fraction] = None
 
     @property
     def cpu_only(self) -> bool:
         return self.gpus == 0
+
+    @property
+    def units(self) -> float:
+        """What it counts against quota, in GPU units."""
+        return float(self.share) if self.share else float(self.gpus)
+
+    def wanted(self) -> str:
+        """"1/4 of one h200 GPU", "2 × h200 GPUs": the progress page's words."""
+        if self.share:
+            return f"{self.share} of one {self.pool} GPU"
+        return f"{self.gpus} × {self.pool} GPU{'s' if self.gpus > 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -39,9 +66,23 @@ class PoolOffer:
     largest_node: int
     nominal: int
     ceiling: Optional[int]   # nominal + borrowing limit; None: no limit
-    used: int                # GPUs the team holds in the pool now
+    used: float              # GPU units the team holds in the pool now (four 1/4 shares: 1.0)
     free_in_pool: int
     notebook_limit: Optional[int]
+    # 0: whole GPUs only; N: a GPU may be shared in N slots of share_memory_mib.
+    share_units: int = 0
+    shared_gpu_mib: int = 0  # the memory a share is part of (the pool's smallest GPU)
+    enforcement: str = ""    # how shares are held to their part, as the service says it
+
+    def shares(self) -> list[Fraction]:
+        """The shares one may ask for here: 1/N up to (N-1)/N."""
+        if not self.share_units or self.most < 1:
+            return []
+        return [Fraction(k, self.share_units) for k in range(1, self.share_units)]
+
+    def share_text(self, share: Fraction) -> str:
+        """"1/4 NVIDIA H200 · 35.2 GiB"."""
+        return f"{share} {self.model} · {float(share) * self.shared_gpu_mib / 1024:.1f} GiB"
 
     @property
     def most(self) -> int:
@@ -53,22 +94,23 @@ class PoolOffer:
             bounds.append(self.notebook_limit)
         return max(0, min(bounds))
 
-    def within_nominal(self, gpus: int) -> bool:
-        return self.used + gpus <= self.nominal
+    def within_nominal(self, units: float) -> bool:
+        return self.used + units <= self.nominal
 
     def summary(self) -> str:
         """The team's quota in this pool, said once on the spawn page."""
         limit = "no borrowing limit" if self.ceiling is None \
             else f"may borrow {self.ceiling - self.nominal}"
         gpus = "GPU" if self.nominal == 1 else "GPUs"
-        return (f"{max(0, self.nominal - self.used)} of its {self.nominal} {self.pool} {gpus} "
-                f"free in its quota ({limit}), {self.free_in_pool} idle in the pool")
+        return (f"{units_text(max(0, self.nominal - self.used))} of its {self.nominal} "
+                f"{self.pool} {gpus} free in its quota ({limit}), {self.free_in_pool} idle in "
+                f"the pool")
 
-    def note(self, gpus: int) -> str:
-        """What asking for ``gpus`` here means, if anything."""
-        if self.ceiling is not None and self.used + gpus > self.ceiling:
+    def note(self, units: float) -> str:
+        """What asking for ``units`` GPUs (a share: its fraction) here means, if anything."""
+        if self.ceiling is not None and self.used + units > self.ceiling:
             return "the team's quota is in use: waits in the queue until it frees up"
-        if not self.within_nominal(gpus):
+        if not self.within_nominal(units):
             return "borrows idle GPUs of other teams, so it may be preempted"
         return ""
 
@@ -83,15 +125,28 @@ def offers(pools: list[dict], teams: list[dict]) -> dict[str, list[PoolOffer]]:
             q = team["quotas"].get(pool["name"], {"nominal": 0, "borrowing_limit": 0})
             ceiling = (None if q.get("borrowing_limit") is None
                        else q["nominal"] + q["borrowing_limit"])
+            sharing = pool.get("sharing") or {}
+            enforcement = sharing.get("enforcement") or {}
             rows.append(PoolOffer(
                 pool=pool["name"], model=devices[0]["model"] if devices else pool["name"],
                 memory_mib=devices[0]["memory_mib"] if devices else 0,
                 largest_node=max((n["gpus"] for n in pool["nodes"]), default=0),
                 nominal=q["nominal"], ceiling=ceiling, used=pool["teams"].get(team["name"], 0),
                 free_in_pool=pool["free"],
-                notebook_limit=team.get("notebook_gpu_limits", {}).get(pool["name"])))
+                notebook_limit=team.get("notebook_gpu_limits", {}).get(pool["name"]),
+                share_units=sharing.get("share_units", 0),
+                shared_gpu_mib=sharing.get("gpu_memory_mib", 0),
+                enforcement=enforcement_text(enforcement) if sharing else ""))
         out[team["name"]] = rows
     return out
+
+
+def enforcement_text(enforcement: dict) -> str:
+    """How a sharing pool holds shares to their part: the service's labels
+    ({"memory": ..., "compute": ...}) or, without them, the local default."""
+    if not (enforcement.get("memory") or enforcement.get("compute")):
+        return DEFAULT_ENFORCEMENT
+    return "; ".join(f"{k} {enforcement[k]}" for k in ("memory", "compute") if enforcement.get(k))
 
 
 def _one(form: dict, key: str) -> Any:
@@ -109,8 +164,11 @@ def parse_options(options: dict, teams: dict[str, list[PoolOffer]]) -> GpuReques
     if not teams:
         raise OptionsError("team", "you are in no team, so you cannot use GPUs; ask an admin")
     choice = _one(options, "gpu_choice")
-    if choice:  # the form's radio button: "pool:gpus"
+    share, memory = _one(options, "gpu_share"), _one(options, "gpu_memory")
+    if choice:  # the form's radio button: "pool:gpus" or "pool:k/N" (a share)
         pool, _, gpus = str(choice).partition(":")
+        if "/" in gpus:
+            share, gpus = gpus, 1
     else:
         pool, gpus = _one(options, "pool"), _one(options, "gpus")
     team = _one(options, "team") or (next(iter(teams)) if len(teams) == 1 else None)
@@ -125,12 +183,20 @@ def parse_options(options: dict, teams: dict[str, list[PoolOffer]]) -> GpuReques
         raise OptionsError("gpus", f"must be a whole number, got {gpus!r}")
     if gpus < 0:
         raise OptionsError("gpus", f"must be 0 or more, got {gpus}")
-    if gpus == 0:
+    if gpus == 0 and share is None and memory is None:
         return GpuRequest(team, pool or "", 0)
     by_pool = {o.pool: o for o in teams[team]}
     if pool not in by_pool:
         raise OptionsError("pool", f"unknown pool {pool!r}; pools: {', '.join(sorted(by_pool))}")
     offer = by_pool[pool]
+    if share is not None or memory is not None:
+        if gpus not in (0, 1):
+            raise OptionsError("gpu_share", "is a share of one GPU: leave gpus at 1, or ask "
+                                            "for whole GPUs without it")
+        fraction = share_of(offer, share, memory)
+        if offer.most < 1:
+            raise OptionsError("gpu_share", f"team {team} can get no {pool} GPU, nor part of one")
+        return GpuRequest(team, pool, 1, fraction)
     if gpus > offer.most:
         why = []
         if offer.notebook_limit is not None and gpus > offer.notebook_limit:
@@ -144,6 +210,55 @@ def parse_options(options: dict, teams: dict[str, list[PoolOffer]]) -> GpuReques
             why.append(f"no {pool} machine has more than {offer.largest_node} GPUs")
         raise OptionsError("gpus", f"{gpus} GPUs is more than you can get: {'; '.join(why)}")
     return GpuRequest(team, pool, gpus)
+
+
+def share_of(offer: PoolOffer, share: Any, memory: Any) -> Fraction:
+    """The share of one GPU a request gets in the offer's pool: what it asked
+    (``gpu_share`` "1/4" or 0.25, ``gpu_memory`` "35GiB"), rounded up to the
+    pool's slots as the service rounds it."""
+    field = "gpu_share" if share is not None else "gpu_memory"
+    n = offer.share_units
+    if not n:
+        raise OptionsError(field, f"pool {offer.pool} does not share its GPUs: ask for whole "
+                                  f"GPUs there")
+    slots = 0
+    if share is not None:
+        slots = math.ceil(_fraction(share) * n)
+    if memory is not None:
+        slots = max(slots, math.ceil(Fraction(_memory_mib(memory), offer.shared_gpu_mib) * n))
+    if slots >= n:
+        raise OptionsError(field, f"rounds up to a whole {offer.pool} GPU (shares there are "
+                                  f"1/{n} of a GPU, {offer.shared_gpu_mib / n / 1024:.1f} GiB "
+                                  f"each): ask for 1 GPU")
+    return Fraction(slots, n)
+
+
+def _fraction(value: Any) -> Fraction:
+    match = FRACTION_RE.fullmatch(value) if isinstance(value, str) else None
+    try:
+        share = (Fraction(int(match[1]), int(match[2])) if match
+                 else Fraction(value).limit_denominator(1000))
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise OptionsError("gpu_share", f"must be part of one GPU such as '1/4' or 0.25, "
+                                        f"got {value!r}")
+    if not 0 < share < 1:
+        raise OptionsError("gpu_share", f"must be more than 0 and less than one GPU, got "
+                                        f"{value!r}")
+    return share
+
+
+def _memory_mib(value: Any) -> int:
+    match = MEMORY_RE.fullmatch(value) if isinstance(value, str) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        mib = float(value) * 1024
+    elif match:
+        mib = float(match[1]) * (1 if (match[2] or "G").upper().startswith("M") else 1024)
+    else:
+        raise OptionsError("gpu_memory", f"must be GPU memory such as '35GiB' or 35 (GiB), "
+                                         f"got {value!r}")
+    if not 1 <= mib < math.inf:
+        raise OptionsError("gpu_memory", f"must be at least 1 MiB, got {value!r}")
+    return math.ceil(mib)
 
 
 def why_no_gpu(teams: dict[str, list[PoolOffer]]) -> str:
@@ -205,19 +320,26 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
                 continue
             who = f' <span class="badge text-bg-secondary">{esc(team)}</span>' \
                 if len(names) > 1 else ""
+            choices = [(f"{offer.pool}:{share}", offer.share_text(share), float(share))
+                       for share in offer.shares()]
+            choices += [(f"{offer.pool}:{n}", f'{n} GPU{"s" if n > 1 else ""}', n)
+                        for n in range(1, offer.most + 1)]
             options = "".join(
-                f'<option value="{esc(offer.pool)}:{n}">{n} GPU{"s" if n > 1 else ""}'
-                f'{" — " + esc(offer.note(n)) if offer.note(n) else ""}</option>'
-                for n in range(1, offer.most + 1))
+                f'<option value="{esc(value)}">{esc(text)}'
+                f'{" — " + esc(offer.note(units)) if offer.note(units) else ""}</option>'
+                for value, text, units in choices)
+            shared = (f'<div class="small text-secondary w-100 gpuhub-sharing">Shared GPUs: '
+                      f'from {offer.shares()[0]} of a GPU; {esc(offer.enforcement)}.</div>'
+                      if offer.shares() else "")
             parts.append(
                 f'<label class="card gpuhub-profile mb-2" data-team="{esc(team)}" '
                 f'data-pool="{esc(offer.pool)}"><div class="card-body py-2 d-flex gap-3 '
                 f'align-items-center flex-wrap">'
-                f'<input type="radio" name="gpu_choice" value="{esc(offer.pool)}:1">'
+                f'<input type="radio" name="gpu_choice" value="{esc(choices[0][0])}">'
                 f'<span><b>{esc(offer.model)} ({offer.memory_mib // 1024} GiB)</b> '
                 f'<span class="small text-secondary">pool {esc(offer.pool)}</span>{who}</span>'
                 f'<select class="form-select form-select-sm w-auto gpuhub-gpus" '
-                f'aria-label="GPUs in pool {esc(offer.pool)}">{options}</select>'
+                f'aria-label="GPUs in pool {esc(offer.pool)}">{options}</select>{shared}'
                 f'</div></label>')
     parts.append("</div>")
     # A card's select sets (and picks) the card's choice.

@@ -8,6 +8,34 @@ export function isActive(w: IWorkload): boolean {
   return ACTIVE_STATES.includes(w.state);
 }
 
+/**
+ * GPU units as people read them: "0.25" for a 1/4 share, "3.75" for a team
+ * holding three GPUs and three quarters, "2" for two GPUs (never "0" for a
+ * share, nor "NaN" for a number the service left out).
+ */
+export function gpuUnits(units: number | null | undefined): string {
+  if (typeof units !== 'number' || !Number.isFinite(units)) {
+    return '–';
+  }
+  return Number.isInteger(units) ? String(units) : units.toFixed(4).replace(/0+$/, '');
+}
+
+/** A share of one GPU as a fraction: 0.25 -> "1/4", 0.75 -> "3/4" (slots are 1/2 to 1/16). */
+export function shareFraction(share: number): string {
+  for (let d = 2; d <= 64; d++) {
+    const n = Math.round(share * d);
+    if (Math.abs(n / d - share) < 1e-9) {
+      return `${n}/${d}`;
+    }
+  }
+  return gpuUnits(share);
+}
+
+/** A workload's GPUs: "1/4 GPU" for a share of one, else its count ("2"). */
+export function gpusText(w: Pick<IWorkload, 'gpus' | 'gpu_share'>): string {
+  return w.gpu_share ? `${shareFraction(w.gpu_share)} GPU` : String(w.gpus);
+}
+
 /** "1h 02m", "3m 05s", "42s". */
 export function duration(seconds: number): string {
   const s = Math.max(0, Math.floor(seconds));

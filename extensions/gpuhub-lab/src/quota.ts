@@ -2,12 +2,14 @@
  * A team's quota in a pool, as the submit form and the status bar show it.
  * Pure: computed from /teams and /pools answers.
  */
+import { gpuUnits } from './format';
 import { IPool, ITeam } from './types';
 
 export interface IQuotaView {
   team: string;
   pool: string;
   nominal: number;
+  /** GPU units the team holds (a 1/4 share counts 0.25). */
   used: number;
   /** GPUs left in the team's nominal (guaranteed) quota. */
   free: number;
@@ -72,7 +74,7 @@ export function quotaView(
 export function requestFit(view: IQuotaView, gpus: number): IRequestFit {
   const limit = view.borrowingLimit === null ? Infinity : view.nominal + view.borrowingLimit;
   const borrow = Math.max(0, view.used + gpus - Math.max(view.nominal, view.used));
-  const free = `${view.free} of ${view.nominal} free`;
+  const free = `${gpuUnits(view.free)} of ${view.nominal} free`;
   if (gpus > limit) {
     const message = `${gpus} GPUs is more than team ${view.team} may ever hold in ${view.pool} (${limit})`;
     return { kind: 'over', borrow: 0, message };
@@ -82,7 +84,7 @@ export function requestFit(view: IQuotaView, gpus: number): IRequestFit {
   }
   if (view.used + gpus <= limit && gpus <= view.poolFree) {
     const message =
-      `would borrow ${borrow} GPU${borrow === 1 ? '' : 's'} above the team's quota (${free}): ` +
+      `would borrow ${gpuUnits(borrow)} GPU${borrow > 0 && borrow <= 1 ? '' : 's'} above the team's quota (${free}): ` +
       'it may be preempted when the lender needs them';
     return { kind: 'borrows', borrow, message };
   }
@@ -102,7 +104,7 @@ export function statusText(teams: ITeam[], pools: IPool[], team: string): string
     return `${team}: no quota`;
   }
   const view = quotaView(teams, pools, team, names[0])!;
-  return `${team}: ${view.used}/${view.nominal} ${view.model}`;
+  return `${team}: ${gpuUnits(view.used)}/${view.nominal} ${view.model}`;
 }
 
 /** One row per pool of the team, for the status bar's popover. */

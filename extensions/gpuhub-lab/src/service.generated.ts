@@ -1589,7 +1589,22 @@ export interface paths {
                                 pool?: string;
                                 utilization_pct?: number | null;
                                 memory_used_mib?: number | null;
+                                /** @description the whole-GPU workload holding it (null on a shared GPU) */
                                 workload?: Record<string, never> | null;
+                                /** @description in a sharing pool: the slots this GPU is split into */
+                                share_units?: number;
+                                /** @description in a sharing pool: the shares running on it */
+                                shares?: {
+                                    /** @description id, kind, user, team, name */
+                                    workload: Record<string, never>;
+                                    /** @example 0.25 */
+                                    share: number;
+                                    /** @example 1/4 */
+                                    label: string;
+                                    memory_limit_mib: number;
+                                    /** @description its processes' GPU memory (null: unknown) */
+                                    memory_used_mib: number | null;
+                                }[];
                             }[];
                         };
                     };
@@ -2513,6 +2528,10 @@ export interface components {
              * @description the older name of gpus_per_node (read for one more release; give one of the two)
              */
             gpus?: number;
+            /** @description part of ONE GPU (gpus 1) in a pool that shares its GPUs (GpuHubService.gpu_sharing): rounded up to the pool's slots (null: whole GPUs) */
+            gpu_share?: (string | number) | null;
+            /** @description GPU memory the share needs (GiB when a number): rounded up to the pool's slots; with gpu_share, the larger wins */
+            gpu_memory?: (string | number) | null;
             /** @default 1 */
             nodes: number;
             /**
@@ -2733,6 +2752,10 @@ export interface components {
              * @description the older name of gpus_per_node
              */
             gpus?: number;
+            /** @description part of ONE GPU (gpus 1) in a pool that shares its GPUs (GpuHubService.gpu_sharing): rounded up to the pool's slots (null: whole GPUs) */
+            gpu_share?: (string | number) | null;
+            /** @description GPU memory the share needs (GiB when a number): rounded up to the pool's slots; with gpu_share, the larger wins */
+            gpu_memory?: (string | number) | null;
             /** @description the server's name */
             name?: string;
             /** @default interactive */
@@ -2774,6 +2797,8 @@ export interface components {
              */
             gpus: number;
             gpus_per_node: number;
+            /** @description its share of one GPU in GPU units (0.25 for a 1/4 share; gpus is then 1), null for whole GPUs */
+            gpu_share: number | null;
             nodes: number;
             priority: string;
             time_limit: number | null;
@@ -2875,15 +2900,39 @@ export interface components {
             /** @description healthy GPUs */
             capacity: number;
             total: number;
+            /** @description GPU units held (four 1/4 shares: 1.0) */
             used: number;
             free: number;
             queued_workloads: number;
             queued_gpus: number;
-            /** @description GPUs held per team */
+            /** @description GPU units held per team (a 1/4 share: 0.25) */
             teams: {
                 [key: string]: number;
             };
+            /** @description how its GPUs are shared; null: whole GPUs only */
+            sharing: components["schemas"]["PoolSharing"] | null;
             nodes: components["schemas"]["PoolNode"][];
+        };
+        /** @description A pool whose GPUs several workloads may share (GpuHubService.gpu_sharing). */
+        PoolSharing: {
+            /**
+             * @description slots a GPU is split into
+             * @enum {integer}
+             */
+            share_units: 2 | 4 | 8 | 16;
+            /** @description the memory a share is part of (the pool's smallest GPU) */
+            gpu_memory_mib: number;
+            /** @description one slot's memory: gpu_memory_mib / share_units */
+            share_memory_mib: number;
+            /** @example 1/4 */
+            smallest_share: string;
+            /** @description how shares are held to their part, as people read it */
+            enforcement?: {
+                /** @example watched: a share above its memory is warned, then stopped */
+                memory?: string;
+                /** @example time-sliced (not enforced) */
+                compute?: string;
+            };
         };
         PoolNode: {
             name: string;
@@ -2909,6 +2958,7 @@ export interface components {
             borrowing_limit: number | null;
             /** @description null: all idle quota may be lent */
             lending_limit: number | null;
+            /** @description GPU units held (a 1/4 share: 0.25) */
             used: number;
         };
         Quota: {

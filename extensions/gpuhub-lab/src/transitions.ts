@@ -2,6 +2,7 @@
  * What changed between two polls of the user's jobs, as notifications:
  * started, succeeded, failed, preempted. Pure, so it is tested alone.
  */
+import { shareFraction } from './format';
 import { IWorkload } from './types';
 
 export type NoteKind = 'queued' | 'started' | 'succeeded' | 'failed' | 'preempted' | 'cancelled';
@@ -58,7 +59,8 @@ export function jobNotes(before: Map<string, IJobSnapshot> | null, jobs: IWorklo
       continue;
     }
     if (job.state === 'running' && prev.state === 'queued') {
-      notes.push({ kind: 'started', job, message: `${label} started on ${job.gpus} × ${job.pool} GPUs` });
+      const on = job.gpu_share ? `${shareFraction(job.gpu_share)} of one ${job.pool} GPU` : `${job.gpus} × ${job.pool} GPUs`;
+      notes.push({ kind: 'started', job, message: `${label} started on ${on}` });
     } else if (job.state === 'succeeded') {
       notes.push({ kind: 'succeeded', job, message: `${label} succeeded` });
     } else if (job.state === 'failed') {

@@ -28,6 +28,13 @@ describe('a job in the Jobs panel', () => {
     expect(buttons(html)).toEqual(['Logs', 'Resubmit', 'Cancel']);
   });
 
+  it('shows a share of one GPU as the share, not as one GPU', () => {
+    const html = renderToStaticMarkup(
+      <JobRow job={job({ state: 'running', gpus: 1, gpus_per_node: 1, gpus_total: 1, gpu_share: 0.25, pool: 'h200' })} showUser={false} actions={actions} />
+    );
+    expect(html).toContain('title="share of one GPU × pool">1/4 GPU × h200</span>');
+  });
+
   it('offers the output notebook and the outputs of a finished job, not cancel', () => {
     const finished = job({
       state: 'succeeded',

@@ -34,6 +34,7 @@ export function job(over: Partial<IWorkload> = {}): IWorkload {
     sweep_id: null,
     sweep_index: null,
     schedule_id: null,
+    gpu_share: null,
     ...over
   };
 }
@@ -68,9 +69,10 @@ export const POOLS: IPool[] = [
     queued_workloads: 0,
     queued_gpus: 0,
     teams: { vision: 6, nlp: 1 },
+    sharing: null,
     nodes: [{ name: 'n1', gpus: 1, drained: false, source: 'declared', devices: [device('A100')] }]
   },
-  { name: 't4', capacity: 2, total: 2, used: 0, free: 2, queued_workloads: 0, queued_gpus: 0, teams: {}, nodes: [] }
+  { name: 't4', capacity: 2, total: 2, used: 0, free: 2, queued_workloads: 0, queued_gpus: 0, teams: {}, sharing: null, nodes: [] }
 ];
 
 export function revision(over: Partial<IRevision> = {}): IRevision {

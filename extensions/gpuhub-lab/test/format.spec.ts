@@ -1,4 +1,19 @@
-import { afterText, attemptHeader, attemptLine, attemptsText, duration, isActive, joinLog, relativeTime, runTime, stateDetail, tail } from '../src/format';
+import {
+  afterText,
+  attemptHeader,
+  attemptLine,
+  attemptsText,
+  duration,
+  gpuUnits,
+  gpusText,
+  isActive,
+  shareFraction,
+  joinLog,
+  relativeTime,
+  runTime,
+  stateDetail,
+  tail
+} from '../src/format';
 import { errorFrom, xsrfToken } from '../src/errors';
 import { IAttempt } from '../src/types';
 import { job } from './fixtures';
@@ -111,5 +126,34 @@ describe('times and dependencies', () => {
     expect(stateDetail(waiting)).toBe('waiting for w1 (ok)');
     expect(isActive(waiting)).toBe(true);
     expect(afterText(job())).toBe('');
+  });
+});
+
+describe('GPU units and shares of one GPU', () => {
+  it.each([
+    [0.25, '0.25'],
+    [0.0625, '0.0625'],
+    [3.75, '3.75'],
+    [2, '2'],
+    [0, '0'],
+    [NaN, '–'],
+    [undefined, '–']
+  ])('writes %p GPU units as %p', (units, text) => {
+    expect(gpuUnits(units)).toBe(text);
+  });
+
+  it.each([
+    [0.25, '1/4'],
+    [0.5, '1/2'],
+    [0.75, '3/4'],
+    [0.375, '3/8'],
+    [0.0625, '1/16']
+  ])('writes a %p share as %p', (share, text) => {
+    expect(shareFraction(share)).toBe(text);
+  });
+
+  it("says a job's share instead of its one GPU", () => {
+    expect(gpusText(job({ gpus: 1, gpu_share: 0.25 }))).toBe('1/4 GPU');
+    expect(gpusText(job({ gpus: 2, gpu_share: null }))).toBe('2');
   });
 });

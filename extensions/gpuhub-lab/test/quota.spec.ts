@@ -64,3 +64,25 @@ describe('what the form says about a request', () => {
     expect(requestFit(nlp, 100).kind).toBe('waits');
   });
 });
+
+describe('a team holding shares of GPUs', () => {
+  // Three 1/4 shares of an H200: 0.75 GPU units of a nominal 2.
+  const teams = [
+    { ...teamDefaults('vision'), quotas: { h200: { nominal: 2, borrowing_limit: 1, lending_limit: null, used: 0.75 } } }
+  ];
+  const pools = [{ ...POOLS[0], name: 'h200', teams: { vision: 0.75 }, free: 3 }];
+
+  it('shows fractional use in the status bar and the popover', () => {
+    expect(statusText(teams, pools, 'vision')).toBe('vision: 0.75/2 A100');
+    expect(poolBreakdown(teams, pools, 'vision').map(v => [v.used, v.free])).toEqual([[0.75, 1.25]]);
+  });
+
+  it('says the free quota and what a request borrows in GPU units', () => {
+    const view = quotaView(teams, pools, 'vision', 'h200')!;
+    expect(requestFit(view, 1).message).toBe("fits the team's free quota (1.25 of 2 free)");
+    const fit = requestFit(view, 2);
+    expect(fit.kind).toBe('borrows');
+    expect(fit.borrow).toBe(0.75);
+    expect(fit.message).toContain('would borrow 0.75 GPU above');
+  });
+});

@@ -13,6 +13,8 @@ describe('notifications of my jobs', () => {
     let notes = jobNotes(snapshot([queued]), [running]);
     expect(notes.map(n => [n.kind, n.message])).toEqual([['started', 'Job train started on 2 × a100 GPUs']]);
     expect(jobNotes(snapshot([running]), [running])).toEqual([]);
+    const share = job({ state: 'running', gpus: 1, gpu_share: 0.5, pool: 'h200' });
+    expect(jobNotes(snapshot([queued]), [share])[0].message).toBe('Job train started on 1/2 of one h200 GPU');
     notes = jobNotes(snapshot([running]), [job({ state: 'succeeded' })]);
     expect(notes.map(n => n.kind)).toEqual(['succeeded']);
     notes = jobNotes(snapshot([running]), [job({ state: 'failed', reason: 'exited with code 3' })]);

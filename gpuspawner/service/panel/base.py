@@ -26,6 +26,7 @@ from ..errors import Conflict, Forbidden, NotFound
 from ..handlers import INVOKE_ONLY_REFUSAL, ServiceAccess, hub_user
 from ..identity import Identity
 from ..specs import SpecError
+from .units import gpus_text, units_text
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 HUB_TEMPLATES = os.path.join(DATA_FILES_PATH, "templates")
@@ -41,12 +42,14 @@ FORM_ERRORS = {SpecError: 400, Forbidden: 403, NotFound: 404, Conflict: 409}
 def environment() -> jinja2.Environment:
     """The panel's templates, which extend the hub's ``page.html`` (as
     ``hub/page.html``) so the panel looks like the rest of the hub."""
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.ChoiceLoader([
             jinja2.FileSystemLoader(TEMPLATES),
             jinja2.PrefixLoader({"hub": jinja2.FileSystemLoader(HUB_TEMPLATES)}),
         ]),
         autoescape=True)
+    env.filters.update(units=units_text, gpus=gpus_text)
+    return env
 
 
 class HubUser:

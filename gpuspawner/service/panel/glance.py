@@ -30,7 +30,7 @@ def finished_jobs(rows: Iterable[WorkloadRow], workspace: str, now: float,
                   ago: Callable[[float], str]) -> list[dict]:
     """The jobs ``rows`` (ended, newest first) as the glance lists them."""
     return [{"id": r.id, "name": r.name or r.id, "state": r.state, "reason": r.reason,
-             "gpus": r.gpus_per_node * r.num_nodes, "pool": r.pool,
+             "gpus": r.gpus_per_node * r.num_nodes, "gpu_share": r.gpu_share, "pool": r.pool,
              "ended": ago(now - r.finished_at), "output": output_in_workspace(r, workspace)}
             for r in rows]
 

@@ -467,7 +467,8 @@ class OverviewPage(PanelHandler):
 
         template = "embed.html" if self.get_argument("embed", "") else "overview.html"
         self.render_page(template, title="Overview", teams=teams, workloads=mine,
-                         gpus=sum(w["gpus"] for w in mine if w["state"] == RUNNING),
+                         gpus=sum(w["gpu_share"] or w["gpus"] for w in mine
+                                  if w["state"] == RUNNING),
                          finished=glance.finished_jobs(ended, self.engine.launcher.workspace_path(who.name),
                                                        now, ago),
                          deployments=glance.deployments(deps, replicas, self.gpuhub.service_prefix),

@@ -1,7 +1,16 @@
 /** One job in the Jobs panel: what it is, where it stands, what can be done. */
 import * as React from 'react';
 
-import { afterText, attemptLine, attemptList, attemptsText, isActive, runTime, stateDetail } from '../format';
+import {
+  afterText,
+  attemptLine,
+  attemptList,
+  attemptsText,
+  gpusText,
+  isActive,
+  runTime,
+  stateDetail
+} from '../format';
 import { IWorkload } from '../types';
 
 export interface IJobActions {
@@ -37,8 +46,8 @@ export function JobRow(props: { job: IWorkload; showUser: boolean; actions: IJob
         <span className={`gpuhub-Job-state gpuhub-mod-${job.state}`}>{job.state}</span>
       </div>
       <div className="gpuhub-Job-facts">
-        <span title="GPUs × pool">
-          {job.gpus} × {job.pool}
+        <span className="gpuhub-Job-gpus" title={job.gpu_share ? 'share of one GPU × pool' : 'GPUs × pool'}>
+          {gpusText(job)} × {job.pool}
         </span>
         {time && <span title="run time">{time}</span>}
         {attemptsSummary && <span className="gpuhub-Job-attempts">{attemptsSummary}</span>}

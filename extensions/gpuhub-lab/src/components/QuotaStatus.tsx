@@ -2,6 +2,7 @@
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { gpuUnits } from '../format';
 import { JobsModel } from '../model';
 import { poolBreakdown, statusText } from '../quota';
 
@@ -26,7 +27,7 @@ export function QuotaBreakdown(props: { model: JobsModel }): JSX.Element {
               <tr key={v.pool}>
                 <td>{v.pool}</td>
                 <td>
-                  {v.used}/{v.nominal} {v.model}
+                  {gpuUnits(v.used)}/{v.nominal} {v.model}
                 </td>
                 <td>{v.borrowingLimit === null ? 'no limit' : v.borrowingLimit}</td>
                 <td>{v.poolFree}</td>
