@@ -6,7 +6,7 @@ driver stops a CUDA process from allocating past its share, so the
 service watches: every few seconds it reads NVML's per-process memory
 (gpuspawner/inventory/processes.py) for the GPUs with shares, finds each
 attempt's processes (gpuspawner/isolation/attempt_pids.py) and calls
-:func:`judge_all` (:func:`judge_gpu` for each such GPU). It logs what comes back into the
+:func:`judge_gpu` for each such GPU. It logs what comes back into the
 workload's log and the audit trail and stops the attempts told to stop.
 
 The rules, per share (its processes' memory summed):
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 __all__ = ["Share", "GpuMemory", "MemoryWatch", "Action", "Unaccounted", "Judgement",
-           "WARN", "STOP", "RECOVERED", "judge_gpu", "judge_all", "share_key", "share_label", "gib"]
+           "WARN", "STOP", "RECOVERED", "judge_gpu", "share_key", "share_label", "gib"]
 
 WARN, STOP, RECOVERED = "warn", "stop", "recovered"
 
@@ -230,23 +230,3 @@ def judge_gpu(shares: list, gpu: GpuMemory, state: Mapping[str, dict], now: floa
     strays = [Unaccounted(gpu.uuid, pid, mib, (owners or {}).get(pid))
               for pid, mib in sorted((gpu.memory_mib or {}).items()) if pid not in claimed]
     return Judgement(actions, strays, new_state, used_by, unknown)
-
-
-def judge_all(shares_by_gpu: Mapping[str, list], readings: Mapping[str, GpuMemory],
-              state: Mapping[str, dict], now: float,
-              watch: MemoryWatch = MemoryWatch()) -> Judgement:
-    """One pass of the watch over every shared GPU (``shares_by_gpu``: GPU
-    UUID -> its shares; ``readings``: UUID -> what NVML said, a GPU missing
-    there is unknown). A process straying onto another GPU is named as its
-    share's."""
-    owners = {pid: share_key(s.workload_id, s.attempt)
-              for shares in shares_by_gpu.values() for s in shares for pid in (s.pids or ())}
-    out = Judgement([], [], {}, {}, {})
-    for uuid, shares in shares_by_gpu.items():
-        j = judge_gpu(shares, readings.get(uuid) or GpuMemory(uuid), state, now, watch, owners)
-        out.actions.extend(j.actions)
-        out.unaccounted.extend(j.unaccounted)
-        for mine, theirs in ((out.state, j.state), (out.used_mib, j.used_mib),
-                             (out.unknown, j.unknown)):
-            mine.update(theirs)
-    return out
