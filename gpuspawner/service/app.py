@@ -30,6 +30,7 @@ from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
 from ..isolation.cgroups import GpuEnforcement
 from ..isolation.gpu_rules import DEVICE_GROUPS
+from ..isolation.share_memory import MemoryWatch
 from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolating,
                                   private_file, secure_data_dir)
 from ..scheduler.model import Quota
@@ -49,6 +50,8 @@ from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
 from .panel.pages import PANEL_ROUTES, OverviewPage
 from .schedules import Schedules
+from .share_specs import parse_sharing
+from .share_watch import ShareWatch
 from .serving_controller import ServingController
 from .specs import Limits
 from .wiring import ENFORCED_ELSEWHERE, FACTORIES, combine, record_inventory
@@ -347,6 +350,37 @@ class GpuHubService(Application):
             c.GpuHubService.notebook_gpu_limits = {"*": {"*": 2}, "vision": {"a100": 1}}
         """).tag(config=True)
 
+    gpu_sharing = Dict(help="""
+        Pools whose GPUs several notebooks (or jobs) may share, and in how
+        many equal slots each GPU is split (2, 4, 8 or 16). A request then
+        asks for ``gpu_share`` ("1/4") or ``gpu_memory`` ("35GiB"), rounded up
+        to whole slots; a k/N share has k/N of the GPU's memory and counts
+        k/N of a GPU against quota, fair share and cost. Whole-GPU work is
+        never placed on a shared GPU. Memory is watched and a share above
+        its part is stopped; compute is time-sliced unless an MPS daemon runs
+        (docs/gpus.md, "Sharing a GPU"). Only for this host's GPUs (the
+        local backend): on Kubernetes, share with the device plugin's
+        time-slicing (``nvidia.com/gpu.shared``) instead. Change a pool's
+        slots only while none of its GPUs is shared.
+
+        Example (H200s in quarters, 35 GiB each)::
+
+            c.GpuHubService.gpu_sharing = {"h200": {"share_units": 4}}
+        """).tag(config=True)
+
+    share_watch_interval = Float(5.0, help="""
+        Seconds between looks at the memory each share of a shared GPU uses
+        (NVML's per-process accounting): how long a share may run above its
+        memory before it is first warned.
+        """).tag(config=True)
+
+    share_memory_grace = Float(30.0, help="""
+        Seconds a share may stay above its GPU memory after its warning
+        before it is stopped (a job fails, a server is stopped) with the
+        reason. Above 1.1 times its memory, or while the GPU is full, it is
+        stopped at once: the next allocation of any share there would fail.
+        """).tag(config=True)
+
     max_lost_attempts = Integer(3, help="""
         A job whose process vanishes without an exit record (the host
         rebooted, someone killed the supervisor) is requeued; after this many
@@ -492,6 +526,9 @@ class GpuHubService(Application):
         backend = combine(wired)
         nodes = [ln for w in wired for ln in w.nodes]
         nodes = self._with_admin_state(nodes)
+        self.sharing = self._sharing(wired)
+        nodes = [LocalNode(replace(ln.node, share_units=self.sharing.get(ln.node.pool, 0)),
+                           ln.devices, ln.uuids) for ln in nodes]
         if not self.default_pool and len({ln.node.pool for ln in nodes}) == 1:
             self.default_pool = nodes[0].node.pool
         self._seed_teams()
@@ -508,7 +545,8 @@ class GpuHubService(Application):
                                           prepare_workspace=accounts and accounts.ensure,
                                           job_tokens=self._job_tokens(),
                                           default_team=self.default_team,
-                                          start_threads=self.start_threads))
+                                          start_threads=self.start_threads,
+                                          gpu_sharing=self.sharing))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine,
@@ -591,6 +629,21 @@ class GpuHubService(Application):
 
     def workspace_path(self, user: str) -> str:
         return self.workspace_root.format(data_dir=self.data_dir, username=user)
+
+    def _sharing(self, wired) -> dict[str, int]:
+        """``gpu_sharing`` checked: pool -> slots per GPU, each pool one of
+        this host's (a cluster backend's GPUs are shared by its own means)."""
+        try:
+            sharing = parse_sharing(self.gpu_sharing)
+        except ValueError as e:
+            raise SystemExit(f"GpuHubService.{e}") from None
+        local = {ln.node.pool for w in wired if w.name == "local" for ln in w.nodes}
+        other = sorted(set(sharing) - local)
+        if other:
+            raise SystemExit(f"GpuHubService.gpu_sharing: pool(s) {', '.join(other)} are not "
+                             f"GPUs of this host (its pools: {', '.join(sorted(local)) or 'none'}); "
+                             f"on Kubernetes share GPUs with the device plugin's time-slicing")
+        return sharing
 
     def _with_admin_state(self, nodes: list[LocalNode]) -> list[LocalNode]:
         """The nodes as admins left them: drains and GPUs taken out of
@@ -725,6 +778,20 @@ class GpuHubService(Application):
             except Exception:
                 self.log.exception("reconciling notebook servers failed")
 
+    async def _share_watch_loop(self) -> None:
+        """The memory watch of shared GPUs (share_watch.py), off the event
+        loop: NVML and /proc reads may take a while on a big host."""
+        if not self.sharing:
+            return
+        watch = ShareWatch(self.engine, self.inventory.processes, self.enforcement,
+                           MemoryWatch(grace_s=self.share_memory_grace))
+        while True:
+            await asyncio.sleep(self.share_watch_interval)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, watch.tick)
+            except Exception:
+                self.log.exception("watching shared GPUs' memory failed")
+
     async def _schedule_loop(self) -> None:
         while True:
             try:
@@ -815,6 +882,7 @@ class GpuHubService(Application):
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self._schedule_loop)
+        loop.add_callback(self._share_watch_loop)
         loop.add_callback(self.serving.run)
         loop.add_callback(exit_with_parent, loop.stop, self.hub_watch_interval)
         loop.add_callback(self.engine.backend.run)

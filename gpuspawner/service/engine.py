@@ -27,12 +27,14 @@ from ..scheduler import events as ev
 from ..scheduler.model import Quota
 from ..scheduler.policy import Policy
 from ..scheduler.steps import drain
-from ..store import Attempt, Store, WorkloadRow
+from ..store import Attempt, GpuRow, NodeRow, Store, WorkloadRow
 from . import journal, records, sweeps, waiting
 from .exits import Asked, ending
+from .identity import Identity
 from .kinds import BACKEND_KINDS, kind
 from .launch import Launcher, LocalNode
 from .rebuild import rebuild, to_workload
+from .share_specs import PoolSharing
 from .requests import Requests
 from .start_estimates import StartEstimates
 from .starts import Starter
@@ -42,6 +44,10 @@ from .teams import TeamBook
 log = logging.getLogger("gpuhub.engine")
 # Waiting reasons written per transaction (and step of a cycle).
 REASONS_PER_STEP = 500
+# Most seconds a workload the service stops itself (stop_for) has to exit.
+STOP_FOR_GRACE = 5.0
+# Who the service's own releases are recorded as.
+SCHEDULER = Identity("scheduler", admin=True)
 
 
 @dataclass
@@ -67,6 +73,8 @@ class EngineConfig:
     default_team: str = ""
     # Threads that start attempts off the event loop (0: in the caller's thread).
     start_threads: int = 0
+    # pool -> slots each of its GPUs may be shared in (share_specs.parse_sharing).
+    gpu_sharing: dict = field(default_factory=dict)
 
 
 class Engine(Requests):
@@ -81,6 +89,7 @@ class Engine(Requests):
         self.scheduler = None
         self.launcher = Launcher(self.nodes, config.data_dir, config.workspace_root,
                                  config.default_grace_period, config.prepare_workspace)
+        self.launcher.pool_sharing = self.pool_sharing
         self.teams = TeamBook(store, config.team_prefix, config.default_quota,
                               config.default_team, config.notebook_gpu_limits, self.change,
                               self.pool_sizes)
@@ -88,8 +97,15 @@ class Engine(Requests):
                                wake=lambda: self.wake())
         self.estimates = StartEstimates(policy)
         self._reasons: dict[str, str] = {}
+        # workload -> GPU memory (MiB) its processes used at the last reading
+        # of a shared GPU (the share watcher's), for the heat map.
+        self.share_memory: dict[str, int] = {}
+        # workload -> SM utilisation % of its own processes on its shared GPU.
+        self.share_activity: dict[str, float] = {}
         # (replica, attempt) -> why the service itself ends it (replace_replica).
         self._replacing: dict[tuple[str, int], str] = {}
+        # (workload, attempt) -> why the service stopped it (stop_for).
+        self._stopped_for: dict[tuple[str, int], str] = {}
         self._planning = False
         self._changes: list[Callable] = []
         # Something ended (or waits anew): the waiting ones are looked at
@@ -114,6 +130,19 @@ class Engine(Requests):
     def forget_reason(self, wid: str) -> None:
         """Its waiting reason is to be written again when it waits again."""
         self._reasons.pop(wid, None)
+
+    def pool_sharing(self, pool: str) -> Optional[PoolSharing]:
+        """How ``pool`` shares its GPUs (None: it does not): its slots per
+        GPU and the memory of its smallest GPU, which a share is part of."""
+        units = self.config.gpu_sharing.get(pool)
+        if not units:
+            return None
+        with self.store.session() as s:
+            smallest = s.execute(select(GpuRow.memory_mib, GpuRow.model)
+                                 .join(NodeRow, NodeRow.name == GpuRow.node)
+                                 .where(NodeRow.pool == pool)
+                                 .order_by(GpuRow.memory_mib).limit(1)).first()
+        return PoolSharing(pool, units, *(smallest or (0, "")))
 
     def pool_sizes(self) -> dict[str, int]:
         """pool -> GPUs of its nodes, healthy or not."""
@@ -291,7 +320,9 @@ class Engine(Requests):
         attempt = None if planned is None else planned.attempt
         kept = records.persist_decision(s, e, now, attempt,
                                         self.launcher.attempt_dir(e.workload_id, attempt or 0),
-                                        self.estimates.record_start)
+                                        self.estimates.record_start,
+                                        self.config.gpu_sharing.get(
+                                            getattr(planned, "pool", ""), 1))
         if kept and e.type == ev.EVICTED and planned is not None:
             self._count_attempt("evicted", planned.kind)
         return kept
@@ -325,6 +356,7 @@ class Engine(Requests):
         if self.config.job_tokens is not None:
             self.config.job_tokens.revoke(x.workload_id, x.attempt)
         replaced = self._replacing.pop((x.workload_id, x.attempt), None)
+        stopped = self._stopped_for.pop((x.workload_id, x.attempt), None)
         with self.store.transaction() as s:
             row = s.get(WorkloadRow, x.workload_id)
             attempt = s.get(Attempt, (x.workload_id, x.attempt))
@@ -332,7 +364,7 @@ class Engine(Requests):
                 return  # already recorded (an evicted attempt's late exit)
             preempted = row.preempted_for if row.state == STOPPING else None
             end = ending(kind(row.kind), row.attempt, x.reason, x.returncode,
-                         Asked(row.cancel_requested, preempted, replaced),
+                         Asked(row.cancel_requested, preempted, replaced, stopped),
                          lost_before=records.lost_before(s, row.id), time_limit=row.time_limit,
                          max_replica_restarts=self.config.max_replica_restarts,
                          max_lost_attempts=self.config.max_lost_attempts, detail=detail)
@@ -355,6 +387,16 @@ class Engine(Requests):
         self.change(done)
         self._reasons.pop(x.workload_id, None)
         self.wake()
+
+    def stop_for(self, row: WorkloadRow, why: str) -> None:
+        """The service itself ends a running workload for ``why`` (a share
+        above its GPU memory): a job's attempt is stopped and ends failed
+        with that reason; a server's GPUs go back, and its spawner stops it."""
+        if not kind(row.kind).run_by_backend:
+            self.release(SCHEDULER, row.id, why)
+            return
+        self._stopped_for[(row.id, row.attempt)] = why
+        self.starter.stop(row.id, row.attempt, min(self.launcher.grace(row), STOP_FOR_GRACE))
 
     def _finished(self, s: Session, row: WorkloadRow) -> None:
         """A workload ended for good: how long it ran joins the run-time

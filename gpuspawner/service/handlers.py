@@ -22,6 +22,7 @@ from .accounting import to_csv
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .kinds import KINDS, kind
+from .share_specs import share_env
 from .specs import SpecError, parse_workload
 from .states import FINAL_STATES, QUEUED, STATES
 from .usage import culls, usage_report
@@ -222,6 +223,8 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
         placement = [(p["node"], p["devices"]) for p in out["placement"]]
         out["devices"] = engine.launcher.devices(placement)
         out["device_uuids"] = engine.launcher.device_uuids(placement)
+        if row.gpu_share:  # what a share's processes are told of it (a server's spawner sets it)
+            out["share_env"] = share_env(row.gpu_share, engine.pool_sharing(row.pool))
     if row.state == QUEUED:
         out["queue_position"] = queries.queue_position(engine.scheduler.state, row.id)
         out["expected_start"] = engine.estimates.view(row.id)

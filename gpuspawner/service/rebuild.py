@@ -29,7 +29,8 @@ def to_workload(row: WorkloadRow) -> Workload:
     release (``eligible_at``), not from its submit (Slurm's EligibleTime)."""
     eligible = row.submitted_at if row.eligible_at is None else row.eligible_at
     return Workload(id=row.id, team=row.team, pool=row.pool, gpus_per_node=row.gpus_per_node,
-                    num_nodes=row.num_nodes, submit_time=eligible, user=row.user,
+                    num_nodes=row.num_nodes, gpu_share=row.gpu_share or 0.0,
+                    submit_time=eligible, user=row.user,
                     kind=row.kind, priority=row.priority, time_limit=row.time_limit,
                     attempt=row.attempt, preempted_by=frozenset(row.preempted_by or ()),
                     grace_period=row.grace_period, sweep_index=row.sweep_index,

@@ -21,9 +21,11 @@ PLANNED_ON = {ev.ADMITTED: (QUEUED,), ev.NOMINATED: (QUEUED,), ev.PREEMPTED: (RU
 
 
 def persist_decision(s: Session, e: ev.Event, now: float, attempt: Optional[int],
-                     attempt_dir: str, on_first_start=lambda row: None) -> bool:
+                     attempt_dir: str, on_first_start=lambda row: None,
+                     slots_per_gpu: int = 1) -> bool:
     """Write a decision down; False (nothing written) when the workload is no
-    longer as the cycle saw it (``attempt``: its attempt then)."""
+    longer as the cycle saw it (``attempt``: its attempt then;
+    ``slots_per_gpu``: its pool's share slots, 1 where GPUs are not shared)."""
     row = s.get(WorkloadRow, e.workload_id)
     expected = PLANNED_ON.get(e.type)
     if row is None or (expected and row.state not in expected) or \
@@ -37,13 +39,10 @@ def persist_decision(s: Session, e: ev.Event, now: float, attempt: Optional[int]
             on_first_start(row)
         s.add(Attempt(workload_id=row.id, number=row.attempt, state=RUNNING,
                       placement=placement_to_json(e.placement),
-                      gpus=row.gpus_per_node * row.num_nodes, started_at=now,
+                      gpus=gpu_units(row), started_at=now,
                       attempt_dir=attempt_dir, borrowed=e.borrowed))
         s.flush()
-        for node, gpus in e.placement:
-            for g in gpus:
-                s.add(Allocation(node=node, gpu=g, workload_id=row.id, attempt=row.attempt))
-        s.flush()
+        allocate(s, row, e.placement, slots_per_gpu)
         data = {"placement": placement_to_json(e.placement), "borrowed": e.borrowed}
     elif e.type == ev.NOMINATED:
         row.nomination = placement_to_json(e.placement)
@@ -69,6 +68,30 @@ def persist_decision(s: Session, e: ev.Event, now: float, attempt: Optional[int]
             row.reason = f"stopped: {e.message}"
     journal.event(s, row.id, e.type, now, e.message, attempt=row.attempt, data=data)
     return True
+
+
+def gpu_units(row: WorkloadRow) -> float:
+    """GPUs a workload holds, in GPU units: its share of one, or whole GPUs."""
+    return row.gpu_share or float(row.gpus_per_node * row.num_nodes)
+
+
+def allocate(s: Session, row: WorkloadRow, placement, slots_per_gpu: int) -> None:
+    """The slots of its GPUs: all of each GPU's for whole GPUs, the lowest
+    free ones of its GPU for a share. A slot already held fails the flush
+    (the primary key): a GPU is never given twice, nor shared past 100%."""
+    wanted = round(row.gpu_share * slots_per_gpu) if row.gpu_share else slots_per_gpu
+    for node, gpus in placement:
+        for g in gpus:
+            held = set(s.scalars(select(Allocation.slot).where(
+                Allocation.node == node, Allocation.gpu == g))) if row.gpu_share else set()
+            free = [k for k in range(slots_per_gpu) if k not in held][:wanted]
+            if len(free) < wanted:
+                raise ValueError(f"GPU {g} of {node} has {len(free)} free slot(s) of "
+                                 f"{slots_per_gpu}; {row.id} needs {wanted}")
+            for k in free:
+                s.add(Allocation(node=node, gpu=g, slot=k, workload_id=row.id,
+                                 attempt=row.attempt))
+    s.flush()
 
 
 def end_attempt(s: Session, row: WorkloadRow, now: float, outcome: str,

@@ -17,6 +17,7 @@ from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .kinds import kind
 from .rebuild import field_for_reason, to_workload
+from .share_specs import resolve_share
 from .specs import JobSpec, SpecError
 from .states import (CANCELLED, FINAL_STATES, HELD, QUEUED, RUNNING, STOPPED, STOPPING,
                      WAITING)
@@ -81,11 +82,18 @@ class Requests:
         if spec.pool not in self.scheduler.state.capacity:
             raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
                                     f"{', '.join(sorted(self.scheduler.state.capacity)) or 'none'}")
+        self.share_of(spec)
         if not kind(spec.kind).run_by_backend:  # a notebook server: its team's limit per server
             most = self.teams.notebook_gpu_limit(team, spec.pool)
             if most is not None and spec.gpus > most:
                 raise SpecError("gpus", f"a notebook server of team {team} may hold at most "
                                         f"{most} {spec.pool} GPU(s)")
+
+    def share_of(self, spec: JobSpec) -> float:
+        """The share of one GPU a request gets in its pool (0.0: whole GPUs)."""
+        if spec.share is None:
+            return 0.0
+        return resolve_share(spec.share, spec.pool, self.pool_sharing(spec.pool))
 
     def make_row(self, wid: str, spec: JobSpec, team: str, user: str, now: float,
                  after: list, reason: str = "") -> WorkloadRow:
@@ -95,6 +103,7 @@ class Requests:
         return WorkloadRow(
             id=wid, name=spec.name, kind=spec.kind, team=team, user=user,
             project=spec.project, pool=spec.pool, gpus_per_node=spec.gpus, num_nodes=spec.nodes,
+            gpu_share=self.share_of(spec),
             priority=spec.priority or "batch", time_limit=spec.time_limit,
             grace_period=spec.grace_period,
             spec=self.launcher.job_spec(wid, user, spec) if kind(spec.kind).run_by_backend else {},
@@ -125,7 +134,8 @@ class Requests:
                           f"{actor} for {row.user} to team {row.team}", attempt=0)
             journal.audit(s, row.submitted_at, actor, "submit", row.id,
                           {"team": row.team, "pool": row.pool,
-                           "gpus": row.gpus_per_node * row.num_nodes})
+                           "gpus": row.gpus_per_node * row.num_nodes,
+                           **({"gpu_share": row.gpu_share} if row.gpu_share else {})})
         if row.state == QUEUED:
             self.change(lambda sched: sched.submit(w, row.submitted_at))
         else:

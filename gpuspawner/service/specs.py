@@ -36,7 +36,8 @@ MAX_PARAMETERS = 64 * 1024
 
 FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
           "env", "pool", "gpus", "gpus_per_node", "nodes", "topology", "topology_key", "time_limit",
-          "priority", "checkpoint_dir", "project", "team", "grace_period", "after")
+          "priority", "checkpoint_dir", "project", "team", "grace_period", "after", "gpu_share",
+          "gpu_memory")
 TOPOLOGY_KEY_RE = re.compile(r"[A-Za-z0-9._/-]{1,64}")
 
 
@@ -84,6 +85,9 @@ class JobSpec:
     topology_key: str = "switch"
     # What it waits for: ({"id", "condition"}, ...) (dependencies.parse_after)
     after: tuple = ()
+    # Part of one GPU instead of whole GPUs (share_specs.ShareRequest), which
+    # the engine resolves against its pool's slots.
+    share: Any = None
 
     def stored(self) -> dict[str, Any]:
         """What is kept in the workload's ``spec`` column."""
@@ -183,7 +187,13 @@ def _env(body: dict) -> dict[str, str]:
 
 
 SERVER_FIELDS = ("kind", "user", "team", "pool", "gpus", "gpus_per_node", "name", "priority",
-                 "project")
+                 "project", "gpu_share", "gpu_memory")
+
+
+def _share(body: dict):
+    # share_specs raises this module's SpecError, so it is imported late.
+    from .share_specs import parse_share
+    return parse_share(body)
 
 
 def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
@@ -201,7 +211,8 @@ def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
     return JobSpec(kind=NOTEBOOK, pool=_text(body, "pool", 64) or limits.default_pool,
                    gpus=_gpus_per_node(body), nodes=1, name=name,
                    time_limit=None, priority=_text(body, "priority", 64) or "interactive",
-                   project=_text(body, "project", 255) or "", team=_text(body, "team", 128))
+                   project=_text(body, "project", 255) or "", team=_text(body, "team", 128),
+                   share=_share(body))
 
 
 def suffixed_notebook(path: str, suffix: str) -> str:
@@ -270,7 +281,7 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
         checkpoint_dir=_text(body, "checkpoint_dir", 4096),
         project=_text(body, "project", 255) or "",
         team=_text(body, "team", 128), grace_period=grace, **_topology(body),
-        after=tuple(parse_after(body.get("after"))))
+        after=tuple(parse_after(body.get("after"))), share=_share(body))
 
 
 def _topology(body: dict) -> dict:

@@ -95,6 +95,8 @@ class WorkloadRow(Base):
     pool: Mapped[str] = mapped_column(String(64))
     gpus_per_node: Mapped[int] = mapped_column(Integer)
     num_nodes: Mapped[int] = mapped_column(Integer, default=1)
+    # Its share of one GPU (0.25: a quarter, in GPU units), 0 for whole GPUs.
+    gpu_share: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     priority: Mapped[str] = mapped_column(String(64))
     time_limit: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     grace_period: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
@@ -150,21 +152,27 @@ class Attempt(Base):
     # running, succeeded, failed, preempted, evicted, lost, cancelled
     state: Mapped[str] = mapped_column(String(16))
     placement: Mapped[list[Any]] = mapped_column(default=list)
-    gpus: Mapped[int] = mapped_column(Integer)
+    # GPU units it holds: whole GPUs, or its share of one (0.25).
+    gpus: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     exit_code: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     attempt_dir: Mapped[str] = mapped_column(Text, default="")
-    borrowed: Mapped[int] = mapped_column(Integer, default=0)
+    borrowed: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class Allocation(Base):
-    """A GPU held by a running attempt. The primary key is the GPU."""
+    """A slot of a GPU held by a running attempt. The primary key is the
+    slot: a GPU of a pool that shares its GPUs in N slots is N rows when held
+    whole and k rows for a k/N share, so the database itself refuses a GPU
+    given twice or shared past 100%. A GPU of a pool that does not share is
+    one row, slot 0."""
 
     __tablename__ = "allocations"
     node: Mapped[str] = mapped_column(String(128), primary_key=True)
     gpu: Mapped[int] = mapped_column(Integer, primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True, default=0)
     workload_id: Mapped[str] = mapped_column(String(32))
     attempt: Mapped[int] = mapped_column(Integer)
 
@@ -199,7 +207,7 @@ class UsageRow(Base):
     project: Mapped[str] = mapped_column(String(255), default="")
     pool: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(16))
-    gpus: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float] = mapped_column(Float)
     gpu_seconds: Mapped[float] = mapped_column(Float)
