@@ -2,7 +2,7 @@
 import pytest
 
 from gpuspawner.inventory.processes import read_processes
-from tests.nvml_fake import (MIB, FakeGpu, FakeMig, FakeNvml, NVMLError_DriverNotLoaded,
+from tests.nvml_fake import (MIB, FakeGpu, FakeMig, FakeNvml, NVMLError, NVMLError_DriverNotLoaded,
                              NVMLError_GpuIsLost, NVMLError_LibraryNotFound,
                              NVMLError_NoPermission, NVMLError_NotSupported)
 
@@ -27,6 +27,13 @@ def test_only_samples_since_the_last_reading_count():
     # Nothing newer: NVML says NotFound, which is "no process was busy", not unknown.
     r = read_processes(["GPU-fake-0"], {"GPU-fake-0": 5_000}, nvml=nvml)["GPU-fake-0"]
     assert (r.sm_pct, r.last_seen_us, r.errors) == ({}, 5_000, [])
+
+
+def test_pynvmls_success_error_is_no_samples_too():
+    # pynvml raises NVMLError(NVML_SUCCESS) where the sizing call finds nothing to size.
+    g = FakeGpu(raises={"nvmlDeviceGetProcessUtilization": NVMLError(0)})
+    r = read_processes(["GPU-fake-0"], {"GPU-fake-0": 9}, nvml=FakeNvml([g]))["GPU-fake-0"]
+    assert (r.sm_pct, r.last_seen_us, r.errors) == ({}, 9, [])
 
 
 def test_a_sample_without_a_figure_is_skipped():

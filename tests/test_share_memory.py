@@ -1,9 +1,11 @@
 """The memory watch of shared GPUs: warned, then stopped, with the figures in the reason."""
 import pytest
 
+from gpuspawner.inventory.processes import read_processes
 from gpuspawner.isolation.share_memory import (RECOVERED, STOP, WARN, GpuMemory, MemoryWatch,
                                                Share, Unaccounted, judge_gpu, share_key,
                                                share_label)
+from tests.nvml_fake import MIB, FakeGpu, FakeNvml
 
 H200_MIB = 143771
 QUARTER = H200_MIB // 4          # 35942 MiB = 35.1 GiB
@@ -126,6 +128,21 @@ def test_a_process_that_ended_uses_nothing():
     j = judge_gpu([share(pids=(101,))], gpu({}), {"nb-a/1": {"over_since": 0}}, 5)
     assert kinds(j) == [(RECOVERED, "nb-a")]
     assert j.used_mib == {"nb-a/1": 0}
+
+
+def test_passes_over_nvml_readings_warn_then_stop():
+    # Read through the NVML seam every 5 s: nb-a goes above its quarter, and a process of
+    # nb-b (another GPU's share) strays onto this GPU.
+    nvml = FakeNvml([FakeGpu(processes=[(101, (LIMIT + 1024) * MIB), (202, 2048 * MIB)])])
+    state, log = {}, []
+    for now in range(0, 40, 5):
+        reading = read_processes(["GPU-fake-0"], nvml=nvml)["GPU-fake-0"]
+        j = judge_gpu([share("nb-a", pids=(101,))], reading, state, now, owners={202: "nb-b/1"})
+        state = j.state
+        log += [(now, a.kind, a.workload_id) for a in j.actions]
+    assert log == [(0, WARN, "nb-a"), (30, STOP, "nb-a")]
+    assert j.unaccounted == [Unaccounted("GPU-fake-0", 202, 2048, "nb-b/1")]
+    assert j.used_mib == {"nb-a/1": LIMIT + 1024}
 
 
 @pytest.mark.parametrize("limit, total, model, label", [

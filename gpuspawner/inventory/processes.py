@@ -10,9 +10,11 @@ UUID works too):
   ``None`` (older releases passed the raw 2**64-1 on: treated alike);
 - ``nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp)`` -> the
   samples (``pid``, ``timeStamp`` in microseconds, ``smUtil``, ``memUtil``
-  in %) newer than the time stamp; ``NotFound`` means no process had a
-  sample since then (known: all idle), a sample's 0xFFFFFFFF is "not
-  available" and is skipped. The caller hands back ``last_seen_us``.
+  in %) newer than the time stamp; ``NotFound`` (or pynvml's
+  ``NVMLError(NVML_SUCCESS)`` when there was nothing to size) means no
+  process had a sample since then (known: all idle), a sample's
+  0xFFFFFFFF is "not available" and is skipped. The caller hands back
+  ``last_seen_us``.
 
 Nothing here raises for a GPU: a call NVML refuses (``NotSupported``,
 ``NoPermission``, a lost GPU, an unknown UUID) leaves that figure ``None``
@@ -30,6 +32,7 @@ from .nvml import _describe, _not_found, _nvml_error, _session, _MIB
 __all__ = ["ProcessReading", "read_processes"]
 
 _NOT_AVAILABLE_ULL = 2 ** 64 - 1
+_SUCCESS = 0
 _PERCENT_MAX = 100
 
 
@@ -60,8 +63,10 @@ def _utilisation(nvml: Any, handle: Any, since_us: int) -> tuple[dict, int]:
     try:
         samples = nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
     except _nvml_error(nvml) as e:
-        if _not_found(nvml, e):
-            return {}, since_us          # no samples since then: nobody was busy
+        # No samples since then: nobody was busy. NVML says NotFound; pynvml
+        # turns a first call that finds nothing to size into NVMLError(SUCCESS).
+        if _not_found(nvml, e) or getattr(e, "value", None) == _SUCCESS:
+            return {}, since_us
         raise
     out, last = {}, since_us
     for s in samples:

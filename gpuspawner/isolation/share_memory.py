@@ -57,13 +57,15 @@ class Share:
 
 @dataclass(frozen=True)
 class GpuMemory:
-    """What NVML says of one GPU's memory now."""
+    """What NVML says of one GPU's memory now. The reader's
+    ``inventory.processes.ProcessReading`` has these fields and may be
+    passed as it is."""
     uuid: str
     total_mib: Optional[int] = None
     used_mib: Optional[int] = None
     # pid -> MiB NVML accounts to it (None: it does not say for that
     # process); the whole mapping None: the process list cannot be read.
-    processes: Optional[Mapping[int, Optional[int]]] = None
+    memory_mib: Optional[Mapping[int, Optional[int]]] = None
 
 
 @dataclass(frozen=True)
@@ -140,11 +142,11 @@ def share_label(limit_mib: int, total_mib: int, model: str) -> str:
 def _share_use(share: Share, gpu: GpuMemory) -> tuple[Optional[int], str]:
     """MiB the share's processes use on ``gpu`` (what NVML says of them),
     or None with why. Processes NVML does not list use nothing there."""
-    if gpu.processes is None:
+    if gpu.memory_mib is None:
         return None, "NVML cannot list this GPU's processes"
     if share.pids is None:
         return None, "the attempt's processes cannot be found"
-    mine = [gpu.processes[p] for p in share.pids if p in gpu.processes]
+    mine = [gpu.memory_mib[p] for p in share.pids if p in gpu.memory_mib]
     known = [m for m in mine if m is not None]
     if len(known) < len(mine) and not known:
         return None, "NVML does not report these processes' memory"
@@ -226,5 +228,5 @@ def judge_gpu(shares: list, gpu: GpuMemory, state: Mapping[str, dict], now: floa
         if entry is not None:
             new_state[key] = entry
     strays = [Unaccounted(gpu.uuid, pid, mib, (owners or {}).get(pid))
-              for pid, mib in sorted((gpu.processes or {}).items()) if pid not in claimed]
+              for pid, mib in sorted((gpu.memory_mib or {}).items()) if pid not in claimed]
     return Judgement(actions, strays, new_state, used_by, unknown)
