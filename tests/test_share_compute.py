@@ -63,7 +63,7 @@ def test_labels_name_the_figures():
 ])
 def test_a_shared_gpus_label(mps_flags, compute):
     shares = [enforce(mps_running=m) for m in mps_flags]
-    assert gpu_enforcement(shares)["compute"] == compute
+    assert gpu_enforcement(s.mps for s in shares)["compute"] == compute
 
 
 def test_the_daemon_is_found_by_its_pid_file(tmp_path):

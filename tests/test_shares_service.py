@@ -30,6 +30,7 @@ from gpuspawner.isolation.share_memory import MemoryWatch
 from gpuspawner.store import Allocation, AuditEntry, EventRow, Store, UsageRow, WorkloadRow
 
 ALICE = Identity("alice", teams=frozenset({"a"}), can_submit=True)
+BOB = Identity("bob", teams=frozenset({"a"}), can_submit=True)
 ADMIN = Identity("root", admin=True)
 MEMORY_MIB = 143771  # an H200 as NVML reports it: a quarter is 35.1 GiB
 
@@ -44,7 +45,7 @@ class Clock:
         return time.time() + self.ahead
 
 
-def make_engine(url, data_dir, clock=time.time, sharing=None) -> Engine:
+def make_engine(url, data_dir, clock=time.time, sharing=None, **config) -> Engine:
     gpus = declared_gpus([{"model": "NVIDIA H200", "count": 2, "memory_mib": MEMORY_MIB,
                            "pool": "h200"}])
     store = Store(url)
@@ -55,7 +56,8 @@ def make_engine(url, data_dir, clock=time.time, sharing=None) -> Engine:
                                   {"host": {g.index: g for g in gpus}}))
     engine = Engine(store, backend, nodes, replace(get_policy("gpuhub"), preemption_delay=0),
                     EngineConfig(data_dir=str(data_dir), default_grace_period=2,
-                                 gpu_sharing={"h200": 4} if sharing is None else sharing),
+                                 gpu_sharing={"h200": 4} if sharing is None else sharing,
+                                 **config),
                     clock=clock)
     engine.start()
     return engine
@@ -206,4 +208,43 @@ def test_a_share_above_its_memory_is_warned_then_stopped_with_the_reason(db_url,
     assert audit == [("gpu-memory-warn", greedy), ("gpu-memory-stop", greedy)]
     assert "gpu-memory-warn" in events and "gpu-memory-stop" in events
     engine.cancel(ALICE, modest)
+    run_until(engine, lambda: not slots(engine), timeout=30)
+
+
+def test_a_share_is_an_mps_client_only_while_its_gpu_holds_no_other_users_share(db_url, tmp_path):
+    """The pool names each GPU's MPS pipe directory and a daemon runs there
+    (its pid file names a live process): alice's first quarter gets MPS with
+    its part of the memory and SMs; bob's quarter on the same GPU does not
+    (one MPS server serves one user at a time), reaches no daemon, and the
+    heat map says the GPU is half MPS, half time-sliced."""
+    pipes = tmp_path / "mps"
+    engine = make_engine(
+        db_url, tmp_path / "data", mps_pipe_directories={"h200": str(pipes) + "/{uuid}"},
+        # With user accounts, each user's work runs as their own account.
+        prepare_workspace=lambda user: os.makedirs(tmp_path / "data" / "workspaces" / user,
+                                                   exist_ok=True))
+    uuid = engine.nodes["host"].uuid(0)
+    (pipes / uuid).mkdir(parents=True)
+    (pipes / uuid / "nvidia-cuda-mps-control.pid").write_text(str(os.getpid()))
+    mine = engine.submit(ALICE, job(60, gpu_share="1/4")).id
+    run_until(engine, lambda: row(engine, mine).state == "running")
+    theirs = engine.submit(BOB, job(60, gpu_share="1/4")).id
+    run_until(engine, lambda: row(engine, theirs).state == "running")
+    assert {gpu for w in (mine, theirs) for gpu, _ in slots(engine)[w]} == {0}
+    with engine.store.session() as s:
+        envs = {w: engine.launcher.launch_spec(s, s.get(WorkloadRow, w)).env for w in (mine, theirs)}
+    assert envs[mine]["CUDA_MPS_PIPE_DIRECTORY"] == str(pipes / uuid)
+    assert envs[mine]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert envs[mine]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={MEMORY_MIB // 4}M"
+    assert envs[theirs]["CUDA_MPS_PIPE_DIRECTORY"] == os.path.join(
+        engine.launcher.attempt_dir(theirs, 0), "no-mps")
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in envs[theirs]
+    assert "one user at a time" in row(engine, theirs).spec["share_enforcement"]["notes"][0]
+    [gpu] = [g for g in queries.gpus_view(engine, {}) if g.get("shares")]
+    assert gpu["enforcement"]["compute"] == \
+        "MPS for 1 of 2 shares, the others time-sliced (advisory)"
+    [pool] = queries.pools_view(engine, ADMIN)
+    assert pool["sharing"]["enforcement"]["compute"].startswith("MPS where the GPU's other shares")
+    for w in (mine, theirs):
+        engine.cancel(ALICE if w == mine else BOB, w)
     run_until(engine, lambda: not slots(engine), timeout=30)

@@ -98,11 +98,12 @@ def share_enforcement(*, limit_mib: int, compute_pct: Optional[float], account: 
                                   "compute": compute}, not mps, env, notes)
 
 
-def gpu_enforcement(shares: Iterable[ShareEnforcement]) -> dict:
-    """The heat map's label of a shared GPU: MPS only where every share is
-    an MPS client; a mix is time-sliced for some, and says so."""
-    shares = list(shares)
-    clients = sum(s.mps for s in shares)
+def gpu_enforcement(mps: Iterable[bool]) -> dict:
+    """The heat map's label of a shared GPU whose shares are (True) or are
+    not MPS clients: MPS only where every share is one; a mix is
+    time-sliced for some, and says so."""
+    shares = list(mps)
+    clients = sum(shares)
     if shares and clients == len(shares):
         compute = "MPS (enforced)"
     elif clients:

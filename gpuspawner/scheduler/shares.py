@@ -214,3 +214,12 @@ def last_share(state, r) -> bool:
         if (other.end_estimate, wid) > mine:
             return False
     return mine[0] != float("inf")
+
+
+def running_shares(state) -> dict[GpuKey, list[tuple[str, float]]]:
+    """(node, gpu) -> (workload id, share) of the shares running on each
+    shared GPU (a ClusterState's; what the service's views and its memory
+    watch go through)."""
+    return {key: [(wid, state.running[wid].workload.gpu_share) for wid in holders
+                  if wid in state.running]
+            for key, holders in list(state.sharers.items())}

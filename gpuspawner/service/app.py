@@ -50,7 +50,7 @@ from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
 from .panel.pages import PANEL_ROUTES, OverviewPage
 from .schedules import Schedules
-from .share_specs import parse_sharing
+from .share_specs import parse_mps, parse_sharing
 from .share_watch import ShareWatch
 from .serving_controller import ServingController
 from .specs import Limits
@@ -363,9 +363,16 @@ class GpuHubService(Application):
         time-slicing (``nvidia.com/gpu.shared``) instead. Change a pool's
         slots only while none of its GPUs is shared.
 
-        Example (H200s in quarters, 35 GiB each)::
+        ``mps_pipe_directory`` names where each GPU's MPS control daemon
+        listens (``{uuid}``: the GPU's UUID; GPU Hub starts no daemon): a
+        share is then an MPS client, held to its part of the SMs and of the
+        memory, while every other share on its GPU is the same user's (one
+        MPS server serves one user at a time); else it is time-sliced.
 
-            c.GpuHubService.gpu_sharing = {"h200": {"share_units": 4}}
+        Example (H200s in quarters, 35 GiB each; an MPS daemon per GPU)::
+
+            c.GpuHubService.gpu_sharing = {
+                "h200": {"share_units": 4, "mps_pipe_directory": "/run/gpuhub-mps/{uuid}"}}
         """).tag(config=True)
 
     share_watch_interval = Float(5.0, help="""
@@ -546,7 +553,10 @@ class GpuHubService(Application):
                                           job_tokens=self._job_tokens(),
                                           default_team=self.default_team,
                                           start_threads=self.start_threads,
-                                          gpu_sharing=self.sharing))
+                                          gpu_sharing=self.sharing,
+                                          mps_pipe_directories=parse_mps(self.gpu_sharing),
+                                          share_watch=MemoryWatch(grace_s=self.share_memory_grace),
+                                          share_watch_interval=self.share_watch_interval))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine,
@@ -784,7 +794,7 @@ class GpuHubService(Application):
         if not self.sharing:
             return
         watch = ShareWatch(self.engine, self.inventory.processes, self.enforcement,
-                           MemoryWatch(grace_s=self.share_memory_grace))
+                           self.engine.config.share_watch)
         while True:
             await asyncio.sleep(self.share_watch_interval)
             try:

@@ -28,7 +28,8 @@ from ..scheduler.model import Quota
 from ..scheduler.policy import Policy
 from ..scheduler.steps import drain
 from ..store import Attempt, GpuRow, NodeRow, Store, WorkloadRow
-from . import journal, records, sweeps, waiting
+from ..isolation.share_memory import MemoryWatch
+from . import journal, records, share_enforce, sweeps, waiting
 from .exits import Asked, ending
 from .identity import Identity
 from .kinds import BACKEND_KINDS, kind
@@ -75,6 +76,11 @@ class EngineConfig:
     start_threads: int = 0
     # pool -> slots each of its GPUs may be shared in (share_specs.parse_sharing).
     gpu_sharing: dict = field(default_factory=dict)
+    # pool -> its GPUs' MPS pipe directory ({uuid}: each GPU's) (share_specs.parse_mps).
+    mps_pipe_directories: dict = field(default_factory=dict)
+    # How shares are held to their memory (share_watch.py), as their labels say.
+    share_watch: MemoryWatch = MemoryWatch()
+    share_watch_interval: float = 5.0
 
 
 class Engine(Requests):
@@ -90,6 +96,8 @@ class Engine(Requests):
         self.launcher = Launcher(self.nodes, config.data_dir, config.workspace_root,
                                  config.default_grace_period, config.prepare_workspace)
         self.launcher.pool_sharing = self.pool_sharing
+        self.launcher.share_enforcement = lambda row, attempt_dir: share_enforce.decide(
+            self, row, attempt_dir)
         self.teams = TeamBook(store, config.team_prefix, config.default_quota,
                               config.default_team, config.notebook_gpu_limits, self.change,
                               self.pool_sizes)
@@ -142,7 +150,8 @@ class Engine(Requests):
                                  .join(NodeRow, NodeRow.name == GpuRow.node)
                                  .where(NodeRow.pool == pool)
                                  .order_by(GpuRow.memory_mib).limit(1)).first()
-        return PoolSharing(pool, units, *(smallest or (0, "")))
+        return PoolSharing(pool, units, *(smallest or (0, "")),
+                           mps_pipe_directory=self.config.mps_pipe_directories.get(pool))
 
     def pool_sizes(self) -> dict[str, int]:
         """pool -> GPUs of its nodes, healthy or not."""

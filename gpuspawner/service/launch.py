@@ -61,6 +61,8 @@ class Launcher:
         self.prepare_workspace = prepare_workspace
         # pool -> how it shares its GPUs (Engine.pool_sharing), for a share's env.
         self.pool_sharing: Callable = lambda pool: None
+        # (row, attempt dir) -> what holds a running share (share_enforce.decide).
+        self.share_enforcement: Callable = lambda row, attempt_dir: None
 
     # ---- the user's files --------------------------------------------------
     def workspace_path(self, user: str) -> str:
@@ -130,8 +132,11 @@ class Launcher:
         cwd = spec.get("working_dir") or self.data_dir
         attempt_dir = self.attempt_dir(row.id, row.attempt)
         env = {**(spec.get("env") or {}), "GPUHUB_USER": row.user, "GPUHUB_TEAM": row.team,
-               "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool,
-               **share_env(row.gpu_share, self.pool_sharing(row.pool) if row.gpu_share else None)}
+               "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool}
+        if row.gpu_share:
+            env.update(share_env(row.gpu_share, self.pool_sharing(row.pool)))
+            enforced = self.share_enforcement(row, attempt_dir)
+            env.update(enforced.env if enforced else {})
         return LaunchSpec(workload_id=row.id, attempt=row.attempt,
                           argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
                           cwd=cwd, env=env, gpus=tuple(self.devices(placement)),

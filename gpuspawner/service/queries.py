@@ -8,10 +8,12 @@ from typing import Optional
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from ..scheduler.shares import running_shares
 from ..store import (Attempt, AuditEntry, EventRow, GpuRow, NodeRow, NoticeRow, QuotaRow, Store,
                      TeamRow, WorkloadRow)
 from .errors import NotFound
 from .identity import Identity
+from .share_enforce import gpu_label, pool_label
 from .share_specs import share_label
 from .states import QUEUED
 
@@ -48,7 +50,7 @@ def gpus_view(engine, sample: dict) -> list[dict]:
     """Every GPU with its utilisation (``sample``: device -> (util %, MiB))
     and the workload holding it."""
     state = engine.scheduler.state
-    shares = shares_by_gpu(state)
+    shares = running_shares(state)
     owners = set(state.owner.values()) | {wid for on in shares.values() for wid, _ in on}
     with engine.store.session() as s:
         rows = {r.id: r for r in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(owners)))}
@@ -64,6 +66,7 @@ def gpus_view(engine, sample: dict) -> list[dict]:
                      "workload": None if row is None else _holder(row)}
             if sharing is not None:
                 entry["share_units"] = sharing.units
+                entry["enforcement"] = gpu_label(rows, on)
                 entry["shares"] = [
                     {"workload": _holder(rows[wid]), "share": share,
                      "label": share_label(share), "memory_limit_mib":
@@ -77,17 +80,6 @@ def gpus_view(engine, sample: dict) -> list[dict]:
 
 def _holder(row: WorkloadRow) -> dict:
     return {"id": row.id, "kind": row.kind, "user": row.user, "team": row.team, "name": row.name}
-
-
-def shares_by_gpu(state) -> dict[tuple[str, int], list[tuple[str, float]]]:
-    """(node, gpu) -> (workload id, share) of the shares running on it."""
-    out: dict[tuple[str, int], list[tuple[str, float]]] = {}
-    for wid, r in list(state.running.items()):
-        if r.workload.gpu_share:
-            for node, gpus in r.placement:
-                for g in gpus:
-                    out.setdefault((node, g), []).append((wid, r.workload.gpu_share))
-    return out
 
 
 def pools_view(engine, who: Identity) -> list[dict]:
@@ -138,7 +130,7 @@ def sharing_view(sharing) -> Optional[dict]:
         return None
     return {"share_units": sharing.units, "gpu_memory_mib": sharing.gpu_memory_mib,
             "share_memory_mib": sharing.gpu_memory_mib // sharing.units,
-            "smallest_share": f"1/{sharing.units}"}
+            "smallest_share": f"1/{sharing.units}", "enforcement": pool_label(sharing)}
 
 
 def teams_view(engine, who: Identity) -> list[dict]:

@@ -25,10 +25,10 @@ from ..isolation.cgroups import server_cgroup_name
 from ..isolation.share_memory import (STOP, WARN, GpuMemory, MemoryWatch, Share, judge_gpu,
                                       share_key, share_label)
 from ..safefiles import append_own
+from ..scheduler.shares import running_shares
 from ..store import NoticeRow, WorkloadRow
 from . import journal
 from .kinds import kind
-from .queries import shares_by_gpu
 
 log = logging.getLogger("gpuhub.shares")
 NOTICE_KIND = "gpu-memory"
@@ -61,7 +61,7 @@ class ShareWatch:
     def tick(self) -> list:
         """One look at every shared GPU; returns the actions taken."""
         engine = self.engine
-        shares = shares_by_gpu(engine.scheduler.state)
+        shares = running_shares(engine.scheduler.state)
         if not shares:
             self.state, engine.share_memory, engine.share_activity = {}, {}, {}
             return []
