@@ -14,7 +14,8 @@ class NVMLError(Exception):
         self.value = value
 
     def __str__(self):
-        return {3: "Not Supported", 4: "Insufficient Permissions", 9: "Driver Not Loaded",
+        return {3: "Not Supported", 4: "Insufficient Permissions", 6: "Not Found",
+                9: "Driver Not Loaded",
                 12: "NVML Shared Library Not Found", 15: "GPU is lost"}.get(self.value, "Unknown Error")
 
 
@@ -71,7 +72,9 @@ class FakeGpu:
     mig_mode: object = None               # (current, pending); None: NotSupported (no MIG)
     migs: list = field(default_factory=list)
     minor: object = None                  # /dev/nvidia minor (default: the index)
-    processes: list = field(default_factory=list)   # [(pid, used bytes)] on the whole GPU
+    processes: list = field(default_factory=list)   # [(pid, used bytes or None)], whole GPU
+    # nvmlDeviceGetProcessUtilization's samples: [(pid, timeStamp us, smUtil %, memUtil %)]
+    process_util: list = field(default_factory=list)
 
 
 class FakeNvml:
@@ -81,6 +84,8 @@ class FakeNvml:
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
     NVMLError_NotFound = NVMLError_NotFound
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_GpuIsLost = NVMLError_GpuIsLost
     NVML_ERROR_LIBRARY_NOT_FOUND = 12
     NVML_ERROR_NOT_FOUND = 6
     NVML_DEVICE_MIG_DISABLE = 0
@@ -123,6 +128,18 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, i):
         self._enter("nvmlDeviceGetHandleByIndex", i)
         return i                            # the handle is the index
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        """A GPU's or a MIG device's handle; NotFound for a UUID no device has."""
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        handles = {f"GPU-fake-{i}": i for i in range(len(self.gpus))}
+        handles.update({m.uuid: ("mig", i, m.slot)
+                        for i, g in enumerate(self.gpus) for m in g.migs})
+        handle = handles.get(uuid)
+        self._enter("nvmlDeviceGetHandleByUUID", handle)
+        if handle is None:
+            raise NVMLError_NotFound()
+        return handle
 
     def nvmlDeviceGetName(self, h):
         self._enter("nvmlDeviceGetName", h)
@@ -200,6 +217,18 @@ class FakeNvml:
                                     computeInstanceId=m.ci) for p, b in m.processes]
         return [SimpleNamespace(pid=p, usedGpuMemory=b, gpuInstanceId=0xFFFFFFFF,
                                 computeInstanceId=0xFFFFFFFF) for p, b in self.gpus[h].processes]
+
+    def nvmlDeviceGetProcessUtilization(self, h, timeStamp):
+        """The samples newer than timeStamp (us); NotFound when there are none,
+        NotSupported on a MIG device, as NVML answers."""
+        self._enter("nvmlDeviceGetProcessUtilization", h)
+        if isinstance(h, tuple):
+            raise NVMLError_NotSupported()
+        samples = [SimpleNamespace(pid=p, timeStamp=t, smUtil=sm, memUtil=mem, encUtil=0, decUtil=0)
+                   for p, t, sm, mem in self.gpus[h].process_util if t > timeStamp]
+        if not samples:
+            raise NVMLError_NotFound()
+        return samples
 
     def nvmlDeviceGetUtilizationRates(self, h):
         self._enter("nvmlDeviceGetUtilizationRates", h)

@@ -83,3 +83,30 @@ def test_cull_users_deletes_the_user_after_their_last_server():
     deleted = [u for m, u in calls if m == "DELETE" and u.startswith(f"{HUB}/users/")]
     assert deleted == [f"{HUB}/users/u0/server", f"{HUB}/users/u0",
                        f"{HUB}/users/u10/server", f"{HUB}/users/u10"]
+
+
+def test_a_share_is_judged_by_its_own_processes_not_by_its_busy_neighbour():
+    """Two notebooks share one GPU whose whole-GPU figure is 90% busy: the
+    one whose own processes are idle is warned and culled, the busy one
+    stays, and one whose own figure is unknown is left to its activity."""
+    apis = SimulatedApis(3, gpu_share=0, page_size=0, now=NOW)
+    apis.workloads = [{"id": f"w{i}", "user": f"u{i}", "name": "", "team": "t0", "pool": "h200"}
+                      for i in range(3)]
+    for u in apis.users:  # all recently active in Jupyter: only the GPU rule can cull
+        u["servers"][""]["last_activity"] = NOW.isoformat()
+    apis.gpus = [{"device": 0, "utilization_pct": 90.0, "workload": None, "shares": [
+        {"workload": {"id": "w0"}, "share": 0.25, "utilization_pct": 0.0},
+        {"workload": {"id": "w1"}, "share": 0.5, "utilization_pct": 90.0},
+        {"workload": {"id": "w2"}, "share": 0.25, "utilization_pct": None}]}]
+    calls = []
+
+    async def fetch(method, url, body=None):
+        calls.append((method, url, body))
+        return await apis.fetch(method, url, body)
+    clock = [NOW]
+    culler = Culler(Policy(idle_timeout=24 * 3600, gpu_idle_timeout=1800, warn_before=600), [],
+                    hub_api=HUB, gpuhub_api=GPUHUB, fetch=fetch, cull_every=60,
+                    clock=lambda: clock[0])
+    passes(culler, clock, 45)
+    culls = [u for m, u, _ in calls if m == "DELETE" and u.startswith(HUB)]
+    assert culls == [f"{HUB}/users/u0/server"]

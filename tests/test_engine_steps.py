@@ -152,6 +152,12 @@ JOB, NOTEBOOK, REPLICA = kind("job"), kind("notebook"), kind("deployment")
      (False, "failed", "failed", "replica ended (exited with code 1) 5 times; not restarted "
                                  "again")),
     (NOTEBOOK, 0, EXITED, 0, Asked(), 0, (False, "succeeded", "succeeded", "exited with code 0")),
+    # Stopped by the service for good (a share above its GPU memory): failed
+    # with the reason, even when the job exits 0 on the SIGTERM.
+    (JOB, 0, STOPPED, 0, Asked(stopped="GPU memory 41.0 GiB above this share's 35.1 GiB"), 0,
+     (False, "failed", "failed", "GPU memory 41.0 GiB above this share's 35.1 GiB")),
+    (REPLICA, 0, STOPPED, -15, Asked(stopped="GPU memory above its share"), 0,
+     (True, None, "failed", "replica ended (GPU memory above its share); replaced by attempt 1")),
 ])
 def test_the_end_of_an_attempt(rules, attempt, reason, code, asked, lost_before, expected):
     end = ending(rules, attempt, reason, code, asked, lost_before=lost_before, time_limit=60,

@@ -4,7 +4,8 @@ every scheduling cycle the promised properties, checked twice: with
 from the running placements, the nodes and the quotas alone.
 
 Run for each of the four policies; the quota properties only where the
-policy enforces quotas.
+policy enforces quotas. Some pools split their GPUs into slots and some
+workloads ask for a share of one GPU (issue 22).
 """
 from __future__ import annotations
 
@@ -30,12 +31,14 @@ RACKS = ("r0", "r1")
 @st.composite
 def clusters(draw):
     pools = POOLS[:draw(st.integers(2, 3))]
+    share_units = {pool: draw(st.sampled_from([0, 0, 2, 4, 4])) for pool in pools}
     nodes = []
     for i in range(draw(st.sampled_from([2, 3, 4, 4, 5, 5, 6, 6]))):
         pool = pools[i] if i < len(pools) else draw(st.sampled_from(pools))
         nodes.append(Node(f"n{i}", pool, draw(st.integers(2, 8)),
                           topology={"rack": draw(st.sampled_from(RACKS))},
-                          labels={"region": draw(st.sampled_from(REGIONS))}))
+                          labels={"region": draw(st.sampled_from(REGIONS))},
+                          share_units=share_units[pool]))
     teams = []
     for j in range(draw(st.integers(2, 4))):
         quotas = {}
@@ -69,6 +72,7 @@ def actions(draw):
             draw(st.sampled_from([None, 60.0, 600.0, 3600.0])),      # time limit
             draw(st.sampled_from(["none", "none", "preferred", "required"])),
             draw(st.sampled_from([{}] * 6 + [{"region": "eu"}, {"region": "us"}])),
+            draw(st.sampled_from([0.0] * 4 + [0.25, 0.25, 0.5])),   # share of one GPU
         )
     if kind in ("finish", "exit-preempted", "cancel"):
         return (kind, draw(st.integers(0, 50)))
@@ -93,11 +97,51 @@ def selectors_ok(node: Node, team: Team | None, w: Workload) -> bool:
 
 
 def held(state):
+    """GPU units held: a share counts its fraction."""
     out = {}
     for r in state.running.values():
-        key = (r.workload.team, r.workload.pool)
-        out[key] = out.get(key, 0) + r.workload.gpus
+        w = r.workload
+        key = (w.team, w.pool)
+        out[key] = out.get(key, 0) + (w.gpu_share or w.gpus)
     return out
+
+
+def share_slots(node: Node, share: float):
+    """Slots of ``node``'s GPU a share takes, or None if it cannot go there."""
+    if node.share_units < 2:
+        return None
+    exact = share * node.share_units
+    return round(exact) if abs(exact - round(exact)) < 1e-9 and round(exact) >= 1 else None
+
+
+def shared_use(state):
+    """(node, gpu) -> slots used by running shares and set aside for
+    nominated ones; and the GPUs set aside whole."""
+    used = {}
+    for r in state.running.values():
+        w = r.workload
+        if w.gpu_share:
+            ((n, (g,)),) = r.placement
+            used[(n, g)] = used.get((n, g), 0) + share_slots(state.nodes[n], w.gpu_share)
+    aside_whole = set()
+    for nom in state.nominations.values():
+        w = state.pending[nom.workload_id]
+        if slots_aside(state, nom):
+            ((n, (g,)),) = nom.placement
+            used[(n, g)] = used.get((n, g), 0) + share_slots(state.nodes[n], w.gpu_share)
+            continue
+        for n, gs in nom.placement:
+            aside_whole.update((n, g) for g in gs)
+    return used, aside_whole
+
+
+def slots_aside(state, nom) -> bool:
+    """A share nominated onto slots of a shared GPU (rather than a whole GPU
+    its victims free): the state's own classification."""
+    if not state.pending[nom.workload_id].gpu_share:
+        return False
+    ((n, (g,)),) = nom.placement
+    return nom.workload_id in state.share_aside.get((n, g), {})
 
 
 def quota_of(state, team, pool) -> Quota:
@@ -143,8 +187,28 @@ def gpu_problems(state):
     with what nobody holds or has set aside."""
     out = []
     owner = {}
+    used, _aside_whole = shared_use(state)
+    for (n, g), slots in used.items():
+        units = state.nodes[n].share_units
+        held_slots = sum(share_slots(state.nodes[n], r.workload.gpu_share)
+                         for r in state.running.values() if r.workload.gpu_share
+                         and r.placement == ((n, (g,)),))
+        if held_slots > units:
+            out.append(f"GPU {n}/{g}: shares hold {held_slots} of its {units} slots")
+        if state.shared_slots().get((n, g)) != slots:
+            out.append(f"GPU {n}/{g}: {slots} slots used, state says "
+                       f"{state.shared_slots().get((n, g))}")
+    if set(state.shared_slots()) != set(used):
+        out.append(f"shared GPUs: state {sorted(state.shared_slots())}, recomputed {sorted(used)}")
     for wid, r in state.running.items():
         w = r.workload
+        if w.gpu_share:
+            ((n, (g,)),) = r.placement
+            if state.nodes[n].pool != w.pool:
+                out.append(f"share {wid} of pool {w.pool} runs on {n}")
+            if not selectors_ok(state.nodes[n], state.teams.get(w.team), w):
+                out.append(f"share {wid} runs on {n} whose labels do not match")
+            continue
         nodes = [n for n, _ in r.placement]
         if w.gpus and (len(set(nodes)) != w.num_nodes
                        or any(len(set(gs)) != w.gpus_per_node for _, gs in r.placement)):
@@ -158,11 +222,15 @@ def gpu_problems(state):
             for g in gs:
                 if not 0 <= g < node.gpus:
                     out.append(f"{wid} holds GPU {n}/{g} that does not exist")
+                if (n, g) in used and state.sharers.get((n, g)):
+                    out.append(f"GPU {n}/{g} held whole by {wid} and shared")
                 if (n, g) in owner:
                     out.append(f"GPU {n}/{g} held by {owner[(n, g)]} and {wid}")
                 owner[(n, g)] = wid
     set_aside = {}
     for nom in state.nominations.values():
+        if slots_aside(state, nom):
+            continue  # slots of a shared GPU, not the GPU
         for n, gs in nom.placement:
             for g in gs:
                 if (n, g) in set_aside:
@@ -173,7 +241,8 @@ def gpu_problems(state):
                                f"{owner[(n, g)]}, not one of its victims")
     for name, node in state.nodes.items():
         expect = sorted(g for g in range(node.gpus) if usable(node, g)
-                        and (name, g) not in owner and (name, g) not in set_aside)
+                        and (name, g) not in owner and (name, g) not in set_aside
+                        and (name, g) not in used)
         if sorted(state.index.free.get(name, [])) != expect:
             out.append(f"free GPUs of {name}: index {sorted(state.index.free.get(name, []))}, "
                        f"recomputed {expect}")
@@ -251,7 +320,7 @@ def held_by_quota_hold(state, result, w, now):
     for hold in getattr(result, "quota_holds", ()):
         holder = state.pending.get(hold.workload_id)
         if holder is not None and holder.id != w.id and (holder.team, holder.pool) == (w.team, w.pool):
-            if not hold.allows(w.gpus, end):
+            if not hold.allows(w.gpu_share or w.gpus, end):
                 return True
     return False
 
@@ -262,7 +331,8 @@ def quota_allows(state, charged, w):
     lend, with ``w`` admitted? (No change when the pool is already short:
     work that does not make it worse is allowed.)"""
     q = quota_of(state, w.team, w.pool)
-    after = charged.get((w.team, w.pool), 0) + w.gpus
+    units = w.gpu_share or w.gpus
+    after = charged.get((w.team, w.pool), 0) + units
     if q.borrowing_limit is not None and after > q.nominal + q.borrowing_limit:
         return False
 
@@ -279,7 +349,7 @@ def quota_allows(state, charged, w):
             lent += idle if tq.lending_limit is None else min(idle, tq.lending_limit)
         return borrowed - unowned - lent
 
-    after_deficit = deficit(w.gpus)
+    after_deficit = deficit(units)
     return after_deficit <= 0 or after_deficit <= deficit(0)
 
 
@@ -297,7 +367,8 @@ def own_idle_but_waiting(state, policy, result, now):
     charged = dict(held(state))
     for nom in state.nominations.values():
         w = state.pending[nom.workload_id]
-        charged[(w.team, w.pool)] = charged.get((w.team, w.pool), 0) + w.gpus
+        charged[(w.team, w.pool)] = charged.get((w.team, w.pool), 0) + (w.gpu_share or w.gpus)
+    used, aside_whole = shared_use(state)
     out = []
     for wid, w in state.pending.items():
         if wid in state.nominations or w.gpus == 0:
@@ -313,6 +384,20 @@ def own_idle_but_waiting(state, policy, result, now):
         fits = [n for n, node in state.nodes.items()
                 if node.pool == w.pool and selectors_ok(node, state.teams.get(w.team), w)
                 and min(free[n], limits.get(n, free[n])) >= w.gpus_per_node]
+        if w.gpu_share:
+            # Room on a shared GPU (not one set aside whole), or a whole GPU to open.
+            fits = [n for n in fits if share_slots(state.nodes[n], w.gpu_share)]
+            fits += [f"{n}/{g}" for (n, g), slots in used.items()
+                     if (n, g) not in aside_whole and state.nodes[n].pool == w.pool
+                     and usable(state.nodes[n], g) and not state.nodes[n].drained
+                     and selectors_ok(state.nodes[n], state.teams.get(w.team), w)
+                     and share_slots(state.nodes[n], w.gpu_share) is not None
+                     and state.nodes[n].share_units - slots >= share_slots(state.nodes[n],
+                                                                           w.gpu_share)]
+            if fits:
+                out.append(f"share {wid} ({w.gpu_share:g} of a {w.pool} GPU) fits {sorted(fits)} "
+                           f"but waits")
+            continue
         if w.topology == "required" and w.num_nodes > 1:
             domains = {}
             for n in fits:
@@ -350,11 +435,13 @@ def run_actions(policy_name, cluster, acts, policy=None, on_cycle=None):
     for act in list(acts) + [("cycle",)]:
         kind = act[0]
         if kind == "submit":
-            _, ti, pi, gpn, nn, wkind, prio, tl, topo, sel = act
+            _, ti, pi, gpn, nn, wkind, prio, tl, topo, sel, share = act
+            if share:
+                gpn, nn, topo = 1, 1, "none"
             counter += 1
             w = Workload(f"w{counter}", teams[ti % len(teams)].name, pools[pi % len(pools)], gpn,
                          now, kind=wkind, num_nodes=nn, priority=prio if wkind == JOB else "",
-                         time_limit=tl, topology=topo, node_selector=sel)
+                         time_limit=tl, topology=topo, node_selector=sel, gpu_share=share)
             e = s.submit(w, now)
             assert e.type in (ev.QUEUED, ev.REJECTED)
             if e.type == ev.REJECTED:
@@ -500,11 +587,11 @@ def test_only_a_wait_on_the_teams_ceiling_holds_quota(cluster, acts):
         for hold in result.quota_holds:
             w = before["pending"][hold.workload_id]
             most = state.ledger.used.get((w.team, w.pool), 0) + sum(
-                before["pending"][e.workload_id].gpus for e in result.events
+                before["pending"][e.workload_id].gpu_units for e in result.events
                 if e.type in (ev.ADMITTED, ev.NOMINATED) and e.workload_id in before["pending"]
                 and (before["pending"][e.workload_id].team, before["pending"][e.workload_id].pool)
                 == (w.team, w.pool))
-            if most + w.gpus <= state.ledger.quota(w.team, w.pool).ceiling:
+            if most + w.gpu_units <= state.ledger.quota(w.team, w.pool).ceiling:
                 out.append(f"{w.id} holds team {w.team}'s quota, which its ceiling allows")
         return out
 

@@ -56,6 +56,7 @@ from typing import Callable, Optional
 from ..isolation import cgroups
 from ..isolation.accounts import (Account, Accounts, account_env,
                                   prepare_checkpoint)
+from ..isolation.attempt_pids import cgroup_pids, descendants
 from ..isolation.gpu_rules import visible_devices
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
@@ -218,6 +219,20 @@ class LocalBackend(Backend):
         if checkpoint and prepare_checkpoint(checkpoint, account):
             options += ["--make-dir", checkpoint]
         return options
+
+    def attempt_pids(self, workload_id: str, attempt: int) -> Optional[frozenset]:
+        """The running attempt's processes (its command and all it started),
+        for the memory watch of shared GPUs: its cgroups' members, or
+        without cgroups the runner's descendants (isolation/attempt_pids.py).
+        None when the attempt is not running here."""
+        a = self._attempts.get((workload_id, attempt))
+        if a is None or not self._alive(a):
+            return None
+        placement = cgroups.Placement.from_json(
+            read_json(os.path.join(os.path.abspath(a.spec.attempt_dir), CGROUP_FILE)))
+        if placement.cgroups:
+            return cgroup_pids(placement.cgroups)
+        return frozenset(descendants(a.pid))
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
         """SIGTERM the attempt's group now, SIGKILL it at the first poll after grace."""

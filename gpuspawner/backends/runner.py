@@ -63,6 +63,7 @@ import time
 from typing import Optional
 
 from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
+from ..isolation.attempt_pids import descendants
 from ..isolation.cgroups import Placement, enter
 from ..jsonfile import read_json, write_json
 from .base import EXITED, STOPPED, TIME_LIMIT
@@ -264,28 +265,6 @@ def _become_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
-def _descendants(pid: int) -> list[int]:
-    """The live (not zombie) processes under ``pid``, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def _sweep(reap: bool, timeout: float = 10.0) -> None:
     """SIGKILL everything under this runner until nothing is left (what forks
     meanwhile is caught by the next round). ``reap``: collect the zombies
@@ -298,7 +277,7 @@ def _sweep(reap: bool, timeout: float = 10.0) -> None:
                     pass
             except ChildProcessError:
                 pass
-        live = _descendants(os.getpid())
+        live = descendants(os.getpid())
         if not live or time.monotonic() > deadline:
             return
         for p in live:

@@ -20,8 +20,9 @@ from typing import Awaitable, Callable, Optional
 from urllib.parse import quote
 
 from ..times import from_iso
-from .decide import (Decision, GpuSample, Policy, PolicyRule, Server, decide, required_history,
+from .decide import (Decision, Policy, PolicyRule, Server, decide, required_history,
                      resolve_policy, utcnow)
+from .shares import held_samples
 
 log = logging.getLogger("gpuhub.culler")
 WARNING_KIND = "cull-warning"
@@ -72,24 +73,21 @@ class Culler:
             if n["kind"] == WARNING_KIND:
                 self.warned[(n["user"], n["server"])] = (n["id"], from_iso(n["created_at"]))
 
-    def _record(self, gpus: list[dict], now: dt.datetime) -> dict[str, tuple[int, ...]]:
-        """Keep utilization samples per workload; returns workload -> its GPUs."""
-        held: dict[str, list[int]] = {}
+    def _record(self, gpus: list[dict], now: dt.datetime) -> dict[str, tuple]:
+        """Keep utilization samples per workload (a share of a GPU: its own
+        processes', shares.py); returns workload -> its GPUs."""
         keep = max([required_history(self.policy)] +
                    [required_history(r.apply(self.policy)) for r in self.rules])
-        for g in gpus:
-            w = g.get("workload")
-            if not w or g.get("utilization_pct") is None:
-                continue
-            held.setdefault(w["id"], []).append(g["device"])
-            ring = self.samples.setdefault(w["id"], deque())
-            ring.append(GpuSample(now, g["device"], float(g["utilization_pct"]), None))
+        held = held_samples(gpus, now)
+        for wid, samples in held.items():
+            ring = self.samples.setdefault(wid, deque())
+            ring.extend(samples)
             while ring and (now - ring[0].time).total_seconds() > keep:
                 ring.popleft()
         for wid in list(self.samples):
             if wid not in held:
                 del self.samples[wid]
-        return {wid: tuple(devs) for wid, devs in held.items()}
+        return {wid: tuple(s.gpu for s in samples) for wid, samples in held.items()}
 
     # ---- one pass -----------------------------------------------------------
     async def cycle(self) -> list[tuple[str, Decision]]:

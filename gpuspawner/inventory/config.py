@@ -11,6 +11,7 @@ from traitlets.config import LoggingConfigurable
 from .declared import declared_gpus
 from .model import Gpu, mig_pool
 from .nvml import NvmlUnavailable, read_nvml, sample_utilization
+from .processes import ProcessReading, read_processes
 
 __all__ = ["Inventory"]
 
@@ -114,7 +115,42 @@ class Inventory(LoggingConfigurable):
         """,
     ).tag(config=True)
 
+    declared_processes_file = Unicode(
+        "",
+        help="""
+        A JSON file {"GPU UUID": {"PID": {"memory_mib": M, "sm_pct": P}}}
+        that declared GPUs report as NVML's per-process accounting would
+        (a GPU not in it: no processes). Tests and demos use it to make a
+        share of a fake GPU use more memory than it may, or look busy.
+
+        Example::
+
+            c.Inventory.declared_processes_file = "/tmp/fake-gpu-processes.json"
+        """,
+    ).tag(config=True)
+
     source_used = ""
+
+    def processes(self, uuids, since_us=None, nvml: Any = None) -> dict:
+        """``{uuid: ProcessReading}``: what each process uses of these GPUs,
+        from NVML or, for declared GPUs, ``declared_processes_file``."""
+        if self.source_used == "nvml":
+            return read_processes(uuids, since_us or {}, nvml)
+        values: dict = {}
+        if self.declared_processes_file:
+            try:
+                with open(self.declared_processes_file) as f:
+                    values = json.load(f)
+            except (OSError, ValueError) as e:
+                self.log.warning("cannot read %s: %s", self.declared_processes_file, e)
+        memory = {g.uuid: g.memory_mib for g in declared_gpus(self.declared)}
+        out = {}
+        for uuid in uuids:
+            procs = {int(pid): p for pid, p in (values.get(uuid) or {}).items()}
+            used = {pid: p.get("memory_mib") for pid, p in procs.items()}
+            out[uuid] = ProcessReading(uuid, memory.get(uuid), sum(m or 0 for m in used.values()),
+                                       used, {pid: p.get("sm_pct", 0) for pid, p in procs.items()})
+        return out
 
     def sample(self, nvml: Any = None) -> dict[int, tuple[float, Optional[int]]]:
         """``{index: (utilization %, memory used MiB or None)}`` now, from

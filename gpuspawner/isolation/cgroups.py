@@ -82,6 +82,12 @@ def safe_name(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))[:200]
 
 
+def server_cgroup_name(user: str, server: str, workload_id: str) -> str:
+    """A notebook server's cgroup name: the spawner makes it, and the
+    service finds a shared GPU's server processes by it (its workload id)."""
+    return safe_name("server", user, server or "default", workload_id)
+
+
 def own_cgroups(proc_cgroup: str = "/proc/self/cgroup") -> dict[str, str]:
     """controller -> this process's cgroup path in it (cgroup v1 lines)."""
     out = {}
@@ -341,6 +347,11 @@ class GpuEnforcement(LoggingConfigurable):
             remove(placement)
             raise
         return placement
+
+    def existing(self, name: str) -> list[str]:
+        """The cgroup directories called ``name`` (``create``'s) that exist now."""
+        return [path for path in (os.path.join(parent, name) for parent in self._parents.values())
+                if os.path.isdir(path)]
 
     def _make(self, controller: str, name: str) -> str:
         path = os.path.join(self._parents[controller], name)

@@ -14,7 +14,8 @@ from .cycle import CycleResult, plan_cycle, plan_cycle_steps
 from .model import (TOPOLOGY_REQUIRED, Node, RunState, Team, Workload, combined_selector,
                     selector_conflict)
 from .policy import Policy
-from .quota import describe_ceiling
+from .quota import describe_ceiling, units
+from .shares import share_fits_pool
 from .state import ClusterState
 
 
@@ -63,6 +64,10 @@ class Scheduler:
         conflict = selector_conflict(team, w)
         if conflict is not None:
             return conflict
+        if w.gpu_share:
+            reason = share_fits_pool(w, state.nodes.values())
+            if reason is not None:
+                return reason
         selector = combined_selector(team, w)
         key = (w.pool, tuple(sorted(selector.items())), w.gpus_per_node, w.num_nodes,
                w.topology, w.topology_key)
@@ -72,8 +77,8 @@ class Scheduler:
             return self._shape_reasons[key]
         if self.policy.quotas:
             quota = state.ledger.quota(w.team, w.pool)
-            if w.gpus > quota.ceiling:
-                return (f"needs {w.gpus} {w.pool} GPUs but team {w.team} may hold at most "
+            if w.gpu_units > quota.ceiling:
+                return (f"needs {units(w.gpu_units)} {w.pool} GPUs but team {w.team} may hold at most "
                         f"{int(quota.ceiling)} ({describe_ceiling(quota)})")
         return None
 

@@ -24,7 +24,8 @@ from .model import JOB, Placement, Workload, combined_selector
 from .placement import find_placement
 from .policy import Policy
 from .preemption import PRIORITY, VictimCatalog, candidates, plan_preemption
-from .state import ClusterState
+from .shares import find_share_placement, last_share, open_or_join, share_key, slots_needed
+from .state import SHARE_SHAPE, ClusterState
 from .steps import drain
 
 
@@ -80,6 +81,7 @@ class _Cycle:
         self.policy = policy
         self.now = now
         self.index = state.index.copy()
+        self.slots = state.slots.copy()
         self.drain = dict(state.node_drain)
         self.ledger = state.ledger.copy()
         self.result = CycleResult()
@@ -111,7 +113,7 @@ class _Cycle:
         # The team's queue key is (-priority, submit time, id) or (submit
         # time, id); the team's state (borrowing? share?) slots in around it.
         queue_key = self.queue_keys[w.id]
-        needs_borrow = self.quotas and not self.ledger.within_nominal(w.team, w.pool, w.gpus)
+        needs_borrow = self.quotas and not self.ledger.within_nominal(w.team, w.pool, w.gpu_units)
         share = self.shares.get(w.team, 0.0) if self.fair_share else 0.0
         return (needs_borrow, queue_key[0], share) + queue_key[1:]
 
@@ -215,6 +217,8 @@ class _Cycle:
             for (gpn, nodes, topology, key, constrained), limits in shapes.items():
                 if gpn * nodes >= quota_blocked:
                     continue
+                if topology == SHARE_SHAPE:
+                    return False  # may join a shared GPU however few GPUs are free
                 if not done:
                     return False
                 if gpn * nodes > free:
@@ -280,7 +284,7 @@ class _Cycle:
         for wid in self.state.on_unhealthy_hardware():
             r = self.state.running[wid]
             self.unavailable.add(wid)
-            self.ledger.charge(r.workload.team, r.workload.pool, -r.workload.gpus)
+            self.ledger.charge(r.workload.team, r.workload.pool, -r.workload.gpu_units)
             self.result.events.append(ev.Event(
                 ev.EVICTED, wid, self.now, attempt=r.workload.attempt + 1,
                 message="its node or GPU became unhealthy; requeued"))
@@ -332,15 +336,15 @@ class _Cycle:
             return
         if policy.quotas:
             blocked = self.quota_blocked.get((w.team, w.pool))
-            if blocked is not None and w.gpus >= blocked[0]:
+            if blocked is not None and w.gpu_units >= blocked[0]:
                 self.wait(w, blocked[1])
                 return
-            reason = self.ledger.check(w.team, w.pool, w.gpus)
+            reason = self.ledger.check(w.team, w.pool, w.gpu_units)
             if reason is not None:
                 # Its own team's lower-priority work may give the quota back.
                 if policy.preemption and self.outranks_own_work(w) and self.try_preemption(w):
                     return
-                self.quota_blocked[(w.team, w.pool)] = (w.gpus, reason)
+                self.quota_blocked[(w.team, w.pool)] = (w.gpu_units, reason)
                 self.version += 1
                 # Blocked only because the pool is full (its team's ceiling
                 # allows it): it waits for GPUs like any other workload, with
@@ -353,7 +357,7 @@ class _Cycle:
                 # Such a wait for capacity holds no quota: the reservation is
                 # its protection, and a hold of the team's nominal quota would
                 # keep the team's small work back for the gang's whole wait.
-                pool_full = self.ledger.used.get((w.team, w.pool), 0) + w.gpus <= \
+                pool_full = self.ledger.used.get((w.team, w.pool), 0) + w.gpu_units <= \
                     self.ledger.quota(w.team, w.pool).ceiling
                 if policy.quota_holds and not pool_full and \
                         (w.team, w.pool) not in self.quota_holds:
@@ -367,13 +371,13 @@ class _Cycle:
                 self.wait(w, reserved or reason)
                 return
             hold = self.quota_holds.get((w.team, w.pool))
-            if hold is not None and not hold.allows(w.gpus, self.end_of(w)):
+            if hold is not None and not hold.allows(w.gpu_units, self.end_of(w)):
                 self.wait(w, f"waiting behind {hold.workload_id} of team {w.team}, which needs "
                              f"the team's {w.pool} quota first")
                 return
         placement = None if closed else self.place(w, shape, limits)
         if placement is not None and policy.quotas and \
-                self.ledger.breaks_lending(w.team, w.pool, w.gpus):
+                self.ledger.breaks_lending(w.team, w.pool, w.gpu_units):
             # It fits, but the GPUs it would take cover what others borrow.
             if policy.preemption and self.try_preemption(w):
                 return
@@ -383,7 +387,7 @@ class _Cycle:
         if placement is not None:
             hold = self.quota_holds.get((w.team, w.pool))
             if hold is not None:
-                hold.consume(w.gpus, self.end_of(w))
+                hold.consume(w.gpu_units, self.end_of(w))
             self.admit(w, placement)
             return
         if policy.preemption and self.try_preemption(w):
@@ -420,19 +424,24 @@ class _Cycle:
             beats.append(end <= r.start)
             for node, spare in r.limits_for(end).items():
                 limits[node] = min(spare, limits.get(node, spare))
-        if self.selector(w):
+        if self.selector(w) or w.gpu_share:
             return None, limits
         return (w.pool, w.num_nodes, w.topology, w.topology_key, tuple(beats)), limits
 
     def known_unplaceable(self, w: Workload, shape: Optional[tuple]) -> bool:
         """A smaller workload of the same shape already failed this cycle;
         free GPUs only shrink during a cycle, so this one fails too."""
+        if w.gpu_share:
+            return False  # shared GPUs may have room however few GPUs are free
         if self.index.pool_free.get(w.pool, 0) < w.gpus:
             return True
         smallest_failed = self.failed.get(shape) if shape is not None else None
         return smallest_failed is not None and w.gpus_per_node >= smallest_failed
 
     def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
+        if w.gpu_share:
+            return find_share_placement(self.index, self.slots, self.state.nodes, w,
+                                        self.selector(w), limits)
         drain_aware = self.policy.drain_aware_placement
         placement = find_placement(self.index, w.pool, w.gpus_per_node, w.num_nodes,
                                    self.selector(w), w.topology, w.topology_key, limits,
@@ -445,21 +454,29 @@ class _Cycle:
 
     def admit(self, w: Workload, placement: Placement) -> None:
         self.version += 1
-        self.catalog.admitted(w.team, w.pool, w.gpus)
-        self.index.take_placement(placement)
-        self.ledger.charge(w.team, w.pool, w.gpus)
+        self.catalog.admitted(w.team, w.pool, w.gpu_units)
         end = self.end_of(w)
+        taken = placement
+        if w.gpu_share:
+            node, g = share_key(placement)
+            # Only a GPU opened for it counts against reservations, and its
+            # end frees no GPU the reservation could count on.
+            opened = open_or_join(self.index, self.slots, self.state.nodes[node], g, w)
+            taken = placement if opened else ()
+        else:
+            self.index.take_placement(placement)
+        self.ledger.charge(w.team, w.pool, w.gpu_units)
         for r in self.reservations.get(w.pool, ()):
-            r.consume(placement, end)
+            r.consume(taken, end)
         for node, _ in placement:
             self.drain[node] = max(self.drain.get(node, float("-inf")), end)
-        if end != float("inf") and placement:
+        if end != float("inf") and placement and not w.gpu_share:
             self.admitted_ends.setdefault(w.pool, []).append((end, placement))
         borrowed = 0
         if self.policy.quotas and w.pool:
             quota = self.ledger.quota(w.team, w.pool)
             used = self.ledger.used.get((w.team, w.pool), 0)
-            borrowed = max(0, min(w.gpus, used - quota.nominal))
+            borrowed = max(0, min(w.gpu_units, used - quota.nominal))
         self._count_share(w)
         msg = "admitted" + (f"; {borrowed} GPU(s) borrowed, preemptible by reclaim"
                             if borrowed else "")
@@ -469,13 +486,13 @@ class _Cycle:
     def _count_share(self, w: Workload) -> None:
         if self.policy.fair_share and w.pool:
             pools = self.team_pool_usage.setdefault(w.team, {})
-            pools[w.pool] = pools.get(w.pool, 0.0) + w.gpus / 2
+            pools[w.pool] = pools.get(w.pool, 0.0) + w.gpu_units / 2
             self.shares[w.team] = self._share(w.team)
 
     def count_admitted(self, w: Workload) -> None:
         """Order the rest as if ``w`` had been admitted: its team's quota
         and share include it (for the forecast, which places nothing)."""
-        self.ledger.charge(w.team, w.pool, w.gpus)
+        self.ledger.charge(w.team, w.pool, w.gpu_units)
         self._count_share(w)
 
     def hold_quota(self, w: Workload) -> None:
@@ -485,16 +502,16 @@ class _Cycle:
         ends by then or leaves room."""
         used = self.ledger.used.get((w.team, w.pool), 0)
         bound = self.ledger.quota(w.team, w.pool).ceiling
-        if w.gpus > bound:
+        if w.gpu_units > bound:
             return
         running = self.state.running
         for end, _start, wid in self.state.team_ends.get((w.team, w.pool), ()):
             if wid in self.unavailable:
                 continue
-            used -= running[wid].workload.gpus
-            if used + w.gpus <= bound:
+            used -= running[wid].workload.gpu_units
+            if used + w.gpu_units <= bound:
                 self.quota_holds[(w.team, w.pool)] = QuotaHold(w.id, w.team, w.pool, end,
-                                                                bound - used - w.gpus)
+                                                                bound - used - w.gpu_units)
                 self.version += 1
                 return
 
@@ -517,7 +534,7 @@ class _Cycle:
                            else self.unavailable, self.now)
         _shape, limits = self.shape_of(w)
         plan = plan_preemption(w, self.selector(w), self.index, self.ledger, cands,
-                               self.catalog, limits)
+                               self.catalog, limits, self.slots)
         if plan is None:
             return False
         kill_grace = self.policy.default_grace_period
@@ -540,8 +557,17 @@ class _Cycle:
             now_free = tuple(g for g in gpus if g in free)
             if now_free:
                 self.index.take(node, now_free)
-        self.ledger.charge(w.team, w.pool, w.gpus)
-        self.catalog.admitted(w.team, w.pool, w.gpus)
+            for g in gpus:
+                if (node, g) not in self.slots:
+                    continue
+                if w.gpu_share:  # its slots, free once the victims exit
+                    n = self.state.nodes[node]
+                    self.slots.add((node, g), n.pool, n.share_units,
+                                   slots_needed(w.gpu_share, n.share_units))
+                else:  # no new share joins a GPU its shares are leaving
+                    self.slots.close((node, g))
+        self.ledger.charge(w.team, w.pool, w.gpu_units)
+        self.catalog.admitted(w.team, w.pool, w.gpu_units)
         victims = ", ".join(c.running.workload.id for c in plan.victims)
         self.result.events.append(ev.Event(
             ev.NOMINATED, w.id, self.now, placement=plan.placement,
@@ -550,6 +576,9 @@ class _Cycle:
 
     def capacity_reason(self, w: Workload) -> str:
         free = self.index.pool_free.get(w.pool, 0)
+        if w.gpu_share:
+            return (f"waiting for a {w.gpu_share:g} share of a {w.pool} GPU (no shared GPU "
+                    f"has room, {free} whole GPU(s) free, none placeable)")
         shape = (f"{w.num_nodes} nodes × {w.gpus_per_node}" if w.num_nodes > 1
                  else f"{w.gpus_per_node} ×")
         reason = f"waiting for {shape} {w.pool} GPUs ({free} free in the pool, none placeable"
@@ -569,7 +598,10 @@ class _Cycle:
         def running_releases():
             for end, _start, wid in state.ends.get(w.pool, ()):
                 if wid not in self.unavailable:
-                    yield end, running[wid].placement
+                    r = running[wid]
+                    # A shared GPU comes back when its last share ends.
+                    if not r.workload.gpu_share or last_share(state, r):
+                        yield end, r.placement
 
         def usable(node: str, gpu: int) -> bool:
             return (node, gpu) not in set_aside and state.placeable(node, gpu)
@@ -587,7 +619,9 @@ class _Cycle:
         # Placement failures cached before this reservation stay valid: it only
         # takes capacity away from later workloads.
         wait_s = max(0.0, reservation.start - self.now)
-        return (f"waiting for {w.gpus} {w.pool} GPUs; reserved to start within "
+        what = (f"a {w.gpu_share:g} share of one {w.pool} GPU" if w.gpu_share
+                else f"{w.gpus} {w.pool} GPUs")
+        return (f"waiting for {what}; reserved to start within "
                 f"{_duration(wait_s)} (backfill keeps that start)")
 
     def wait(self, w: Workload, reason: str) -> None:

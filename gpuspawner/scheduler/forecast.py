@@ -28,6 +28,7 @@ from typing import Callable, Optional
 from .cycle import STEP, ConsiderationOrder
 from .model import JOB, TOPOLOGY_REQUIRED, Running, RunState, Workload, combined_selector
 from .policy import Policy
+from .shares import slots_needed
 from .state import ClusterState
 from .steps import drain
 
@@ -132,6 +133,12 @@ class _Plan:
         self.runtime = runtime
         self.nodes = {name: Profile(now, len(state.index.free.get(name, ())))
                       for name in state.nodes}
+        # Shares are booked as GPU capacity of a node ("fluid"): the free
+        # slots of its open shared GPUs count as that much of a GPU.
+        slots = state.slots
+        for key, used in slots.used.items():
+            if key not in slots.closed and used < slots.units[key] and state.placeable(*key):
+                self.nodes[key[0]].values[0] += (slots.units[key] - used) / slots.units[key]
         # (pool, selector, GPUs per node) -> nodes that may ever hold it
         self._candidates: dict[tuple, frozenset[str]] = {}
         # pool -> GPUs per node -> heap of (first time a node has that many
@@ -172,15 +179,15 @@ class _Plan:
         end = self.expected_end(r)
         w = r.workload
         if end == INF:
-            self.stuck[w.pool] = self.stuck.get(w.pool, 0) + w.gpus
+            self.stuck[w.pool] = self.stuck.get(w.pool, 0) + w.gpu_units
             return
         for node, gpus in r.placement:
             back = sum(1 for g in gpus if self.state.placeable(node, g)
                        and (node, g) not in self.state.set_aside)
             if node in self.nodes and back:
-                self._change(node, end, INF, back)
+                self._change(node, end, INF, w.gpu_share or back)
         for q in self._quotas(w.team, w.pool):
-            q.add(end, INF, w.gpus)
+            q.add(end, INF, w.gpu_units)
 
     def _quotas(self, team: str, pool: str) -> list[Profile]:
         """The team's quota profiles that bound it (ceiling, nominal)."""
@@ -211,23 +218,24 @@ class _Plan:
         GPUs set aside for it (charged already, they come back at its end)."""
         run = self.runtime(w, 0.0)
         if run is None:
-            self.stuck[w.pool] = self.stuck.get(w.pool, 0) + w.gpus
+            self.stuck[w.pool] = self.stuck.get(w.pool, 0) + w.gpu_units
             return
         for q in self._quotas(w.team, w.pool):
-            q.add(start + run, INF, w.gpus)
+            q.add(start + run, INF, w.gpu_units)
         for node, gpus in placement:
             back = sum(1 for g in gpus if self.state.placeable(node, g))
             if node in self.nodes and back:
-                self._change(node, start + run, INF, back)
+                self._change(node, start + run, INF, w.gpu_share or back)
 
     def candidates(self, w: Workload) -> frozenset[str]:
         selector = combined_selector(self.state.teams.get(w.team), w)
-        key = (w.pool, tuple(sorted(selector.items())), w.gpus_per_node)
+        key = (w.pool, tuple(sorted(selector.items())), w.gpus_per_node, w.gpu_share)
         if key not in self._candidates:
             self._candidates[key] = frozenset(
                 name for name, node in self.state.nodes.items()
                 if node.pool == w.pool and node.matches(selector)
-                and len(node.placeable_gpus()) >= w.gpus_per_node)
+                and len(node.placeable_gpus()) >= w.gpus_per_node
+                and (not w.gpu_share or slots_needed(w.gpu_share, node.share_units)))
         return self._candidates[key]
 
     def _heap(self, pool: str, need: int, duration: float) -> list:
@@ -244,7 +252,7 @@ class _Plan:
             levels[(need, c)] = heap
         return levels[(need, c)]
 
-    def _change(self, node: str, start: float, end: float, delta: int) -> None:
+    def _change(self, node: str, start: float, end: float, delta: float) -> None:
         """``delta`` free GPUs on ``node`` over [start, end), and where it
         stands in the soonest-free heaps renewed."""
         profile = self.nodes[node]
@@ -258,7 +266,7 @@ class _Plan:
         """The earliest start on one node, looking at nodes in the order they
         first have the GPUs free, until none can be sooner (fullest first on
         a tie)."""
-        need = w.gpus_per_node
+        need = w.gpu_share or w.gpus_per_node
         heap = self._heap(w.pool, need, duration)
         best, best_key, seen = INF, None, []
         while heap:
@@ -289,9 +297,9 @@ class _Plan:
         nothing is borrowed or the nominal quota is too small."""
         nominal = self._nominal(w.team, w.pool)
         others = self.reclaimable.get(w.pool, 0) - self.borrowed.get((w.team, w.pool), 0)
-        if nominal is None or others < w.gpus:
+        if nominal is None or others < w.gpu_units:
             return INF
-        room = nominal.earliest(w.gpus, duration, t0)
+        room = nominal.earliest(w.gpu_units, duration, t0)
         if room == INF:
             return INF
         if w.kind == JOB:
@@ -314,23 +322,23 @@ class _Plan:
         t, chosen = t0, []
         while t != INF:
             t_nodes, chosen = self._gang_start(w, nodes, duration, t)
-            t = ceiling.earliest(w.gpus, duration, t_nodes) if ceiling else t_nodes
+            t = ceiling.earliest(w.gpu_units, duration, t_nodes) if ceiling else t_nodes
             if t == t_nodes:
                 break
         reclaim = self.reclaim_start(w, duration, t0)
         quotas = self._quotas(w.team, w.pool)
         if reclaim < t:
             # Borrowers make room (their requeue is not replanned here).
-            self.reclaimable[w.pool] -= w.gpus
+            self.reclaimable[w.pool] -= w.gpu_units
             for q in quotas:
-                q.add(reclaim, reclaim + duration, -w.gpus)
+                q.add(reclaim, reclaim + duration, -w.gpu_units)
             return Estimate(w.id, reclaim, "reclaim")
         if t == INF:
             return self._unknown(w, duration)
         for name in chosen:
-            self._change(name, t, t + duration, -w.gpus_per_node)
+            self._change(name, t, t + duration, -(w.gpu_share or w.gpus_per_node))
         for q in quotas:
-            q.add(t, t + duration, -w.gpus)
+            q.add(t, t + duration, -w.gpu_units)
         return Estimate(w.id, t, "now" if t <= self.now else "plan")
 
     def _unknown(self, w: Workload, duration: float) -> Estimate:

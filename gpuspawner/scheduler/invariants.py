@@ -13,6 +13,7 @@ from .model import NO_QUOTA, Quota, combined_selector
 from .placement import find_placement
 from .policy import Policy
 from .quota import QuotaLedger, borrowed, lendable
+from .shares import find_share_placement, slots_needed
 from .state import ClusterState
 
 
@@ -20,6 +21,8 @@ def gpu_conflicts(state: ClusterState) -> list[str]:
     seen: dict[tuple[str, int], str] = {}
     out = []
     for wid, r in state.running.items():
+        if r.workload.gpu_share:
+            continue  # share_problems
         for node, gpus in r.placement:
             for g in gpus:
                 other = seen.setdefault((node, g), wid)
@@ -27,6 +30,51 @@ def gpu_conflicts(state: ClusterState) -> list[str]:
                     out.append(f"GPU {node}/{g} held by both {other} and {wid}")
                 if g in state.index.free.get(node, ()):
                     out.append(f"GPU {node}/{g} held by {wid} but listed free")
+    return out
+
+
+def share_problems(state: ClusterState) -> list[str]:
+    """Shared GPUs, recomputed from the running shares and the nominations:
+    no GPU over its slots, none both held whole and shared, the slot counts
+    the state keeps match, and no shared GPU is listed free."""
+    out = []
+    whole = {(n, g): wid for wid, r in state.running.items() if not r.workload.gpu_share
+             for n, gs in r.placement for g in gs}
+    held: dict[tuple[str, int], int] = {}
+    leaving: dict[tuple[str, int], int] = {}
+    for wid, r in state.running.items():
+        w = r.workload
+        if not w.gpu_share:
+            continue
+        if len(r.placement) != 1 or len(r.placement[0][1]) != 1:
+            out.append(f"share {wid} holds {r.placement}, not one GPU")
+            continue
+        ((node, (g,)),) = r.placement
+        need = slots_needed(w.gpu_share, state.nodes[node].share_units)
+        if need is None:
+            out.append(f"share {wid} ({w.gpu_share:g}) on {node}, whose GPUs are not split "
+                       f"into a whole number of its slots")
+            continue
+        held[(node, g)] = held.get((node, g), 0) + need
+        if r.preempted_for is not None:
+            leaving[(node, g)] = leaving.get((node, g), 0) + need
+        if (node, g) in whole:
+            out.append(f"GPU {node}/{g} held whole by {whole[(node, g)]} and shared by {wid}")
+        if g in state.index.free.get(node, ()):
+            out.append(f"GPU {node}/{g} shared by {wid} but listed free")
+    aside: dict[tuple[str, int], int] = {}
+    for key, nominees in state.share_aside.items():
+        aside[key] = sum(nominees.values())
+    for key, slots in held.items():
+        units = state.nodes[key[0]].share_units
+        if slots > units:
+            out.append(f"GPU {key[0]}/{key[1]}: {slots} slots held, it has {units}")
+        if slots - leaving.get(key, 0) + aside.get(key, 0) > units:
+            out.append(f"GPU {key[0]}/{key[1]}: {slots} slots held and {aside[key]} set aside "
+                       f"for preemptors, it has {units}")
+    expect = {key: held.get(key, 0) + aside.get(key, 0) for key in set(held) | set(aside)}
+    if expect != dict(state.shared_slots()):
+        out.append(f"shared slots: state {dict(state.shared_slots())}, recomputed {expect}")
     return out
 
 
@@ -88,13 +136,13 @@ def idle_but_waiting(state: ClusterState, policy: Policy, reservations=(),
     ledger = QuotaLedger(state.capacity, state.teams, state.held_gpus())
     for nom in state.nominations.values():
         w = state.pending[nom.workload_id]
-        ledger.charge(w.team, w.pool, w.gpus)
+        ledger.charge(w.team, w.pool, w.gpu_units)
     held = {(h.team, h.pool) for h in quota_holds}
     for wid, w in state.pending.items():
         if wid in state.nominations or w.gpus == 0 or (w.team, w.pool) in held:
             continue
-        if policy.quotas and (ledger.check(w.team, w.pool, w.gpus) is not None
-                              or ledger.breaks_lending(w.team, w.pool, w.gpus)):
+        if policy.quotas and (ledger.check(w.team, w.pool, w.gpu_units) is not None
+                              or ledger.breaks_lending(w.team, w.pool, w.gpu_units)):
             continue
         # Conservative: keep every other reservation's nodes as they are, even
         # for work short enough to ignore them (misses some, invents none).
@@ -104,9 +152,14 @@ def idle_but_waiting(state: ClusterState, policy: Policy, reservations=(),
                 for node, spare in r.spare.items():
                     limits[node] = min(spare, limits.get(node, spare))
         selector = combined_selector(state.teams.get(w.team), w)
-        if find_placement(state.index, w.pool, w.gpus_per_node, w.num_nodes, selector,
-                          w.topology, w.topology_key, limits) is not None:
-            out.append(f"{wid} fits now ({w.gpus} × {w.pool}) but waits")
+        if w.gpu_share:
+            fits = find_share_placement(state.index, state.slots, state.nodes, w, selector,
+                                        limits) is not None
+        else:
+            fits = find_placement(state.index, w.pool, w.gpus_per_node, w.num_nodes, selector,
+                                  w.topology, w.topology_key, limits) is not None
+        if fits:
+            out.append(f"{wid} fits now ({w.gpu_units:g} × {w.pool}) but waits")
     return out
 
 
@@ -125,7 +178,7 @@ def preemption_loops(history: Iterable[ev.Event]) -> list[str]:
 
 def check_all(state: ClusterState, policy: Policy, reservations=(),
               history: Optional[Iterable[ev.Event]] = None, quota_holds=()) -> list[str]:
-    problems = gpu_conflicts(state) + partial_gangs(state)
+    problems = gpu_conflicts(state) + partial_gangs(state) + share_problems(state)
     if policy.quotas:
         problems += quota_violations(state)
     problems += idle_but_waiting(state, policy, reservations, quota_holds)

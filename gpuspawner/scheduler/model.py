@@ -60,6 +60,9 @@ class Node:
     ``topology`` maps a topology level to this node's domain at that level,
     e.g. ``{"rack": "r3", "nvlink": "island-1"}``. ``labels`` are the node
     labels placement constraints match against (``{"region": "eu"}``).
+    ``share_units`` (0: never shared) splits each of its GPUs into that many
+    equal slots for fractional workloads (``Workload.gpu_share``); a pool
+    setting, the same on every node of a shareable pool.
     """
 
     name: str
@@ -70,8 +73,11 @@ class Node:
     healthy: bool = True
     unhealthy_gpus: frozenset[int] = frozenset()
     drained: bool = False
-    # 0: its GPUs are never shared; N: a GPU may be split into N equal slots.
     share_units: int = 0
+
+    def __post_init__(self):
+        if self.share_units < 0 or self.share_units == 1:
+            raise ValueError(f"share_units must be 0 (not shared) or >= 2, got {self.share_units}")
 
     def usable_gpus(self) -> tuple[int, ...]:
         if not self.healthy:
@@ -144,7 +150,8 @@ class Workload:
     lets backfill know when it will end at the latest. ``submit_time`` is
     when it became eligible to run (its submit, or for one that waited for
     a dependency its release, as Slurm's EligibleTime): queue order and
-    aging count from it.
+    aging count from it. ``gpu_share`` (0 < s < 1) asks for that share of
+    ONE GPU, memory and compute alike (one GPU, one node); 0: whole GPUs.
     """
 
     id: str
@@ -166,7 +173,6 @@ class Workload:
     # Its index in a sweep (array job), None if it is not a task of one: a
     # team's queue orders a sweep's later tasks later (Policy.sweep_task_spacing).
     sweep_index: Optional[int] = None
-    # Its share of ONE GPU (0 < s < 1), 0.0 for whole GPUs.
     gpu_share: float = 0.0
 
     def __post_init__(self):
@@ -180,17 +186,25 @@ class Workload:
             raise ValueError(f"topology must be one of {TOPOLOGY_MODES}, got {self.topology!r}")
         if self.time_limit is not None and self.time_limit <= 0:
             raise ValueError(f"time_limit must be > 0, got {self.time_limit}")
+        if not 0.0 <= self.gpu_share < 1.0:
+            raise ValueError(f"gpu_share must be 0 (whole GPUs) or between 0 and 1, "
+                             f"got {self.gpu_share}")
+        if self.gpu_share and (self.gpus_per_node != 1 or self.num_nodes != 1):
+            raise ValueError(f"a GPU share is a share of one GPU: it needs gpus_per_node=1 and "
+                             f"num_nodes=1, got {self.num_nodes} × {self.gpus_per_node}")
         if not self.priority:
             object.__setattr__(self, "priority", DEFAULT_PRIORITY_FOR_KIND[self.kind])
 
     @property
     def gpus(self) -> int:
+        """Physical GPUs it touches (1 for a share)."""
         return self.gpus_per_node * self.num_nodes
 
     @property
     def gpu_units(self) -> float:
-        """What it holds in GPU units: its share of one GPU, or its GPUs."""
-        return self.gpu_share or float(self.gpus)
+        """What it counts against quota, fair share and usage: its share of
+        one GPU, or its GPUs."""
+        return self.gpu_share if self.gpu_share else self.gpus
 
 
 def combined_selector(team: Optional[Team], w: "Workload") -> dict[str, str]:

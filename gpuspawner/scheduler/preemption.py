@@ -56,12 +56,17 @@ class VictimCatalog:
         # earlier in this cycle or set aside for a nominated preemptor. They
         # are the newest claims, so the first to count as borrowed, and no
         # running work is evicted for them.
-        self.admitted_now: dict[tuple[str, str], int] = {}
+        self.admitted_now: dict[tuple[str, str], float] = {}
         for nom in state.nominations.values():
             w = state.pending[nom.workload_id]
-            self.admitted_now[(w.team, w.pool)] = self.admitted_now.get((w.team, w.pool), 0) + w.gpus
+            self.admitted_now[(w.team, w.pool)] = (self.admitted_now.get((w.team, w.pool), 0)
+                                                   + w.gpu_units)
 
-    def admitted(self, team: str, pool: str, gpus: int) -> None:
+    @property
+    def state(self):
+        return self._state
+
+    def admitted(self, team: str, pool: str, gpus: float) -> None:
         key = (team, pool)
         self.admitted_now[key] = self.admitted_now.get(key, 0) + gpus
         self._above.pop(key, None)
@@ -103,11 +108,11 @@ class VictimCatalog:
                 if excess <= 0:
                     break
                 above.add(key[-1])
-                excess -= self._state.running[key[-1]].workload.gpus
+                excess -= self._state.running[key[-1]].workload.gpu_units
         self._above[(team, pool)] = above
         return above
 
-    def running_excess(self, team: str, pool: str) -> int:
+    def running_excess(self, team: str, pool: str) -> float:
         """GPUs the team's running work holds above its nominal quota."""
         return (self._ledger.used.get((team, pool), 0) - self.admitted_now.get((team, pool), 0)
                 - self._ledger.quota(team, pool).nominal)
@@ -149,7 +154,7 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
         wid = r.workload.id
         return wid not in unavailable and wid not in w.preempted_by
 
-    if policy.quotas and ledger.within_nominal(w.team, w.pool, w.gpus) \
+    if policy.quotas and ledger.within_nominal(w.team, w.pool, w.gpu_units) \
             and ledger.borrowed_total.get(w.pool, 0) > 0:
         borrowers = [u for u in catalog.teams_in(w.pool) if u != w.team
                      and catalog.running_excess(u, w.pool) > 0]
@@ -174,15 +179,20 @@ def candidates(w: Workload, catalog: VictimCatalog, ledger: QuotaLedger, policy:
 
 def plan_preemption(w: Workload, selector: Mapping[str, str], index: FreeIndex,
                     ledger: QuotaLedger, cands: Sequence[Candidate], catalog: VictimCatalog,
-                    limits: Mapping[str, int] = {}) -> Optional[PreemptionPlan]:
+                    limits: Mapping[str, int] = {}, slots=None) -> Optional[PreemptionPlan]:
     """The victims (fewest, most evictable) that make room for ``w``, or None.
     ``limits`` caps the GPUs ``w`` may take on reserved nodes: preempting does
-    not get around a backfill reservation."""
+    not get around a backfill reservation. ``slots`` (the cycle's
+    ``shares.SlotIndex``) is where shares are; without shares in play the
+    plan is made as before."""
     if not cands:
         return None
     excess = {team: catalog.running_excess(team, w.pool)
               for team in {c.team for c in cands if c.rule == RECLAIM}}
-    if w.num_nodes == 1:
+    if slots is not None and (w.gpu_share or any(c.running.workload.gpu_share for c in cands)):
+        from .shares_preemption import plan_with_shares
+        plan = plan_with_shares(w, selector, index, slots, catalog, cands, excess, limits)
+    elif w.num_nodes == 1:
         plan = _single_node(w, selector, index, cands, excess, limits)
     else:
         plan = _gang(w, selector, index, cands[:MAX_GANG_CANDIDATES], excess, limits)
@@ -210,7 +220,7 @@ def _single_node(w, selector, index, cands, excess, limits) -> Optional[Preempti
         chosen = _victims_on_node(options, need, excess)
         if chosen is None:
             continue
-        freed = sum(c.running.workload.gpus for _, c, _ in chosen)
+        freed = sum(c.running.workload.gpu_units for _, c, _ in chosen)
         cost = (freed - need, len(chosen), max(rank for rank, _, _ in chosen), node)
         if best is None or cost < best[0]:
             best = (cost, node, chosen)
@@ -235,7 +245,7 @@ def _victims_on_node(options, need, excess):
         if not allowed(c, taken):
             continue
         chosen.append((rank, c, gpus))
-        taken[c.team] = taken.get(c.team, 0) + c.running.workload.gpus
+        taken[c.team] = taken.get(c.team, 0) + c.running.workload.gpu_units
         freed += len(gpus)
         if freed >= need:
             return chosen
@@ -259,7 +269,7 @@ def _gang(w, selector, index, cands, excess, limits) -> Optional[PreemptionPlan]
     for c in cands:
         if c.rule == RECLAIM and taken.get(c.team, 0) >= excess[c.team]:
             continue
-        taken[c.team] = taken.get(c.team, 0) + c.running.workload.gpus
+        taken[c.team] = taken.get(c.team, 0) + c.running.workload.gpu_units
         chosen.append(c)
         for node, gpus in c.running.placement:
             if node in trial.free:
@@ -285,14 +295,14 @@ def _satisfy_quota(w, plan: PreemptionPlan, ledger: QuotaLedger, cands, not_runn
     """Add victims until the team's quota and the pool's lending rule hold."""
     trial = ledger.copy()
     for c in plan.victims:
-        trial.charge(c.team, w.pool, -c.running.workload.gpus)
+        trial.charge(c.team, w.pool, -c.running.workload.gpu_units)
 
     def ok() -> bool:
-        if trial.check(w.team, w.pool, w.gpus) is not None:
+        if trial.check(w.team, w.pool, w.gpu_units) is not None:
             return False
-        trial.charge(w.team, w.pool, w.gpus)
+        trial.charge(w.team, w.pool, w.gpu_units)
         fine = trial.borrowing_ok(w.pool)
-        trial.charge(w.team, w.pool, -w.gpus)
+        trial.charge(w.team, w.pool, -w.gpu_units)
         return fine
 
     chosen = {id(c) for c in plan.victims}
@@ -304,6 +314,6 @@ def _satisfy_quota(w, plan: PreemptionPlan, ledger: QuotaLedger, cands, not_runn
         if c.rule == RECLAIM and trial.used.get((c.team, w.pool), 0) - not_running.get(
                 (c.team, w.pool), 0) - trial.quota(c.team, w.pool).nominal <= 0:
             continue
-        trial.charge(c.team, w.pool, -c.running.workload.gpus)
+        trial.charge(c.team, w.pool, -c.running.workload.gpu_units)
         plan.victims.append(c)
     return plan if ok() else None

@@ -8,6 +8,9 @@ by capacity nobody owns plus what lenders let go of their idle nominal quota:
 
 Without lending limits this is exactly "the pool is not over-full"; with
 them it is stricter, which is what a lending limit is for.
+
+Amounts are GPU units: a share of a GPU counts its fraction (0.25 for a
+quarter). Shares are 1/N with N a power of two, so the sums are exact.
 """
 from __future__ import annotations
 
@@ -18,13 +21,18 @@ from .model import NO_QUOTA, Quota, Team
 INF = float("inf")
 
 
-def borrowed(used: int, quota: Quota) -> int:
+def borrowed(used: float, quota: Quota) -> float:
     return max(0, used - quota.nominal)
 
 
-def lendable(used: int, quota: Quota) -> float:
+def lendable(used: float, quota: Quota) -> float:
     idle = max(0, quota.nominal - used)
     return idle if quota.lending_limit is None else min(idle, quota.lending_limit)
+
+
+def units(x: float) -> str:
+    """GPU units as a person reads them: 3, 0.25, 1.5."""
+    return f"{x:g}"
 
 
 def describe_ceiling(quota: Quota) -> str:
@@ -38,10 +46,10 @@ class QuotaLedger:
     borrowing rule needs kept up to date incrementally (O(1) per charge)."""
 
     def __init__(self, capacity: Mapping[str, int], teams: Mapping[str, Team],
-                 used: Mapping[tuple[str, str], int] = ()):
+                 used: Mapping[tuple[str, str], float] = ()):
         self.capacity = dict(capacity)
         self.teams = teams
-        self.used: dict[tuple[str, str], int] = {}
+        self.used: dict[tuple[str, str], float] = {}
         self.nominal_total: dict[str, int] = {p: 0 for p in self.capacity}
         self.borrowed_total: dict[str, float] = {p: 0 for p in self.capacity}
         self.lendable_total: dict[str, float] = {p: 0 for p in self.capacity}
@@ -70,15 +78,15 @@ class QuotaLedger:
     def unowned(self, pool: str) -> int:
         return max(0, self.capacity.get(pool, 0) - self.nominal_total.get(pool, 0))
 
-    def charge(self, team: str, pool: str, gpus: int) -> None:
-        """Add (or with a negative number, remove) GPUs held by a team."""
+    def charge(self, team: str, pool: str, gpus: float) -> None:
+        """Add (or with a negative number, remove) GPU units held by a team."""
         if gpus == 0:
             return
         quota = self.quota(team, pool)
         before = self.used.get((team, pool), 0)
         after = before + gpus
         if after < 0:
-            raise ValueError(f"team {team} would hold {after} GPUs of {pool}")
+            raise ValueError(f"team {team} would hold {units(after)} GPUs of {pool}")
         self.used[(team, pool)] = after
         self.borrowed_total[pool] = (self.borrowed_total.get(pool, 0)
                                      + borrowed(after, quota) - borrowed(before, quota))
@@ -92,7 +100,7 @@ class QuotaLedger:
         return (self.borrowed_total.get(pool, 0) - self.unowned(pool)
                 - self.lendable_total.get(pool, 0))
 
-    def breaks_lending(self, team: str, pool: str, gpus: int) -> bool:
+    def breaks_lending(self, team: str, pool: str, gpus: float) -> bool:
         """Admitting ``gpus`` more for the team would leave more borrowed in
         the pool than is lent: a lender taking back nominal quota from GPUs
         that are free but not lendable."""
@@ -102,18 +110,18 @@ class QuotaLedger:
         self.charge(team, pool, -gpus)
         return after > 0 and after > before
 
-    def within_nominal(self, team: str, pool: str, gpus: int) -> bool:
+    def within_nominal(self, team: str, pool: str, gpus: float) -> bool:
         return self.used.get((team, pool), 0) + gpus <= self.quota(team, pool).nominal
 
-    def check(self, team: str, pool: str, gpus: int) -> Optional[str]:
+    def check(self, team: str, pool: str, gpus: float) -> Optional[str]:
         """None when ``gpus`` more GPUs fit the team's quota, else why not."""
         quota = self.quota(team, pool)
         used = self.used.get((team, pool), 0)
         after = used + gpus
         if after > quota.ceiling:
-            return (f"team {team} holds {used} {pool} GPUs and may hold at most "
+            return (f"team {team} holds {units(used)} {pool} GPUs and may hold at most "
                     f"{quota.nominal + quota.borrowing_limit} ({describe_ceiling(quota)}); "
-                    f"this workload needs {gpus}")
+                    f"this workload needs {units(gpus)}")
         extra = borrowed(after, quota) - borrowed(used, quota)
         if extra <= 0:
             return None
@@ -123,10 +131,10 @@ class QuotaLedger:
         if extra <= room:
             return None
         if room <= 0:
-            return (f"team {team} is at {used}/{quota.nominal} {pool} GPUs and nothing "
+            return (f"team {team} is at {units(used)}/{quota.nominal} {pool} GPUs and nothing "
                     f"can be borrowed")
-        return (f"team {team} is at {used}/{quota.nominal} {pool} GPUs and only "
-                f"{int(room)} can be borrowed; this workload needs {extra} more")
+        return (f"team {team} is at {units(used)}/{quota.nominal} {pool} GPUs and only "
+                f"{units(room)} can be borrowed; this workload needs {units(extra)} more")
 
     def headroom(self, team: str, pool: str) -> int:
         """GPUs the team could be admitted for now by quota alone."""

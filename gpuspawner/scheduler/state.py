@@ -16,6 +16,7 @@ from .fairshare import DecayedUsage
 from .model import Node, Placement, Running, RunState, Team, Workload
 from .placement import FreeIndex
 from .quota import QuotaLedger
+from .shares import SlotIndex, open_or_join, share_key, slots_needed
 
 
 @dataclass
@@ -32,6 +33,10 @@ class Nomination:
     def ready(self) -> bool:
         """Every victim has exited: its GPUs and its quota are free."""
         return not self.outstanding and not self.victims
+
+
+# The topology field of a share's shape class (``ClusterState.shape_class``).
+SHARE_SHAPE = "share"
 
 
 class ClusterState:
@@ -53,6 +58,11 @@ class ClusterState:
         # (node, gpu) -> id of the workload holding it.
         self.owner: dict[tuple[str, int], str] = {}
         self.index = FreeIndex()
+        # Shared GPUs: their used slots, and the running shares on each.
+        self.slots = SlotIndex()
+        self.sharers: dict[tuple[str, int], dict[str, int]] = {}
+        # (node, gpu) -> {preemptor id: slots} set aside on a shared GPU.
+        self.share_aside: dict[tuple[str, int], dict[str, int]] = {}
         self.capacity: dict[str, int] = {}
         self.usage: dict[tuple[str, str], DecayedUsage] = {}
         self.running_by_pool: dict[str, dict[str, None]] = {}
@@ -93,7 +103,8 @@ class ClusterState:
         else:
             self.unhealthy_nodes.discard(node.name)
         free = [g for g in node.placeable_gpus()
-                if (node.name, g) not in self.owner and (node.name, g) not in self.set_aside]
+                if (node.name, g) not in self.owner and (node.name, g) not in self.set_aside
+                and (node.name, g) not in self.slots]
         self.index.add_node(node, free)
         self.capacity[node.pool] = self.capacity.get(node.pool, 0) + len(node.usable_gpus())
         self.running_by_pool.setdefault(node.pool, {})
@@ -104,7 +115,8 @@ class ClusterState:
         became unhealthy is evicted by the next cycle."""
         old = self.nodes.get(node.name)
         if old is not None:
-            if old.pool != node.pool and any(n == node.name for (n, _g) in self.owner):
+            if old.pool != node.pool and (any(n == node.name for (n, _g) in self.owner)
+                                          or node.name in self.slots.on_node):
                 raise ValueError(f"node {node.name} has running work; drain it before moving pools")
             self.capacity[old.pool] -= len(old.usable_gpus())
             self.index.remove_node(node.name)
@@ -116,13 +128,13 @@ class ClusterState:
         self.ledger = self._new_ledger()
 
     def _new_ledger(self) -> QuotaLedger:
-        charged: dict[tuple[str, str], int] = {}
+        charged: dict[tuple[str, str], float] = {}
         for r in self.running.values():
             key = (r.workload.team, r.workload.pool)
-            charged[key] = charged.get(key, 0) + r.workload.gpus
+            charged[key] = charged.get(key, 0) + r.workload.gpu_units
         for nom in self.nominations.values():
             w = self.pending[nom.workload_id]
-            charged[(w.team, w.pool)] = charged.get((w.team, w.pool), 0) + w.gpus
+            charged[(w.team, w.pool)] = charged.get((w.team, w.pool), 0) + w.gpu_units
         return QuotaLedger(self.capacity, self.teams, charged)
 
     # ---- queue -----------------------------------------------------------
@@ -192,6 +204,8 @@ class ClusterState:
     def shape_class(self, w: Workload) -> tuple:
         team = self.teams.get(w.team)
         constrained = bool(w.node_selector) or (team is not None and bool(team.node_selector))
+        if w.gpu_share:
+            return (w.gpu_share, 1, SHARE_SHAPE, "", constrained)
         return (w.gpus_per_node, w.num_nodes, w.topology, w.topology_key, constrained)
 
     def queue(self, group: str) -> list[Workload]:
@@ -215,22 +229,41 @@ class ClusterState:
             for node, gpus in placement:
                 for g in gpus:
                     self.set_aside.pop((node, g), None)
+            if w.gpu_share:
+                key = share_key(placement)
+                aside = self.share_aside.get(key, {})
+                if aside.pop(wid, None) is None:  # a whole GPU was set aside: open it
+                    node = self.nodes[key[0]]
+                    self.slots.add(key, node.pool, node.share_units,
+                                   slots_needed(w.gpu_share, node.share_units))
+                elif not aside:
+                    del self.share_aside[key]
         else:
             for node, gpus in placement:
                 for g in gpus:
-                    if (node, g) in self.owner or (node, g) in self.set_aside:
+                    if (node, g) in self.owner or (node, g) in self.set_aside or \
+                            (not w.gpu_share and (node, g) in self.slots):
                         raise ValueError(f"GPU {node}/{g} is not free")
-            self.index.take_placement(placement)
-            self.ledger.charge(w.team, w.pool, w.gpus)
+            if w.gpu_share:
+                node, g = share_key(placement)
+                open_or_join(self.index, self.slots, self.nodes[node], g, w)
+            else:
+                self.index.take_placement(placement)
+            self.ledger.charge(w.team, w.pool, w.gpu_units)
         self._unqueue(w)
-        for node, gpus in placement:
-            for g in gpus:
-                self.owner[(node, g)] = wid
+        if w.gpu_share:
+            key = share_key(placement)
+            self.sharers.setdefault(key, {})[wid] = slots_needed(
+                w.gpu_share, self.nodes[key[0]].share_units)
+        else:
+            for node, gpus in placement:
+                for g in gpus:
+                    self.owner[(node, g)] = wid
         r = Running(workload=w, placement=placement, start_time=now)
         self.running[wid] = r
         for node, _ in placement:
             self.node_drain[node] = max(self.node_drain.get(node, float("-inf")), r.end_estimate)
-        self._advance_usage(w.team, w.pool, now, w.gpus)
+        self._advance_usage(w.team, w.pool, now, w.gpu_units)
         if w.gpus:
             self.running_by_pool.setdefault(w.pool, {})[wid] = None
             self._index_end(r)
@@ -263,22 +296,35 @@ class ClusterState:
     def nominate(self, wid: str, placement: Placement, victims: Iterable[str]) -> None:
         w = self.pending[wid]
         nom = Nomination(wid, placement, set(victims))
+        if w.gpu_share and share_key(placement) in self.slots:
+            # Slots of a shared GPU: counted used now, free once the victims exit.
+            key = share_key(placement)
+            node = self.nodes[key[0]]
+            need = slots_needed(w.gpu_share, node.share_units)
+            self.share_aside.setdefault(key, {})[wid] = need
+            self.slots.add(key, node.pool, node.share_units, need)
+            placement = ()
         for node, gpus in placement:
             for g in gpus:
                 key = (node, g)
                 self.set_aside[key] = wid
                 if key in self.owner:
                     nom.outstanding.add(key)
+                elif key in self.slots:  # freed when its last share leaves
+                    nom.outstanding.add(key)
+                    self.slots.close(key)
                 else:
                     self.index.take(node, (g,))
         self.nominations[wid] = nom
-        self.ledger.charge(w.team, w.pool, w.gpus)
+        self.ledger.charge(w.team, w.pool, w.gpu_units)
 
     def release(self, wid: str, now: float) -> Running:
         """A running workload stopped: its GPUs go back (or to a nominee)."""
         r = self.running.pop(wid)
         w = r.workload
-        for node, gpus in r.placement:
+        if w.gpu_share:
+            self._release_share(wid, share_key(r.placement))
+        for node, gpus in (() if w.gpu_share else r.placement):
             give = []
             for g in gpus:
                 key = (node, g)
@@ -290,8 +336,8 @@ class ClusterState:
                     give.append(g)
             if give:
                 self.index.give(node, give)
-        self.ledger.charge(w.team, w.pool, -w.gpus)
-        self._advance_usage(w.team, w.pool, now, -w.gpus)
+        self.ledger.charge(w.team, w.pool, -w.gpu_units)
+        self._advance_usage(w.team, w.pool, now, -w.gpu_units)
         for nom in self.nominations.values():
             nom.victims.discard(wid)
         self._redrain(node for node, _ in r.placement)
@@ -302,17 +348,51 @@ class ClusterState:
                 self._unindex_eviction(r)
         return r
 
+    def _release_share(self, wid: str, key: tuple[str, int]) -> None:
+        holders = self.sharers[key]
+        slots = holders.pop(wid)
+        if not holders:
+            del self.sharers[key]
+        if self.slots.remove(key, slots):  # the last share left: the GPU is whole again
+            nominee = self.set_aside.get(key)
+            if nominee is not None:
+                self.nominations[nominee].outstanding.discard(key)
+            elif self.placeable(*key):
+                self.index.give(key[0], [key[1]])
+
+    def shared_slots(self) -> Mapping[tuple[str, int], int]:
+        """(node, gpu) -> slots used on each shared GPU (running shares and
+        slots set aside for nominated ones)."""
+        return self.slots.used
+
+    def holders(self, node: str, gpu: int) -> list[str]:
+        """Workloads running on a GPU: its whole holder, or its shares."""
+        wid = self.owner.get((node, gpu))
+        if wid is not None:
+            return [wid]
+        return list(self.sharers.get((node, gpu), ()))
+
     def _redrain(self, nodes: Iterable[str]) -> None:
         for name in nodes:
             node = self.nodes.get(name)
-            ends = {self.running[wid].end_estimate for wid in
-                    (self.owner.get((name, g)) for g in range(node.gpus) if node) if wid}
+            ends = {self.running[wid].end_estimate for g in range(node.gpus if node else 0)
+                    for wid in self.holders(name, g)}
             if ends:
                 self.node_drain[name] = max(ends)
             else:
                 self.node_drain.pop(name, None)
 
     def _drop_nomination(self, nom: Nomination, w: Workload) -> None:
+        key = share_key(nom.placement) if w.gpu_share else None
+        if key is not None and w.id in self.share_aside.get(key, {}):
+            aside = self.share_aside[key]
+            slots = aside.pop(w.id)
+            if not aside:
+                del self.share_aside[key]
+            if self.slots.remove(key, slots) and self.placeable(*key):
+                self.index.give(key[0], [key[1]])
+            self.ledger.charge(w.team, w.pool, -w.gpu_units)
+            return
         for node, gpus in nom.placement:
             back = []
             for g in gpus:
@@ -322,7 +402,7 @@ class ClusterState:
                     back.append(g)
             if back:
                 self.index.give(node, back)
-        self.ledger.charge(w.team, w.pool, -w.gpus)
+        self.ledger.charge(w.team, w.pool, -w.gpu_units)
 
     def drop_nomination(self, wid: str) -> None:
         nom = self.nominations.pop(wid)
@@ -342,7 +422,8 @@ class ClusterState:
         drained = {name for name, n in self.nodes.items() if n.drained}
         if not drained:
             return []
-        return sorted({wid for (node, _g), wid in self.owner.items() if node in drained})
+        return sorted({wid for name in drained for g in range(self.nodes[name].gpus)
+                       for wid in self.holders(name, g)})
 
     def on_unhealthy_hardware(self) -> list[str]:
         """Running workloads holding a GPU that is no longer usable."""
@@ -350,9 +431,8 @@ class ClusterState:
         for name in self.unhealthy_nodes:
             node = self.nodes[name]
             for g in range(node.gpus):
-                wid = self.owner.get((name, g))
-                if wid is not None and not self.usable(name, g):
-                    out.add(wid)
+                if not self.usable(name, g):
+                    out.update(self.holders(name, g))
         return sorted(out)
 
     def _index_end(self, r: Running) -> None:
@@ -374,7 +454,7 @@ class ClusterState:
                     del ends[i]
 
     # ---- fair-share usage ------------------------------------------------
-    def _advance_usage(self, team: str, pool: str, now: float, delta: int) -> None:
+    def _advance_usage(self, team: str, pool: str, now: float, delta: float) -> None:
         if not pool:
             return
         u = self.usage.setdefault((team, pool), DecayedUsage(updated_at=now))
@@ -398,10 +478,11 @@ class ClusterState:
         self.add_pending(again)
         return again
 
-    def held_gpus(self) -> Mapping[tuple[str, str], int]:
-        """GPUs actually held (running + terminating) per (team, pool)."""
-        held: dict[tuple[str, str], int] = {}
+    def held_gpus(self) -> Mapping[tuple[str, str], float]:
+        """GPU units actually held (running + terminating) per (team, pool):
+        a share counts its fraction."""
+        held: dict[tuple[str, str], float] = {}
         for r in self.running.values():
             key = (r.workload.team, r.workload.pool)
-            held[key] = held.get(key, 0) + r.workload.gpus
+            held[key] = held.get(key, 0) + r.workload.gpu_units
         return held

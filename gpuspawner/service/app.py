@@ -30,6 +30,7 @@ from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
 from ..isolation.cgroups import GpuEnforcement
 from ..isolation.gpu_rules import DEVICE_GROUPS
+from ..isolation.share_memory import MemoryWatch
 from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolating,
                                   private_file, secure_data_dir)
 from ..scheduler.model import Quota
@@ -49,7 +50,8 @@ from .metrics import ServiceMetrics
 from .panel.base import environment as panel_environment
 from .panel.pages import PANEL_ROUTES, OverviewPage
 from .schedules import Schedules
-from .share_specs import parse_sharing
+from .share_specs import parse_mps, parse_sharing
+from .share_watch import ShareWatch
 from .serving_controller import ServingController
 from .specs import Limits
 from .wiring import ENFORCED_ELSEWHERE, FACTORIES, combine, record_inventory
@@ -361,9 +363,29 @@ class GpuHubService(Application):
         time-slicing (``nvidia.com/gpu.shared``) instead. Change a pool's
         slots only while none of its GPUs is shared.
 
-        Example (H200s in quarters, 35 GiB each)::
+        ``mps_pipe_directory`` names where each GPU's MPS control daemon
+        listens (``{uuid}``: the GPU's UUID; GPU Hub starts no daemon): a
+        share is then an MPS client, held to its part of the SMs and of the
+        memory, while every other share on its GPU is the same user's (one
+        MPS server serves one user at a time); else it is time-sliced.
 
-            c.GpuHubService.gpu_sharing = {"h200": {"share_units": 4}}
+        Example (H200s in quarters, 35 GiB each; an MPS daemon per GPU)::
+
+            c.GpuHubService.gpu_sharing = {
+                "h200": {"share_units": 4, "mps_pipe_directory": "/run/gpuhub-mps/{uuid}"}}
+        """).tag(config=True)
+
+    share_watch_interval = Float(5.0, help="""
+        Seconds between looks at the memory each share of a shared GPU uses
+        (NVML's per-process accounting): how long a share may run above its
+        memory before it is first warned.
+        """).tag(config=True)
+
+    share_memory_grace = Float(30.0, help="""
+        Seconds a share may stay above its GPU memory after its warning
+        before it is stopped (a job fails, a server is stopped) with the
+        reason. Above 1.1 times its memory, or while the GPU is full, it is
+        stopped at once: the next allocation of any share there would fail.
         """).tag(config=True)
 
     max_lost_attempts = Integer(3, help="""
@@ -531,7 +553,10 @@ class GpuHubService(Application):
                                           job_tokens=self._job_tokens(),
                                           default_team=self.default_team,
                                           start_threads=self.start_threads,
-                                          gpu_sharing=self.sharing))
+                                          gpu_sharing=self.sharing,
+                                          mps_pipe_directories=parse_mps(self.gpu_sharing),
+                                          share_watch=MemoryWatch(grace_s=self.share_memory_grace),
+                                          share_watch_interval=self.share_watch_interval))
         self.engine.metrics = ServiceMetrics(self.engine)
         self.engine.start()
         self.serving = ServingController(self.engine,
@@ -763,6 +788,20 @@ class GpuHubService(Application):
             except Exception:
                 self.log.exception("reconciling notebook servers failed")
 
+    async def _share_watch_loop(self) -> None:
+        """The memory watch of shared GPUs (share_watch.py), off the event
+        loop: NVML and /proc reads may take a while on a big host."""
+        if not self.sharing:
+            return
+        watch = ShareWatch(self.engine, self.inventory.processes, self.enforcement,
+                           self.engine.config.share_watch)
+        while True:
+            await asyncio.sleep(self.share_watch_interval)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, watch.tick)
+            except Exception:
+                self.log.exception("watching shared GPUs' memory failed")
+
     async def _schedule_loop(self) -> None:
         while True:
             try:
@@ -853,6 +892,7 @@ class GpuHubService(Application):
         loop.add_callback(self._loop)
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self._schedule_loop)
+        loop.add_callback(self._share_watch_loop)
         loop.add_callback(self.serving.run)
         loop.add_callback(exit_with_parent, loop.stop, self.hub_watch_interval)
         loop.add_callback(self.engine.backend.run)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..backends.base import EXITED, AttemptExit
@@ -28,8 +28,10 @@ from ..scheduler.model import Quota
 from ..scheduler.policy import Policy
 from ..scheduler.steps import drain
 from ..store import Attempt, GpuRow, NodeRow, Store, WorkloadRow
-from . import journal, records, sweeps, waiting
+from ..isolation.share_memory import MemoryWatch
+from . import journal, records, share_enforce, sweeps, waiting
 from .exits import Asked, ending
+from .identity import Identity
 from .kinds import BACKEND_KINDS, kind
 from .launch import Launcher, LocalNode
 from .rebuild import rebuild, to_workload
@@ -43,6 +45,10 @@ from .teams import TeamBook
 log = logging.getLogger("gpuhub.engine")
 # Waiting reasons written per transaction (and step of a cycle).
 REASONS_PER_STEP = 500
+# Most seconds a workload the service stops itself (stop_for) has to exit.
+STOP_FOR_GRACE = 5.0
+# Who the service's own releases are recorded as.
+SCHEDULER = Identity("scheduler", admin=True)
 
 
 @dataclass
@@ -70,6 +76,11 @@ class EngineConfig:
     start_threads: int = 0
     # pool -> slots each of its GPUs may be shared in (share_specs.parse_sharing).
     gpu_sharing: dict = field(default_factory=dict)
+    # pool -> its GPUs' MPS pipe directory ({uuid}: each GPU's) (share_specs.parse_mps).
+    mps_pipe_directories: dict = field(default_factory=dict)
+    # How shares are held to their memory (share_watch.py), as their labels say.
+    share_watch: MemoryWatch = MemoryWatch()
+    share_watch_interval: float = 5.0
 
 
 class Engine(Requests):
@@ -84,6 +95,9 @@ class Engine(Requests):
         self.scheduler = None
         self.launcher = Launcher(self.nodes, config.data_dir, config.workspace_root,
                                  config.default_grace_period, config.prepare_workspace)
+        self.launcher.pool_sharing = self.pool_sharing
+        self.launcher.share_enforcement = lambda row, attempt_dir: share_enforce.decide(
+            self, row, attempt_dir)
         self.teams = TeamBook(store, config.team_prefix, config.default_quota,
                               config.default_team, config.notebook_gpu_limits, self.change,
                               self.pool_sizes)
@@ -94,8 +108,12 @@ class Engine(Requests):
         # workload -> GPU memory (MiB) its processes used at the last reading
         # of a shared GPU (the share watcher's), for the heat map.
         self.share_memory: dict[str, int] = {}
+        # workload -> SM utilisation % of its own processes on its shared GPU.
+        self.share_activity: dict[str, float] = {}
         # (replica, attempt) -> why the service itself ends it (replace_replica).
         self._replacing: dict[tuple[str, int], str] = {}
+        # (workload, attempt) -> why the service stopped it (stop_for).
+        self._stopped_for: dict[tuple[str, int], str] = {}
         self._planning = False
         self._changes: list[Callable] = []
         # Something ended (or waits anew): the waiting ones are looked at
@@ -128,10 +146,12 @@ class Engine(Requests):
         if not units:
             return None
         with self.store.session() as s:
-            memory = s.scalar(select(func.min(GpuRow.memory_mib))
-                              .join(NodeRow, NodeRow.name == GpuRow.node)
-                              .where(NodeRow.pool == pool)) or 0
-        return PoolSharing(pool, units, memory)
+            smallest = s.execute(select(GpuRow.memory_mib, GpuRow.model)
+                                 .join(NodeRow, NodeRow.name == GpuRow.node)
+                                 .where(NodeRow.pool == pool)
+                                 .order_by(GpuRow.memory_mib).limit(1)).first()
+        return PoolSharing(pool, units, *(smallest or (0, "")),
+                           mps_pipe_directory=self.config.mps_pipe_directories.get(pool))
 
     def pool_sizes(self) -> dict[str, int]:
         """pool -> GPUs of its nodes, healthy or not."""
@@ -345,6 +365,7 @@ class Engine(Requests):
         if self.config.job_tokens is not None:
             self.config.job_tokens.revoke(x.workload_id, x.attempt)
         replaced = self._replacing.pop((x.workload_id, x.attempt), None)
+        stopped = self._stopped_for.pop((x.workload_id, x.attempt), None)
         with self.store.transaction() as s:
             row = s.get(WorkloadRow, x.workload_id)
             attempt = s.get(Attempt, (x.workload_id, x.attempt))
@@ -352,7 +373,7 @@ class Engine(Requests):
                 return  # already recorded (an evicted attempt's late exit)
             preempted = row.preempted_for if row.state == STOPPING else None
             end = ending(kind(row.kind), row.attempt, x.reason, x.returncode,
-                         Asked(row.cancel_requested, preempted, replaced),
+                         Asked(row.cancel_requested, preempted, replaced, stopped),
                          lost_before=records.lost_before(s, row.id), time_limit=row.time_limit,
                          max_replica_restarts=self.config.max_replica_restarts,
                          max_lost_attempts=self.config.max_lost_attempts, detail=detail)
@@ -375,6 +396,16 @@ class Engine(Requests):
         self.change(done)
         self._reasons.pop(x.workload_id, None)
         self.wake()
+
+    def stop_for(self, row: WorkloadRow, why: str) -> None:
+        """The service itself ends a running workload for ``why`` (a share
+        above its GPU memory): a job's attempt is stopped and ends failed
+        with that reason; a server's GPUs go back, and its spawner stops it."""
+        if not kind(row.kind).run_by_backend:
+            self.release(SCHEDULER, row.id, why)
+            return
+        self._stopped_for[(row.id, row.attempt)] = why
+        self.starter.stop(row.id, row.attempt, min(self.launcher.grace(row), STOP_FOR_GRACE))
 
     def _finished(self, s: Session, row: WorkloadRow) -> None:
         """A workload ended for good: how long it ran joins the run-time

@@ -30,6 +30,7 @@ class Asked:
     cancelled: bool = False
     preempted_for: Optional[str] = None
     replaced: Optional[str] = None  # why the service itself ended it (a replica)
+    stopped: Optional[str] = None   # why the service stopped it for good (a share over its memory)
 
 
 def describe_returncode(returncode: Optional[int], reason: str) -> str:
@@ -49,10 +50,13 @@ def ending(kind: Kind, attempt: int, reason: str, returncode: Optional[int], ask
     if asked.preempted_for is not None:
         return Ending(True, None, "preempted",
                       f"preempted for {asked.preempted_for}; requeued as attempt {attempt + 1}")
+    if asked.stopped is not None and not kind.replaced_on_exit:
+        return Ending(False, FAILED, "failed", asked.stopped)
     if kind.replaced_on_exit:
         if attempt + 1 < max_replica_restarts:
             return Ending(True, None, "lost" if reason == LOST else "failed",
-                          f"replica ended ({asked.replaced or ended}); replaced by attempt "
+                          f"replica ended ({asked.replaced or asked.stopped or ended}); "
+                          f"replaced by attempt "
                           f"{attempt + 1}")
         return Ending(False, FAILED, "failed",
                       f"replica ended ({ended}) {max_replica_restarts} times; not restarted "

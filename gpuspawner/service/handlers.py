@@ -17,13 +17,14 @@ from tornado.iostream import StreamClosedError
 from ..safefiles import read_own
 from ..scheduler.model import Quota
 from ..store import Attempt, WorkloadRow
-from . import operations, queries, views
+from . import operations, queries, share_enforce, views
 from .accounting import to_csv
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
 from .kinds import KINDS, kind
+from .share_specs import share_env
 from .specs import SpecError, parse_workload
-from .states import FINAL_STATES, QUEUED, STATES
+from .states import FINAL_STATES, QUEUED, RUNNING, STATES
 from .usage import culls, usage_report
 
 
@@ -222,6 +223,15 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
         placement = [(p["node"], p["devices"]) for p in out["placement"]]
         out["devices"] = engine.launcher.devices(placement)
         out["device_uuids"] = engine.launcher.device_uuids(placement)
+        if row.gpu_share and row.state == RUNNING:
+            # What a share's processes are told of it (a server's spawner sets
+            # it), and what holds it.
+            enforced = share_enforce.decide(engine, row, engine.launcher.attempt_dir(
+                row.id, row.attempt))
+            out["share_env"] = {**share_env(row.gpu_share, engine.pool_sharing(row.pool)),
+                                **(enforced.env if enforced else {})}
+            if enforced is not None:
+                out["share_enforcement"] = {**enforced.labels, "notes": enforced.notes}
     if row.state == QUEUED:
         out["queue_position"] = queries.queue_position(engine.scheduler.state, row.id)
         out["expected_start"] = engine.estimates.view(row.id)

@@ -17,6 +17,7 @@ from ..scheduler.model import Node
 from ..store import Attempt, WorkloadRow
 from .errors import Forbidden
 from .rebuild import placement_from_json
+from .share_specs import share_env
 from .specs import JobSpec, SpecError
 from .views import output_notebook
 
@@ -58,6 +59,10 @@ class Launcher:
         self.workspace_root = workspace_root
         self.default_grace_period = default_grace_period
         self.prepare_workspace = prepare_workspace
+        # pool -> how it shares its GPUs (Engine.pool_sharing), for a share's env.
+        self.pool_sharing: Callable = lambda pool: None
+        # (row, attempt dir) -> what holds a running share (share_enforce.decide).
+        self.share_enforcement: Callable = lambda row, attempt_dir: None
 
     # ---- the user's files --------------------------------------------------
     def workspace_path(self, user: str) -> str:
@@ -128,6 +133,10 @@ class Launcher:
         attempt_dir = self.attempt_dir(row.id, row.attempt)
         env = {**(spec.get("env") or {}), "GPUHUB_USER": row.user, "GPUHUB_TEAM": row.team,
                "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool}
+        if row.gpu_share:
+            env.update(share_env(row.gpu_share, self.pool_sharing(row.pool)))
+            enforced = self.share_enforcement(row, attempt_dir)
+            env.update(enforced.env if enforced else {})
         return LaunchSpec(workload_id=row.id, attempt=row.attempt,
                           argv=tuple(job_argv(spec, attempt_dir)), attempt_dir=attempt_dir,
                           cwd=cwd, env=env, gpus=tuple(self.devices(placement)),

@@ -8,10 +8,12 @@ from typing import Optional
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from ..scheduler.shares import running_shares
 from ..store import (Attempt, AuditEntry, EventRow, GpuRow, NodeRow, NoticeRow, QuotaRow, Store,
                      TeamRow, WorkloadRow)
 from .errors import NotFound
 from .identity import Identity
+from .share_enforce import gpu_label, pool_label
 from .share_specs import share_label
 from .states import QUEUED
 
@@ -48,7 +50,7 @@ def gpus_view(engine, sample: dict) -> list[dict]:
     """Every GPU with its utilisation (``sample``: device -> (util %, MiB))
     and the workload holding it."""
     state = engine.scheduler.state
-    shares = shares_by_gpu(state)
+    shares = running_shares(state)
     owners = set(state.owner.values()) | {wid for on in shares.values() for wid, _ in on}
     with engine.store.session() as s:
         rows = {r.id: r for r in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(owners)))}
@@ -64,11 +66,13 @@ def gpus_view(engine, sample: dict) -> list[dict]:
                      "workload": None if row is None else _holder(row)}
             if sharing is not None:
                 entry["share_units"] = sharing.units
+                entry["enforcement"] = gpu_label(rows, on)
                 entry["shares"] = [
                     {"workload": _holder(rows[wid]), "share": share,
                      "label": share_label(share), "memory_limit_mib":
                          int(share * sharing.gpu_memory_mib),
-                     "memory_used_mib": engine.share_memory.get(wid)}
+                     "memory_used_mib": engine.share_memory.get(wid),
+                     "utilization_pct": engine.share_activity.get(wid)}
                     for wid, share in on if wid in rows]
             out.append(entry)
     return out
@@ -78,17 +82,6 @@ def _holder(row: WorkloadRow) -> dict:
     return {"id": row.id, "kind": row.kind, "user": row.user, "team": row.team, "name": row.name}
 
 
-def shares_by_gpu(state) -> dict[tuple[str, int], list[tuple[str, float]]]:
-    """(node, gpu) -> (workload id, share) of the shares running on it."""
-    out: dict[tuple[str, int], list[tuple[str, float]]] = {}
-    for wid, r in list(state.running.items()):
-        if r.workload.gpu_share:
-            for node, gpus in r.placement:
-                for g in gpus:
-                    out.setdefault((node, g), []).append((wid, r.workload.gpu_share))
-    return out
-
-
 def pools_view(engine, who: Identity) -> list[dict]:
     state = engine.scheduler.state
     held = state.held_gpus()
@@ -96,21 +89,21 @@ def pools_view(engine, who: Identity) -> list[dict]:
     for w in list(state.pending.values()):
         q = queued.setdefault(w.pool, [0, 0])
         q[0] += 1
-        q[1] += w.gpus
+        q[1] += w.gpu_units
     with engine.store.session() as s:
         nodes = s.scalars(select(NodeRow)).all()
         gpus = s.scalars(select(GpuRow)).all()
     out = []
     for pool in sorted(state.capacity):
-        used = {team: n for (team, p), n in held.items() if p == pool and n}
+        used = {team: gpu_units(n) for (team, p), n in held.items() if p == pool and n}
         pool_nodes = [n for n in nodes if n.pool == pool]
         out.append({
             "name": pool, "capacity": state.capacity[pool],
             "total": sum(n.gpus for n in pool_nodes),
-            "used": sum(used.values()),
+            "used": gpu_units(sum(used.values())),
             "free": state.index.pool_free[pool],
             "queued_workloads": queued.get(pool, [0, 0])[0],
-            "queued_gpus": queued.get(pool, [0, 0])[1],
+            "queued_gpus": gpu_units(queued.get(pool, [0, 0])[1]),
             "teams": used if who.admin else {t: n for t, n in used.items() if who.sees_team(t)},
             "sharing": sharing_view(engine.pool_sharing(pool)),
             "nodes": [{"name": n.name, "gpus": n.gpus, "drained": n.drained,
@@ -125,13 +118,19 @@ def pools_view(engine, who: Identity) -> list[dict]:
     return out
 
 
+def gpu_units(n: float):
+    """A count of GPU units as the API shows it: an integer when whole (the
+    common case, as before shares), else the fraction (0.25)."""
+    return int(n) if float(n).is_integer() else round(n, 6)
+
+
 def sharing_view(sharing) -> Optional[dict]:
     """How a pool shares its GPUs, as the spawn form and the heat map say it."""
     if sharing is None:
         return None
     return {"share_units": sharing.units, "gpu_memory_mib": sharing.gpu_memory_mib,
             "share_memory_mib": sharing.gpu_memory_mib // sharing.units,
-            "smallest_share": f"1/{sharing.units}"}
+            "smallest_share": f"1/{sharing.units}", "enforcement": pool_label(sharing)}
 
 
 def teams_view(engine, who: Identity) -> list[dict]:
@@ -151,7 +150,7 @@ def teams_view(engine, who: Identity) -> list[dict]:
                     "quotas": {q.pool: {"nominal": q.nominal,
                                         "borrowing_limit": q.borrowing_limit,
                                         "lending_limit": q.lending_limit,
-                                        "used": held.get((t.name, q.pool), 0)}
+                                        "used": gpu_units(held.get((t.name, q.pool), 0))}
                                for q in quotas if q.team == t.name}})
     return out
 

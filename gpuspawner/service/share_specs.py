@@ -45,6 +45,12 @@ class PoolSharing:
     pool: str
     units: int
     gpu_memory_mib: int  # the smallest GPU of the pool: what a share's memory is a part of
+    model: str = ""      # that GPU's model, as the inventory names it
+    # Where each GPU's MPS control daemon listens ({uuid}: the GPU's), None: no MPS.
+    mps_pipe_directory: Optional[str] = None
+
+
+SHARING_KEYS = ("share_units", "mps_pipe_directory")
 
 
 def parse_sharing(config: Mapping[str, Any]) -> dict[str, int]:
@@ -53,15 +59,26 @@ def parse_sharing(config: Mapping[str, Any]) -> dict[str, int]:
     out = {}
     for pool, value in dict(config or {}).items():
         units = value.get("share_units") if isinstance(value, dict) else value
-        if isinstance(value, dict) and set(value) - {"share_units"}:
+        if isinstance(value, dict) and set(value) - set(SHARING_KEYS):
             raise ValueError(f"gpu_sharing[{pool!r}]: unknown key(s) "
-                             f"{', '.join(sorted(set(value) - {'share_units'}))}; "
-                             f"known: share_units")
+                             f"{', '.join(sorted(set(value) - set(SHARING_KEYS)))}; "
+                             f"known: {', '.join(SHARING_KEYS)}")
+        pipe = value.get("mps_pipe_directory") if isinstance(value, dict) else None
+        if pipe is not None and (not isinstance(pipe, str) or not pipe.startswith("/")):
+            raise ValueError(f"gpu_sharing[{pool!r}]: mps_pipe_directory must be an absolute "
+                             f"path (with {{uuid}} for each GPU's daemon), got {pipe!r}")
         if isinstance(units, bool) or units not in SHARE_UNITS:
             raise ValueError(f"gpu_sharing[{pool!r}]: share_units must be one of "
                              f"{', '.join(map(str, SHARE_UNITS))} (slots per GPU), got {units!r}")
         out[str(pool)] = units
     return out
+
+
+def parse_mps(config: Mapping[str, Any]) -> dict[str, str]:
+    """pool -> the pipe directory of its GPUs' MPS control daemons
+    (``{uuid}`` stands for each GPU's), for the pools that have one."""
+    return {str(pool): value["mps_pipe_directory"] for pool, value in dict(config or {}).items()
+            if isinstance(value, dict) and value.get("mps_pipe_directory")}
 
 
 def parse_share(body: Mapping[str, Any]) -> Optional[ShareRequest]:
@@ -142,3 +159,14 @@ def share_label(share: float, gpu_memory_mib: int = 0, model: str = "") -> str:
     if gpu_memory_mib:
         text += f" · {share * gpu_memory_mib / 1024:.1f} GiB"
     return text
+
+
+def share_env(share: float, sharing: Optional[PoolSharing]) -> dict[str, str]:
+    """What a share's processes are told of it (the watcher holds them to
+    the memory limit whatever they do with these)."""
+    if not share:
+        return {}
+    env = {"GPUHUB_GPU_SHARE": f"{share:g}"}
+    if sharing is not None and sharing.gpu_memory_mib:
+        env["GPUHUB_GPU_MEMORY_LIMIT_MIB"] = str(int(share * sharing.gpu_memory_mib))
+    return env

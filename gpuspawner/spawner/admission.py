@@ -78,6 +78,9 @@ class GPUSpawnerMixin(Configurable):
     devices: Optional[list] = None
     device_uuids: Optional[list] = None
     gpu_request: Optional[GpuRequest] = None
+    # What a share's processes are told of it (its memory, MPS): the
+    # service's share_env, read at admission for the server's start.
+    share_env: Optional[dict] = None
 
     def load_state(self, state):
         super().load_state(state)
@@ -100,6 +103,7 @@ class GPUSpawnerMixin(Configurable):
         self.devices = None
         self.device_uuids = None
         self.gpu_request = None
+        self.share_env = None
         self._progress_messages = []
 
     # ---- talking to the service ---------------------------------------
@@ -224,8 +228,10 @@ class GPUSpawnerMixin(Configurable):
             raise
         self.devices = w.get("devices", [])
         self.device_uuids = w.get("device_uuids", [])
-        self._say(f"got {want} (devices {', '.join(map(str, self.devices))}); starting the "
-                  f"server", 50)
+        self.share_env = dict(w.get("share_env") or {})
+        held = w.get("share_enforcement")
+        self._say(f"got {want} (devices {', '.join(map(str, self.devices))})"
+                  + (f"; compute {held['compute']}" if held else "") + "; starting the server", 50)
         return w
 
     async def release(self, reason: str, wid: Optional[str] = None) -> None:
@@ -266,6 +272,7 @@ class GPUSpawnerMixin(Configurable):
             env["GPUHUB_WORKLOAD_ID"] = self.workload_id
         if self.gpu_request is not None:
             env["GPUHUB_TEAM"] = self.gpu_request.team
+        env.update(self.share_env or {})
         if self.gpuhub_public_url:
             env["GPUHUB_URL"] = self.gpuhub_public_url
         return env

@@ -85,10 +85,12 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
 
     def _place(self) -> None:
         request = self.gpu_request
-        digest = hashlib.sha1(f"{self.user.id}/{self.name}".encode()).hexdigest()[:8]
+        # Named by its workload where it has one: the service finds a shared
+        # GPU's processes by it (the memory watch).
+        tag = self.workload_id or hashlib.sha1(f"{self.user.id}/{self.name}".encode()).hexdigest()[:8]
         self._unplace()  # one left by a server that died with the hub
         self.placement = self.enforcement.create(
-            cgroups.safe_name("server", self.user.name, self.name or "default", digest),
+            cgroups.server_cgroup_name(self.user.name, self.name, tag),
             self.devices or [], request.team if request else "", request.pool if request else "",
             self.device_uuids or [])
 
