@@ -195,7 +195,10 @@ def shared_cluster():
     samples = [
         {"node": "n1", "gpu": 0, "utilization_pct": 40.0, "memory_used_mib": 20000,
          "workload": None, "share_units": 4,
-         "shares": [share("w1", "alice", 0.25, 12288), share("w2", "bob", 0.5, None)]},
+         "enforcement": {"memory": "enforced (watched, stopped above its share)",
+                         "compute": "time-sliced (advisory)"},
+         "shares": [{**share("w1", "alice", 0.25, 12288), "utilization_pct": 35.0},
+                    share("w2", "bob", 0.5, None)]},
         {"node": "n1", "gpu": 1, "utilization_pct": 90.0, "memory_used_mib": 70000,
          "workload": {"id": "w3", "kind": "job", "user": "carol", "team": "vision",
                       "name": "train"}, "share_units": 4, "shares": []},
@@ -220,8 +223,11 @@ def test_the_heat_map_draws_each_share_with_its_owner_and_the_enforcement():
     slots = re.findall(r'class="slot (share|free)', cell)
     assert slots == ["share", "share", "free"]
     assert re.findall(r'style="flex: (\d)', cell) == ["1", "2", "1"]
-    assert "alice · alice-nb</span> · <span class=\"share-memory\">12.0 / 35.2 GiB" in cell
-    assert "bob · bob-nb</span> · <span class=\"share-memory\">– / 70.5 GiB" in cell
+    assert ("alice · alice-nb</span> · <span class=\"share-memory\">12.0 / 35.2 GiB</span> · "
+            "<span class=\"share-util\">35%</span>") in cell
+    assert "bob · bob-nb</span> · <span class=\"share-memory\">– / 70.5 GiB</span></li>" in cell
+    # The GPU's own compute label (MPS is decided per GPU).
+    assert re.search(r'class="small share-compute">compute time-sliced \(advisory\)<', html)
     assert "1 free 1/4 slots on shared GPUs" in html
     assert "compute time-sliced (not enforced)." in html
     # The whole-GPU job's GPU says its holder as before.

@@ -1593,6 +1593,12 @@ export interface paths {
                                 workload?: Record<string, never> | null;
                                 /** @description in a sharing pool: the slots this GPU is split into */
                                 share_units?: number;
+                                /** @description in a sharing pool: how this GPU's shares are held to their part (MPS is decided per GPU) */
+                                enforcement?: {
+                                    memory?: string;
+                                    /** @example time-sliced (advisory) */
+                                    compute?: string;
+                                };
                                 /** @description in a sharing pool: the shares running on it */
                                 shares?: {
                                     /** @description id, kind, user, team, name */
@@ -1604,6 +1610,8 @@ export interface paths {
                                     memory_limit_mib: number;
                                     /** @description its processes' GPU memory (null: unknown) */
                                     memory_used_mib: number | null;
+                                    /** @description its processes' GPU utilisation (null: unknown) */
+                                    utilization_pct?: number | null;
                                 }[];
                             }[];
                         };
@@ -2773,6 +2781,16 @@ export interface components {
             devices?: number[];
             /** @description the UUIDs the inventory gave those GPUs (NVML's; empty where unknown) */
             device_uuids?: string[];
+            /** @description a running share: what its processes are told of it (its memory; MPS settings where it is an MPS client) */
+            share_env?: {
+                [key: string]: string;
+            };
+            /** @description a running share: how it is held to its part (memory, compute labels and notes) */
+            share_enforcement?: {
+                memory?: string;
+                compute?: string;
+                notes?: string[];
+            };
             /** @description while queued: 1 = next in its team's queue */
             queue_position?: number;
             expected_start?: components["schemas"]["ExpectedStart"];

@@ -41,6 +41,7 @@ def share_slots(shares: list[dict], units: int) -> list[dict]:
             "workload": w, "owner": f"{w.get('user', '?')} · "
                      f"{w.get('name') or (w.get('kind', '') + ' ' + w.get('id', '')).strip()}",
             "memory": f"{'–' if used is None else gib(used)} / {gib(limit)} GiB",
+            "utilization_pct": sh.get("utilization_pct"),
             "over": used is not None and used > limit,
             "colour": charts.colour(len(segments) % SHARE_COLOURS)})
     free = units - sum(seg["slots"] for seg in segments)
@@ -78,6 +79,8 @@ def cluster_model(pools: list[dict], samples: list[dict]) -> list[dict]:
                 cell["text_colour"] = charts.text_colour(cell["utilization_pct"])
                 if sample.get("share_units") and cell["shares"]:
                     cell["slots"] = share_slots(cell["shares"], sample["share_units"])
+                    # Compute is decided per GPU (MPS only where every share is a client).
+                    cell["share_compute"] = (sample.get("enforcement") or {}).get("compute", "")
                     if cell["state"] == "in use":
                         free_slots += sum(1 for seg in cell["slots"] if seg.get("free"))
                 counts[cell["state"]] += 1
