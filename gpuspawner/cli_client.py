@@ -99,6 +99,7 @@ def job_fields(args: argparse.Namespace) -> dict:
         spec["output_notebook"] = args.output_notebook
     for key, value in (("name", getattr(args, "name", None)), ("pool", args.pool),
                        ("gpus_per_node", args.gpus),
+                       ("gpu_share", args.gpu_share), ("gpu_memory", args.gpu_memory),
                        ("nodes", args.nodes), ("topology", args.topology),
                        ("topology_key", args.topology_key), ("time_limit", args.time_limit),
                        ("grace_period", args.grace_period), ("priority", args.priority),
@@ -541,6 +542,12 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     """The options that describe a job (``gpuhub submit``, ``gpuhub schedule``)."""
     p.add_argument("--gpus", type=int, help="GPUs per node (default 1)")
     p.add_argument("--nodes", type=int, help="nodes (default 1)")
+    p.add_argument("--gpu-share", metavar="FRACTION",
+                   help="part of one GPU instead of whole GPUs, e.g. 1/4 (a pool that shares "
+                        "its GPUs rounds it up to its slots)")
+    p.add_argument("--gpu-memory", metavar="SIZE",
+                   help="GPU memory the job needs of one shared GPU, e.g. 35GiB (with or "
+                        "instead of --gpu-share)")
     p.add_argument("--topology", choices=("none", "preferred", "required"),
                    help="keep a multi-node job's nodes in one domain of --topology-key")
     p.add_argument("--topology-key", help="the topology level (default switch: a Slurm node's "

@@ -180,6 +180,9 @@ def test_parse_limit(text, value):
      {"command": "x", "nodes": 4, "topology": "preferred", "topology_key": "rack"}),
     (["--gpus", "0", "--notebook", "nb.ipynb", "-p", "lr", "0.01", "-p", "arch", "resnet"],
      {"notebook": "nb.ipynb", "gpus_per_node": 0, "parameters": {"lr": 0.01, "arch": "resnet"}}),
+    (["--gpu-share", "1/4", "--pool", "h200", "--", "python", "t.py"],
+     {"command": ["python", "t.py"], "gpu_share": "1/4", "pool": "h200"}),
+    (["--gpu-memory", "35GiB", "--", "x"], {"command": "x", "gpu_memory": "35GiB"}),
 ])
 def test_build_job_spec(argv, spec):
     assert build_job_spec(build_parser().parse_args(["submit"] + argv)) == spec
