@@ -6,6 +6,7 @@
 import { HTMLSelect, ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { gpuUnits } from '../format';
 import { quotaView, requestFit } from '../quota';
 import { FormMode, IFormValues } from '../submission';
 import { IParameter, IPool, ITeam } from '../types';
@@ -110,7 +111,7 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
       <div className={`gpuhub-SubmitForm-quota gpuhub-mod-${fit?.kind ?? 'none'}`}>
         {view ? (
           <>
-            Team {view.team} in {view.pool}: {view.free} of {view.nominal} {view.model} free in quota,{' '}
+            Team {view.team} in {view.pool}: {gpuUnits(view.free)} of {view.nominal} {view.model} free in quota,{' '}
             {view.poolFree} free in the pool. {fit && <strong>{fit.message}</strong>}
           </>
         ) : (
