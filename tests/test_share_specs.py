@@ -40,6 +40,8 @@ def test_what_a_request_may_ask_for(body, expected):
     ({"gpu_memory": "lots"}, "gpu_memory", "such as '35GiB'"),
     ({"gpu_memory": "35TB"}, "gpu_memory", "such as '35GiB'"),
     ({"gpu_memory": 0}, "gpu_memory", "at least 1 MiB"),
+    ({"gpu_memory": 5.9e307}, "gpu_memory", "more memory than any GPU has"),
+    ({"gpu_memory": "9" * 400}, "gpu_memory", "more memory than any GPU has"),
     ({"gpu_share": "1/4", "gpus": 2}, "gpu_share", "share of one GPU"),
     ({"gpu_memory": "10G", "nodes": 2}, "gpu_memory", "share of one GPU"),
 ])

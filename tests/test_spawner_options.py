@@ -161,6 +161,9 @@ def test_a_share_is_parsed_and_rounded_up_to_the_pools_slots(options, gpus, shar
     ([shared_pool()], {"pool": "h200", "gpu_memory": "lots"}, "gpu_memory", "'35GiB'"),
     ([shared_pool()], {"pool": "h200", "gpu_memory": "200GiB"}, "gpu_memory",
      "rounds up to a whole h200 GPU"),
+    ([shared_pool()], {"pool": "h200", "gpu_memory": 5.9e307}, "gpu_memory",
+     "no more than a GPU has"),
+    ([shared_pool()], {"pool": "h200", "gpu_memory": 0}, "gpu_memory", "at least 1 MiB"),
 ])
 def test_a_share_is_refused_with_the_field_and_why(pools, options, field, words):
     with pytest.raises(OptionsError) as e:

@@ -16,6 +16,7 @@ from .identity import Identity
 from .share_enforce import gpu_label, pool_label
 from .share_specs import share_label
 from .states import QUEUED
+from .views import gpu_units
 
 
 def visible(s: Session, who: Identity, wid: str) -> WorkloadRow:
@@ -116,12 +117,6 @@ def pools_view(engine, who: Identity) -> list[dict]:
                       for n in pool_nodes],
         })
     return out
-
-
-def gpu_units(n: float):
-    """A count of GPU units as the API shows it: an integer when whole (the
-    common case, as before shares), else the fraction (0.25)."""
-    return int(n) if float(n).is_integer() else round(n, 6)
 
 
 def sharing_view(sharing) -> Optional[dict]:

@@ -125,6 +125,8 @@ def _memory_mib(value: Any) -> int:
     mib = amount * (1 if unit.upper().startswith("M") else 1024)
     if mib < 1:
         raise SpecError("gpu_memory", f"must be at least 1 MiB, got {value!r}")
+    if not math.isfinite(mib):  # 5.9e307 GiB is finite, its MiB are not
+        raise SpecError("gpu_memory", f"is more memory than any GPU has, got {value!r}")
     return math.ceil(mib)
 
 

@@ -51,8 +51,15 @@ def placement_view(placement) -> list[dict]:
     return [{"node": n, "devices": list(g), "gpus": list(g)} for n, g in placement]
 
 
+def gpu_units(n: float):
+    """A count of GPU units as the API shows it: an integer when whole (the
+    common case, as before shares), else the fraction (0.25)."""
+    return int(n) if float(n).is_integer() else round(n, 6)
+
+
 def attempt_view(a: Attempt) -> dict:
-    return {"number": a.number, "state": a.state, "gpus": a.gpus, "borrowed": a.borrowed,
+    return {"number": a.number, "state": a.state, "gpus": gpu_units(a.gpus),
+            "borrowed": gpu_units(a.borrowed),
             "placement": placement_view(a.placement),
             "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
             "exit_code": a.exit_code, "reason": a.reason}

@@ -254,7 +254,8 @@ def _memory_mib(value: Any) -> int:
         raise OptionsError("gpu_memory", f"must be GPU memory such as '35GiB' or 35 (GiB), "
                                          f"got {value!r}")
     if not 1 <= mib < math.inf:
-        raise OptionsError("gpu_memory", f"must be at least 1 MiB, got {value!r}")
+        raise OptionsError("gpu_memory", f"must be at least 1 MiB and no more than a GPU has, "
+                                         f"got {value!r}")
     return math.ceil(mib)
 
 

@@ -2890,8 +2890,9 @@ export interface components {
             number: number;
             /** @enum {string} */
             state: "running" | "succeeded" | "failed" | "preempted" | "evicted" | "lost" | "cancelled" | "stopped";
+            /** @description GPU units it held (a 1/4 share: 0.25) */
             gpus: number;
-            /** @description GPUs above the team's nominal quota */
+            /** @description GPU units above the team's nominal quota */
             borrowed: number;
             placement: components["schemas"]["PlacedNode"][];
             /** Format: date-time */
