@@ -298,6 +298,8 @@ async def test_bad_forms_are_refused_with_the_field_and_nothing_is_submitted(
     ({"team": "b"}, 403, "team", "not a member of team 'b'"),
     ({"pool": "tpu"}, 400, "pool", "tpu"),
     ({"gpus": 3}, 400, "gpus", "3"),
+    # a share of one GPU reaches the service, which knows this pool does not share
+    ({"gpu_share": "1/4"}, 400, "gpu_share", "pool 'default' does not share its GPUs"),
 ])
 async def test_the_services_errors_come_through_with_its_message(jp_fetch, files, form, status,
                                                                  field, words):

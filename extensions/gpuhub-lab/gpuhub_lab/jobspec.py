@@ -17,7 +17,8 @@ from typing import Any, Optional
 INTERPRETERS = {".py": "python", ".sh": "bash"}
 NOTEBOOK = ".ipynb"
 KNOWN_FIELDS = {"path", "name", "team", "pool", "gpus", "nodes", "time_limit", "priority",
-                "parameters", "env", "output_dir", "checkpoint_dir", "project", "after"}
+                "parameters", "env", "output_dir", "checkpoint_dir", "project", "after",
+                "gpu_share"}
 # How a workload may wait for another (or a sweep): its success, its end, its failure.
 CONDITIONS = ("ok", "any", "failed")
 # The job finds its output directory here (GPUHUB_* names are the service's).
@@ -130,6 +131,8 @@ def build_spec(form: Any, root_dir: str, service_root: str,
         "gpus_per_node": form.get("gpus", 1),
         "nodes": form.get("nodes", 1),
     }
+    if form.get("gpu_share") not in (None, ""):  # part of one GPU ("1/4"), the service's to check
+        spec["gpu_share"] = form["gpu_share"]
     for key in ("team", "pool", "priority", "project"):
         value = _optional_text(form, key, 64)
         if value:

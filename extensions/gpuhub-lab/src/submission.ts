@@ -3,6 +3,7 @@
  * form component keeps text; this module parses it.
  */
 import type { CronKind } from './cron';
+import { shareFraction } from './format';
 import { quotaView, requestFit } from './quota';
 import { IDependency, IPool, ISubmission, ITeam, IWorkload } from './types';
 
@@ -18,6 +19,8 @@ export interface IFormValues {
   team: string;
   pool: string;
   gpus: string;
+  /** "" for whole GPUs, else a share of one GPU ("1/4") in a pool that shares its GPUs. */
+  gpuShare: string;
   nodes: string;
   timeLimit: string;
   priority: string;
@@ -53,7 +56,7 @@ export type FormMode = 'job' | 'sweep' | 'schedule';
 /** What the next form remembers of a submission (not the file nor its parameters). */
 export type RememberedValues = Pick<
   IFormValues,
-  'team' | 'pool' | 'gpus' | 'nodes' | 'timeLimit' | 'priority' | 'env' | 'outputDir' | 'checkpointDir'
+  'team' | 'pool' | 'gpus' | 'gpuShare' | 'nodes' | 'timeLimit' | 'priority' | 'env' | 'outputDir' | 'checkpointDir'
 >;
 
 export const EMPTY_FORM: IFormValues = {
@@ -62,6 +65,7 @@ export const EMPTY_FORM: IFormValues = {
   team: '',
   pool: '',
   gpus: '1',
+  gpuShare: '',
   nodes: '1',
   timeLimit: '',
   priority: 'batch',
@@ -87,8 +91,8 @@ export const EMPTY_FORM: IFormValues = {
 };
 
 export function remembered(values: IFormValues): RememberedValues {
-  const { team, pool, gpus, nodes, timeLimit, priority, env, outputDir, checkpointDir } = values;
-  return { team, pool, gpus, nodes, timeLimit, priority, env, outputDir, checkpointDir };
+  const { team, pool, gpus, gpuShare, nodes, timeLimit, priority, env, outputDir, checkpointDir } = values;
+  return { team, pool, gpus, gpuShare, nodes, timeLimit, priority, env, outputDir, checkpointDir };
 }
 
 /** A job name from a file name: "Train model.ipynb" → "train-model". */
@@ -111,6 +115,7 @@ export const FIELD_LABELS: Record<keyof IFormValues, string> = {
   team: 'Team',
   pool: 'Pool',
   gpus: 'GPUs per node',
+  gpuShare: 'GPU share',
   nodes: 'Nodes',
   timeLimit: 'Time limit',
   priority: 'Priority',
@@ -139,6 +144,8 @@ export const FIELD_LABELS: Record<keyof IFormValues, string> = {
 const FORM_FIELDS: Record<string, keyof IFormValues> = {
   time_limit: 'timeLimit',
   gpus_per_node: 'gpus',
+  gpu_share: 'gpuShare',
+  gpu_memory: 'gpuShare',
   output_dir: 'outputDir',
   checkpoint_dir: 'checkpointDir',
   command: 'path',
@@ -169,10 +176,25 @@ export function formProblem(field: string | undefined, message: string): { field
   return { field: key, message: label ? `${label}: ${message}` : field ? `${field}: ${message}` : message };
 }
 
+/** The shares of one GPU the pool offers ("1/4" … "3/4"); none when it does not share its GPUs. */
+export function shareChoices(pool: IPool | undefined): string[] {
+  const n = pool?.sharing?.share_units ?? 0;
+  return Array.from({ length: Math.max(0, n - 1) }, (_, k) => shareFraction((k + 1) / n));
+}
+
+/** What the form asks for in GPU units: its share of one GPU, else GPUs per node × nodes. */
+export function requestUnits(values: IFormValues): number {
+  const share = /^\s*(\d+)\s*\/\s*(\d+)\s*$/.exec(values.gpuShare);
+  if (share && Number(share[2]) > 0) {
+    return Number(share[1]) / Number(share[2]);
+  }
+  return Number(values.gpus) * Math.max(1, Number(values.nodes) || 1);
+}
+
 /** Why the form cannot be submitted as it is (the GPU count can never fit), else null. */
 export function impossibleRequest(values: IFormValues, teams: ITeam[], pools: IPool[]): string | null {
   const view = quotaView(teams, pools, values.team, values.pool);
-  const gpus = Number(values.gpus) * Math.max(1, Number(values.nodes) || 1);
+  const gpus = requestUnits(values);
   if (!view || !Number.isFinite(gpus)) {
     return null;
   }
@@ -287,6 +309,9 @@ export function toSubmission(values: IFormValues): ISubmission {
       (submission as any)[key] = value.trim();
     }
   }
+  if (values.gpuShare.trim()) {
+    submission.gpu_share = values.gpuShare.trim();
+  }
   if (values.afterId.trim()) {
     submission.after = [{ id: values.afterId.trim(), condition: values.afterCondition as IDependency['condition'] }];
   }
@@ -313,6 +338,7 @@ export function formFromJob(job: IWorkload, fallback: IFormValues): IFormValues 
     team: job.team,
     pool: job.pool,
     gpus: String(job.gpus_per_node),
+    gpuShare: job.gpu_share ? shareFraction(job.gpu_share) : '',
     nodes: String(job.nodes ?? 1),
     timeLimit: job.time_limit ? `${Math.round(job.time_limit)}s` : '',
     priority: job.priority,

@@ -87,6 +87,8 @@ export interface ISubmission {
   pool?: string;
   gpus: number;
   nodes: number;
+  /** Part of one GPU ("1/4") in a pool that shares its GPUs; gpus is then 1. */
+  gpu_share?: string;
   time_limit?: string;
   priority?: string;
   parameters: Record<string, unknown>;

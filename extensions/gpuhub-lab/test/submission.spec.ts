@@ -9,6 +9,8 @@ import {
   parseEnv,
   parseParameters,
   remembered,
+  requestUnits,
+  shareChoices,
   toSubmission
 } from '../src/submission';
 import { job, POOLS, TEAMS } from './fixtures';
@@ -79,6 +81,7 @@ describe('the submission', () => {
       team: 'vision',
       pool: 'a100',
       gpus: '2',
+      gpuShare: '',
       nodes: '1',
       timeLimit: '',
       priority: 'batch',
@@ -163,5 +166,43 @@ describe('a request that can never fit', () => {
     expect(impossibleRequest({ ...form, gpus: '12' }, TEAMS, POOLS)).toBeNull();
     expect(impossibleRequest({ ...form, gpus: 'x' }, TEAMS, POOLS)).toBeNull();
     expect(impossibleRequest({ ...form, team: 'nobody', gpus: '99' }, TEAMS, POOLS)).toBeNull();
+  });
+});
+
+describe('a share of one GPU', () => {
+  const sharing = { share_units: 4 as const, gpu_memory_mib: 144384, share_memory_mib: 36096, smallest_share: '1/4' };
+  const h200 = { ...POOLS[0], name: 'h200', sharing };
+  const form = { ...EMPTY_FORM, path: 'train.py', team: 'vision', pool: 'h200' };
+
+  it('is offered only where the pool shares its GPUs', () => {
+    expect(shareChoices(h200)).toEqual(['1/4', '1/2', '3/4']);
+    expect(shareChoices({ ...h200, sharing: { ...sharing, share_units: 2 as const } })).toEqual(['1/2']);
+    expect(shareChoices(POOLS[0])).toEqual([]);
+    expect(shareChoices(undefined)).toEqual([]);
+  });
+
+  it('goes to the server extension as gpu_share, and whole GPUs without it', () => {
+    expect(toSubmission({ ...form, gpuShare: '1/4' })).toMatchObject({ gpus: 1, gpu_share: '1/4' });
+    expect(toSubmission(form)).not.toHaveProperty('gpu_share');
+  });
+
+  it('counts its part against the quota', () => {
+    expect(requestUnits({ ...form, gpuShare: '1/4' })).toBe(0.25);
+    expect(requestUnits({ ...form, gpus: '2', nodes: '3' })).toBe(6);
+  });
+
+  it('is kept when a job on one is resubmitted, and remembered for the next form', () => {
+    const values = formFromJob(job({ pool: 'h200', gpus: 1, gpus_per_node: 1, gpu_share: 0.25 }), EMPTY_FORM);
+    expect(values).toMatchObject({ pool: 'h200', gpus: '1', gpuShare: '1/4' });
+    expect(toSubmission({ ...values, path: 'train.py' })).toMatchObject({ gpu_share: '1/4' });
+    expect(remembered(values).gpuShare).toBe('1/4');
+    expect(formFromJob(job(), EMPTY_FORM).gpuShare).toBe('');
+  });
+
+  it("names the service's refusal of it by its label", () => {
+    expect(formProblem('gpu_share', 'pool a100 does not share its GPUs')).toEqual({
+      field: 'gpuShare',
+      message: 'GPU share: pool a100 does not share its GPUs'
+    });
   });
 });

@@ -8,7 +8,7 @@ import * as React from 'react';
 
 import { gpuUnits } from '../format';
 import { quotaView, requestFit } from '../quota';
-import { FormMode, IFormValues } from '../submission';
+import { FormMode, IFormValues, requestUnits, shareChoices } from '../submission';
 import { IParameter, IPool, ITeam } from '../types';
 import { Field } from './Field';
 import { ScheduleTab, SweepTab } from './WorkflowTabs';
@@ -51,8 +51,9 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
     new Set([...props.pools.map(p => p.name), ...(values.pool ? [values.pool] : [])])
   );
   const view = quotaView(props.teams, props.pools, values.team, values.pool);
-  const gpus = Number(values.gpus) * Math.max(1, Number(values.nodes) || 1);
+  const gpus = requestUnits(values);
   const fit = view && Number.isFinite(gpus) ? requestFit(view, gpus) : null;
+  const shares = shareChoices(props.pools.find(p => p.name === values.pool));
   const isNotebook = values.path.toLowerCase().endsWith('.ipynb');
   const input = (key: keyof IFormValues, extra: React.InputHTMLAttributes<HTMLInputElement> = {}) => (
     <input className="jp-mod-styled" name={key} value={values[key] as string} onChange={update(key)} {...extra} />
@@ -107,6 +108,17 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
         <Field label="Nodes" name="nodes" invalid={invalid('nodes')}>
           {input('nodes', { type: 'number', min: 1, max: 1024 })}
         </Field>
+        {(shares.length > 0 || values.gpuShare) && (
+          <Field label="GPU share" name="gpuShare" invalid={invalid('gpuShare')} hint="part of one GPU">
+            <HTMLSelect
+              name="gpuShare"
+              value={values.gpuShare}
+              // A share is of one GPU on one node.
+              onChange={e => set(e.target.value ? { gpuShare: e.target.value, gpus: '1', nodes: '1' } : { gpuShare: '' })}
+              options={[{ label: 'whole GPUs', value: '' }, ...shares.map(s => ({ label: `${s} GPU`, value: s }))]}
+            />
+          </Field>
+        )}
       </div>
       <div className={`gpuhub-SubmitForm-quota gpuhub-mod-${fit?.kind ?? 'none'}`}>
         {view ? (
