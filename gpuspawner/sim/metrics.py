@@ -160,7 +160,8 @@ class SharingMeter:
       because shares hold part of the GPU.
     * ``whole_job_{avg,p50,p99}_wait_s``: queueing delay of the jobs asking
       for whole GPUs, ``notebook_{p50,p99}_start_s``: submit to first start
-      of the notebooks.
+      of the notebooks; ``notebooks_preempted``: notebook servers stopped by
+      a preemption (reclaim of borrowed quota), ``notebooks_never_started``.
     """
 
     def __init__(self):
@@ -215,6 +216,8 @@ class SharingMeter:
         if starts:
             out["notebook_p50_start_s"] = percentile(starts, 50)
             out["notebook_p99_start_s"] = percentile(starts, 99)
-        out["notebooks_never_started"] = sum(1 for r in records
-                                             if r.kind == "notebook" and r.first_start is None)
+        notebooks = [r for r in records if r.kind == "notebook"]
+        out["notebooks_never_started"] = sum(1 for r in notebooks if r.first_start is None)
+        # A preempted notebook server is stopped, its user's session lost.
+        out["notebooks_preempted"] = sum(1 for r in notebooks if r.preemptions)
         return out
