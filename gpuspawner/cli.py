@@ -306,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("output", type=Path)
     trace.add_argument("--jobs", type=int, default=15000)
     trace.add_argument("--capacity", type=int, default=2000, help="GPUs the load is relative to")
-    trace.add_argument("--load", type=float, default=1.3, help="offered load of the batch jobs (default 1.3)")
+    trace.add_argument("--load", type=float, default=1.3,
+                       help="offered load of the batch jobs (default 1.3)")
     trace.add_argument("--seed", type=int, default=0)
     trace.add_argument("--teams", type=int, help="number of teams (default: 8 named teams)")
     trace.add_argument("--kind", choices=["philly", "notebook-heavy"], default="philly",

@@ -90,7 +90,7 @@ def test_shares_consolidate_and_leave_whole_gpus_for_a_gang():
                  "waiting for 1 × a100 GPUs", id="whole-never-on-a-shared-gpu"),
     pytest.param(Node("n0", "a100", 1, share_units=4), whole("j", priority="production"),
                  share("a", 0.25),
-                 "waiting for a 0.25 share of a a100 GPU", id="share-never-on-a-whole-held-gpu"),
+                 "waiting for a 0.25 share of one a100 GPU", id="share-never-on-a-whole-held-gpu"),
     pytest.param(Node("n0", "a100", 1, share_units=4), share("a", 0.75), share("b", 0.5),
                  "no shared GPU has room", id="no-gpu-over-its-slots"),
 ])
@@ -172,7 +172,8 @@ def test_a_share_is_a_share_of_one_gpu(kw):
 # ---- quota and usage ---------------------------------------------------------
 
 @pytest.mark.parametrize("shares, admitted, why", [
-    pytest.param([0.25] * 5, 4, "team t holds 1 a100 GPUs and may hold at most 1", id="fifth-waits"),
+    pytest.param([0.25] * 5, 4, "team t holds 1 a100 GPUs and may hold at most 1",
+                 id="fifth-waits"),
     pytest.param([0.5, 0.25, 0.5], 2, "this workload needs 0.5", id="half-after-three-quarters"),
     pytest.param([0.5, 0.5], 2, None, id="two-halves-fit"),
 ])

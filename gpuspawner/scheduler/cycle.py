@@ -584,7 +584,7 @@ class _Cycle:
     def capacity_reason(self, w: Workload) -> str:
         free = self.index.pool_free.get(w.pool, 0)
         if w.gpu_share:
-            return (f"waiting for a {w.gpu_share:g} share of a {w.pool} GPU (no shared GPU "
+            return (f"waiting for a {w.gpu_share:g} share of one {w.pool} GPU (no shared GPU "
                     f"has room, {free} whole GPU(s) free, none placeable)")
         shape = (f"{w.num_nodes} nodes × {w.gpus_per_node}" if w.num_nodes > 1
                  else f"{w.gpus_per_node} ×")

@@ -156,6 +156,8 @@ def find_share_placement(index: FreeIndex, slots: SlotIndex, nodes: Mapping[str,
             continue
         if _placeable(node, key[1]) and (not selector or node.matches(selector)):
             return ((key[0], (key[1],)),)
+    if not index.pool_free.get(w.pool, 0):
+        return None
     best = None
     for name in slots.on_node:
         free = index.free.get(name)

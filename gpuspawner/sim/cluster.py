@@ -156,5 +156,6 @@ def cluster_document(cluster: Cluster) -> dict:
         if t.node_selector:
             team["node_selector"] = dict(t.node_selector)
         teams.append(team)
-    return {"pools": [{"name": p, "nodes": nodes, **({"share_units": units[p]} if p in units else {})}
+    return {"pools": [{"name": p, "nodes": nodes,
+                       **({"share_units": units[p]} if p in units else {})}
                       for p, nodes in pools.items()], "teams": teams}
