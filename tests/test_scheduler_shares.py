@@ -103,18 +103,19 @@ def test_whole_and_shared_never_mix_on_one_gpu(node, holder, new, why):
     assert why in result.waiting[new.id]
 
 
-@pytest.mark.parametrize("change", [
-    pytest.param({"drained": True}, id="drained"),
-    pytest.param({"unhealthy_gpus": frozenset({0})}, id="gpu-unhealthy"),
+@pytest.mark.parametrize("change, a_runs_on", [
+    pytest.param({"drained": True}, ("n0", 1), id="drained-node-its-share-runs-on"),
+    pytest.param({"unhealthy_gpus": frozenset({1})}, ("n1", 0), id="gpu-unhealthy-share-evicted"),
 ])
-def test_a_shared_gpu_that_takes_no_new_work_gets_no_new_share(change):
+def test_a_shared_gpu_that_takes_no_new_work_gets_no_new_share(change, a_runs_on):
     s = sched([Node("n0", "a100", 2, share_units=4), Node("n1", "a100", 2, share_units=4)])
-    run(s, [whole("j", 1), share("a")])  # j on n0/0, a on n0/1: n0 is the fuller node
-    (node, (gpu,)), = s.state.running["a"].placement
-    s.set_node(replace(s.state.nodes[node], **change))
-    s.step(1.0)  # the unhealthy GPU's share is evicted and requeued
+    placed = run(s, [whole("j", 1), share("a")])
+    assert placed["a"] == (("n0", (1,)),)  # n0 is the fuller node
+    s.set_node(replace(s.state.nodes["n0"], **change))
+    s.step(1.0)  # work on the unhealthy GPU is evicted and requeued, and placed again
     placed = run(s, [share("b")], now=2.0)
-    assert placed["b"][0][0] != node or change.get("unhealthy_gpus", {0}) != {gpu}
+    assert placed["b"] == (("n1", (0,)),)
+    assert s.state.running["a"].placement == ((a_runs_on[0], (a_runs_on[1],)),)
 
 
 def test_the_last_share_leaving_gives_the_whole_gpu_back():
@@ -256,7 +257,20 @@ def test_reclaim_for_a_share_evicts_only_what_it_needs():
     assert s.state.ledger.used == {("a", "a100"): 0.5, ("b", "a100"): 0.5}
 
 
-# ---- start estimates -------------------------------------------------------
+# ---- backfill and start estimates ------------------------------------------
+
+@pytest.mark.parametrize("limits, start_within", [
+    pytest.param((600.0, 1200.0), "20 min", id="the-last-share-to-end"),
+    pytest.param((1800.0, 600.0), "30 min", id="in-any-order"),
+])
+def test_a_whole_gpu_reservation_waits_for_the_last_share_of_the_gpu(limits, start_within):
+    s = sched([Node("n0", "a100", 1, share_units=4)])
+    run(s, [share(f"s{i}", 0.5, time_limit=limit) for i, limit in enumerate(limits)])
+    s.submit(whole("j", time_limit=600.0), 0.0)
+    result = s.step(0.0)
+    assert f"reserved to start within {start_within}" in result.waiting["j"]
+
+
 
 def test_forecast_books_a_share_on_a_shared_gpu_or_the_next_free_gpu():
     s = sched([Node("n0", "a100", 1, share_units=4)])
