@@ -282,3 +282,29 @@ def test_forecast_books_a_share_on_a_shared_gpu_or_the_next_free_gpu():
     assert est["b"].start == 0.0
     assert est["c"].start == 600.0  # when a leaves
     assert est["j"].start == 1200.0  # when b and c have left
+
+
+@pytest.mark.parametrize("shares_on_n1, victims", [
+    pytest.param([0.5, 0.5], {"w", "s0", "s1"}, id="gang-evicts-all-shares-of-a-gpu"),
+    pytest.param([0.25], {"w", "s0"}, id="gang-evicts-the-only-share"),
+])
+def test_a_gang_preempts_every_share_of_the_gpu_it_needs_and_no_other(shares_on_n1, victims):
+    """A 2 × 2 gang: n0 holds a whole-GPU best-effort job, n1 one shared GPU
+    of best-effort shares; the newest share, on n2 (one GPU, too small for
+    the gang), is the most evictable but would free nothing and stays."""
+    s = sched([Node("n0", "a100", 2, labels={"zone": "a"}, share_units=4),
+               Node("n1", "a100", 2, labels={"zone": "b"}, share_units=4),
+               Node("n2", "a100", 1, labels={"zone": "c"}, share_units=4)])
+    run(s, [whole("w", 2, kind=JOB, priority="best-effort", node_selector={"zone": "a"})]
+        + [low(f"s{i}", x, t=float(i), node_selector={"zone": "b"})
+           for i, x in enumerate(shares_on_n1)]
+        + [low("far", 0.25, t=9.0, node_selector={"zone": "c"})])
+    s.submit(whole("gang", 2, num_nodes=2, kind=JOB, priority="batch", t=10.0), 10.0)
+    result = s.step(10.0)
+    assert {e.workload_id for e in result.of_type(ev.PREEMPTED)} == victims
+    for wid in victims:
+        s.finished(wid, 20.0)
+    result = s.step(20.0)
+    assert [e.workload_id for e in result.of_type(ev.ADMITTED)][:1] == ["gang"]
+    assert "far" in s.state.running
+    assert not check_all(s.state, s.policy, result.reservations)
