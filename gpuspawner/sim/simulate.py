@@ -8,7 +8,7 @@ from its checkpoint) but pays ``restart_cost_s`` on every restart.
 
 A trace with GPU shares (``gpu_share``) is replayed with sharing on pools
 that split their GPUs (``share_units``), or with ``sharing=False`` as if
-every share asked for a whole GPU; the figures of ``sharing_metrics`` say
+every share asked for a whole GPU; the figures of ``metrics.SharingMeter`` say
 what sharing saved and what it cost.
 """
 from __future__ import annotations
