@@ -507,6 +507,7 @@ def run_actions(policy_name, cluster, acts, policy=None, on_cycle=None):
             history.extend(follow)
 
             problems += invariants.gpu_conflicts(s.state) + invariants.partial_gangs(s.state)
+            problems += invariants.share_problems(s.state)
             problems += gpu_problems(s.state)
             problems += invariants.preemption_loops(history) + loop_problems(history)
             if policy.quotas:
