@@ -88,7 +88,8 @@ def cmd_simulate(args) -> int:
         estimates = StartEstimates(policy) if args.estimates else None
         try:
             result = simulate(trace, cluster, policy, restart_cost_s=args.restart_cost,
-                              check=args.check, estimates=estimates)
+                              check=args.check, estimates=estimates,
+                              sharing=not args.no_sharing)
         except SimulationError as e:
             print(f"gpuhub simulate: {e}", file=sys.stderr)
             return 2
@@ -129,16 +130,35 @@ def _print_metrics(m: dict) -> None:
         print(f"  max slowdown per team: {worst}")
     print(f"  preemptions {m['preemptions']}  quota violations {m['quota_violations']}  "
           f"cycles {m['cycles']}  wall {m['wall_s']:.1f} s")
+    if "notebook_gpu_hours" in m:
+        print(f"  GPU shares {'on' if m['sharing'] else 'off (each share asks a whole GPU)'}: "
+              f"notebooks held {m['notebook_gpu_hours']:.0f} GPU-h, peak "
+              f"{m['notebook_peak_gpus']} GPUs; stranded in shared GPUs while whole-GPU work "
+              f"waited {m['stranded_gpu_hours']:.0f} GPU-h")
+        if "whole_job_p50_wait_s" in m:
+            print(f"  whole-GPU jobs wait p50 {_fmt_s(m['whole_job_p50_wait_s'])}  "
+                  f"p99 {_fmt_s(m['whole_job_p99_wait_s'])}")
+        if "notebook_p50_start_s" in m:
+            print(f"  notebooks start after p50 {_fmt_s(m['notebook_p50_start_s'])}  "
+                  f"p99 {_fmt_s(m['notebook_p99_start_s'])}")
     for key, what in (("sweep_makespan_s", "sweep"), ("pipeline_makespan_s", "pipeline")):
         for name, seconds in m.get(key, {}).items():
             print(f"  {what} {name}: makespan {_fmt_s(seconds)}")
 
 
 def cmd_trace(args) -> int:
-    from .sim.trace import PHILLY_TEAMS, generate_philly_trace, write_trace
+    from .sim.trace import PHILLY_TEAMS, generate_notebook_trace, generate_philly_trace, write_trace
 
-    jobs = generate_philly_trace(args.jobs, seed=args.seed, capacity_gpus=args.capacity,
-                                 load=args.load, teams=args.teams or PHILLY_TEAMS)
+    if args.kind == "notebook-heavy":
+        jobs = generate_notebook_trace(args.jobs, args.notebooks, seed=args.seed,
+                                       capacity_gpus=args.capacity, load=args.load,
+                                       teams=args.teams or PHILLY_TEAMS)
+    else:
+        if args.notebooks:
+            print("gpuhub trace: --notebooks goes with --kind notebook-heavy", file=sys.stderr)
+            return 2
+        jobs = generate_philly_trace(args.jobs, seed=args.seed, capacity_gpus=args.capacity,
+                                     load=args.load, teams=args.teams or PHILLY_TEAMS)
     write_trace(args.output, jobs)
     print(f"wrote {len(jobs)} jobs to {args.output}")
     return 0
@@ -254,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="replay a job trace through the scheduler")
     sim.add_argument("trace", type=Path, nargs="?",
                      help="TRACE.csv (job_id,team,user,submit_time_s,num_gpus,"
-                          "duration_s[,time_limit_s,gpu_type,priority,num_nodes])")
+                          "duration_s[,time_limit_s,gpu_type,priority,num_nodes,kind,gpu_share])")
     sim.add_argument("--cluster", type=Path, help="CLUSTER.yaml (pools and teams)")
     sim.add_argument("--sweep", type=Path,
                      help="SWEEP.yaml: generate its traces, replay every policy, print one table; "
@@ -274,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "of waiting) against the real start, per job size")
     sim.add_argument("--check", action="store_true",
                      help="check the scheduler's invariants after every cycle (slow)")
+    sim.add_argument("--no-sharing", action="store_true",
+                     help="replay every GPU share (gpu_share) as a request for a whole GPU, "
+                          "to compare with sharing")
     from .cli_whatif import add_history_options, add_trace_export_parser
     add_history_options(sim)
     sim.set_defaults(func=cmd_simulate)
@@ -283,9 +306,15 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("output", type=Path)
     trace.add_argument("--jobs", type=int, default=15000)
     trace.add_argument("--capacity", type=int, default=2000, help="GPUs the load is relative to")
-    trace.add_argument("--load", type=float, default=1.3, help="offered load (default 1.3)")
+    trace.add_argument("--load", type=float, default=1.3,
+                       help="offered load of the batch jobs (default 1.3)")
     trace.add_argument("--seed", type=int, default=0)
     trace.add_argument("--teams", type=int, help="number of teams (default: 8 named teams)")
+    trace.add_argument("--kind", choices=["philly", "notebook-heavy"], default="philly",
+                       help="philly: batch jobs only (default); notebook-heavy: the batch jobs "
+                            "plus --notebooks notebook servers asking 1/4 or 1/2 of a GPU")
+    trace.add_argument("--notebooks", type=int, default=0,
+                       help="notebook servers in a notebook-heavy trace")
     trace.set_defaults(func=cmd_trace)
     from .cli_client import common_options
     add_trace_export_parser(sub, common_options())

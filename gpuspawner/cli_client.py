@@ -194,16 +194,16 @@ def fmt_limit(value: Optional[int]) -> str:
 WORKLOAD_HEADERS = ("ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE",
                     "START", "REASON")
 # The scheduler's "team a is at 3/2 default GPUs ...": used/nominal.
-_AT_QUOTA = re.compile(r"\bis at (\d+)/(\d+) (\S+) GPUs\b")
+_AT_QUOTA = re.compile(r"\bis at (\d+(?:\.\d+)?)/(\d+) (\S+) GPUs\b")  # shares: 1.25/2
 
 
 def readable_reason(reason: Optional[str]) -> str:
     """The reason on one line, with "is at 3/2 default GPUs" spelled out as
     "has 3 default GPUs in use, quota 2 (borrowing 1)"."""
     def spell(m: re.Match) -> str:
-        used, nominal, pool = int(m.group(1)), int(m.group(2)), m.group(3)
-        text = f"has {used} {pool} GPU{'s' if used != 1 else ''} in use, quota {nominal}"
-        return text + (f" (borrowing {used - nominal})" if used > nominal else "")
+        used, nominal, pool = float(m.group(1)), int(m.group(2)), m.group(3)
+        text = f"has {used:g} {pool} GPU{'s' if used != 1 else ''} in use, quota {nominal}"
+        return text + (f" (borrowing {used - nominal:g})" if used > nominal else "")
     return _AT_QUOTA.sub(spell, " ".join((reason or "").split()))
 
 

@@ -248,6 +248,8 @@ def test_format_table_wraps_the_last_column_to_a_width(width, lines):
     ("team b is at 1/4 a100 GPUs and only 1 can be borrowed; this workload needs 2 more",
      "team b has 1 a100 GPU in use, quota 4 and only 1 can be borrowed; this workload needs 2 "
      "more"),
+    ("team a is at 2.25/2 h200 GPUs and nothing can be borrowed",
+     "team a has 2.25 h200 GPUs in use, quota 2 (borrowing 0.25) and nothing can be borrowed"),
     ("waiting\nfor  GPUs", "waiting for GPUs"), (None, ""),
 ])
 def test_readable_reason(reason, text):

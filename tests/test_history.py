@@ -16,10 +16,10 @@ SINCE, UNTIL = 1000.0, 2000.0
 
 
 def past(wid="w1", kind="job", gpus=1, nodes=1, submitted=1100.0, attempts=((1110.0, 1170.0),),
-         pool="a100", priority="", limit=None, preemptions=0):
+         pool="a100", priority="", limit=None, preemptions=0, share=0.0):
     return PastWorkload(wid, kind, "vision", "alice", pool, gpus, submitted,
                         tuple(PastAttempt(s, e) for s, e in attempts), nodes, priority, limit,
-                        preemptions)
+                        preemptions, gpu_share=share)
 
 
 @pytest.mark.parametrize("workload, job", [
@@ -34,6 +34,9 @@ def past(wid="w1", kind="job", gpus=1, nodes=1, submitted=1100.0, attempts=((111
     pytest.param(past(kind="deployment", gpus=2, nodes=2, priority="production"),
                  TraceJob("w1", "vision", "alice", 100.0, 4, 60.0, None, "a100", "production", 2,
                           kind="deployment"), id="a-replica-on-two-nodes"),
+    pytest.param(past(kind="notebook", priority="interactive", share=0.25),
+                 TraceJob("w1", "vision", "alice", 100.0, 1, 60.0, None, "a100", "interactive",
+                          kind="notebook", gpu_share=0.25), id="a-quarter-of-a-gpu"),
     pytest.param(past(attempts=((1110.0, 1110.0),)),
                  TraceJob("w1", "vision", "alice", 100.0, 1, 0.001, None, "a100"),
                  id="an-instant-run-still-ran"),
@@ -115,16 +118,17 @@ def test_run_jitter_is_how_much_repeated_work_varied(workloads, jitter):
 
 
 def test_cluster_of_counts_the_gpus_work_can_run_on():
-    nodes = [Node("n1", "a100", 8, unhealthy_gpus=frozenset({3})), Node("n2", "a100", 8),
-             Node("n3", "a100", 2, healthy=False)]
+    nodes = [Node("n1", "a100", 8, unhealthy_gpus=frozenset({3}), share_units=4),
+             Node("n2", "a100", 8, share_units=4), Node("n3", "a100", 2, healthy=False)]
     cluster = cluster_of(nodes, [Team("vision", {"a100": Quota(4)})])
-    assert [(n.name, n.gpus) for n in cluster.nodes] == [("n1", 7), ("n2", 8)]
+    assert [(n.name, n.gpus, n.share_units) for n in cluster.nodes] == [("n1", 7, 4), ("n2", 8, 4)]
     assert cluster.capacity == {"a100": 15}
 
 
 def test_the_cluster_file_reads_back_as_the_same_cluster():
     cluster = Cluster(
-        [Node("n1", "a100", 8, {"rack": "r1"}, {"region": "eu"}), Node("n2", "t4", 4)],
+        [Node("n1", "a100", 8, {"rack": "r1"}, {"region": "eu"}), Node("n2", "t4", 4,
+                                                                        share_units=4)],
         [Team("vision", {"a100": Quota(4, 2, None), "t4": Quota(1)}, 2.0,
               frozenset({"a100"}), {"region": "eu"}), Team("nlp", {"a100": Quota(4, None, 1)})])
     again = parse_cluster(cluster_document(cluster))

@@ -507,6 +507,7 @@ def run_actions(policy_name, cluster, acts, policy=None, on_cycle=None):
             history.extend(follow)
 
             problems += invariants.gpu_conflicts(s.state) + invariants.partial_gangs(s.state)
+            problems += invariants.share_problems(s.state)
             problems += gpu_problems(s.state)
             problems += invariants.preemption_loops(history) + loop_problems(history)
             if policy.quotas:
@@ -654,3 +655,63 @@ def test_a_gang_holding_the_first_reservation_starts_by_its_reserved_time(
         for wid, start in promised.items():
             assert now <= start + 1e-6, f"{wid} reserved to start at {start}, waits at {now}"
     assert not s.state.pending or all(w.gpus > sum(sizes) for w in s.state.pending.values())
+
+
+# ---- fractional GPUs under preemption (issue 22) ----------------------------
+
+@st.composite
+def shared_clusters(draw):
+    """Small pools whose GPUs are all shareable, teams with small nominal
+    quotas: shares borrow, get reclaimed and preempted."""
+    pools = POOLS[:draw(st.integers(1, 2))]
+    units = {pool: draw(st.sampled_from([2, 4, 4])) for pool in pools}
+    nodes = [Node(f"n{i}", pools[i % len(pools)], draw(st.integers(1, 4)),
+                  topology={"rack": draw(st.sampled_from(RACKS))},
+                  labels={"region": draw(st.sampled_from(REGIONS))},
+                  share_units=units[pools[i % len(pools)]])
+             for i in range(draw(st.integers(len(pools), 4)))]
+    teams = [Team(f"t{j}", {pool: Quota(draw(st.integers(0, 2)),
+                                        draw(st.one_of(st.none(), st.integers(0, 3))))
+                            for pool in pools})
+             for j in range(draw(st.integers(2, 3)))]
+    return nodes, teams
+
+
+@st.composite
+def share_actions(draw):
+    """``actions`` with most submissions shares, mostly preemptible jobs."""
+    act = draw(actions())
+    if act[0] != "submit" or draw(st.integers(0, 9)) >= 7:
+        return act
+    kind = draw(st.sampled_from([JOB, JOB, JOB, NOTEBOOK]))
+    priority = draw(st.sampled_from(["best-effort", "batch", "batch", "production"]))
+    return act[:5] + (kind, priority) + act[7:-1] + (draw(st.sampled_from([0.25, 0.5, 0.75])),)
+
+
+SHARE_PREEMPTION = POLICIES["gpuhub"].with_(preemption_delay=0.0)
+
+
+@settings(max_examples=300, deadline=None, report_multiple_bugs=False,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=shared_clusters(), acts=st.lists(share_actions(), min_size=20, max_size=60))
+def test_invariants_hold_when_shares_are_preempted_and_reclaimed(cluster, acts):
+    """Mostly shares on a few shareable GPUs, batch jobs preempting at once:
+    every invariant holds after every cycle, and a share is evicted only on
+    the GPU its preemptor gets, unless the preemptor's quota needed it."""
+    def useful_victims(before, result, now):
+        out = []
+        state = before["state"]
+        for e in result.of_type(ev.NOMINATED):
+            w = before["pending"][e.workload_id]
+            gpus = {(n, g) for n, gs in e.placement for g in gs}
+            quota_short = state.ledger.check(w.team, w.pool, w.gpu_units) is not None or \
+                state.ledger.breaks_lending(w.team, w.pool, w.gpu_units)
+            for p in result.of_type(ev.PREEMPTED):
+                r = state.running[p.workload_id]
+                if p.preemptor_id == w.id and r.workload.gpu_share and not quota_short and \
+                        (r.placement[0][0], r.placement[0][1][0]) not in gpus:
+                    out.append(f"{w.id} evicted share {r.workload.id} on {r.placement}, "
+                               f"away from its GPUs {sorted(gpus)}")
+        return out
+
+    run_actions("gpuhub", cluster, acts, policy=SHARE_PREEMPTION, on_cycle=useful_victims)

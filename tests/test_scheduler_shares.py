@@ -90,7 +90,7 @@ def test_shares_consolidate_and_leave_whole_gpus_for_a_gang():
                  "waiting for 1 × a100 GPUs", id="whole-never-on-a-shared-gpu"),
     pytest.param(Node("n0", "a100", 1, share_units=4), whole("j", priority="production"),
                  share("a", 0.25),
-                 "waiting for a 0.25 share of a a100 GPU", id="share-never-on-a-whole-held-gpu"),
+                 "waiting for a 0.25 share of one a100 GPU", id="share-never-on-a-whole-held-gpu"),
     pytest.param(Node("n0", "a100", 1, share_units=4), share("a", 0.75), share("b", 0.5),
                  "no shared GPU has room", id="no-gpu-over-its-slots"),
 ])
@@ -103,18 +103,19 @@ def test_whole_and_shared_never_mix_on_one_gpu(node, holder, new, why):
     assert why in result.waiting[new.id]
 
 
-@pytest.mark.parametrize("change", [
-    pytest.param({"drained": True}, id="drained"),
-    pytest.param({"unhealthy_gpus": frozenset({0})}, id="gpu-unhealthy"),
+@pytest.mark.parametrize("change, a_runs_on", [
+    pytest.param({"drained": True}, ("n0", 1), id="drained-node-its-share-runs-on"),
+    pytest.param({"unhealthy_gpus": frozenset({1})}, ("n1", 0), id="gpu-unhealthy-share-evicted"),
 ])
-def test_a_shared_gpu_that_takes_no_new_work_gets_no_new_share(change):
+def test_a_shared_gpu_that_takes_no_new_work_gets_no_new_share(change, a_runs_on):
     s = sched([Node("n0", "a100", 2, share_units=4), Node("n1", "a100", 2, share_units=4)])
-    run(s, [whole("j", 1), share("a")])  # j on n0/0, a on n0/1: n0 is the fuller node
-    (node, (gpu,)), = s.state.running["a"].placement
-    s.set_node(replace(s.state.nodes[node], **change))
-    s.step(1.0)  # the unhealthy GPU's share is evicted and requeued
+    placed = run(s, [whole("j", 1), share("a")])
+    assert placed["a"] == (("n0", (1,)),)  # n0 is the fuller node
+    s.set_node(replace(s.state.nodes["n0"], **change))
+    s.step(1.0)  # work on the unhealthy GPU is evicted and requeued, and placed again
     placed = run(s, [share("b")], now=2.0)
-    assert placed["b"][0][0] != node or change.get("unhealthy_gpus", {0}) != {gpu}
+    assert placed["b"] == (("n1", (0,)),)
+    assert s.state.running["a"].placement == ((a_runs_on[0], (a_runs_on[1],)),)
 
 
 def test_the_last_share_leaving_gives_the_whole_gpu_back():
@@ -172,7 +173,8 @@ def test_a_share_is_a_share_of_one_gpu(kw):
 # ---- quota and usage ---------------------------------------------------------
 
 @pytest.mark.parametrize("shares, admitted, why", [
-    pytest.param([0.25] * 5, 4, "team t holds 1 a100 GPUs and may hold at most 1", id="fifth-waits"),
+    pytest.param([0.25] * 5, 4, "team t holds 1 a100 GPUs and may hold at most 1",
+                 id="fifth-waits"),
     pytest.param([0.5, 0.25, 0.5], 2, "this workload needs 0.5", id="half-after-three-quarters"),
     pytest.param([0.5, 0.5], 2, None, id="two-halves-fit"),
 ])
@@ -255,7 +257,20 @@ def test_reclaim_for_a_share_evicts_only_what_it_needs():
     assert s.state.ledger.used == {("a", "a100"): 0.5, ("b", "a100"): 0.5}
 
 
-# ---- start estimates -------------------------------------------------------
+# ---- backfill and start estimates ------------------------------------------
+
+@pytest.mark.parametrize("limits, start_within", [
+    pytest.param((600.0, 1200.0), "20 min", id="the-last-share-to-end"),
+    pytest.param((1800.0, 600.0), "30 min", id="in-any-order"),
+])
+def test_a_whole_gpu_reservation_waits_for_the_last_share_of_the_gpu(limits, start_within):
+    s = sched([Node("n0", "a100", 1, share_units=4)])
+    run(s, [share(f"s{i}", 0.5, time_limit=limit) for i, limit in enumerate(limits)])
+    s.submit(whole("j", time_limit=600.0), 0.0)
+    result = s.step(0.0)
+    assert f"reserved to start within {start_within}" in result.waiting["j"]
+
+
 
 def test_forecast_books_a_share_on_a_shared_gpu_or_the_next_free_gpu():
     s = sched([Node("n0", "a100", 1, share_units=4)])
@@ -267,3 +282,29 @@ def test_forecast_books_a_share_on_a_shared_gpu_or_the_next_free_gpu():
     assert est["b"].start == 0.0
     assert est["c"].start == 600.0  # when a leaves
     assert est["j"].start == 1200.0  # when b and c have left
+
+
+@pytest.mark.parametrize("shares_on_n1, victims", [
+    pytest.param([0.5, 0.5], {"w", "s0", "s1"}, id="gang-evicts-all-shares-of-a-gpu"),
+    pytest.param([0.25], {"w", "s0"}, id="gang-evicts-the-only-share"),
+])
+def test_a_gang_preempts_every_share_of_the_gpu_it_needs_and_no_other(shares_on_n1, victims):
+    """A 2 × 2 gang: n0 holds a whole-GPU best-effort job, n1 one shared GPU
+    of best-effort shares; the newest share, on n2 (one GPU, too small for
+    the gang), is the most evictable but would free nothing and stays."""
+    s = sched([Node("n0", "a100", 2, labels={"zone": "a"}, share_units=4),
+               Node("n1", "a100", 2, labels={"zone": "b"}, share_units=4),
+               Node("n2", "a100", 1, labels={"zone": "c"}, share_units=4)])
+    run(s, [whole("w", 2, kind=JOB, priority="best-effort", node_selector={"zone": "a"})]
+        + [low(f"s{i}", x, t=float(i), node_selector={"zone": "b"})
+           for i, x in enumerate(shares_on_n1)]
+        + [low("far", 0.25, t=9.0, node_selector={"zone": "c"})])
+    s.submit(whole("gang", 2, num_nodes=2, kind=JOB, priority="batch", t=10.0), 10.0)
+    result = s.step(10.0)
+    assert {e.workload_id for e in result.of_type(ev.PREEMPTED)} == victims
+    for wid in victims:
+        s.finished(wid, 20.0)
+    result = s.step(20.0)
+    assert [e.workload_id for e in result.of_type(ev.ADMITTED)][:1] == ["gang"]
+    assert "far" in s.state.running
+    assert not check_all(s.state, s.policy, result.reservations)

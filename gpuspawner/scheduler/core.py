@@ -78,7 +78,8 @@ class Scheduler:
         if self.policy.quotas:
             quota = state.ledger.quota(w.team, w.pool)
             if w.gpu_units > quota.ceiling:
-                return (f"needs {units(w.gpu_units)} {w.pool} GPUs but team {w.team} may hold at most "
+                return (f"needs {units(w.gpu_units)} {w.pool} GPUs but team {w.team} "
+                        f"may hold at most "
                         f"{int(quota.ceiling)} ({describe_ceiling(quota)})")
         return None
 

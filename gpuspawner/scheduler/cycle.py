@@ -301,6 +301,13 @@ class _Cycle:
                 self.result.events.append(ev.Event(
                     ev.ADMITTED, wid, self.now, placement=nom.placement,
                     message="admitted on the GPUs its preemption freed"))
+                w = self.state.pending[wid]
+                key = share_key(nom.placement) if w.gpu_share else None
+                if key is not None and key not in self.slots:
+                    # The whole GPU set aside for it opens as shared: others may join.
+                    node = self.state.nodes[key[0]]
+                    self.slots.add(key, node.pool, node.share_units,
+                                   slots_needed(w.gpu_share, node.share_units))
             else:
                 self.result.waiting[wid] = (
                     f"waiting for preempted workload(s) {', '.join(sorted(nom.victims))} "
@@ -577,7 +584,7 @@ class _Cycle:
     def capacity_reason(self, w: Workload) -> str:
         free = self.index.pool_free.get(w.pool, 0)
         if w.gpu_share:
-            return (f"waiting for a {w.gpu_share:g} share of a {w.pool} GPU (no shared GPU "
+            return (f"waiting for a {w.gpu_share:g} share of one {w.pool} GPU (no shared GPU "
                     f"has room, {free} whole GPU(s) free, none placeable)")
         shape = (f"{w.num_nodes} nodes × {w.gpus_per_node}" if w.num_nodes > 1
                  else f"{w.gpus_per_node} ×")

@@ -73,8 +73,8 @@ class SlotIndex:
     def copy(self) -> "SlotIndex":
         new = SlotIndex.__new__(SlotIndex)
         new.used = dict(self.used)
-        new.units = self.units if not self.used else dict(self.units)
-        new.pool_of = self.pool_of if not self.used else dict(self.pool_of)
+        new.units = dict(self.units)
+        new.pool_of = dict(self.pool_of)
         new.closed = set(self.closed)
         new.buckets = {p: [dict(b) for b in bs] for p, bs in self.buckets.items()}
         new.on_node = dict(self.on_node)
@@ -156,6 +156,8 @@ def find_share_placement(index: FreeIndex, slots: SlotIndex, nodes: Mapping[str,
             continue
         if _placeable(node, key[1]) and (not selector or node.matches(selector)):
             return ((key[0], (key[1],)),)
+    if not index.pool_free.get(w.pool, 0):
+        return None
     best = None
     for name in slots.on_node:
         free = index.free.get(name)

@@ -6,17 +6,19 @@ evicted, so a shared GPU is one option whose victims are all its shares,
 offered only when all of them are candidates; shares that would free
 nothing are never evicted. A share preemptor takes slots: on a shared GPU by
 evicting some of its shares (fewest units first), or on a GPU a whole-GPU
-candidate holds, which its eviction frees whole.
+candidate holds, which its eviction frees whole. A gang's victims are
+chosen as before, a shared GPU counting as freed once all its shares are
+chosen, and then every victim its placement does not need is dropped.
 """
 from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
 from .model import Workload
-from .placement import FreeIndex
+from .placement import FreeIndex, find_placement
 from .preemption import (MAX_GANG_CANDIDATES, RECLAIM, Candidate, PreemptionPlan,
-                         VictimCatalog, _gang)
-from .shares import SlotIndex, slots_needed
+                         VictimCatalog)
+from .shares import SlotIndex, share_key, slots_needed
 
 # An option: (rank of its least evictable victim, its victims, how many GPUs or
 # slots it frees[, the GPUs it frees]): the unit the victim search chooses.
@@ -65,11 +67,8 @@ def plan_with_shares(w: Workload, selector: Mapping[str, str], index: FreeIndex,
     if w.gpu_share:
         return _for_share(w, selector, slots, catalog.state, cands, excess, limits)
     if w.num_nodes > 1:
-        # A gang is planned on whole-GPU victims only (evicting shares for a
-        # gang is left to their ends): it never evicts shares that free nothing.
-        whole = [c for c in cands if not c.running.workload.gpu_share]
-        return _gang(w, selector, index, whole[:MAX_GANG_CANDIDATES], excess, limits) \
-            if whole else None
+        return _for_gang(w, selector, index, slots, catalog.state,
+                         cands[:MAX_GANG_CANDIDATES], excess, limits)
     return _for_whole(w, selector, index, slots, catalog.state, cands, excess, limits)
 
 
@@ -89,16 +88,10 @@ def _for_whole(w, selector, index, slots, state, cands, excess, limits):
         for name, gpus in c.running.placement:
             if eligible(name):
                 on_node.setdefault(name, []).append((rank, [c], len(gpus), gpus))
-    for key, holders in state.sharers.items():
-        # Freed only if every slot on it is a candidate's (nothing admitted
-        # or set aside on it this cycle) and every share on it may go.
-        if key not in slots or key in slots.closed or \
-                slots.used[key] != sum(holders.values()):
+    for key in _freeable(state, slots, cands):
+        if not eligible(key[0]):
             continue
-        if not eligible(key[0]) or not state.placeable(*key) or \
-                any(h not in by_id for h in holders):
-            continue
-        group = [by_id[h] for h in holders]
+        group = [by_id[h] for h in state.sharers[key]]
         on_node.setdefault(key[0], []).append(
             (max(r for r, _ in group), [c for _, c in group], 1, (key[1],)))
     best = None
@@ -117,6 +110,66 @@ def _for_whole(w, selector, index, slots, state, cands, excess, limits):
     _, name, chosen, victims = best
     gpus = (index.free[name] + [x for o in chosen for x in o[3]])[:g]
     return PreemptionPlan(((name, tuple(sorted(gpus))),), victims)
+
+
+def _freeable(state, slots, cands) -> set:
+    """Shared GPUs every slot of which is a candidate's: evicting all of them
+    frees the GPU (nothing admitted or set aside on it this cycle)."""
+    ids = {c.running.workload.id for c in cands}
+    return {key for key, holders in state.sharers.items()
+            if key in slots and key not in slots.closed and state.placeable(*key)
+            and slots.used[key] == sum(holders.values()) and all(h in ids for h in holders)}
+
+
+def _for_gang(w, selector, index, slots, state, cands, excess, limits):
+    freeable = _freeable(state, slots, cands)
+    cands = [c for c in cands if not c.running.workload.gpu_share
+             or share_key(c.running.placement) in freeable]
+
+    def give_back(trial, left, c):
+        """``c``'s GPUs back into ``trial``; a share's once its GPU's last
+        slot (``left``: slots still held per shared GPU) is given back."""
+        if c.running.workload.gpu_share:
+            key = share_key(c.running.placement)
+            left[key] = left.get(key, slots.used[key]) - state.sharers[key][c.running.workload.id]
+            if left[key] == 0 and key[0] in trial.free:
+                trial.give(key[0], [key[1]])
+            return
+        for node, gpus in c.running.placement:
+            if node in trial.free:
+                trial.give(node, gpus)
+
+    def trial_without(victims):
+        trial, left = index.copy(), {}
+        for c in victims:
+            give_back(trial, left, c)
+        return trial
+
+    def place(trial):
+        if trial.pool_free.get(w.pool, 0) < w.gpus:
+            return None
+        return find_placement(trial, w.pool, w.gpus_per_node, w.num_nodes, selector,
+                              w.topology, w.topology_key, limits)
+
+    chosen, taken, placement = [], {}, None
+    trial, left = index.copy(), {}  # the free GPUs with every victim chosen so far given back
+    for c in cands:
+        if not _allowed([c], taken, excess):
+            continue
+        taken[c.team] = taken.get(c.team, 0) + c.running.workload.gpu_units
+        chosen.append(c)
+        give_back(trial, left, c)
+        placement = place(trial)
+        if placement is not None:
+            break
+    if placement is None:
+        return None
+    for c in reversed(chosen[:-1]):  # drop the victims the gang does not need
+        fewer = [x for x in chosen if x is not c]
+        p = place(trial_without(fewer))
+        if p is not None:
+            chosen, placement = fewer, p
+    return PreemptionPlan(placement, chosen)
 
 
 def _for_share(w, selector, slots, state, cands, excess, limits):

@@ -86,7 +86,8 @@ def past_workloads(s: Session, since: float, until: float) -> list[PastWorkload]
                          attempts=tuple(attempts.get(r.id, ())), num_nodes=r.num_nodes,
                          priority=r.priority, time_limit=r.time_limit,
                          preemptions=preempted.get(r.id, 0), name=r.name, sweep=r.sweep_id,
-                         after=tuple((d["id"], d["condition"]) for d in r.after or ()))
+                         after=tuple((d["id"], d["condition"]) for d in r.after or ()),
+                         gpu_share=r.gpu_share or 0.0)
             for r in s.execute(select(WorkloadRow).where(*window)).scalars()]
 
 

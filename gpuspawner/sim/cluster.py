@@ -10,7 +10,9 @@ The short form names a node count per pool::
 ``topology`` gives, per level, how many consecutive nodes share a domain
 (``rack: 4`` puts nodes 0-3 in rack 0, 4-7 in rack 1, ...). A pool may also
 carry ``labels`` for all its nodes, or list ``nodes`` explicitly as
-``{name, gpus, labels, topology}``. A team may have ``allowed_pools`` and a
+``{name, gpus, labels, topology}``. ``share_units: N`` (0 or >= 2) lets the
+pool's GPUs be split into N slots for workloads asking a share of one GPU.
+A team may have ``allowed_pools`` and a
 ``node_selector``. Absent ``borrowing_limit``/``lending_limit`` mean no limit.
 """
 from __future__ import annotations
@@ -80,13 +82,16 @@ def parse_cluster(data: Any, source: str = "cluster") -> Cluster:
             raise ClusterError(f"{where}: pool {name!r} is declared twice")
         pool_names.add(name)
         labels = dict(pool.get("labels") or {})
+        units = _int(f"{where}.share_units", pool.get("share_units", 0))
+        if units == 1:
+            raise ClusterError(f"{where}.share_units must be 0 (GPUs not shared) or >= 2, got 1")
         if isinstance(pool.get("nodes"), list):
             for j, spec in enumerate(pool["nodes"]):
                 nodes.append(Node(
                     name=str(spec.get("name", f"{name}-{j:04d}")), pool=name,
                     gpus=_int(f"{where}.nodes[{j}].gpus", spec.get("gpus"), 1),
                     topology={k: str(v) for k, v in (spec.get("topology") or {}).items()},
-                    labels={**labels, **(spec.get("labels") or {})}))
+                    labels={**labels, **(spec.get("labels") or {})}, share_units=units))
             continue
         count = _int(f"{where}.nodes", pool.get("nodes"), 1)
         gpus = _int(f"{where}.gpus_per_node", pool.get("gpus_per_node"), 1)
@@ -94,7 +99,8 @@ def parse_cluster(data: Any, source: str = "cluster") -> Cluster:
                   for k, v in (pool.get("topology") or {}).items()}
         for j in range(count):
             topology = {level: f"{name}-{level}{j // size}" for level, size in levels.items()}
-            nodes.append(Node(f"{name}-{j:04d}", name, gpus, topology, labels))
+            nodes.append(Node(f"{name}-{j:04d}", name, gpus, topology, labels,
+                              share_units=units))
     teams = []
     for i, spec in enumerate(data.get("teams") or []):
         where = f"{source}: teams[{i}]"
@@ -125,7 +131,10 @@ def cluster_document(cluster: Cluster) -> dict:
     """The cluster as a CLUSTER.yaml document (every node listed, so that
     ``parse_cluster`` gives the same nodes and teams back)."""
     pools: dict[str, list[dict]] = {}
+    units: dict[str, int] = {}
     for n in cluster.nodes:
+        if n.share_units:
+            units[n.pool] = n.share_units
         node: dict[str, Any] = {"name": n.name, "gpus": n.gpus}
         if n.labels:
             node["labels"] = dict(n.labels)
@@ -147,4 +156,6 @@ def cluster_document(cluster: Cluster) -> dict:
         if t.node_selector:
             team["node_selector"] = dict(t.node_selector)
         teams.append(team)
-    return {"pools": [{"name": p, "nodes": nodes} for p, nodes in pools.items()], "teams": teams}
+    return {"pools": [{"name": p, "nodes": nodes,
+                       **({"share_units": units[p]} if p in units else {})}
+                      for p, nodes in pools.items()], "teams": teams}

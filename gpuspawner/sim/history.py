@@ -79,6 +79,7 @@ class PastWorkload:
     # The sweep it was a task of, and what it waited for: ((target, condition), ...).
     sweep: Optional[str] = None
     after: tuple[tuple[str, str], ...] = ()
+    gpu_share: float = 0.0  # its share of one GPU; 0: whole GPUs
 
     @property
     def gpus(self) -> int:
@@ -164,7 +165,7 @@ def history_trace(workloads: Iterable[PastWorkload], since: float, until: float,
             num_gpus=w.gpus, duration_s=max(ran, SHORTEST_RUN_S), time_limit_s=w.time_limit,
             gpu_type=w.pool, priority=w.priority or None,
             num_nodes=w.num_nodes if w.num_nodes > 1 else None,
-            kind=None if w.kind == "job" else w.kind))
+            kind=None if w.kind == "job" else w.kind, gpu_share=w.gpu_share or None))
         out.outcomes[w.id] = Outcome(w.id, w.team, w.gpus, w.submitted_at - since,
                                      held[0][0], held, w.preemptions)
     out.jobs = with_dependencies(out.jobs, {w.id: w for w in workloads})
@@ -245,7 +246,8 @@ def cluster_of(nodes: Iterable[Node], teams: Iterable[Team]) -> Cluster:
     for n in nodes:
         usable = len(n.usable_gpus())
         if usable:
-            kept.append(Node(n.name, n.pool, usable, dict(n.topology), dict(n.labels)))
+            kept.append(Node(n.name, n.pool, usable, dict(n.topology), dict(n.labels),
+                             share_units=n.share_units))
     return Cluster(kept, list(teams))
 
 

@@ -22,7 +22,8 @@ The simulator adds ``utilization_backlog`` (GPUs in use / capacity, averaged
 over the time some workload waited), ``preemptions``, ``quota_violations``
 (admissions that left a team above nominal + borrowing limit, or a pool
 borrowing more than was lent, under the cluster file's quotas), ``cycles``
-and ``wall_s``.
+and ``wall_s``. For a trace with GPU shares it adds ``SharingMeter.summary``'s
+figures (``notebook_gpu_hours`` and the rest, described there).
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ class JobRecord:
     lost_gpu_s: float = 0.0
     timed_out: bool = False
     rejected: Optional[str] = None
+    kind: str = "job"
+    gpu_share: float = 0.0  # what the trace asked for, even when replayed without sharing
 
     @property
     def jct(self) -> float:
@@ -138,3 +141,83 @@ def write_records(path, records: Iterable[JobRecord]) -> None:
         for r in records:
             writer.writerow([cell(v) for v in (r.job_id, r.team, r.gpus, r.submit, r.first_start,
                                                r.finish, r.run_time, r.preemptions)])
+
+
+class SharingMeter:
+    """What GPU sharing saves and costs, measured along a replay.
+
+    ``observe(state)`` after every cycle reads the cluster; ``advance(now)``
+    before the next one integrates what it read over the time between.
+    ``summary`` gives (times in seconds, GPU-hours of physical GPUs):
+
+    * ``notebook_gpu_hours``, ``notebook_peak_gpus``: GPUs notebooks hold,
+      integrated and at the peak. A shared GPU counts whole while any
+      notebook is on it: a GPU a notebook touches is not free for a gang.
+    * ``shared_gpus_peak``: most GPUs shared at once.
+    * ``stranded_gpu_hours``: the fragmentation cost, the free slots of
+      shared GPUs (as GPUs: 3 free quarters are 0.75) integrated over the
+      time whole-GPU work waited. Capacity a whole-GPU job could not use
+      because shares hold part of the GPU.
+    * ``whole_job_{avg,p50,p99}_wait_s``: queueing delay of the jobs asking
+      for whole GPUs, ``notebook_{p50,p99}_start_s``: submit to first start
+      of the notebooks; ``notebooks_preempted``: notebook servers stopped by
+      a preemption (reclaim of borrowed quota), ``notebooks_never_started``.
+    """
+
+    def __init__(self):
+        self.t: Optional[float] = None
+        self.notebook_gpus = 0
+        self.stranded = 0.0
+        self.whole_waiting = False
+        self.notebook_gpu_s = 0.0
+        self.stranded_gpu_s = 0.0
+        self.notebook_peak = 0
+        self.shared_peak = 0
+
+    def advance(self, now: float) -> None:
+        if self.t is not None:
+            dt = now - self.t
+            self.notebook_gpu_s += dt * self.notebook_gpus
+            if self.whole_waiting:
+                self.stranded_gpu_s += dt * self.stranded
+        self.t = now
+
+    def observe(self, state) -> None:
+        notebook = "notebook"
+        running = state.running
+        held = sum(r.workload.gpus for r in running.values()
+                   if r.workload.kind == notebook and not r.workload.gpu_share)
+        held += sum(1 for holders in state.sharers.values()
+                    if any(running[h].workload.kind == notebook for h in holders))
+        self.notebook_gpus = held
+        self.notebook_peak = max(self.notebook_peak, held)
+        slots = state.slots
+        self.shared_peak = max(self.shared_peak, len(slots))
+        self.stranded = sum(slots.free(key) / slots.units[key] for key in slots.used
+                            if key not in slots.closed)
+        self.whole_waiting = any(not w.gpu_share and w.gpus for w in state.pending.values())
+
+    def summary(self, records: list[JobRecord], sharing: bool) -> dict:
+        out = {
+            "sharing": sharing,
+            "notebook_gpu_hours": self.notebook_gpu_s / 3600,
+            "notebook_peak_gpus": self.notebook_peak,
+            "shared_gpus_peak": self.shared_peak,
+            "stranded_gpu_hours": self.stranded_gpu_s / 3600,
+        }
+        whole = [max(0.0, r.jct - r.run_time) for r in records
+                 if r.finish is not None and r.kind != "notebook" and not r.gpu_share]
+        if whole:
+            out["whole_job_avg_wait_s"] = sum(whole) / len(whole)
+            out["whole_job_p50_wait_s"] = percentile(whole, 50)
+            out["whole_job_p99_wait_s"] = percentile(whole, 99)
+        starts = [r.first_start - r.submit for r in records
+                  if r.kind == "notebook" and r.first_start is not None]
+        if starts:
+            out["notebook_p50_start_s"] = percentile(starts, 50)
+            out["notebook_p99_start_s"] = percentile(starts, 99)
+        notebooks = [r for r in records if r.kind == "notebook"]
+        out["notebooks_never_started"] = sum(1 for r in notebooks if r.first_start is None)
+        # A preempted notebook server is stopped, its user's session lost.
+        out["notebooks_preempted"] = sum(1 for r in notebooks if r.preemptions)
+        return out

@@ -5,6 +5,11 @@ grace period) are processed in time order; after each batch of events at
 one instant the scheduler runs one cycle and its decisions are applied, as
 the service would. A preempted job keeps the progress it made (it resumes
 from its checkpoint) but pays ``restart_cost_s`` on every restart.
+
+A trace with GPU shares (``gpu_share``) is replayed with sharing on pools
+that split their GPUs (``share_units``), or with ``sharing=False`` as if
+every share asked for a whole GPU; the figures of ``metrics.SharingMeter`` say
+what sharing saved and what it cost.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from ..scheduler.policy import Policy
 from ..scheduler.quota import QuotaLedger
 from .cluster import Cluster
 from ..scheduler.dependencies import FAILED, STOPPED, SUCCEEDED
-from .metrics import JobRecord, summarize
+from .metrics import JobRecord, SharingMeter, summarize
 from .pipelines import Pipelines, sweep_indices
 from .trace import TraceJob
 
@@ -70,7 +75,10 @@ def split_over_nodes(gpus: int, gpus_per_node: int, nodes_in_pool: int) -> Optio
     return None
 
 
-def to_workload(job: TraceJob, cluster: Cluster, sweep_index: Optional[int] = None) -> Workload:
+def to_workload(job: TraceJob, cluster: Cluster, sweep_index: Optional[int] = None,
+                sharing: bool = True) -> Workload:
+    """The trace job as the scheduler sees it; without ``sharing`` a share
+    asks for a whole GPU."""
     gpn = cluster.pool_gpus_per_node()
     pool = job.gpu_type or next(iter(gpn))
     if pool not in gpn:
@@ -92,18 +100,20 @@ def to_workload(job: TraceJob, cluster: Cluster, sweep_index: Optional[int] = No
         gpus_per_node=job.num_gpus // nodes, num_nodes=nodes,
         submit_time=job.submit_time_s, priority=job.priority or "",
         time_limit=job.time_limit_s, topology="preferred" if nodes > 1 else "none",
-        sweep_index=sweep_index)
+        sweep_index=sweep_index, gpu_share=(job.gpu_share or 0.0) if sharing else 0.0)
 
 
 def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
              restart_cost_s: float = 60.0, check: bool = False,
              estimates: Optional["StartEstimates"] = None,
-             progress: Optional[Callable[[float], None]] = None) -> SimResult:
+             progress: Optional[Callable[[float], None]] = None,
+             sharing: bool = True) -> SimResult:
     """Replay ``trace``; ``estimates`` (``sim.estimates.StartEstimates``),
     when given, measures start estimates along the way. ``progress`` is
     called now and then with the share of the replay done (0 to 1: half for
     the submissions, half for the jobs ending); what it raises ends the
-    replay (a cancel)."""
+    replay (a cancel). ``sharing=False`` rounds every GPU share up to a
+    whole GPU."""
     wall = time.perf_counter()
     sched = Scheduler(cluster.nodes, cluster.teams, policy)
     # Independent accounting of the cluster's quotas, whatever the policy enforces.
@@ -116,9 +126,10 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     indices = sweep_indices(trace)
     rejected_at_start = []
     for job in trace:
-        record = JobRecord(job.job_id, job.team, job.submit_time_s, job.duration_s, job.num_gpus)
+        record = JobRecord(job.job_id, job.team, job.submit_time_s, job.duration_s, job.num_gpus,
+                           kind=job.kind or JOB, gpu_share=job.gpu_share or 0.0)
         try:
-            w = to_workload(job, cluster, indices.get(job.job_id))
+            w = to_workload(job, cluster, indices.get(job.job_id), sharing)
         except ShapeError as e:
             record.rejected = str(e)
             jobs[job.job_id] = _Job(job, None, job.duration_s, record)
@@ -127,8 +138,10 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
         jobs[job.job_id] = _Job(job, w, job.duration_s, record)
         heapq.heappush(queue, (job.submit_time_s, SUBMIT, next(seq), job.job_id, 0))
 
-    in_use: dict[str, int] = {}
-    timeline: list[tuple[float, dict[str, int]]] = []
+    in_use: dict[str, float] = {}
+    timeline: list[tuple[float, dict[str, float]]] = []
+    # Only for traces that ask for shares: no cost for the others.
+    meter = SharingMeter() if any(job.gpu_share for job in trace) else None
     backlog_time = busy_backlog = 0.0
     last_t = trace[0].submit_time_s if trace else 0.0
     capacity = cluster.total_gpus
@@ -157,6 +170,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
         if sched.state.pending:
             backlog_time += now - last_t
             busy_backlog += (now - last_t) * sum(in_use.values()) / capacity
+        if meter is not None:
+            meter.advance(now)
         last_t = now
         submitted = []
         while queue and queue[0][0] == now:
@@ -188,7 +203,7 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                     sched.finished(wid, now, requeue=True)
                     job.remaining += restart_cost_s
                     # The grace period ran without progress, the restart repeats work.
-                    job.record.lost_gpu_s += w.gpus * (now - job.preempted_at + restart_cost_s)
+                    job.record.lost_gpu_s += w.gpu_units * (now - job.preempted_at + restart_cost_s)
                 else:
                     sched.finished(wid, now, requeue=False)
                     if estimates is not None:
@@ -197,8 +212,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                     job.record.timed_out = job.remaining > (w.time_limit or math.inf)
                     ended += 1
                     job_ended(wid, FAILED if job.record.timed_out else SUCCEEDED, now)
-                in_use[w.team] -= w.gpus
-                quotas.charge(w.team, w.pool, -w.gpus)
+                in_use[w.team] -= w.gpu_units
+                quotas.charge(w.team, w.pool, -w.gpu_units)
         while released:  # their dependencies were met just now
             wid = released.pop(0)
             submitted.append(wid)
@@ -225,8 +240,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                 job.token += 1
                 run_for = min(job.remaining, w.time_limit or math.inf)
                 heapq.heappush(queue, (now + run_for, EXIT, next(seq), w.id, job.token))
-                in_use[w.team] = in_use.get(w.team, 0) + w.gpus
-                quotas.charge(w.team, w.pool, w.gpus)
+                in_use[w.team] = in_use.get(w.team, 0) + w.gpu_units
+                quotas.charge(w.team, w.pool, w.gpu_units)
                 q = quotas.quota(w.team, w.pool)
                 if quotas.used[(w.team, w.pool)] > q.ceiling or not quotas.borrowing_ok(w.pool):
                     violations += 1
@@ -239,6 +254,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
                     job.preempted_at = now
                     job.token += 1
                     heapq.heappush(queue, (e.kill_at, LEAVE, next(seq), e.workload_id, job.token))
+        if meter is not None:
+            meter.observe(sched.state)
         if check:
             history.extend(result.events)
             found = check_all(sched.state, policy, result.reservations, history,
@@ -249,6 +266,8 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
 
     records = [j.record for j in jobs.values()]
     metrics = summarize(records)
+    if meter is not None:
+        metrics.update(meter.summary(records, sharing))
     metrics.update({
         "policy": policy.name,
         "utilization_backlog": busy_backlog / backlog_time if backlog_time else 1.0,

@@ -4,7 +4,8 @@ A trace is what the simulator replays: when each job is submitted, by whom, how 
 and how long it really runs (``duration_s``, unknown to the scheduler) versus what the user declared
 (``time_limit_s``, which backfill relies on). The CSV has one row per job with the columns named in
 ``REQUIRED_COLUMNS`` and, optionally, ``OPTIONAL_COLUMNS`` (``sweep`` and ``after``: sweeps and
-dependencies, sim/pipelines.py); an empty optional cell means "not given".
+dependencies, sim/pipelines.py; ``gpu_share``: a share of one GPU, 0 < s < 1, with ``num_gpus`` 1);
+an empty optional cell means "not given".
 Unknown extra columns are ignored so traces exported from other tools can be replayed as they are.
 
 Synthetic traces (``generate_philly_trace``) follow the Microsoft Philly cluster as characterised by
@@ -31,6 +32,11 @@ ATC'19). The parameters, and why they were chosen:
   arrival window ``[0, T]`` is set so that the offered load ``sum(num_gpus * duration_s) /
   (capacity_gpus * T)`` equals ``load`` exactly; ``num_jobs`` arrivals are placed in it as independent
   draws from the rate's density, which is exactly a Poisson process conditioned on its job count.
+
+A notebook-heavy trace (``generate_notebook_trace``) adds to such batch jobs many interactive
+notebook servers that each ask for a share of one GPU (``NOTEBOOK_SHARES``: 1/4 or 1/2) and run for
+hours (log-normal, median ``NOTEBOOK_MEDIAN_S`` 3 h, sigma 0.8, clipped to 15 min-24 h, no time
+limit: a server has none), arriving over the same span with the same diurnal rate.
 
 Everything random comes from one ``random.Random(seed)``: the same arguments give the same trace.
 """
@@ -69,6 +75,8 @@ class TraceJob:
     # "TARGET[:ok|any|failed] ..." with job ids or sweep names (sim/pipelines.py).
     sweep: str | None = None
     after: str | None = None
+    # A share of one GPU (0 < s < 1, with num_gpus 1); None: whole GPUs.
+    gpu_share: float | None = None
 
 
 class TraceError(ValueError):
@@ -76,7 +84,8 @@ class TraceError(ValueError):
 
 
 REQUIRED_COLUMNS = ("job_id", "team", "user", "submit_time_s", "num_gpus", "duration_s")
-OPTIONAL_COLUMNS = ("time_limit_s", "gpu_type", "priority", "num_nodes", "kind", "sweep", "after")
+OPTIONAL_COLUMNS = ("time_limit_s", "gpu_type", "priority", "num_nodes", "kind", "sweep", "after",
+                    "gpu_share")
 KINDS = ("job", "notebook", "deployment")
 
 
@@ -222,6 +231,50 @@ def generate_philly_trace(
     ]
 
 
+NOTEBOOK_SHARES = {0.25: 0.65, 0.5: 0.35}
+NOTEBOOK_MEDIAN_S = 3 * 3600
+NOTEBOOK_SIGMA = 0.8
+NOTEBOOK_RANGE_S = (15 * 60.0, 24 * 3600.0)
+
+
+def generate_notebook_trace(
+    num_jobs: int,
+    num_notebooks: int,
+    *,
+    teams: Sequence[str] | int = PHILLY_TEAMS,
+    seed: int = 0,
+    capacity_gpus: int = 256,
+    load: float = 0.8,
+    gpu_type: str | None = None,
+) -> list[TraceJob]:
+    """Batch jobs as ``generate_philly_trace`` (``load`` is theirs alone) plus
+    ``num_notebooks`` notebook servers asking for shares of one GPU, over the
+    same span (see the module docstring)."""
+    if num_notebooks < 0:
+        raise ValueError(f"num_notebooks must be >= 0, got {num_notebooks}")
+    jobs = generate_philly_trace(num_jobs, teams=teams, seed=seed, capacity_gpus=capacity_gpus,
+                                 load=load, gpu_type=gpu_type)
+    team_names = _team_names(teams)
+    rng = random.Random(seed + 1)  # the batch jobs stay those of generate_philly_trace
+    team_weights = _zipf_weights(len(team_names))
+    users = {team: _team_users(rng, team) for team in team_names}
+    span = max((j.submit_time_s for j in jobs), default=_DAY_S)
+    shares, share_weights = list(NOTEBOOK_SHARES), list(NOTEBOOK_SHARES.values())
+    mu = math.log(NOTEBOOK_MEDIAN_S)
+    width = max(6, len(str(num_notebooks - 1)))
+    notebooks = []
+    for i in range(num_notebooks):
+        team = rng.choices(team_names, team_weights)[0]
+        duration = float(round(min(max(rng.lognormvariate(mu, NOTEBOOK_SIGMA),
+                                       NOTEBOOK_RANGE_S[0]), NOTEBOOK_RANGE_S[1])))
+        notebooks.append(TraceJob(
+            job_id=f"nb{i:0{width}d}", team=team, user=rng.choice(users[team]),
+            submit_time_s=round(_diurnal_arrival(rng, span), 3), num_gpus=1,
+            duration_s=duration, gpu_type=gpu_type, kind="notebook",
+            gpu_share=rng.choices(shares, share_weights)[0]))
+    return sorted(jobs + notebooks, key=lambda job: (job.submit_time_s, job.job_id))
+
+
 def _parse_row(cells: dict[str, str], path: Path, line: int) -> TraceJob:
     def text(column: str) -> str:
         if not cells[column]:
@@ -263,6 +316,12 @@ def _parse_row(cells: dict[str, str], path: Path, line: int) -> TraceJob:
     kind = cells["kind"] if given("kind") else None
     if kind is not None:
         check("kind", kind in KINDS, f"one of {', '.join(KINDS)}")
+    gpu_share = number("gpu_share") if given("gpu_share") else None
+    if gpu_share is not None:
+        check("gpu_share", 0 < gpu_share < 1, "between 0 and 1 (a share of one GPU)")
+        check("num_gpus", gpus == 1, "1 for a share of one GPU")
+        if num_nodes is not None:
+            check("num_nodes", num_nodes == 1, "1 for a share of one GPU")
     after = cells["after"] if given("after") else None
     if after is not None:
         try:
@@ -275,7 +334,7 @@ def _parse_row(cells: dict[str, str], path: Path, line: int) -> TraceJob:
         gpu_type=cells["gpu_type"] if given("gpu_type") else None,
         priority=cells["priority"] if given("priority") else None,
         num_nodes=num_nodes, kind=kind, sweep=cells["sweep"] if given("sweep") else None,
-        after=after,
+        after=after, gpu_share=gpu_share,
     )
 
 
