@@ -90,8 +90,8 @@ def test_a_share_is_judged_by_its_own_processes_not_by_its_busy_neighbour():
     one whose own processes are idle is warned and culled, the busy one
     stays, and one whose own figure is unknown is left to its activity."""
     apis = SimulatedApis(3, gpu_share=0, page_size=0, now=NOW)
-    apis.workloads = [{"id": f"w{i}", "user": f"u{i}", "name": "", "team": "t0", "pool": "h200"}
-                      for i in range(3)]
+    apis.workloads = [{"id": f"w{i}", "user": f"u{i}", "name": "", "team": "t0", "pool": "h200",
+                       "gpu_share": 0.5 if i == 1 else 0.25} for i in range(3)]
     for u in apis.users:  # all recently active in Jupyter: only the GPU rule can cull
         u["servers"][""]["last_activity"] = NOW.isoformat()
     apis.gpus = [{"device": 0, "utilization_pct": 90.0, "workload": None, "shares": [
@@ -110,3 +110,6 @@ def test_a_share_is_judged_by_its_own_processes_not_by_its_busy_neighbour():
     passes(culler, clock, 45)
     culls = [u for m, u, _ in calls if m == "DELETE" and u.startswith(HUB)]
     assert culls == [f"{HUB}/users/u0/server"]
+    # The audit says what it held: a quarter of its one GPU.
+    [audit] = [b for m, u, b in calls if m == "POST" and u.endswith("/audit")]
+    assert (audit["detail"]["gpu_count"], audit["detail"]["gpu_units"]) == (1, 0.25)

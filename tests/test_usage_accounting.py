@@ -95,8 +95,10 @@ def test_group_by_names_the_unknown_key():
 
 def test_culled_idle_gpu_hours_from_audit_details():
     culls = [{"gpu_count": 2, "gpu_idle_s": 1800}, {"gpu_count": 0, "idle_s": 99999},
-             {"gpu_count": 1, "gpu_idle_s": 3600}, {"reason": "max age"}]
-    assert accounting.culled_idle_gpu_hours(culls) == (2, 2.0)
+             {"gpu_count": 1, "gpu_idle_s": 3600}, {"reason": "max age"},
+             # A quarter share of one GPU idle for 4 h: one GPU-hour.
+             {"gpu_count": 1, "gpu_units": 0.25, "gpu_idle_s": 4 * 3600}]
+    assert accounting.culled_idle_gpu_hours(culls) == (3, 3.0)
 
 
 # ---- through the engine --------------------------------------------------------------------

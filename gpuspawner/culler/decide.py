@@ -97,6 +97,7 @@ class Server:
     started: datetime
     last_activity: Optional[datetime] = None
     pending: Optional[str] = None        # "spawn"/"stop" in progress: never act
+    gpu_share: float = 0.0               # its share of its one GPU (0.25); 0: whole GPUs
 
     def __post_init__(self):
         object.__setattr__(self, "groups", _name_set(self.groups, "Server.groups"))
@@ -409,12 +410,14 @@ def _gather(server: Server, samples: Iterable[GpuSample], policy: Policy, now: d
                   idle_s=(now - last).total_seconds(), gpu=gpu, gpu_idle_s=gpu_idle_s)
 
 
-def _numbers(facts: _Facts, policy: Policy) -> dict:
+def _numbers(facts: _Facts, policy: Policy, share: float = 0.0) -> dict:
     numbers = {"age_s": facts.age_s, "idle_s": facts.idle_s, "idle_timeout_s": policy.idle_timeout,
                "max_age_s": policy.max_age}
     gpu = facts.gpu
     if gpu is not None:
-        numbers.update(gpu_count=len(gpu.gpus), gpu_state=gpu.state, gpu_idle_s=facts.gpu_idle_s,
+        # gpu_units: what it held in GPU units (a quarter share: 0.25 of its one GPU).
+        numbers.update(gpu_count=len(gpu.gpus), gpu_units=share or len(gpu.gpus),
+                       gpu_state=gpu.state, gpu_idle_s=facts.gpu_idle_s,
                        gpu_idle_timeout_s=policy.gpu_idle_timeout,
                        gpu_threshold_pct=policy.gpu_idle_threshold_pct,
                        gpu_mean_util_pct=gpu.mean_util_pct,
@@ -570,7 +573,7 @@ def decide(server: Server, samples: Iterable[GpuSample], policy: Policy, now: da
     if exempt:
         return Decision(KEEP, exempt, {}, rule="exempt")
     facts = _gather(server, samples, policy, now)
-    numbers = _numbers(facts, policy)
+    numbers = _numbers(facts, policy, server.gpu_share)
     due = _due_rules(server, facts, policy)
     if not due:
         return _keep(facts, policy, numbers)

@@ -109,7 +109,8 @@ class Culler:
                             gpus=devices.get(w["id"], ()) if w else (),
                             started=from_iso(model.get("started")) or now,
                             last_activity=from_iso(model.get("last_activity")),
-                            pending=model.get("pending"))
+                            pending=model.get("pending"),
+                            gpu_share=(w.get("gpu_share") or 0.0) if w else 0.0)
             policy = resolve_policy(self.policy, self.rules, server)
             samples = list(self.samples.get(w["id"], ())) if w else []
             warned = self.warned.get((server.user, name))

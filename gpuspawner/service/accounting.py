@@ -139,8 +139,9 @@ def culled_idle_gpu_hours(culls: Iterable[Mapping]) -> tuple[int, float]:
     (GPUs × time idle), i.e. the idle time the culls put an end to."""
     count, hours = 0, 0.0
     for detail in culls:
-        gpus = detail.get("gpu_count") or 0
-        if not isinstance(gpus, int) or gpus <= 0:
+        # GPU units (a share counts its part); entries before shares have the count.
+        gpus = detail.get("gpu_units", detail.get("gpu_count")) or 0
+        if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus <= 0:
             continue
         idle = detail.get("gpu_idle_s")
         count += 1
