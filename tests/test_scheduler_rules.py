@@ -1273,3 +1273,29 @@ def test_find_placement_table(free, kwargs, expected):
     index = index_with(free, topology={"n1": "r1", "n2": "r2", "n3": "r2"},
                        labels={"n1": {"region": "eu"}, "n2": {"region": "us"}, "n3": {}})
     assert find_placement(index, "a100", **kwargs) == expected
+
+
+@pytest.mark.parametrize("share", [0.0, 0.75])
+def test_a_dropped_nomination_gives_its_quota_back_in_the_same_cycle(share):
+    """A preemptor's GPU goes unhealthy while its victim exits: its
+    nomination is dropped, and the quota it held is usable at once by its
+    team's next workload, not one cycle later (found by the share property
+    test: shares waited 'nothing can be borrowed' beside free slots)."""
+    nodes = [Node(f"n{i}", "p", 1, share_units=4) for i in range(3)]
+    s = Scheduler(nodes, [Team("t", {"p": Quota(0, None, None)})],
+                  POLICIES["gpuhub"].with_(preemption_delay=0.0))
+    for name in "abc":
+        s.submit(Workload(name, "t", "p", 1, 0.0, priority="best-effort"), 0.0)
+    s.apply_result(s.cycle(0.0), 0.0)
+    s.submit(Workload("preemptor", "t", "p", 1, 1.0, priority="batch", gpu_share=share), 1.0)
+    s.apply_result(s.cycle(1.0), 1.0)
+    [nom] = s.state.nominations.values()
+    [victim] = nom.victims
+    node = nom.placement[0][0]
+    done = next(w for w in "abc" if w != victim)
+    s.finished(done, 2.0, requeue=False)        # its GPU is free now
+    s.set_node(replace(s.state.nodes[node], healthy=False))
+    s.submit(Workload("next", "t", "p", 1, 3.0, priority="best-effort"), 3.0)
+    result = s.cycle(3.0)
+    assert ev.NOMINATION_DROPPED in [e.type for e in result.events]
+    assert [e.workload_id for e in result.of_type(ev.ADMITTED)] == ["next"]

@@ -293,6 +293,9 @@ class _Cycle:
         placeable = self.state.placeable
         for wid, nom in self.state.nominations.items():
             if not all(placeable(node, g) for node, gpus in nom.placement for g in gpus):
+                # Its quota is not held any more: this cycle's admissions may use it.
+                w = self.state.pending[wid]
+                self.ledger.charge(w.team, w.pool, -w.gpu_units)
                 self.result.events.append(ev.Event(
                     ev.NOMINATION_DROPPED, wid, self.now,
                     message="the GPUs set aside for it became unhealthy or their node was "
