@@ -33,7 +33,8 @@ def format_deployments(deps: Sequence[dict]) -> str:
 
 def cmd_deploy(args) -> int:
     spec = {"name": args.name, "model_dir": args.model_dir, "runtime": args.runtime}
-    for key in ("team", "pool", "gpus", "min_replicas", "max_replicas", "predictor",
+    for key in ("team", "pool", "gpus", "gpu_share", "gpu_memory", "min_replicas",
+                "max_replicas", "predictor",
                 "canary_percent", "scale_to_zero_after", "target_in_flight", "after"):
         value = getattr(args, key)
         if value is not None:
@@ -97,6 +98,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--team")
     p.add_argument("--pool")
     p.add_argument("--gpus", type=int, help="GPUs per replica (default 0)")
+    p.add_argument("--gpu-share", metavar="FRACTION",
+                   help="each replica's part of one GPU, e.g. 1/4 (a pool that shares its GPUs)")
+    p.add_argument("--gpu-memory", metavar="SIZE",
+                   help="GPU memory each replica's share needs, e.g. 20GiB")
     p.add_argument("--min-replicas", type=int)
     p.add_argument("--max-replicas", type=int)
     p.add_argument("--target-in-flight", type=float,

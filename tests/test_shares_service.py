@@ -6,6 +6,7 @@ slots; a restart keeps them; usage is in GPU units; a share above its
 memory is warned, then stopped with the reason in its log and the audit."""
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -17,17 +18,21 @@ from sqlalchemy import select
 from gpuspawner.backends.local import LocalBackend
 from gpuspawner.inventory.declared import declared_gpus
 from gpuspawner.inventory.processes import ProcessReading
-from gpuspawner.scheduler.model import Node
+from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service import queries
+from gpuspawner.service.deployments import parse_deploy
 from gpuspawner.service.engine import Engine, EngineConfig
 from gpuspawner.service.identity import Identity
 from gpuspawner.service.launch import LocalNode, local_nodes
+from gpuspawner.service.operations import set_team
+from gpuspawner.service.serving_controller import ServingController
 from gpuspawner.service.share_watch import ShareWatch
 from gpuspawner.service.specs import SpecError, parse_job
 from gpuspawner.service.wiring import Wired, record_inventory
 from gpuspawner.isolation.share_memory import MemoryWatch
-from gpuspawner.store import Allocation, AuditEntry, EventRow, Store, UsageRow, WorkloadRow
+from gpuspawner.store import (Allocation, AuditEntry, DeploymentRow, EventRow, Store, UsageRow,
+                              WorkloadRow)
 
 ALICE = Identity("alice", teams=frozenset({"a"}), can_submit=True)
 BOB = Identity("bob", teams=frozenset({"a"}), can_submit=True)
@@ -248,3 +253,30 @@ def test_a_share_is_an_mps_client_only_while_its_gpu_holds_no_other_users_share(
     for w in (mine, theirs):
         engine.cancel(ALICE if w == mine else BOB, w)
     run_until(engine, lambda: not slots(engine), timeout=30)
+
+
+def test_a_deployment_serves_from_quarter_gpus(db_url, tmp_path):
+    """A model deployed with gpu_share: each replica is a quarter of a GPU,
+    two replicas sit on one GPU and count 0.5 against the team's quota; a
+    pool that does not share refuses it naming the field."""
+    engine = make_engine(db_url, tmp_path)
+    set_team(engine, ADMIN, "a", None, {"h200": Quota(1, None, None)})  # replicas: within nominal
+    os.makedirs(os.path.join(engine.launcher.workspace("alice"), "model"), exist_ok=True)
+    ctl = ServingController(engine)
+    ctl.deployments.deploy(ALICE, parse_deploy({"name": "iris", "model_dir": "model",
+                                                "gpu_share": "1/4", "min_replicas": 2,
+                                                "max_replicas": 2}, "h200"))
+    with engine.store.session() as s:
+        assert s.scalars(select(DeploymentRow)).one().gpu_share == 0.25
+    asyncio.run(ctl.reconcile())
+    engine.tick()
+    with engine.store.session() as s:
+        replicas = s.scalars(select(WorkloadRow).where(WorkloadRow.kind == "deployment")).all()
+    assert [(r.gpus_per_node, r.gpu_share) for r in replicas] == [(1, 0.25), (1, 0.25)]
+    assert engine.scheduler.state.held_gpus()[("a", "h200")] == 0.5
+    assert len({gpu for r in replicas for gpu, _ in slots(engine)[r.id]}) == 1
+    unshared = make_engine(db_url, tmp_path / "other", sharing={})
+    with pytest.raises(SpecError) as e:
+        ServingController(unshared).deployments.deploy(ALICE, parse_deploy(
+            {"name": "iris2", "model_dir": "model", "gpu_share": "1/4"}, "h200"))
+    assert e.value.field == "gpu_share" and "does not share its GPUs" in e.value.message

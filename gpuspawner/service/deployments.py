@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from sqlalchemy import delete, select
@@ -16,6 +16,7 @@ from . import journal
 from .engine import Engine
 from .errors import Conflict, Forbidden, NotFound
 from .launch import in_workspace
+from .share_specs import parse_share, resolve_share
 from .identity import Identity
 from .specs import SpecError, parse_after
 from .waiting import check_after, target_states
@@ -49,10 +50,15 @@ class DeploySpec:
     max_batch_size: int
     max_batch_time: float
     after: tuple = ()
+    # Part of one GPU per replica (share_specs.ShareRequest), resolved against
+    # the pool's slots when deployed into ``gpu_share``.
+    share: Any = None
+    gpu_share: float = 0.0
 
     def settings(self) -> dict:
         """What a rollout sets on the deployment (kept on a waiting revision)."""
-        return {"pool": self.pool, "gpus": self.gpus, "min_replicas": self.min_replicas,
+        return {"pool": self.pool, "gpus": self.gpus, "gpu_share": self.gpu_share,
+                "min_replicas": self.min_replicas,
                 "max_replicas": self.max_replicas, "target_in_flight": self.target_in_flight,
                 "scale_to_zero_after": self.scale_to_zero_after, "rollback": self.rollback,
                 "canary_percent": self.canary_percent}
@@ -76,7 +82,7 @@ def _num(body: dict, key: str, default, lo: float, hi: float, optional: bool = F
 
 FIELDS = {"name", "team", "model_dir", "runtime", "predictor", "pool", "gpus", "min_replicas",
           "max_replicas", "target_in_flight", "scale_to_zero_after", "canary_percent",
-          "rollback", "max_batch_size", "max_batch_time", "after"}
+          "rollback", "max_batch_size", "max_batch_time", "after", "gpu_share", "gpu_memory"}
 
 
 def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
@@ -105,7 +111,8 @@ def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
     max_r = _int(body, "max_replicas", max(min_r, 1), 1, 64)
     if max_r < min_r:
         raise SpecError("max_replicas", f"must be at least min_replicas ({min_r})")
-    gpus = _int(body, "gpus", 0, 0, 16)
+    share = parse_share(body)
+    gpus = _int(body, "gpus", 1 if share else 0, 0, 16)
     scale_to_zero = _num(body, "scale_to_zero_after", None, 10, 86400 * 7, optional=True)
     if scale_to_zero is not None and (gpus or min_r):
         raise SpecError("scale_to_zero_after", "needs gpus 0 and min_replicas 0 (a GPU "
@@ -134,7 +141,8 @@ def parse_deploy(body: Any, default_pool: str) -> DeploySpec:
     if not isinstance(pool, str):
         raise SpecError("pool", "must be a string")
     return DeploySpec(name=name, team=team, model_dir=model_dir, runtime=runtime,
-                      predictor=predictor or "", pool=pool, gpus=gpus, min_replicas=min_r,
+                      predictor=predictor or "", pool=pool, gpus=gpus, share=share,
+                      min_replicas=min_r,
                       max_replicas=max_r,
                       target_in_flight=_num(body, "target_in_flight", 4, 0.1, 10000),
                       scale_to_zero_after=scale_to_zero, canary_percent=canary, rollback=rb,
@@ -178,6 +186,9 @@ class Deployments:
         if spec.pool not in eng.scheduler.state.capacity:
             raise SpecError("pool", f"unknown pool {spec.pool!r}; known pools: "
                                     f"{', '.join(sorted(eng.scheduler.state.capacity))}")
+        if spec.share is not None:
+            spec = replace(spec, gpu_share=resolve_share(spec.share, spec.pool,
+                                                         eng.pool_sharing(spec.pool)))
         if spec.after:  # the model may only exist once the job ran: checked at release
             home = eng.launcher.workspace(who.name)
             model_dir = in_workspace(home, os.path.join(home, spec.model_dir), "model_dir")
@@ -214,7 +225,9 @@ class Deployments:
                 self._roll_out(dep, number, spec.settings(), now)
             journal.audit(s, now, who.name, "deploy", f"{team}/{spec.name}",
                           {"revision": number, "model_dir": model_dir, "runtime": spec.runtime,
-                           "traffic": dict(dep.traffic), "gpus": spec.gpus, "after": after})
+                           "traffic": dict(dep.traffic), "gpus": spec.gpus,
+                           **({"gpu_share": spec.gpu_share} if spec.gpu_share else {}),
+                           "after": after})
         eng.wake()
         return dep, number
 
@@ -223,6 +236,7 @@ class Deployments:
         for key in ("pool", "gpus", "min_replicas", "max_replicas", "target_in_flight",
                     "scale_to_zero_after", "rollback"):
             setattr(dep, key, settings[key])
+        dep.gpu_share = settings.get("gpu_share", 0.0)  # kept before shares: none
 
     def _roll_out(self, dep: DeploymentRow, number: int, settings: dict, now: float) -> None:
         """Revision ``number`` takes all the traffic, or its canary share."""

@@ -57,6 +57,7 @@ def deployment_view(ctl: ServingController, dep: DeploymentRow, revisions: list[
     replicas = [r for r in ctl.replicas.values() if r.deployment_id == dep.id]
     return {
         "team": dep.team, "name": dep.name, "user": dep.user, "pool": dep.pool, "gpus": dep.gpus,
+        "gpu_share": dep.gpu_share or None,
         "min_replicas": dep.min_replicas, "max_replicas": dep.max_replicas,
         "target_in_flight": dep.target_in_flight, "scale_to_zero_after": dep.scale_to_zero_after,
         "traffic": {int(k): v for k, v in dep.traffic.items()},

@@ -36,6 +36,7 @@ from ..store import DeploymentRow, RevisionRow, WorkloadRow
 from .deployments import Deployments
 from .engine import Engine
 from .identity import Identity
+from .records import gpu_units
 from .states import QUEUED, RUNNING, STOPPING
 
 log = logging.getLogger("gpuhub.serving")
@@ -62,6 +63,11 @@ class DeploymentLoad:
     samples: deque = field(default_factory=deque)   # (time, requests in flight)
     last_request: float = 0.0
     wrr: SmoothWeighted = field(default_factory=SmoothWeighted)
+
+
+def replica_units(dep: DeploymentRow) -> float:
+    """GPU units one replica of ``dep`` holds: its share, or its GPUs."""
+    return dep.gpu_share or dep.gpus
 
 
 class ServingController:
@@ -177,7 +183,7 @@ class ServingController:
         for row in rows:
             if row.state == QUEUED:
                 key = (row.team, row.pool)
-                self._asked[key] = self._asked.get(key, 0) + row.gpus_per_node * row.num_nodes
+                self._asked[key] = self._asked.get(key, 0) + gpu_units(row)
         for dep in deps.values():
             self._scale(dep, revisions, by_rev, now)
             self._maybe_roll_back(dep)
@@ -230,7 +236,7 @@ class ServingController:
                     break
                 self._start_replica(dep, rev)
                 key = (dep.team, dep.pool)
-                self._asked[key] = self._asked.get(key, 0) + dep.gpus
+                self._asked[key] = self._asked.get(key, 0) + replica_units(dep)
             for row in sorted(active, key=lambda r: r.submitted_at, reverse=True)[:max(0, len(active) - need)]:
                 self._stop(row, f"scaled down ({why})")
         message = "; ".join(messages) or f"{total} replica(s): {why}"
@@ -241,15 +247,16 @@ class ServingController:
                     row.message = message
 
     def _quota_refusal(self, dep: DeploymentRow) -> Optional[str]:
-        if not dep.gpus:
+        need = replica_units(dep)
+        if not need:
             return None
         ledger = self.engine.scheduler.state.ledger
         used = ledger.used.get((dep.team, dep.pool), 0) + self._asked.get((dep.team, dep.pool), 0)
         nominal = ledger.quota(dep.team, dep.pool).nominal
-        if used + dep.gpus <= nominal:
+        if used + need <= nominal:
             return None
-        return (f"scale-up refused: team {dep.team} holds {used} of its {nominal} nominal "
-                f"{dep.pool} GPUs and a replica needs {dep.gpus}; deployments run within "
+        return (f"scale-up refused: team {dep.team} holds {used:g} of its {nominal} nominal "
+                f"{dep.pool} GPUs and a replica needs {need:g}; deployments run within "
                 f"nominal quota only")
 
     def _start_replica(self, dep: DeploymentRow, rev: RevisionRow) -> None:
@@ -265,7 +272,8 @@ class ServingController:
         row = WorkloadRow(
             id=wid, name=f"{dep.name}-r{rev.number}", kind=DEPLOYMENT, team=dep.team,
             user=dep.user, project=f"deployment:{dep.name}", pool=dep.pool,
-            gpus_per_node=dep.gpus, num_nodes=1, priority="production", time_limit=None,
+            gpus_per_node=dep.gpus, gpu_share=dep.gpu_share or 0.0, num_nodes=1,
+            priority="production", time_limit=None,
             grace_period=10.0, state=QUEUED, reason="queued", attempt=0, preempted_by=[],
             submitted_at=self.clock(),
             spec={"command": argv, "working_dir": rdir, "checkpoint_dir": rdir, "env": {},

@@ -262,6 +262,8 @@ class DeploymentRow(Base):
     user: Mapped[str] = mapped_column(String(255))
     pool: Mapped[str] = mapped_column(String(64))
     gpus: Mapped[int] = mapped_column(Integer, default=0)
+    # Each replica's share of one GPU (0.25), 0 for whole GPUs (``gpus``).
+    gpu_share: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     min_replicas: Mapped[int] = mapped_column(Integer, default=1)
     max_replicas: Mapped[int] = mapped_column(Integer, default=1)
     target_in_flight: Mapped[float] = mapped_column(Float, default=4.0)

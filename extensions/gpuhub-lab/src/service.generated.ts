@@ -3025,6 +3025,10 @@ export interface components {
             pool?: string;
             /** @default 0 */
             gpus: number;
+            /** @description each replica's part of ONE GPU in a pool that shares its GPUs, rounded up to its slots (gpus then 1) */
+            gpu_share?: (string | number) | null;
+            /** @description GPU memory each replica's share needs (GiB when a number); with gpu_share, the larger wins */
+            gpu_memory?: (string | number) | null;
             /** @default 1 */
             min_replicas: number;
             max_replicas?: number;
@@ -3072,6 +3076,9 @@ export interface components {
         Deployment: {
             team?: string;
             name?: string;
+            gpus?: number;
+            /** @description each replica's share of one GPU (0.25), null for whole GPUs */
+            gpu_share?: number | null;
             endpoint?: string;
             traffic?: {
                 [key: string]: number;

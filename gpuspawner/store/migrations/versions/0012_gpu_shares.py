@@ -1,5 +1,5 @@
-"""fractional GPUs: a workload's share of one GPU, GPU counts in fractional
-units, and allocations by slot of a GPU
+"""fractional GPUs: a workload's (and a deployment's replicas') share of one
+GPU, GPU counts in fractional units, and allocations by slot of a GPU
 
 Revision ID: 0012
 Revises: 0011
@@ -50,6 +50,8 @@ def _rebuild_allocations(slot: bool) -> None:
 def upgrade() -> None:
     with op.batch_alter_table('workloads') as batch:
         batch.add_column(sa.Column('gpu_share', sa.Float(), nullable=False, server_default='0'))
+    with op.batch_alter_table('deployments') as batch:
+        batch.add_column(sa.Column('gpu_share', sa.Float(), nullable=False, server_default='0'))
     with op.batch_alter_table('attempts') as batch:
         batch.alter_column('gpus', type_=sa.Float(), existing_type=sa.Integer())
         batch.alter_column('borrowed', type_=sa.Float(), existing_type=sa.Integer())
@@ -65,5 +67,7 @@ def downgrade() -> None:
     with op.batch_alter_table('attempts') as batch:
         batch.alter_column('borrowed', type_=sa.Integer(), existing_type=sa.Float())
         batch.alter_column('gpus', type_=sa.Integer(), existing_type=sa.Float())
+    with op.batch_alter_table('deployments') as batch:
+        batch.drop_column('gpu_share')
     with op.batch_alter_table('workloads') as batch:
         batch.drop_column('gpu_share')
