@@ -31,11 +31,17 @@ def cmd_sweep(args) -> int:
     rows = run_sweep(sweep, check=args.check, progress=None if args.json else progress)
     missed = judge(rows, sweep)
     by_policy = tally(rows, sweep)
+    # Issue 19's goals restated for these traces (sim.sweep.RESTATED_GOALS):
+    # reported beside the issue's, the exit status stays with the issue's.
+    restated = judge(rows, sweep, restated=True)
+    restated_by_policy = tally(rows, sweep, restated=True)
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
         print(json.dumps({"goals_missed": missed, "baseline": sweep.baseline,
-                          "candidate": sweep.candidate, "goals_missed_by_policy": by_policy}))
+                          "candidate": sweep.candidate, "goals_missed_by_policy": by_policy,
+                          "restated_goals_missed": restated,
+                          "restated_goals_missed_by_policy": restated_by_policy}))
     else:
         print(format_table(rows, sweep.baseline))
         print()
@@ -44,6 +50,10 @@ def cmd_sweep(args) -> int:
         for name, counts in by_policy.items():
             parts = ", ".join(f"{goal} {n}" for goal, n in sorted(counts.items()))
             print(f"as the candidate, {name} misses {sum(counts.values())}"
+                  + (f" ({parts})" if parts else ""))
+        for name, counts in restated_by_policy.items():
+            parts = ", ".join(f"{goal} {n}" for goal, n in sorted(counts.items()))
+            print(f"restated goals: as the candidate, {name} misses {sum(counts.values())}"
                   + (f" ({parts})" if parts else ""))
         print(f"{len(missed)} goal(s) missed by {sweep.candidate} against {sweep.baseline}"
               if missed else f"every goal met by {sweep.candidate} against {sweep.baseline}")

@@ -12,14 +12,16 @@ Keys of ``summarize`` (all times in seconds):
   alone): 1.0 when every team is slowed down equally, 1/n when one team takes
   all the delay.
 * ``max_slowdown_per_team``: the worst slowdown of any job of each team.
-* ``p99_queue_s_by_size``: p99 queueing delay per job-size bucket (``SIZE_BUCKETS``).
+* ``p99_queue_s_by_size``, ``avg_queue_s_by_size``: p99 and mean queueing delay per
+  job-size bucket (``SIZE_BUCKETS``).
 * ``team_slowdown_ratio``: the largest team mean slowdown over the cluster's mean slowdown.
 * ``avg_run_s``: mean run time (``duration``) of the finished jobs.
 * ``preemptions_per_job``, ``max_preemptions_per_job``: mean and largest count per job.
 * ``lost_gpu_fraction``: GPU time lost to preemption (grace periods and restarts) over
   GPU time used.
 The simulator adds ``utilization_backlog`` (GPUs in use / capacity, averaged
-over the time some workload waited), ``preemptions``, ``quota_violations``
+over the time some workload waited), ``utilization_saturated`` (the same over
+the time the waiting work asked for at least as many GPUs as were idle), ``preemptions``, ``quota_violations``
 (admissions that left a team above nominal + borrowing limit, or a pool
 borrowing more than was lent, under the cluster file's quotas), ``cycles``
 and ``wall_s``. For a trace with GPU shares it adds ``SharingMeter.summary``'s
@@ -112,6 +114,8 @@ def summarize(records: list[JobRecord]) -> dict:
     for r, q in zip(done, queue):
         by_size.setdefault(size_bucket(r.gpus), []).append(q)
     out["p99_queue_s_by_size"] = {label: percentile(by_size[label], 99)
+                                  for label, _, _ in SIZE_BUCKETS if label in by_size}
+    out["avg_queue_s_by_size"] = {label: sum(by_size[label]) / len(by_size[label])
                                   for label, _, _ in SIZE_BUCKETS if label in by_size}
     out["avg_run_s"] = sum(r.duration for r in done) / len(done)
     out["preemptions_per_job"] = sum(r.preemptions for r in records) / len(records)

@@ -18,7 +18,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from ..scheduler import JOB, NOTEBOOK, Scheduler, Workload, events as ev
 from ..scheduler.invariants import check_all
@@ -103,6 +103,16 @@ def to_workload(job: TraceJob, cluster: Cluster, sweep_index: Optional[int] = No
         sweep_index=sweep_index, gpu_share=(job.gpu_share or 0.0) if sharing else 0.0)
 
 
+def _asks_at_least(pending: Iterable[Workload], idle: float) -> bool:
+    """The waiting workloads ask for at least ``idle`` GPUs (units) in all."""
+    asked = 0.0
+    for w in pending:
+        asked += w.gpu_units
+        if asked >= idle:
+            return True
+    return idle <= 0
+
+
 def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
              restart_cost_s: float = 60.0, check: bool = False,
              estimates: Optional["StartEstimates"] = None,
@@ -143,6 +153,11 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     # Only for traces that ask for shares: no cost for the others.
     meter = SharingMeter() if any(job.gpu_share for job in trace) else None
     backlog_time = busy_backlog = 0.0
+    # The part of the backlog that could use every idle GPU (the waiting work
+    # asks for at least as many GPUs as are idle): what is idle then is lost
+    # to placement and order, not to a lack of work (a trace's drain-down tail,
+    # one big gang waiting on a half-empty cluster).
+    saturated_time = busy_saturated = 0.0
     last_t = trace[0].submit_time_s if trace else 0.0
     capacity = cluster.total_gpus
     preemptions = cycles = 0
@@ -169,7 +184,11 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
         now = queue[0][0]
         if sched.state.pending:
             backlog_time += now - last_t
-            busy_backlog += (now - last_t) * sum(in_use.values()) / capacity
+            busy = sum(in_use.values())
+            busy_backlog += (now - last_t) * busy / capacity
+            if _asks_at_least(sched.state.pending.values(), capacity - busy):
+                saturated_time += now - last_t
+                busy_saturated += (now - last_t) * busy / capacity
         if meter is not None:
             meter.advance(now)
         last_t = now
@@ -271,6 +290,7 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     metrics.update({
         "policy": policy.name,
         "utilization_backlog": busy_backlog / backlog_time if backlog_time else 1.0,
+        "utilization_saturated": busy_saturated / saturated_time if saturated_time else 1.0,
         "preemptions": preemptions,
         "quota_violations": violations,
         "cycles": cycles,

@@ -72,6 +72,32 @@ GOALS = {
 }
 
 
+# Issue 19's goals restated where, on these traces, the stated form is out of
+# reach of every policy or cannot tell a policy from the baseline's own noise
+# (docs/scheduler.md, "Round 3"); the rest are kept as in GOALS. Judged and
+# tallied alongside GOALS, never in their place: the exit status is GOALS'.
+RESTATED_GOALS = {
+    # Mean queueing delay / baseline's where jobs really queue, instead of avg
+    # JCT 0.8x: the run time no schedule removes is 20-63% of backfill's JCT
+    # there, so 0.8x JCT is unreachable on some cases; a 20% cut of the
+    # queueing is reachable on every one.
+    "queue_ratio_queued": 0.8,
+    # Light cases: EASY backfill with plain best fit (its near-twin) ranges
+    # up to 1.012x backfill's avg JCT on them.
+    "jct_ratio_light": 1.02,
+    # Per size bucket: mean queueing / baseline's (the p99 of the >8-GPU bucket
+    # is the longest wait of one of 16-24 jobs) ...
+    "avg_queue_ratio_by_size": 1.1,
+    # ... and the p99 as a starvation guard, with the room the near-twin needs.
+    "p99_queue_ratio": 1.5,
+    # Jain over per-team mean slowdown >= baseline's - 0.05 (the near-twin is
+    # below backfill's on 26 of 64 cases, below - 0.05 on 2).
+    "jain_slack": 0.05,
+    # Utilisation under backlog >= baseline's - 0.01, instead of >= 0.93,
+    # which EASY backfill reaches on 10 of 64 cases and FIFO on none.
+    "utilization_vs_baseline": 0.01,
+}
+
 # A goal's short name in the per-policy tally.
 CHECK_NAMES = {"team_slowdown_ratio": "team slowdown", "max_preemptions_per_job": "preemptions",
                "lost_gpu_fraction": "lost GPU time", "utilization_backlog": "utilisation"}
@@ -313,27 +339,29 @@ def run_sweep(sweep: Sweep, *, check: bool = False,
     return rows
 
 
-def judge(rows: list[dict], sweep: Sweep) -> list[str]:
+def judge(rows: list[dict], sweep: Sweep, restated: bool = False) -> list[str]:
     """The goals the candidate misses, one line each naming the case and the figure."""
-    return [line for _goal, line in misses(rows, sweep, sweep.candidate)]
+    return [line for _goal, line in misses(rows, sweep, sweep.candidate, restated)]
 
 
-def tally(rows: list[dict], sweep: Sweep) -> dict[str, dict[str, int]]:
+def tally(rows: list[dict], sweep: Sweep, restated: bool = False) -> dict[str, dict[str, int]]:
     """Every policy but the baseline judged as the candidate: policy -> goal
     -> cases missed (an ablation's last column, per goal)."""
     out = {}
     for name in sweep.policies:
         if name != sweep.baseline:
             counts: dict[str, int] = {}
-            for goal, _line in misses(rows, sweep, name):
+            for goal, _line in misses(rows, sweep, name, restated):
                 counts[goal] = counts.get(goal, 0) + 1
             out[name] = counts
     return out
 
 
-def misses(rows: list[dict], sweep: Sweep, candidate: str) -> list[tuple[str, str]]:
-    """(goal, line) for every goal ``candidate`` misses against the baseline."""
-    goals = sweep.goals
+def misses(rows: list[dict], sweep: Sweep, candidate: str,
+           restated: bool = False) -> list[tuple[str, str]]:
+    """(goal, line) for every goal ``candidate`` misses against the baseline;
+    ``restated``: judged by ``RESTATED_GOALS`` where they differ."""
+    goals = {**sweep.goals, **RESTATED_GOALS} if restated else sweep.goals
     by_case: dict[str, dict[str, dict]] = {}
     for row in rows:
         by_case.setdefault(row["case"], {})[row["policy"]] = row
@@ -346,7 +374,13 @@ def misses(rows: list[dict], sweep: Sweep, candidate: str) -> list[tuple[str, st
         queued = base["avg_queue_s"] >= goals["queued_if"] * base["avg_run_s"]
         limit = goals["jct_ratio_queued"] if queued else goals["jct_ratio_light"]
         ratio = cand["avg_jct_s"] / base["avg_jct_s"]
-        if ratio > limit:
+        if restated and queued:
+            q = cand["avg_queue_s"] / base["avg_queue_s"]
+            if q > goals["queue_ratio_queued"]:
+                missed.append(("avg queueing", f"{case}: mean queueing {q:.2f}× "
+                                               f"{sweep.baseline}'s > "
+                                               f"{goals['queue_ratio_queued']:g}×"))
+        elif ratio > limit:
             # No schedule goes below the mean run time: with no job queueing at
             # all the ratio is the baseline's mean run time over its mean JCT.
             floor = base["avg_run_s"] / base["avg_jct_s"]
@@ -362,24 +396,35 @@ def misses(rows: list[dict], sweep: Sweep, candidate: str) -> list[tuple[str, st
                 missed.append((f"p99 {bucket}", f"{case}: p99 queueing of {bucket}-GPU jobs "
                                                 f"{c / 3600:.1f} h vs {b / 3600:.1f} h "
                                                 f"({c / max(b, 1):.2f}×)"))
+            b = base.get("avg_queue_s_by_size", {}).get(bucket)
+            c = cand.get("avg_queue_s_by_size", {}).get(bucket)
+            if restated and b is not None and c is not None and \
+                    c > max(goals["avg_queue_ratio_by_size"] * b, b + goals["p99_slack_s"]):
+                missed.append((f"mean wait {bucket}",
+                               f"{case}: mean queueing of {bucket}-GPU jobs {c / 3600:.1f} h "
+                               f"vs {b / 3600:.1f} h ({c / max(b, 1):.2f}×)"))
         if cand["jain_fairness"] < base["jain_fairness"] - goals["jain_slack"]:
             missed.append(("Jain", f"{case}: Jain {cand['jain_fairness']:.3f} < "
                                    f"{base['jain_fairness']:.3f}"))
+        util_goal = base["utilization_backlog"] - goals["utilization_vs_baseline"] \
+            if restated else goals["utilization_backlog"]
         checks = (
-            ("team_slowdown_ratio", cand["team_slowdown_ratio"] > goals["team_slowdown_ratio"],
+            ("team_slowdown_ratio", goals["team_slowdown_ratio"],
+             cand["team_slowdown_ratio"] > goals["team_slowdown_ratio"],
              "a team's mean slowdown / the cluster's"),
-            ("max_preemptions_per_job",
+            ("max_preemptions_per_job", goals["max_preemptions_per_job"],
              cand["max_preemptions_per_job"] > goals["max_preemptions_per_job"],
              "preemptions of one job"),
-            ("lost_gpu_fraction", cand["lost_gpu_fraction"] > goals["lost_gpu_fraction"],
+            ("lost_gpu_fraction", goals["lost_gpu_fraction"],
+             cand["lost_gpu_fraction"] > goals["lost_gpu_fraction"],
              "GPU time lost to preemption"),
-            ("utilization_backlog", cand["utilization_backlog"] < goals["utilization_backlog"],
+            ("utilization_backlog", util_goal, cand["utilization_backlog"] < util_goal,
              "utilisation under backlog"),
         )
-        for key, bad, what in checks:
+        for key, goal, bad, what in checks:
             if bad:
                 missed.append((CHECK_NAMES[key], f"{case}: {what} {cand[key]:.3g} "
-                                                 f"(goal {goals[key]:g})"))
+                                                 f"(goal {goal:.3g})"))
         if cand["invariant_problems"]:
             missed.append(("invariants", f"{case}: {cand['invariant_problems']} invariant "
                                          f"violation(s)"))
