@@ -107,6 +107,13 @@ POLICIES: dict[str, Policy] = {
         name="backfill", quotas=False, fair_share=False, backfill=True,
         preemption=False,
     ),
+    # EASY backfill with plain best fit: the baseline's near-twin (same order,
+    # same reservations). What a sweep's verdict counts against it is what a
+    # policy misses by chance (docs/scheduler.md, "Round 3").
+    "backfill-plain": Policy(
+        name="backfill-plain", quotas=False, fair_share=False, backfill=True,
+        preemption=False, drain_aware_placement=False,
+    ),
     "quota-fifo": Policy(
         name="quota-fifo", quotas=True, fair_share=False, backfill=False,
         preemption=False, quota_holds=False,
