@@ -21,11 +21,12 @@ Keys of ``summarize`` (all times in seconds):
   GPU time used.
 The simulator adds ``utilization_backlog`` (GPUs in use / capacity, averaged
 over the time some workload waited), ``utilization_saturated`` (the same over
-the time the waiting work asked for at least as many GPUs as were idle), ``preemptions``, ``quota_violations``
-(admissions that left a team above nominal + borrowing limit, or a pool
-borrowing more than was lent, under the cluster file's quotas), ``cycles``
-and ``wall_s``. For a trace with GPU shares it adds ``SharingMeter.summary``'s
-figures (``notebook_gpu_hours`` and the rest, described there).
+the time the waiting work asked for at least as many GPUs as were idle),
+``preemptions``, ``quota_violations`` (admissions that left a team above
+nominal + borrowing limit, or a pool borrowing more than was lent, under the
+cluster file's quotas), ``cycles`` and ``wall_s``. For a trace with GPU shares
+it adds ``SharingMeter.summary``'s figures (``notebook_gpu_hours`` and the
+rest, described there).
 """
 from __future__ import annotations
 

@@ -30,6 +30,9 @@ Quotas: ``proportional`` gives each team a nominal quota in proportion to the GP
 the big teams' quota is far below their demand and their large gangs must borrow. Borrowing and
 lending are unlimited in both.
 
+Beside ``GOALS`` (the issue's, which set the exit status), ``RESTATED_GOALS`` judges the same rows
+by issue 19's goals restated where these traces put the stated form out of reach or below noise.
+
 The traces are the product of loads × teams × limits (× seeds); each is replayed under both quota
 files. One seed's verdict moves by several goals for any change of the policy (the traces have few
 large gangs), so an ablation judges a change over several seeds.
@@ -78,15 +81,16 @@ GOALS = {
 # tallied alongside GOALS, never in their place: the exit status is GOALS'.
 RESTATED_GOALS = {
     # Mean queueing delay / baseline's where jobs really queue, instead of avg
-    # JCT 0.8x: the run time no schedule removes is 20-63% of backfill's JCT
-    # there, so 0.8x JCT is unreachable on some cases; a 20% cut of the
-    # queueing is reachable on every one.
+    # JCT 0.8x: the run time no schedule removes is 37-90% of backfill's JCT
+    # there, so 0.8x JCT is unreachable where it is over 80%; a 20% cut of the
+    # queueing is reachable on every case.
     "queue_ratio_queued": 0.8,
     # Light cases: EASY backfill with plain best fit (its near-twin) ranges
     # up to 1.012x backfill's avg JCT on them.
     "jct_ratio_light": 1.02,
-    # Per size bucket: mean queueing / baseline's (the p99 of the >8-GPU bucket
-    # is the longest wait of one of 16-24 jobs) ...
+    # Per size bucket: mean queueing / baseline's, with p99_slack_s of room
+    # too (the p99 of the >8-GPU bucket is the longest wait of one of 16-24
+    # jobs) ...
     "avg_queue_ratio_by_size": 1.1,
     # ... and the p99 as a starvation guard, with the room the near-twin needs.
     "p99_queue_ratio": 1.5,
