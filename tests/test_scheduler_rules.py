@@ -1299,3 +1299,28 @@ def test_a_dropped_nomination_gives_its_quota_back_in_the_same_cycle(share):
     result = s.cycle(3.0)
     assert ev.NOMINATION_DROPPED in [e.type for e in result.events]
     assert [e.workload_id for e in result.of_type(ev.ADMITTED)] == ["next"]
+
+
+@pytest.mark.parametrize("past_block, reserved", [(True, {"one", "node"}), (False, {"one"})])
+def test_aged_work_reserves_past_a_teammates_refusal_for_a_full_pool(past_block, reserved):
+    """big (nominal 2) runs its 2 GPUs and other (nominal 6) the other 6: the
+    pool is full. big's aged 1-GPU job is refused first ("nothing can be
+    borrowed") and takes the reservation; big's aged whole-node job behind it
+    is refused for the same full pool. With ``reserve_past_team_block`` it
+    takes an aged reservation too; without, it is skipped for the cycle (so
+    a big team's whole-node work reserved in 3-4% of its cycles, issue 19)."""
+    policy = replace(GPUHUB, reserve_past_team_block=past_block)
+    s = sched([node("n0", 4), node("n1", 4)], [team("big", 2), team("other", 6)], policy)
+    h = 3600.0
+    start(s, wl("b", "big", 2, time_limit=20 * h, on="n0"),
+          wl("o1", "other", 2, time_limit=30 * h, on="n0"),
+          wl("o2", "other", 4, time_limit=40 * h, on="n1"), now=0.0)
+    submit(s, wl("one", "big", 1, t=100.0, time_limit=h), wl("node", "big", 4, t=200.0,
+                                                             time_limit=h))
+    result = s.step(13 * h)
+    assert {r.workload_id for r in result.reservations} == reserved
+    assert admitted(result) == {}
+    if past_block:
+        assert "reserved to start" in result.waiting["node"]
+    else:
+        assert "borrowed" in result.waiting["node"]

@@ -94,7 +94,8 @@ class _Cycle:
         self.not_victims: set[str] = set()
         self.preempt_tried: set[tuple[str, str]] = set()
         self.failed: dict[tuple, int] = {}       # placement shape -> smallest size that failed
-        self.quota_blocked: dict[tuple[str, str], tuple[int, str]] = {}
+        # (team, pool) -> (smallest GPU units refused, why, refused only for a full pool)
+        self.quota_blocked: dict[tuple[str, str], tuple[float, str, bool]] = {}
         self.quota_holds: dict[tuple[str, str], QuotaHold] = {}
         self.catalog = VictimCatalog(state, self.ledger)
         usage = state.team_usage(now) if policy.fair_share else {}
@@ -347,14 +348,25 @@ class _Cycle:
         if policy.quotas:
             blocked = self.quota_blocked.get((w.team, w.pool))
             if blocked is not None and w.gpu_units >= blocked[0]:
-                self.wait(w, blocked[1])
+                reserved = None
+                if blocked[2] and policy.reserve_past_team_block and \
+                        (holds_reservation or self.aged(w)) and \
+                        self.ledger.used.get((w.team, w.pool), 0) + w.gpu_units <= \
+                        self.ledger.quota(w.team, w.pool).ceiling:
+                    # A teammate's refusal for a full pool says this one does
+                    # not fit now either, not that it may not reserve: a
+                    # holder keeps its reservation, aged work may take one.
+                    reserved = self.try_reserve(w, holds_reservation)
+                self.wait(w, reserved or blocked[1])
                 return
             reason = self.ledger.check(w.team, w.pool, w.gpu_units)
             if reason is not None:
                 # Its own team's lower-priority work may give the quota back.
                 if policy.preemption and self.outranks_own_work(w) and self.try_preemption(w):
                     return
-                self.quota_blocked[(w.team, w.pool)] = (w.gpu_units, reason)
+                pool_full = self.ledger.used.get((w.team, w.pool), 0) + w.gpu_units <= \
+                    self.ledger.quota(w.team, w.pool).ceiling
+                self.quota_blocked[(w.team, w.pool)] = (w.gpu_units, reason, pool_full)
                 self.version += 1
                 # Blocked only because the pool is full (its team's ceiling
                 # allows it): it waits for GPUs like any other workload, with
@@ -367,8 +379,6 @@ class _Cycle:
                 # Such a wait for capacity holds no quota: the reservation is
                 # its protection, and a hold of the team's nominal quota would
                 # keep the team's small work back for the gang's whole wait.
-                pool_full = self.ledger.used.get((w.team, w.pool), 0) + w.gpu_units <= \
-                    self.ledger.quota(w.team, w.pool).ceiling
                 if policy.quota_holds and not pool_full and \
                         (w.team, w.pool) not in self.quota_holds:
                     self.hold_quota(w)

@@ -69,6 +69,10 @@ class Policy:
     # waits until enough GPUs happen to be free at once). Not at once: a
     # reservation drains nodes other teams' guaranteed work would use.
     reserve_for_borrowers_after: Optional[float] = 3600.0
+    # A workload skipped because a teammate was refused for a full pool in
+    # this cycle still reserves, if it holds a reservation or has aged (False:
+    # it is skipped, and a holder loses its reservation for the cycle).
+    reserve_past_team_block: bool = False
     # A sweep's task k is ordered in its team's queue as if it was submitted
     # k times this many seconds after the sweep, seconds: one big sweep
     # interleaves with the rest of its team's work (and of its user's)
@@ -119,10 +123,11 @@ POLICIES: dict[str, Policy] = {
         preemption=False, quota_holds=False,
     ),
     # Aging after 12 h, at most 3 preemptions per workload, protection by age
-    # up to 8 h (docs/scheduler.md, the ablation table). min_runtime stays 0:
+    # up to 8 h, reservations past a teammate's full-pool refusal
+    # (docs/scheduler.md, the ablation tables). min_runtime stays 0:
     # it delays every reclaim, of work that started at once too.
     "gpuhub": Policy(name="gpuhub", aging_after=12 * 3600.0, max_preemptions=3,
-                     age_protection=8 * 3600.0),
+                     age_protection=8 * 3600.0, reserve_past_team_block=True),
 }
 
 

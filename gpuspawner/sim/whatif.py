@@ -67,6 +67,9 @@ KNOBS: dict[str, Knob] = {
                                                          "the pool is full may hold a backfill "
                                                          "reservation after this long (none: "
                                                          "never)"),
+    "reserve_past_team_block": Knob("switch", False, "aged work and reservation holders "
+                                                     "still reserve when a teammate was refused "
+                                                     "for a full pool in the same cycle"),
     "usage_half_life": Knob("seconds", False, "half-life of the usage fair sharing remembers"),
     "backfill": Knob("switch", False, "EASY backfill around blocked work"),
     "preemption": Knob("switch", False, "reclaim of lent quota and priority preemption"),
