@@ -469,11 +469,15 @@ def test_utilisation_while_the_backlog_could_fill_the_idle_gpus(waiting_gpus, ba
     assert m["utilization_saturated"] == pytest.approx(saturated)
 
 
-def test_the_four_seed_file_judges_gpuhub_and_the_baselines_near_twin():
+def test_the_four_seed_file_judges_gpuhub_its_ablation_and_the_baselines_near_twin():
     from gpuspawner.sim.sweep import load_sweep
     sweep = load_sweep(Path(__file__).resolve().parent.parent / "examples" / "ablation-seeds.yaml")
     assert sweep.seeds == [7, 11, 23, 31]
     assert (sweep.baseline, sweep.candidate) == ("backfill", "gpuhub")
+    assert sweep.policy("gpuhub").reserve_past_team_block is True
+    assert sweep.policy("gpuhub-no-reserve-past-team-block") == replace(
+        get_policy("gpuhub"), name="gpuhub-no-reserve-past-team-block",
+        reserve_past_team_block=False)
     twin = sweep.policy("backfill-plain")
     assert twin == replace(get_policy("backfill"), name="backfill-plain",
                            drain_aware_placement=False)
