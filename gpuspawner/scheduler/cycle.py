@@ -350,9 +350,7 @@ class _Cycle:
             if blocked is not None and w.gpu_units >= blocked[0]:
                 reserved = None
                 if blocked[2] and policy.reserve_past_team_block and \
-                        (holds_reservation or self.aged(w)) and \
-                        self.ledger.used.get((w.team, w.pool), 0) + w.gpu_units <= \
-                        self.ledger.quota(w.team, w.pool).ceiling:
+                        (holds_reservation or self.aged(w)) and self.ceiling_allows(w):
                     # A teammate's refusal for a full pool says this one does
                     # not fit now either, not that it may not reserve: a
                     # holder keeps its reservation, aged work may take one.
@@ -364,8 +362,7 @@ class _Cycle:
                 # Its own team's lower-priority work may give the quota back.
                 if policy.preemption and self.outranks_own_work(w) and self.try_preemption(w):
                     return
-                pool_full = self.ledger.used.get((w.team, w.pool), 0) + w.gpu_units <= \
-                    self.ledger.quota(w.team, w.pool).ceiling
+                pool_full = self.ceiling_allows(w)
                 self.quota_blocked[(w.team, w.pool)] = (w.gpu_units, reason, pool_full)
                 self.version += 1
                 # Blocked only because the pool is full (its team's ceiling
@@ -417,6 +414,12 @@ class _Cycle:
             self.wait(w, reserved or self.capacity_reason(w))
         if policy.strict_fifo:
             self.stopped = f"behind {w.id} (strict FIFO: nothing passes a blocked workload)"
+
+    def ceiling_allows(self, w: Workload) -> bool:
+        """Its team's ceiling (nominal + borrowing limit) has room for it: a
+        quota refusal then only says the pool is full."""
+        return self.ledger.used.get((w.team, w.pool), 0) + w.gpu_units <= \
+            self.ledger.quota(w.team, w.pool).ceiling
 
     def try_reserve(self, w: Workload, holds_reservation: bool) -> Optional[str]:
         """A reservation for ``w`` if a slot is free (its own, a regular one,
