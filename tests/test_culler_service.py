@@ -23,8 +23,9 @@ def passes(culler: Culler, clock: list, n: int) -> list:
     return out
 
 
-def test_gpu_idle_servers_are_warned_once_then_culled_and_audited():
-    apis = SimulatedApis(30, gpu_share=0.5, page_size=0, now=NOW)
+def run_gpu_idle_culler(apis: SimulatedApis) -> list:
+    """45 passes a minute apart of a culler that culls after 30 min of GPU
+    idleness (warned 10 min before); the calls it made."""
     calls = []
 
     async def fetch(method, url, body=None):
@@ -35,6 +36,12 @@ def test_gpu_idle_servers_are_warned_once_then_culled_and_audited():
                     hub_api=HUB, gpuhub_api=GPUHUB, fetch=fetch, cull_every=60,
                     clock=lambda: clock[0])
     passes(culler, clock, 45)
+    return calls
+
+
+def test_gpu_idle_servers_are_warned_once_then_culled_and_audited():
+    apis = SimulatedApis(30, gpu_share=0.5, page_size=0, now=NOW)
+    calls = run_gpu_idle_culler(apis)
     posts = [b for m, u, b in calls if m == "POST" and u.endswith("/notices")]
     culls = [u for m, u, _ in calls if m == "DELETE" and u.startswith(HUB)]
     audits = [b for m, u, b in calls if m == "POST" and u.endswith("/audit")]
@@ -98,16 +105,7 @@ def test_a_share_is_judged_by_its_own_processes_not_by_its_busy_neighbour():
         {"workload": {"id": "w0"}, "share": 0.25, "utilization_pct": 0.0},
         {"workload": {"id": "w1"}, "share": 0.5, "utilization_pct": 90.0},
         {"workload": {"id": "w2"}, "share": 0.25, "utilization_pct": None}]}]
-    calls = []
-
-    async def fetch(method, url, body=None):
-        calls.append((method, url, body))
-        return await apis.fetch(method, url, body)
-    clock = [NOW]
-    culler = Culler(Policy(idle_timeout=24 * 3600, gpu_idle_timeout=1800, warn_before=600), [],
-                    hub_api=HUB, gpuhub_api=GPUHUB, fetch=fetch, cull_every=60,
-                    clock=lambda: clock[0])
-    passes(culler, clock, 45)
+    calls = run_gpu_idle_culler(apis)
     culls = [u for m, u, _ in calls if m == "DELETE" and u.startswith(HUB)]
     assert culls == [f"{HUB}/users/u0/server"]
     # The audit says what it held: a quarter of its one GPU.

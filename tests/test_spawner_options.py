@@ -150,19 +150,19 @@ def test_a_share_is_parsed_and_rounded_up_to_the_pools_slots(options, gpus, shar
 
 @pytest.mark.parametrize("pools, options, field, words", [
     ([pool("h200", model="H200")], {"gpu_choice": "h200:1/4"}, "gpu_share",
-     "pool h200 does not share its GPUs"),
+     "pool 'h200' does not share its GPUs"),
     ([shared_pool()], {"pool": "h200", "gpus": 2, "gpu_share": "1/4"}, "gpu_share",
      "share of one GPU"),
     ([shared_pool()], {"pool": "h200", "gpu_share": "4/4"}, "gpu_share", "less than one GPU"),
     ([shared_pool()], {"pool": "h200", "gpu_share": "a quarter"}, "gpu_share", "'1/4' or 0.25"),
-    ([shared_pool()], {"pool": "h200", "gpu_share": "1/0"}, "gpu_share", "'1/4' or 0.25"),
+    ([shared_pool()], {"pool": "h200", "gpu_share": "1/0"}, "gpu_share", "divides by zero"),
     ([shared_pool()], {"pool": "h200", "gpu_share": "7/8"}, "gpu_share",
      "rounds up to a whole h200 GPU (shares there are 1/4 of a GPU, 35.2 GiB each)"),
     ([shared_pool()], {"pool": "h200", "gpu_memory": "lots"}, "gpu_memory", "'35GiB'"),
     ([shared_pool()], {"pool": "h200", "gpu_memory": "200GiB"}, "gpu_memory",
-     "rounds up to a whole h200 GPU"),
+     "more than a whole h200 GPU has"),
     ([shared_pool()], {"pool": "h200", "gpu_memory": 5.9e307}, "gpu_memory",
-     "no more than a GPU has"),
+     "more memory than any GPU has"),
     ([shared_pool()], {"pool": "h200", "gpu_memory": 0}, "gpu_memory", "at least 1 MiB"),
 ])
 def test_a_share_is_refused_with_the_field_and_why(pools, options, field, words):

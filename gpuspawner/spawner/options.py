@@ -7,17 +7,17 @@ the hub's REST API, so both refuse the same requests with the same message.
 from __future__ import annotations
 
 import html
-import math
-import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Optional
 
+# The service's own rules for a share, so the form refuses what it would.
+from ..service.share_specs import PoolSharing, parse_share, resolve_share
+from ..service.specs import SpecError
+
 # Said of a sharing pool whose service does not say how it enforces shares:
 # what the local backend does without an MPS daemon.
 DEFAULT_ENFORCEMENT = "memory watched; compute time-sliced (not enforced)"
-FRACTION_RE = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
-MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(GiB|GB|G|MiB|MB|M)?\s*", re.IGNORECASE)
 
 
 class OptionsError(ValueError):
@@ -212,51 +212,14 @@ def parse_options(options: dict, teams: dict[str, list[PoolOffer]]) -> GpuReques
 def share_of(offer: PoolOffer, share: Any, memory: Any) -> Fraction:
     """The share of one GPU a request gets in the offer's pool: what it asked
     (``gpu_share`` "1/4" or 0.25, ``gpu_memory`` "35GiB"), rounded up to the
-    pool's slots as the service rounds it."""
-    field = "gpu_share" if share is not None else "gpu_memory"
-    n = offer.share_units
-    if not n:
-        raise OptionsError(field, f"pool {offer.pool} does not share its GPUs: ask for whole "
-                                  f"GPUs there")
-    slots = 0
-    if share is not None:
-        slots = math.ceil(_fraction(share) * n)
-    if memory is not None:
-        slots = max(slots, math.ceil(Fraction(_memory_mib(memory), offer.shared_gpu_mib) * n))
-    if slots >= n:
-        raise OptionsError(field, f"rounds up to a whole {offer.pool} GPU (shares there are "
-                                  f"1/{n} of a GPU, {offer.shared_gpu_mib / n / 1024:.1f} GiB "
-                                  f"each): ask for 1 GPU")
-    return Fraction(slots, n)
-
-
-def _fraction(value: Any) -> Fraction:
-    match = FRACTION_RE.fullmatch(value) if isinstance(value, str) else None
+    pool's slots, by the service's own rules (share_specs)."""
+    sharing = (PoolSharing(offer.pool, offer.share_units, offer.shared_gpu_mib)
+               if offer.share_units else None)
     try:
-        share = (Fraction(int(match[1]), int(match[2])) if match
-                 else Fraction(value).limit_denominator(1000))
-    except (TypeError, ValueError, ZeroDivisionError):
-        raise OptionsError("gpu_share", f"must be part of one GPU such as '1/4' or 0.25, "
-                                        f"got {value!r}")
-    if not 0 < share < 1:
-        raise OptionsError("gpu_share", f"must be more than 0 and less than one GPU, got "
-                                        f"{value!r}")
-    return share
-
-
-def _memory_mib(value: Any) -> int:
-    match = MEMORY_RE.fullmatch(value) if isinstance(value, str) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        mib = float(value) * 1024
-    elif match:
-        mib = float(match[1]) * (1 if (match[2] or "G").upper().startswith("M") else 1024)
-    else:
-        raise OptionsError("gpu_memory", f"must be GPU memory such as '35GiB' or 35 (GiB), "
-                                         f"got {value!r}")
-    if not 1 <= mib < math.inf:
-        raise OptionsError("gpu_memory", f"must be at least 1 MiB and no more than a GPU has, "
-                                         f"got {value!r}")
-    return math.ceil(mib)
+        asked = parse_share({"gpu_share": share, "gpu_memory": memory})
+        return Fraction(resolve_share(asked, offer.pool, sharing)).limit_denominator(64)
+    except SpecError as e:
+        raise OptionsError(e.field, e.message) from None
 
 
 def why_no_gpu(teams: dict[str, list[PoolOffer]]) -> str:
