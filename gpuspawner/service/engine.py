@@ -23,20 +23,20 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..backends.base import EXITED, AttemptExit
+from ..isolation.share_memory import MemoryWatch
 from ..scheduler import events as ev
 from ..scheduler.model import Quota
 from ..scheduler.policy import Policy
 from ..scheduler.steps import drain
 from ..store import Attempt, GpuRow, NodeRow, Store, WorkloadRow
-from ..isolation.share_memory import MemoryWatch
 from . import journal, records, share_enforce, sweeps, waiting
 from .exits import Asked, ending
 from .identity import Identity
 from .kinds import BACKEND_KINDS, kind
 from .launch import Launcher, LocalNode
 from .rebuild import rebuild, to_workload
-from .share_specs import PoolSharing
 from .requests import Requests
+from .share_specs import PoolSharing
 from .start_estimates import StartEstimates
 from .starts import Starter
 from .states import HOLDING_STATES, RUNNING, STOPPING

@@ -33,10 +33,6 @@ class ShareRequest:
     fraction: Optional[Fraction] = None
     memory_mib: Optional[int] = None
 
-    def stored(self) -> dict:
-        return {k: v for k, v in (("fraction", str(self.fraction) if self.fraction else None),
-                                  ("memory_mib", self.memory_mib)) if v is not None}
-
 
 @dataclass(frozen=True)
 class PoolSharing:
