@@ -383,3 +383,15 @@ def test_a_service_without_user_accounts_reports_device_groups_as_advisory(fake_
     assert (health["gpu_enforcement"], health["users_isolated"]) == (ADVISORY, False)
     assert any("device groups would bind nothing" in n for n in health["notes"]), health
     assert stat.S_IMODE(os.stat(fake_gpus / "nvidia0").st_mode) == 0o666  # left as they were
+    assert not any("GPU shares" in n for n in health["notes"])  # no pool shares its GPUs
+
+
+def test_health_says_when_shares_cannot_be_held_to_their_memory(fake_gpus, service, tmp_path):
+    """Without cgroups a notebook server's processes cannot be found, so a
+    share of a GPU is not watched: /health says so."""
+    _, health = service(f"c.GpuHubService.user_accounts = False\n"
+                        f"c.GpuHubService.gpu_sharing = {{'default': 4}}\n"
+                        f"c.GpuEnforcement.cgroup_root = {str(tmp_path / 'none')!r}\n"
+                        f"c.GpuEnforcement.dev_dir = {str(fake_gpus)!r}\n")
+    assert any("GPU shares (default) are watched only where their processes can be found" in n
+               for n in health["notes"]), health

@@ -29,7 +29,7 @@ from ..backends.slurm import SlurmBackend
 from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
 from ..isolation.cgroups import GpuEnforcement
-from ..isolation.gpu_rules import DEVICE_GROUPS
+from ..isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS
 from ..isolation.share_memory import MemoryWatch
 from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolating,
                                   private_file, secure_data_dir)
@@ -596,8 +596,16 @@ class GpuHubService(Application):
             return {**elsewhere[0], "notes": [f"also: {e['gpu_enforcement']}"
                                               for e in elsewhere[1:]]}
         report = self.enforcement.report()
-        return {**report, "notes": report["notes"] + [
+        return {**report, "notes": report["notes"] + self._sharing_notes() + [
             f"other pools: {e['gpu_enforcement']}" for e in elsewhere]}
+
+    def _sharing_notes(self) -> list[str]:
+        """What the memory watch of shared GPUs cannot do here."""
+        if not getattr(self, "sharing", None) or self.enforcement.gpu_mode == CGROUP_V1:
+            return []
+        return [f"GPU shares ({', '.join(sorted(self.sharing))}) are watched only where their "
+                f"processes can be found: without cgroups a notebook server's share is not "
+                f"held to its memory"]
 
     @property
     def device_groups_file(self) -> str:
