@@ -53,7 +53,8 @@ def find_reservation(
     ``(end, placement)`` sorted by end; ``usable(node, gpu)`` says whether a
     released GPU comes back to the free pool (not unhealthy, not set aside).
     """
-    free = {n: c for n, c in free_now.items() if not selector or nodes[n].matches(selector)}
+    free = ({n: c for n, c in free_now.items() if nodes[n].matches(selector)} if selector
+            else dict(free_now))
     domains: dict[str, set[str]] = defaultdict(set)
 
     def domain(n: str) -> str:

@@ -86,6 +86,9 @@ class _Cycle:
         self.ledger = state.ledger.copy()
         self.result = CycleResult()
         self.reservations: dict[str, list[Reservation]] = {}
+        # (pool, which of its reservations a workload ends before) -> the
+        # per-node caps those reservations set; emptied when one changes.
+        self.limits_by_beats: dict[tuple, dict[str, int]] = {}
         # pool -> how many of its reservations aged workloads hold
         self.aged_reservations: dict[str, int] = {}
         # pool -> [(end, placement)] admitted in this cycle, sorted by end
@@ -441,15 +444,17 @@ class _Cycle:
         workload has node selectors), and the per-node caps that backfill
         reservations put on it."""
         end = self.end_of(w)
-        limits: dict[str, int] = {}
-        beats = []
-        for r in self.reservations.get(w.pool, ()):
-            beats.append(end <= r.start)
-            for node, spare in r.limits_for(end).items():
-                limits[node] = min(spare, limits.get(node, spare))
+        reservations = self.reservations.get(w.pool, ())
+        beats = tuple(end <= r.start for r in reservations)
+        limits = self.limits_by_beats.get((w.pool, beats))
+        if limits is None:
+            limits = self.limits_by_beats[(w.pool, beats)] = {}
+            for r in reservations:
+                for node, spare in r.limits_for(end).items():
+                    limits[node] = min(spare, limits.get(node, spare))
         if self.selector(w) or w.gpu_share:
             return None, limits
-        return (w.pool, w.num_nodes, w.topology, w.topology_key, tuple(beats)), limits
+        return (w.pool, w.num_nodes, w.topology, w.topology_key, beats), limits
 
     def known_unplaceable(self, w: Workload, shape: Optional[tuple]) -> bool:
         """A smaller workload of the same shape already failed this cycle;
@@ -491,6 +496,7 @@ class _Cycle:
         self.ledger.charge(w.team, w.pool, w.gpu_units)
         for r in self.reservations.get(w.pool, ()):
             r.consume(taken, end)
+        self.limits_by_beats.clear()
         for node, _ in placement:
             self.drain[node] = max(self.drain.get(node, float("-inf")), end)
         if end != float("inf") and placement and not w.gpu_share:
@@ -629,15 +635,15 @@ class _Cycle:
         def usable(node: str, gpu: int) -> bool:
             return (node, gpu) not in set_aside and state.placeable(node, gpu)
 
-        free_now = {n: len(self.index.free[n]) for n in self.index.nodes_in(w.pool)}
         reservation = find_reservation(
-            w.id, nodes, free_now,
+            w.id, nodes, self.index.free_counts(w.pool),
             merged_releases(running_releases(), sorted(self.admitted_ends.get(w.pool, []),
                                                        key=lambda x: x[0])),
             w.gpus_per_node, w.num_nodes, self.selector(w), w.topology, w.topology_key, usable)
         if reservation is None:
             return None
         pool_res.append(reservation)
+        self.limits_by_beats.clear()
         self.version += 1
         # Placement failures cached before this reservation stay valid: it only
         # takes capacity away from later workloads.

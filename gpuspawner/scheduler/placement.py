@@ -26,15 +26,20 @@ class FreeIndex:
         self.free: dict[str, list[int]] = {}
         self.buckets: dict[str, list[dict[str, None]]] = {}
         self.pool_free: dict[str, int] = defaultdict(int)
+        # pool -> node -> its free GPUs, built when asked, dropped when they change
+        self.counts: dict[str, dict[str, int]] = {}
         for node in nodes:
             self.add_node(node, node.usable_gpus())
 
     def copy(self) -> "FreeIndex":
         new = FreeIndex.__new__(FreeIndex)
         new.nodes = self.nodes
-        new.free = {name: gpus[:] for name, gpus in self.free.items()}
+        # Free lists are replaced, never changed in place (``take``, ``give``):
+        # a copy may share them.
+        new.free = dict(self.free)
         new.buckets = {pool: [dict(b) for b in buckets] for pool, buckets in self.buckets.items()}
         new.pool_free = defaultdict(int, self.pool_free)
+        new.counts = dict(self.counts)  # never changed in place either
         return new
 
     def add_node(self, node: Node, free_gpus: Iterable[int]) -> None:
@@ -48,27 +53,36 @@ class FreeIndex:
         self.free[node.name] = gpus
         buckets[len(gpus)][node.name] = None
         self.pool_free[node.pool] += len(gpus)
+        self.counts.pop(node.pool, None)
 
     def remove_node(self, name: str) -> None:
         node = self.nodes.pop(name)
         gpus = self.free.pop(name)
         del self.buckets[node.pool][len(gpus)][name]
         self.pool_free[node.pool] -= len(gpus)
+        self.counts.pop(node.pool, None)
 
-    def nodes_in(self, pool: str) -> Iterable[str]:
-        for bucket in self.buckets.get(pool, ()):
-            yield from bucket
+    def free_counts(self, pool: str) -> Mapping[str, int]:
+        """node -> its number of free GPUs, for every node of the pool (not
+        to be changed: it is kept until the pool's free GPUs change)."""
+        counts = self.counts.get(pool)
+        if counts is None:
+            counts = self.counts[pool] = {name: k for k, bucket in
+                                          enumerate(self.buckets.get(pool, ())) for name in bucket}
+        return counts
 
     def take(self, node: str, gpus: Iterable[int]) -> None:
         free = self.free[node]
         pool = self.nodes[node].pool
         buckets = self.buckets[pool]
         del buckets[len(free)][node]
-        before = len(free)
+        left = free[:]
         for g in gpus:
-            free.remove(g)
-        buckets[len(free)][node] = None
-        self.pool_free[pool] -= before - len(free)
+            left.remove(g)
+        self.free[node] = left
+        buckets[len(left)][node] = None
+        self.pool_free[pool] -= len(free) - len(left)
+        self.counts.pop(pool, None)
 
     def give(self, node: str, gpus: Iterable[int]) -> None:
         if node not in self.free:  # node removed meanwhile: nothing to give back to
@@ -77,11 +91,10 @@ class FreeIndex:
         pool = self.nodes[node].pool
         buckets = self.buckets[pool]
         del buckets[len(free)][node]
-        before = len(free)
-        free.extend(gpus)
-        free.sort()
-        buckets[len(free)][node] = None
-        self.pool_free[pool] += len(free) - before
+        now_free = self.free[node] = sorted([*free, *gpus])
+        buckets[len(now_free)][node] = None
+        self.pool_free[pool] += len(now_free) - len(free)
+        self.counts.pop(pool, None)
 
     def take_placement(self, placement: Placement) -> None:
         for node, gpus in placement:

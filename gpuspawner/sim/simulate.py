@@ -75,11 +75,29 @@ def split_over_nodes(gpus: int, gpus_per_node: int, nodes_in_pool: int) -> Optio
     return None
 
 
+@dataclass(frozen=True)
+class PoolShapes:
+    """Per pool, the GPUs of its largest node and its number of nodes: what
+    splitting a job over nodes needs (worked out once per replay, not per job)."""
+
+    gpus_per_node: dict[str, int]
+    nodes: dict[str, int]
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> "PoolShapes":
+        nodes: dict[str, int] = {}
+        for n in cluster.nodes:
+            nodes[n.pool] = nodes.get(n.pool, 0) + 1
+        return cls(cluster.pool_gpus_per_node(), nodes)
+
+
 def to_workload(job: TraceJob, cluster: Cluster, sweep_index: Optional[int] = None,
-                sharing: bool = True) -> Workload:
+                sharing: bool = True, shapes: Optional[PoolShapes] = None) -> Workload:
     """The trace job as the scheduler sees it; without ``sharing`` a share
-    asks for a whole GPU."""
-    gpn = cluster.pool_gpus_per_node()
+    asks for a whole GPU. ``shapes``: ``PoolShapes.of(cluster)``, for a
+    caller converting many jobs."""
+    shapes = shapes or PoolShapes.of(cluster)
+    gpn = shapes.gpus_per_node
     pool = job.gpu_type or next(iter(gpn))
     if pool not in gpn:
         raise SimulationError(f"job {job.job_id}: gpu_type {pool!r} is not a pool of the cluster "
@@ -90,7 +108,7 @@ def to_workload(job: TraceJob, cluster: Cluster, sweep_index: Optional[int] = No
             raise ShapeError(f"job {job.job_id}: {job.num_gpus} GPUs do not split evenly over "
                              f"the {nodes} nodes its num_nodes asks for")
     else:
-        count = sum(1 for n in cluster.nodes if n.pool == pool)
+        count = shapes.nodes[pool]
         nodes = split_over_nodes(job.num_gpus, gpn[pool], count)
         if nodes is None:
             raise ShapeError(f"job {job.job_id}: {job.num_gpus} GPUs do not split into equal "
@@ -134,12 +152,13 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     seq = itertools.count()
     pipelines = Pipelines(trace)
     indices = sweep_indices(trace)
+    shapes = PoolShapes.of(cluster)
     rejected_at_start = []
     for job in trace:
         record = JobRecord(job.job_id, job.team, job.submit_time_s, job.duration_s, job.num_gpus,
                            kind=job.kind or JOB, gpu_share=job.gpu_share or 0.0)
         try:
-            w = to_workload(job, cluster, indices.get(job.job_id), sharing)
+            w = to_workload(job, cluster, indices.get(job.job_id), sharing, shapes)
         except ShapeError as e:
             record.rejected = str(e)
             jobs[job.job_id] = _Job(job, None, job.duration_s, record)
