@@ -44,14 +44,15 @@ def find_reservation(
     selector: Mapping[str, str],
     topology: str,
     topology_key: str,
-    usable: Callable[[str, int], bool],
+    returned: Callable[[str, tuple[int, ...]], int],
 ) -> Optional[Reservation]:
     """Walk future releases in time order until the gang fits.
 
     ``free_now`` holds the free GPU count of each candidate node (only the
     pool's nodes matching the selector); ``releases`` yields
-    ``(end, placement)`` sorted by end; ``usable(node, gpu)`` says whether a
-    released GPU comes back to the free pool (not unhealthy, not set aside).
+    ``(end, placement)`` sorted by end; ``returned(node, gpus)`` says how many
+    of a node's released GPUs come back to the free pool (not unhealthy, not
+    set aside).
     """
     free = ({n: c for n, c in free_now.items() if nodes[n].matches(selector)} if selector
             else dict(free_now))
@@ -90,7 +91,7 @@ def find_reservation(
         for node, gpus in placement:
             if node not in free:
                 continue
-            back = sum(1 for g in gpus if usable(node, g))
+            back = returned(node, gpus)
             if back:
                 free[node] += back
                 if free[node] >= gpus_per_node:

@@ -89,6 +89,9 @@ class _Cycle:
         # (pool, which of its reservations a workload ends before) -> the
         # per-node caps those reservations set; emptied when one changes.
         self.limits_by_beats: dict[tuple, dict[str, int]] = {}
+        # (node, GPUs) -> how many of them come back to the free pool when
+        # released (the state's health, drains and set-asides hold all cycle)
+        self.returned: dict[tuple[str, tuple[int, ...]], int] = {}
         # pool -> how many of its reservations aged workloads hold
         self.aged_reservations: dict[str, int] = {}
         # pool -> [(end, placement)] admitted in this cycle, sorted by end
@@ -632,14 +635,18 @@ class _Cycle:
                     if not r.workload.gpu_share or last_share(state, r):
                         yield end, r.placement
 
-        def usable(node: str, gpu: int) -> bool:
-            return (node, gpu) not in set_aside and state.placeable(node, gpu)
+        def returned(node: str, gpus: tuple[int, ...]) -> int:
+            count = self.returned.get((node, gpus))
+            if count is None:
+                count = self.returned[(node, gpus)] = sum(
+                    1 for g in gpus if (node, g) not in set_aside and state.placeable(node, g))
+            return count
 
         reservation = find_reservation(
             w.id, nodes, self.index.free_counts(w.pool),
             merged_releases(running_releases(), sorted(self.admitted_ends.get(w.pool, []),
                                                        key=lambda x: x[0])),
-            w.gpus_per_node, w.num_nodes, self.selector(w), w.topology, w.topology_key, usable)
+            w.gpus_per_node, w.num_nodes, self.selector(w), w.topology, w.topology_key, returned)
         if reservation is None:
             return None
         pool_res.append(reservation)
