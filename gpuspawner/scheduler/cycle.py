@@ -13,6 +13,7 @@ then the older. Inside a team the queue is priority, then age.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -86,8 +87,10 @@ class _Cycle:
         self.ledger = state.ledger.copy()
         self.result = CycleResult()
         self.reservations: dict[str, list[Reservation]] = {}
-        # (pool, which of its reservations a workload ends before) -> the
-        # per-node caps those reservations set; emptied when one changes.
+        # pool -> the start times of its reservations, sorted
+        self.reservation_starts: dict[str, list[float]] = {}
+        # (pool, ``beaten`` key) -> the per-node caps of the reservations a
+        # workload does not end before; emptied when a reservation changes.
         self.limits_by_beats: dict[tuple, dict[str, int]] = {}
         # (node, GPUs) -> how many of them come back to the free pool when
         # released (the state's health, drains and set-asides hold all cycle)
@@ -220,7 +223,6 @@ class _Cycle:
             quota_blocked = self.quota_blocked.get((team, pool), (float("inf"),))[0]
             done = self.pool_done(team, pool)
             free = pool_free.get(pool, 0)
-            reservations = self.reservations.get(pool, ())
             for (gpn, nodes, topology, key, constrained), limits in shapes.items():
                 if gpn * nodes >= quota_blocked:
                     continue
@@ -232,9 +234,8 @@ class _Cycle:
                     continue
                 if constrained:
                     return False
-                end = self.now + self.state.shortest_limit(limits)
-                beats = tuple(end <= r.start for r in reservations)
-                smallest_failed = self.failed.get((pool, nodes, topology, key, beats))
+                beaten = self.beaten(pool, self.now + self.state.shortest_limit(limits))
+                smallest_failed = self.failed.get((pool, nodes, topology, key, beaten))
                 if smallest_failed is None or gpn < smallest_failed:
                     return False
         return True
@@ -447,17 +448,24 @@ class _Cycle:
         workload has node selectors), and the per-node caps that backfill
         reservations put on it."""
         end = self.end_of(w)
-        reservations = self.reservations.get(w.pool, ())
-        beats = tuple(end <= r.start for r in reservations)
-        limits = self.limits_by_beats.get((w.pool, beats))
+        beaten = self.beaten(w.pool, end)
+        limits = self.limits_by_beats.get((w.pool, beaten))
         if limits is None:
-            limits = self.limits_by_beats[(w.pool, beats)] = {}
-            for r in reservations:
+            limits = self.limits_by_beats[(w.pool, beaten)] = {}
+            for r in self.reservations.get(w.pool, ()):
                 for node, spare in r.limits_for(end).items():
                     limits[node] = min(spare, limits.get(node, spare))
         if self.selector(w) or w.gpu_share:
             return None, limits
-        return (w.pool, w.num_nodes, w.topology, w.topology_key, beats), limits
+        return (w.pool, w.num_nodes, w.topology, w.topology_key, beaten), limits
+
+    def beaten(self, pool: str, end: float) -> tuple[int, int]:
+        """Which of the pool's reservations work ending at ``end`` ends
+        before (``end <= start``): the pool's number of reservations and how
+        many start before ``end``. Two ends get the same key exactly when
+        they end before the same reservations."""
+        starts = self.reservation_starts.get(pool, [])
+        return len(starts), bisect.bisect_left(starts, end)
 
     def known_unplaceable(self, w: Workload, shape: Optional[tuple]) -> bool:
         """A smaller workload of the same shape already failed this cycle;
@@ -650,6 +658,7 @@ class _Cycle:
         if reservation is None:
             return None
         pool_res.append(reservation)
+        bisect.insort(self.reservation_starts.setdefault(w.pool, []), reservation.start)
         self.limits_by_beats.clear()
         self.version += 1
         # Placement failures cached before this reservation stay valid: it only
