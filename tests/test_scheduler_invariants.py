@@ -377,10 +377,15 @@ def own_idle_but_waiting(state, policy, result, now):
                               or held_by_quota_hold(state, result, w, now)):
             continue
         limits = {}
+        # Shared GPUs another reservation counts on getting back, with no
+        # spare GPU on their node: a share that might stay past its start
+        # must not join them.
+        counted_on = set()
         for r in result.reservations:
             if r.workload_id != wid:
                 for node, spare in r.spare.items():
                     limits[node] = min(spare, limits.get(node, spare))
+                counted_on |= {key for key in r.returning if r.spare[key[0]] < 1}
         fits = [n for n, node in state.nodes.items()
                 if node.pool == w.pool and selectors_ok(node, state.teams.get(w.team), w)
                 and min(free[n], limits.get(n, free[n])) >= w.gpus_per_node]
@@ -388,7 +393,7 @@ def own_idle_but_waiting(state, policy, result, now):
             # Room on a shared GPU (not one set aside whole), or a whole GPU to open.
             fits = [n for n in fits if share_slots(state.nodes[n], w.gpu_share)]
             fits += [f"{n}/{g}" for (n, g), slots in used.items()
-                     if (n, g) not in aside_whole and state.nodes[n].pool == w.pool
+                     if (n, g) not in aside_whole | counted_on and state.nodes[n].pool == w.pool
                      and usable(state.nodes[n], g) and not state.nodes[n].drained
                      and selectors_ok(state.nodes[n], state.teams.get(w.team), w)
                      and share_slots(state.nodes[n], w.gpu_share) is not None

@@ -271,6 +271,29 @@ def test_a_whole_gpu_reservation_waits_for_the_last_share_of_the_gpu(limits, sta
     assert f"reserved to start within {start_within}" in result.waiting["j"]
 
 
+@pytest.mark.parametrize("policy", ["backfill", "gpuhub"])
+@pytest.mark.parametrize("joiner, joins", [
+    pytest.param({}, False, id="no-time-limit-waits"),
+    pytest.param({"time_limit": 3600.0}, False, id="ending-after-the-start-waits"),
+    pytest.param({"time_limit": 300.0}, True, id="ending-before-the-start-joins"),
+])
+def test_a_share_does_not_join_a_shared_gpu_a_reservation_counts_on(policy, joiner, joins):
+    """One GPU, shared by a 10-minute share; a whole-GPU job reserved it for
+    when that share ends. A share that would stay past then must not join
+    it (the job would wait behind it); one that ends before may."""
+    s = sched([Node("n0", "a100", 1, share_units=4)],
+              policy=POLICIES[policy].with_(preemption_delay=0.0))
+    run(s, [share("s0", 0.25, kind=JOB, time_limit=600.0)])
+    s.submit(whole("j", time_limit=600.0, t=1.0), 0.0)
+    assert "reserved to start within 10 min" in s.step(0.0).waiting["j"]
+    s.submit(share("late", 0.25, kind=JOB, t=2.0, **joiner), 0.0)
+    result = s.step(0.0)
+    assert ("late" in s.state.running) is joins
+    if not joins:
+        assert "kept for the reserved start of j" in result.waiting["late"]
+    assert "reserved to start within 10 min" in result.waiting["j"]
+    assert not check_all(s.state, s.policy, result.reservations)
+
 
 def test_forecast_books_a_share_on_a_shared_gpu_or_the_next_free_gpu():
     s = sched([Node("n0", "a100", 1, share_units=4)])

@@ -22,6 +22,10 @@ class Reservation:
     start: float
     # node -> GPUs on it that later work (not ending before ``start``) may take.
     spare: dict[str, int] = field(default_factory=dict)
+    # Shared GPUs on the reserved nodes that it counts on getting back by
+    # ``start`` (every share on them ends by then): a share that would stay
+    # past ``start`` joins one only by taking one of the node's spare GPUs.
+    returning: set[tuple[str, int]] = field(default_factory=set)
 
     def limits_for(self, end: float) -> Mapping[str, int]:
         return {} if end <= self.start else self.spare
@@ -32,6 +36,23 @@ class Reservation:
         for node, gpus in placement:
             if node in self.spare:
                 self.spare[node] -= len(gpus)
+
+    def may_join(self, key: tuple[str, int], end: float) -> bool:
+        """Whether a share ending at ``end`` may join shared GPU ``key``."""
+        return end <= self.start or key not in self.returning or self.spare[key[0]] >= 1
+
+    def opened(self, key: tuple[str, int], end: float) -> None:
+        """A share ending at ``end`` opened free GPU ``key`` as shared."""
+        if end <= self.start and key[0] in self.spare:
+            self.returning.add(key)  # still counted free at ``start``
+        else:
+            self.consume(((key[0], (key[1],)),), end)
+
+    def joined(self, key: tuple[str, int], end: float) -> None:
+        """A share ending at ``end`` joined shared GPU ``key``."""
+        if end > self.start and key in self.returning:
+            self.returning.discard(key)
+            self.spare[key[0]] -= 1
 
 
 def find_reservation(

@@ -99,6 +99,9 @@ class _Cycle:
         self.aged_reservations: dict[str, int] = {}
         # pool -> [(end, placement)] admitted in this cycle, sorted by end
         self.admitted_ends: dict[str, list[tuple[float, Placement]]] = {}
+        # shared GPU -> when its last share ends, for GPUs that shares opened
+        # or joined in this cycle (a join can keep a GPU past its old end)
+        self.share_until: dict[tuple[str, int], float] = {}
         self.unavailable: set[str] = set()       # running work already leaving
         self.not_victims: set[str] = set()
         self.preempt_tried: set[tuple[str, str]] = set()
@@ -479,8 +482,11 @@ class _Cycle:
 
     def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
         if w.gpu_share:
-            return find_share_placement(self.index, self.slots, self.state.nodes, w,
-                                        self.selector(w), limits)
+            end = self.end_of(w)
+            pool_res = self.reservations.get(w.pool, ())
+            return find_share_placement(
+                self.index, self.slots, self.state.nodes, w, self.selector(w), limits,
+                lambda key: all(r.may_join(key, end) for r in pool_res))
         drain_aware = self.policy.drain_aware_placement
         placement = find_placement(self.index, w.pool, w.gpus_per_node, w.num_nodes,
                                    self.selector(w), w.topology, w.topology_key, limits,
@@ -500,13 +506,18 @@ class _Cycle:
             node, g = share_key(placement)
             # Only a GPU opened for it counts against reservations, and its
             # end frees no GPU the reservation could count on.
+            key = (node, g)
+            if key not in self.share_until:
+                self.share_until[key] = self._last_share_end(key)
+            self.share_until[key] = max(self.share_until[key], end)
             opened = open_or_join(self.index, self.slots, self.state.nodes[node], g, w)
-            taken = placement if opened else ()
+            for r in self.reservations.get(w.pool, ()):
+                r.opened(key, end) if opened else r.joined(key, end)
         else:
             self.index.take_placement(placement)
+            for r in self.reservations.get(w.pool, ()):
+                r.consume(placement, end)
         self.ledger.charge(w.team, w.pool, w.gpu_units)
-        for r in self.reservations.get(w.pool, ()):
-            r.consume(taken, end)
         self.limits_by_beats.clear()
         for node, _ in placement:
             self.drain[node] = max(self.drain.get(node, float("-inf")), end)
@@ -522,6 +533,15 @@ class _Cycle:
                             if borrowed else "")
         self.result.events.append(ev.Event(ev.ADMITTED, w.id, self.now, placement=placement,
                                            borrowed=borrowed, message=msg))
+
+    def _last_share_end(self, key: tuple[str, int]) -> float:
+        """When shared GPU ``key``'s running shares end (never, with slots set
+        aside on it for a preemptor; -inf when it has none)."""
+        if key in self.state.share_aside:
+            return float("inf")
+        running = self.state.running
+        return max((running[wid].end_estimate for wid in self.state.sharers.get(key, ())),
+                   default=float("-inf"))
 
     def _count_share(self, w: Workload) -> None:
         if self.policy.fair_share and w.pool:
@@ -614,11 +634,26 @@ class _Cycle:
             message=f"GPUs set aside; waiting for preempted {victims} to exit"))
         return True
 
+    def shared_gpus_kept(self, w: Workload) -> list[str]:
+        """The reservations that keep share ``w`` off the shared GPUs with room."""
+        end = self.end_of(w)
+        kept = set()
+        for key in self.slots.candidates(w.pool, 1):
+            need = slots_needed(w.gpu_share, self.slots.units[key])
+            if need is not None and self.slots.free(key) >= need:
+                kept |= {r.workload_id for r in self.reservations.get(w.pool, ())
+                         if not r.may_join(key, end)}
+        return sorted(kept)
+
     def capacity_reason(self, w: Workload) -> str:
         free = self.index.pool_free.get(w.pool, 0)
         if w.gpu_share:
-            return (f"waiting for a {w.gpu_share:g} share of one {w.pool} GPU (no shared GPU "
-                    f"has room, {free} whole GPU(s) free, none placeable)")
+            what = f"waiting for a {w.gpu_share:g} share of one {w.pool} GPU"
+            kept = self.shared_gpus_kept(w)
+            if kept:
+                return (f"{what} (the shared GPUs with room are kept for the reserved start of "
+                        f"{', '.join(kept)}; a time limit ending before it would let it join)")
+            return f"{what} (no shared GPU has room, {free} whole GPU(s) free, none placeable)"
         shape = (f"{w.num_nodes} nodes × {w.gpus_per_node}" if w.num_nodes > 1
                  else f"{w.gpus_per_node} ×")
         reason = f"waiting for {shape} {w.pool} GPUs ({free} free in the pool, none placeable"
@@ -635,13 +670,25 @@ class _Cycle:
         set_aside = state.set_aside
         nodes = state.nodes
 
+        shared_seen: list[tuple[float, tuple[str, int]]] = []
+
         def running_releases():
             for end, _start, wid in state.ends.get(w.pool, ()):
                 if wid not in self.unavailable:
                     r = running[wid]
-                    # A shared GPU comes back when its last share ends.
-                    if not r.workload.gpu_share or last_share(state, r):
+                    if not r.workload.gpu_share:
                         yield end, r.placement
+                    # A shared GPU comes back when its last share ends.
+                    elif share_key(r.placement) not in self.share_until and last_share(state, r):
+                        shared_seen.append((end, share_key(r.placement)))
+                        yield end, r.placement
+
+        def touched_shared_releases():
+            for until, key in sorted((t, k) for k, t in self.share_until.items()
+                                     if t != float("inf") and k not in state.share_aside
+                                     and nodes[k[0]].pool == w.pool):
+                shared_seen.append((until, key))
+                yield until, ((key[0], (key[1],)),)
 
         def returned(node: str, gpus: tuple[int, ...]) -> int:
             count = self.returned.get((node, gpus))
@@ -652,11 +699,13 @@ class _Cycle:
 
         reservation = find_reservation(
             w.id, nodes, self.index.free_counts(w.pool),
-            merged_releases(running_releases(), sorted(self.admitted_ends.get(w.pool, []),
-                                                       key=lambda x: x[0])),
+            merged_releases(running_releases(), touched_shared_releases(),
+                            sorted(self.admitted_ends.get(w.pool, []), key=lambda x: x[0])),
             w.gpus_per_node, w.num_nodes, self.selector(w), w.topology, w.topology_key, returned)
         if reservation is None:
             return None
+        reservation.returning = {key for end, key in shared_seen
+                                 if end <= reservation.start and key[0] in reservation.spare}
         pool_res.append(reservation)
         bisect.insort(self.reservation_starts.setdefault(w.pool, []), reservation.start)
         self.limits_by_beats.clear()

@@ -147,14 +147,15 @@ def idle_but_waiting(state: ClusterState, policy: Policy, reservations=(),
         # Conservative: keep every other reservation's nodes as they are, even
         # for work short enough to ignore them (misses some, invents none).
         limits: dict[str, int] = {}
-        for r in reservations:
-            if r.workload_id != wid:
-                for node, spare in r.spare.items():
-                    limits[node] = min(spare, limits.get(node, spare))
+        others = [r for r in reservations if r.workload_id != wid]
+        for r in others:
+            for node, spare in r.spare.items():
+                limits[node] = min(spare, limits.get(node, spare))
         selector = combined_selector(state.teams.get(w.team), w)
         if w.gpu_share:
-            fits = find_share_placement(state.index, state.slots, state.nodes, w, selector,
-                                        limits) is not None
+            fits = find_share_placement(
+                state.index, state.slots, state.nodes, w, selector, limits,
+                lambda key: all(r.may_join(key, float("inf")) for r in others)) is not None
         else:
             fits = find_placement(state.index, w.pool, w.gpus_per_node, w.num_nodes, selector,
                                   w.topology, w.topology_key, limits) is not None

@@ -15,7 +15,7 @@ opened only when none has room, on a node that already has shared GPUs
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from .model import Node, Placement, Workload
 from .placement import FreeIndex
@@ -142,19 +142,24 @@ def _placeable(node: Node, gpu: int) -> bool:
 
 def find_share_placement(index: FreeIndex, slots: SlotIndex, nodes: Mapping[str, Node],
                          w: Workload, selector: Mapping[str, str] = {},
-                         limits: Mapping[str, int] = {}) -> Optional[Placement]:
+                         limits: Mapping[str, int] = {},
+                         may_join: Callable[[GpuKey], bool] = lambda key: True,
+                         ) -> Optional[Placement]:
     """Best fit for a share: the fullest open shared GPU of its pool with
-    room (on a node that takes new work and matches ``selector``); else one
-    whole free GPU opened as shared, on a node with shared GPUs already
-    (fullest first), else on the fullest node. Opening takes a whole GPU, so
-    it respects ``limits`` (backfill reservations)."""
+    room (on a node that takes new work and matches ``selector``, and that
+    ``may_join`` allows); else one whole free GPU opened as shared, on a node
+    with shared GPUs already (fullest first), else on the fullest node.
+    Opening takes a whole GPU, so it respects ``limits`` (backfill
+    reservations); ``may_join`` keeps joins off the shared GPUs reservations
+    count on getting back."""
     share = w.gpu_share
     for key in slots.candidates(w.pool, 1):
         node = nodes[key[0]]
         need = slots_needed(share, slots.units[key])
         if need is None or slots.free(key) < need:
             continue
-        if _placeable(node, key[1]) and (not selector or node.matches(selector)):
+        if _placeable(node, key[1]) and (not selector or node.matches(selector)) \
+                and may_join(key):
             return ((key[0], (key[1],)),)
     if not index.pool_free.get(w.pool, 0):
         return None
