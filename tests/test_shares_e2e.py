@@ -5,17 +5,19 @@ a fifth quarter waits, its spawn progress saying why; the team's quota and
 usage count the four as 1.0 GPU; a server whose processes use more than
 its 4 GiB (fake NVML per-process figures: Inventory.declared_processes_file)
 is warned on its notice, then stopped with the reason, and the fifth gets
-its place."""
+its place. From inside a share's cgroups only the shared GPU opens."""
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 
 import pytest
 import requests
 
 from hub_harness import Hub, wait_for
+from test_local_spawner import cgroups_of, opens_from
 from test_spawn_browser import kill_leftover_servers, server_pids, server_state, stop_servers
 
 QUARTERS = ["u1", "u2", "u3", "u4"]
@@ -48,6 +50,11 @@ def notebook(hub: Hub, user: str, state: str = "running") -> dict | None:
     return admin.workload(ws[0]["id"]) if ws else None  # with its devices
 
 
+def server_env(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(kv.decode().split("=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+
+
 def server_cgroup_pids(hub: Hub, wid: str) -> list[int]:
     root = f"/sys/fs/cgroup/devices/{hub.cgroup_parent}"
     [name] = [d for d in os.listdir(root) if d.endswith(wid)]
@@ -61,6 +68,10 @@ def test_four_quarter_notebooks_share_a_gpu_and_one_above_its_memory_is_stopped(
     processes = str(tmp_path / "gpu-processes.json")
     with open(processes, "w") as f:
         json.dump({}, f)
+    fake_nodes = []
+    for i in range(2):  # like the real nodes: major 195, mode 0666
+        fake_nodes.append(str(tmp_path / f"nvidia{i}"))
+        os.mknod(fake_nodes[-1], 0o666 | stat.S_IFCHR, os.makedev(195, i))
     service_cfg, hub_cfg = config(processes)
     hub = Hub(str(tmp_path), groups=GROUPS, teams=TEAMS, gpus=2,
               extra_service_config=service_cfg, extra_hub_config=hub_cfg)
@@ -108,6 +119,15 @@ def test_four_quarter_notebooks_share_a_gpu_and_one_above_its_memory_is_stopped(
         assert pool["teams"] == {"a": 1, "b": 1}
         teams = {t["name"]: t for t in hub.client("root-admin").get("/teams").json()["teams"]}
         assert teams["a"]["quotas"]["default"]["used"] == 1
+
+        # From inside a share's cgroups (as root, CUDA_VISIBLE_DEVICES ignored)
+        # the shared GPU opens and the whole-GPU job's GPU does not.
+        opens = {u: opens_from(list(cgroups_of(server_cgroup_pids(hub, shares[u]["id"])[0])
+                                    .values()), fake_nodes) for u in ("u2", "u3")}
+        mine = int(server_env(server_cgroup_pids(hub, shares["u2"]["id"])[0])
+                   ["CUDA_VISIBLE_DEVICES"])
+        assert opens["u2"] == opens["u3"] == {f"nvidia{i}": "ENXIO" if i == mine else "EPERM"
+                                              for i in range(2)}, opens
 
         # u1's server uses 4.2 GiB of its 4.0: warned on its notice, then stopped.
         greedy = shares["u1"]
