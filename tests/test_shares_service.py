@@ -33,6 +33,7 @@ from gpuspawner.service.wiring import Wired, record_inventory
 from gpuspawner.isolation.share_memory import MemoryWatch
 from gpuspawner.store import (Allocation, AuditEntry, DeploymentRow, EventRow, Store, UsageRow,
                               WorkloadRow)
+from test_engine_restart import run_until
 
 ALICE = Identity("alice", teams=frozenset({"a"}), can_submit=True)
 BOB = Identity("bob", teams=frozenset({"a"}), can_submit=True)
@@ -66,16 +67,6 @@ def make_engine(url, data_dir, clock=time.time, sharing=None, **config) -> Engin
                     clock=clock)
     engine.start()
     return engine
-
-
-def run_until(engine: Engine, done, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        engine.tick()
-        if done():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def row(engine: Engine, wid: str) -> WorkloadRow:
