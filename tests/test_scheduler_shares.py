@@ -229,6 +229,21 @@ def test_priority_preemption_with_shares(running, preemptor, victims):
         assert not check_all(s.state, s.policy, result.reservations)
 
 
+def test_a_shared_gpu_takes_new_shares_again_when_its_preemptor_is_cancelled():
+    """A whole-GPU job preempts the share on the only GPU, then is cancelled
+    while that share still exits: the GPU is not kept closed for nobody."""
+    s = sched([Node("n0", "a100", 1, share_units=4)])
+    run(s, [low("a", 0.5)])
+    s.submit(whole("p", priority="batch"), 10.0)
+    assert s.step(10.0).of_type(ev.NOMINATED)
+    s.cancel("p", 11.0)
+    s.submit(share("x", 0.25, t=12.0), 12.0)
+    result = s.step(12.0)
+    assert [e.workload_id for e in result.of_type(ev.ADMITTED)] == ["x"]
+    assert s.state.running["a"].state.value == "terminating"
+    assert not check_all(s.state, s.policy, result.reservations)
+
+
 def test_reclaim_evicts_every_borrowed_share_of_a_gpu_for_a_whole_gpu():
     """Team b borrows team a's GPU with four quarter jobs; a's notebook takes
     its nominal GPU back: all four go (three would free nothing)."""

@@ -501,18 +501,19 @@ class _Cycle:
         self.version += 1
         self.catalog.admitted(w.team, w.pool, w.gpu_units)
         end = self.end_of(w)
-        taken = placement
         if w.gpu_share:
-            node, g = share_key(placement)
-            # Only a GPU opened for it counts against reservations, and its
-            # end frees no GPU the reservation could count on.
-            key = (node, g)
+            # Opening takes a whole GPU from the reservations; joining one
+            # they count on getting back takes a spare one (Reservation.joined).
+            node, g = key = share_key(placement)
             if key not in self.share_until:
                 self.share_until[key] = self._last_share_end(key)
             self.share_until[key] = max(self.share_until[key], end)
             opened = open_or_join(self.index, self.slots, self.state.nodes[node], g, w)
             for r in self.reservations.get(w.pool, ()):
-                r.opened(key, end) if opened else r.joined(key, end)
+                if opened:
+                    r.opened(key, end)
+                else:
+                    r.joined(key, end)
         else:
             self.index.take_placement(placement)
             for r in self.reservations.get(w.pool, ()):
@@ -624,6 +625,7 @@ class _Cycle:
                     n = self.state.nodes[node]
                     self.slots.add((node, g), n.pool, n.share_units,
                                    slots_needed(w.gpu_share, n.share_units))
+                    self.share_until[(node, g)] = float("inf")  # no reservation counts on it
                 else:  # no new share joins a GPU its shares are leaving
                     self.slots.close((node, g))
         self.ledger.charge(w.team, w.pool, w.gpu_units)

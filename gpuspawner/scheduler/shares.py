@@ -128,6 +128,12 @@ class SlotIndex:
             self._unbucket(key)
             self.closed.add(key)
 
+    def reopen(self, key: GpuKey) -> None:
+        """Undo ``close``: the preemptor it was closed for no longer waits."""
+        if key in self.closed:
+            self.closed.discard(key)
+            self._bucket(key)
+
     def candidates(self, pool: str, min_free: int) -> Iterable[GpuKey]:
         """Open shared GPUs of ``pool`` with at least ``min_free`` free slots,
         fullest first."""

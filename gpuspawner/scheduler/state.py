@@ -398,7 +398,9 @@ class ClusterState:
             for g in gpus:
                 key = (node, g)
                 del self.set_aside[key]
-                if key not in nom.outstanding and self.placeable(node, g):
+                if key in self.slots:  # shares still on it: new ones may join again
+                    self.slots.reopen(key)
+                elif key not in nom.outstanding and self.placeable(node, g):
                     back.append(g)
             if back:
                 self.index.give(node, back)
