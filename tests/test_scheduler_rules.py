@@ -1301,6 +1301,31 @@ def test_a_dropped_nomination_gives_its_quota_back_in_the_same_cycle(share):
     assert [e.workload_id for e in result.of_type(ev.ADMITTED)] == ["next"]
 
 
+def test_a_dropped_nomination_gives_its_free_gpus_back_in_the_same_cycle():
+    """A 2-GPU preemptor has n0/0 set aside (free) and waits for its victim
+    on n0/1; n0/1 breaks, so its nomination is dropped: n0/0 is free for the
+    next workload in that same cycle, not one cycle later (found by the
+    property tests: work waited beside a free GPU)."""
+    s = Scheduler([Node("n0", "p", 2)], [Team("t", {"p": Quota(8)})],
+                  POLICIES["gpuhub"].with_(preemption_delay=0.0))
+    for name in "ab":
+        s.submit(Workload(name, "t", "p", 1, 0.0, priority="best-effort"), 0.0)
+    s.apply_result(s.cycle(0.0), 0.0)
+    s.finished("a", 1.0, requeue=False)
+    s.submit(Workload("preemptor", "t", "p", 2, 2.0, priority="batch"), 2.0)
+    s.apply_result(s.cycle(2.0), 2.0)
+    [nom] = s.state.nominations.values()
+    assert nom.victims == {"b"}
+    held = dict(s.state.running["b"].placement)["n0"]
+    s.set_node(replace(s.state.nodes["n0"], unhealthy_gpus=frozenset(held)))
+    s.submit(Workload("next", "t", "p", 1, 3.0, priority="best-effort"), 3.0)
+    result = s.cycle(3.0)
+    assert ev.NOMINATION_DROPPED in [e.type for e in result.events]
+    [admitted] = result.of_type(ev.ADMITTED)
+    assert admitted.workload_id == "next" and set(dict(admitted.placement)["n0"]) != set(held)
+    s.apply_result(result, 3.0)  # the drop is applied before "next" starts on its GPU
+
+
 @pytest.mark.parametrize("past_block, reserved", [(True, {"one", "node"}), (False, {"one"})])
 def test_aged_work_reserves_past_a_teammates_refusal_for_a_full_pool(past_block, reserved):
     """big (nominal 2) runs its 2 GPUs and other (nominal 6) the other 6: the

@@ -26,7 +26,7 @@ from .placement import find_placement
 from .policy import Policy
 from .preemption import PRIORITY, VictimCatalog, candidates, plan_preemption
 from .shares import find_share_placement, last_share, open_or_join, share_key, slots_needed
-from .state import SHARE_SHAPE, ClusterState
+from .state import SHARE_SHAPE, ClusterState, give_back_set_aside
 from .steps import drain
 
 
@@ -304,9 +304,13 @@ class _Cycle:
         placeable = self.state.placeable
         for wid, nom in self.state.nominations.items():
             if not all(placeable(node, g) for node, gpus in nom.placement for g in gpus):
-                # Its quota is not held any more: this cycle's admissions may use it.
+                # Its quota and its GPUs are not held any more: this cycle's
+                # admissions may use them (apply() drops it before it starts them).
                 w = self.state.pending[wid]
                 self.ledger.charge(w.team, w.pool, -w.gpu_units)
+                key = share_key(nom.placement) if w.gpu_share else None
+                give_back_set_aside(self.index, self.slots, nom,
+                                    self.state.share_aside.get(key, {}).get(wid, 0), placeable)
                 self.result.events.append(ev.Event(
                     ev.NOMINATION_DROPPED, wid, self.now,
                     message="the GPUs set aside for it became unhealthy or their node was "

@@ -384,26 +384,17 @@ class ClusterState:
 
     def _drop_nomination(self, nom: Nomination, w: Workload) -> None:
         key = share_key(nom.placement) if w.gpu_share else None
+        share_slots = 0
         if key is not None and w.id in self.share_aside.get(key, {}):
             aside = self.share_aside[key]
-            slots = aside.pop(w.id)
+            share_slots = aside.pop(w.id)
             if not aside:
                 del self.share_aside[key]
-            if self.slots.remove(key, slots) and self.placeable(*key):
-                self.index.give(key[0], [key[1]])
-            self.ledger.charge(w.team, w.pool, -w.gpu_units)
-            return
-        for node, gpus in nom.placement:
-            back = []
-            for g in gpus:
-                key = (node, g)
-                del self.set_aside[key]
-                if key in self.slots:  # shares still on it: new ones may join again
-                    self.slots.reopen(key)
-                elif key not in nom.outstanding and self.placeable(node, g):
-                    back.append(g)
-            if back:
-                self.index.give(node, back)
+        else:
+            for node, gpus in nom.placement:
+                for g in gpus:
+                    del self.set_aside[(node, g)]
+        give_back_set_aside(self.index, self.slots, nom, share_slots, self.placeable)
         self.ledger.charge(w.team, w.pool, -w.gpu_units)
 
     def drop_nomination(self, wid: str) -> None:
@@ -488,3 +479,25 @@ class ClusterState:
             key = (r.workload.team, r.workload.pool)
             held[key] = held.get(key, 0) + r.workload.gpu_units
         return held
+
+
+def give_back_set_aside(index: FreeIndex, slots: SlotIndex, nom: Nomination, share_slots: int,
+                        placeable: Callable[[str, int], bool]) -> None:
+    """Return what dropped nomination ``nom`` set aside to ``index`` and
+    ``slots``: its ``share_slots`` slots of a shared GPU (a share's
+    nomination), else its whole GPUs that are free (not still outstanding)
+    and placeable; a shared GPU closed for it takes new shares again."""
+    if share_slots:
+        key = share_key(nom.placement)
+        if slots.remove(key, share_slots) and placeable(*key):
+            index.give(key[0], [key[1]])
+        return
+    for node, gpus in nom.placement:
+        back = []
+        for g in gpus:
+            if (node, g) in slots:
+                slots.reopen((node, g))
+            elif (node, g) not in nom.outstanding and placeable(node, g):
+                back.append(g)
+        if back:
+            index.give(node, back)
