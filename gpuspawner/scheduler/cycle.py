@@ -705,8 +705,9 @@ class _Cycle:
 
         reservation = find_reservation(
             w.id, nodes, self.index.free_counts(w.pool),
-            merged_releases(running_releases(), touched_shared_releases(),
-                            sorted(self.admitted_ends.get(w.pool, []), key=lambda x: x[0])),
+            merged_releases(running_releases(),
+                            sorted(self.admitted_ends.get(w.pool, []), key=lambda x: x[0]),
+                            *([touched_shared_releases()] if self.share_until else [])),
             w.gpus_per_node, w.num_nodes, self.selector(w), w.topology, w.topology_key, returned)
         if reservation is None:
             return None
