@@ -178,7 +178,10 @@ class Deployments:
         existing one: all traffic, or ``canary_percent`` of it. With
         ``after``, the revision waits (no replicas, no GPUs, the deployment
         as it was) until its dependencies are met; ``release_waiting`` then
-        checks its model directory and rolls it out."""
+        checks its model directory and rolls it out. The revision is
+        ``who``'s: its model directory must be in their workspace and its
+        replicas run as their account (a lead's fix to a member's
+        deployment runs as the lead, never as the member)."""
         if not who.can_submit:
             raise Forbidden("you may not deploy (scope custom:gpuhub:submit)")
         eng = self.engine
@@ -223,8 +226,10 @@ class Deployments:
                 dep.message = f"revision {number} is {rev.reason}"
             else:
                 self._roll_out(dep, number, spec.settings(), now)
+            # Its author is whose account its code runs as (not the owner's).
             journal.audit(s, now, who.name, "deploy", f"{team}/{spec.name}",
-                          {"revision": number, "model_dir": model_dir, "runtime": spec.runtime,
+                          {"revision": number, "created_by": who.name, "owner": dep.user,
+                           "model_dir": model_dir, "runtime": spec.runtime,
                            "traffic": dict(dep.traffic), "gpus": spec.gpus,
                            **({"gpu_share": spec.gpu_share} if spec.gpu_share else {}),
                            "after": after})
@@ -269,9 +274,9 @@ class Deployments:
                     rev.reason = why
                     continue
                 dep = s.get(DeploymentRow, rev.deployment_id)
-                if verdict == MET:
+                if verdict == MET:  # in the workspace of its author, whose code it is
                     try:
-                        self._model_dir(dep.user, rev.model_dir, rev.predictor)
+                        self._model_dir(rev.created_by, rev.model_dir, rev.predictor)
                     except SpecError as e:
                         verdict, why = NEVER, str(e)
                 done += 1
@@ -280,12 +285,14 @@ class Deployments:
                     rev.state, rev.reason, rev.pending = FAILED, why, None
                     dep.message = f"revision {rev.number} not deployed: {why}"
                     journal.audit(s, now, "gpuhub", "deploy-failed", where,
-                                  {"revision": rev.number, "why": why})
+                                  {"revision": rev.number, "created_by": rev.created_by,
+                                   "why": why})
                     continue
                 self._roll_out(dep, rev.number, rev.pending or {}, now)
                 rev.state, rev.reason, rev.pending = READY, "", None
                 journal.audit(s, now, "gpuhub", "deploy-released", where,
-                              {"revision": rev.number, "traffic": dict(dep.traffic)})
+                              {"revision": rev.number, "created_by": rev.created_by,
+                               "traffic": dict(dep.traffic)})
         if done:
             self.engine.wake()
         return done
@@ -310,7 +317,9 @@ class Deployments:
         with self.engine.store.transaction() as s:
             dep = self.find(s, who, team, name)
             self._may_change(who, dep)
-            numbers = {r.number for r in self.revisions(s, dep) if r.state == READY}
+            authors = {r.number: r.created_by for r in self.revisions(s, dep)
+                       if r.state == READY}
+            numbers = set(authors)
             for rev, weight in traffic.items():
                 if not (isinstance(rev, str) and rev.isdigit() and rev.isascii()):
                     raise SpecError("traffic", f"keys are revision numbers such as \"1\", "
@@ -331,8 +340,10 @@ class Deployments:
             if len(dep.traffic) == 1:
                 dep.stable_revision = int(next(iter(dep.traffic)))
             dep.message, dep.updated_at = message, now
+            # Whose code now takes the traffic: each revision runs as its author.
             journal.audit(s, now, who.name, action, f"{team}/{name}",
-                               {"before": before, "after": dict(dep.traffic), "why": message})
+                          {"before": before, "after": dict(dep.traffic), "why": message,
+                           "runs_as": {r: authors[int(r)] for r in dep.traffic}})
         self.engine.wake()
         return dep
 

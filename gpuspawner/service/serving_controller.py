@@ -27,6 +27,7 @@ from tornado import httpclient
 
 from ..scheduler.model import DEPLOYMENT
 from ..serving.autoscale import ScalePolicy, desired_replicas, split
+from ..serving.guard import ReplicaKeys
 from ..serving.ports import ports_below_ephemeral
 from ..serving.replica import (model_ready_path, model_settings, server_settings,
                                write_replica_dir)
@@ -56,6 +57,8 @@ class Replica:
     in_flight: int = 0
     # When the probe last found it ready (None: not yet, in this service).
     last_ready: Optional[float] = None
+    # The replica's key (serving/guard.py): without it, it answers 401.
+    headers: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -74,6 +77,7 @@ class ServingController:
     def __init__(self, engine: Engine, clock=time.time, unready_seconds: float = 30.0):
         self.engine = engine
         self.deployments = Deployments(engine)
+        self.keys = ReplicaKeys(engine.config.data_dir)
         self.clock = clock
         # A replica that served and then stays not ready this long (its
         # model was unloaded, its runtime wedged) is replaced; 0: never.
@@ -209,7 +213,8 @@ class ServingController:
                     self.replicas[wid] = Replica(wid, row.spec["deployment"],
                                                  row.spec["revision"], f"http://{address}",
                                                  attempt=row.attempt,
-                                                 model=row.spec["serving"]["name"])
+                                                 model=row.spec["serving"]["name"],
+                                                 headers=self.keys.headers(wid, row.attempt))
 
     def _scale(self, dep: DeploymentRow, revisions: dict, by_rev: dict, now: float) -> None:
         load = self.load_of(dep.id)
@@ -228,6 +233,12 @@ class ServingController:
             if dep_id != dep.id:
                 continue
             active = [r for r in by_rev.get((dep.id, number), []) if r.state != STOPPING]
+            for row in [r for r in active if r.user != rev.created_by]:
+                # Started as another user (the owner, before revisions ran as
+                # their authors): replaced rather than left running as them.
+                self._stop(row, f"runs as {row.user}, not as revision {number}'s author "
+                                f"{rev.created_by}")
+            active = [r for r in active if r.user == rev.created_by]
             need = want.get(number, 0)
             for _ in range(need - len(active)):
                 refused = self._quota_refusal(dep)
@@ -269,9 +280,13 @@ class ServingController:
                                rev.max_batch_size, rev.max_batch_time, f"r{rev.number}")
         server = server_settings(port)
         argv = write_replica_dir(rdir, model, server)
+        # The revision's code runs as its author, not as the deployment's
+        # owner: a lead's revision of bob's deployment must not get bob's
+        # account (his files, his tokens). Its model_dir was checked to be
+        # in the author's workspace (Deployments._model_dir).
         row = WorkloadRow(
             id=wid, name=f"{dep.name}-r{rev.number}", kind=DEPLOYMENT, team=dep.team,
-            user=dep.user, project=f"deployment:{dep.name}", pool=dep.pool,
+            user=rev.created_by, project=f"deployment:{dep.name}", pool=dep.pool,
             gpus_per_node=dep.gpus, gpu_share=dep.gpu_share or 0.0, num_nodes=1,
             priority="production", time_limit=None,
             grace_period=10.0, state=QUEUED, reason="queued", attempt=0, preempted_by=[],
@@ -310,7 +325,7 @@ class ServingController:
         to answer keeps its state; any other answer, or none, is not ready."""
         async def probe(r: Replica) -> None:
             try:
-                resp = await self.http.fetch(r.url + model_ready_path(r.model),
+                resp = await self.http.fetch(r.url + model_ready_path(r.model), headers=r.headers,
                                              request_timeout=1.0, raise_error=False)
                 r.ready = resp.code == 200
             except httpclient.HTTPClientError:  # 599: it timed out

@@ -3060,6 +3060,7 @@ export interface components {
             predictor?: string;
             /** Format: date-time */
             created_at?: string;
+            /** @description who deployed this revision: its replicas run as this user's account and its model_dir is in their workspace */
             created_by?: string;
             /**
              * @description ready: deployed (it may take traffic); waiting for `after`; failed: never deployed (`reason`)
