@@ -1,19 +1,17 @@
 """Engine, sessions and migrations."""
 from __future__ import annotations
 
-import os
+import logging
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import audit
+from . import audit, upgrade
 
-MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
+log = logging.getLogger(__name__)
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -38,30 +36,30 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
-def alembic_config(engine: Engine) -> Config:
-    cfg = Config()
-    cfg.set_main_option("script_location", MIGRATIONS)
-    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False)
-                        .replace("%", "%%"))
-    return cfg
+def migrate(engine: Engine, revision: str = "head",
+            log: Optional[Callable[[str], None]] = None) -> upgrade.Plan:
+    """Bring the schema to ``revision`` (run at every start): all or nothing,
+    with a backup first when there is data (store/upgrade.py)."""
+    return upgrade.upgrade(engine, revision, log=log or log_info)
 
 
-def migrate(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to ``revision`` (run at every start)."""
-    cfg = alembic_config(engine)
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+def log_info(message: str) -> None:
+    log.info("%s", message)
 
 
 class Store:
     """The database of one service: an engine and a session factory."""
 
-    def __init__(self, url: str, run_migrations: bool = True):
+    def __init__(self, url: str, run_migrations: bool = True,
+                 log: Optional[Callable[[str], None]] = None):
         self.url = url
         self.engine = make_engine(url)
         if run_migrations:
-            migrate(self.engine)
+            try:
+                migrate(self.engine, log=log)
+            except BaseException:
+                self.engine.dispose()
+                raise
         self.sessions = sessionmaker(self.engine, class_=audit.AuditedSession,
                                      expire_on_commit=False, future=True)
 

@@ -1,0 +1,227 @@
+"""Upgrades lose nothing (docs/service.md, "Upgrading"), on SQLite and
+PostgreSQL: a database at each earlier schema of the repository's history,
+holding the live state a running service leaves (running jobs with their
+allocations, a queued, a held and a 0-GPU job, a notebook's GPU, a sweep, a
+schedule, a deployment's replica, the audit trail), is brought to this
+release's schema with every row it held unchanged, and the service starts
+on it and finds its work where it left it. A migration that fails half-way
+leaves the database exactly as it was, and says which migration, why and
+the way back."""
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import textwrap
+
+import pytest
+from sqlalchemy import inspect, select, text
+
+from gpuspawner.store import AuditEntry, Store, WorkloadRow
+from gpuspawner.store.audit import verify
+from gpuspawner.store.db import make_engine
+from gpuspawner.store.upgrade import (MIGRATIONS, MigrationFailed, NewerDatabase, dry_run, plan,
+                                      steps, upgrade)
+
+from test_start_estimates_service import Clock
+from upgrade_state import ALICE, START, job, make_engine as make_service_engine
+from upgrade_state import make_live_state, read_rows, write_rows
+
+HEAD = steps()[-1].revision
+EARLIER = [s.revision for s in steps()[:-1]]
+# The first schema with each feature: rows of a feature the schema had
+# not yet are not part of the state at that schema.
+DEPLOYMENTS, SWEEPS, SCHEDULES = "0005", "0009", "0010"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """The live state, made once by the service's own code (SQLite)."""
+    where = tmp_path_factory.mktemp("live")
+    url = f"sqlite:///{where}/gpuhub.sqlite"
+    ids = make_live_state(url, str(where))
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows = read_rows(conn)
+    engine.dispose()
+    return ids, rows
+
+
+def at(revision: str, rows: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The part of the state a service at ``revision`` could have made."""
+    def held(w: dict) -> bool:
+        return not ((w["kind"] == "deployment" and revision < DEPLOYMENTS)
+                    or (w["sweep_id"] and revision < SWEEPS)
+                    or (w["schedule_id"] and revision < SCHEDULES))
+    kept = {w["id"] for w in rows["workloads"] if held(w)}
+    out = {}
+    for table, part in rows.items():
+        if table == "workloads":
+            part = [w for w in part if w["id"] in kept]
+        elif part and "workload_id" in part[0]:
+            part = [r for r in part if r["workload_id"] in kept]
+        out[table] = part
+    return out
+
+
+def schema_and_rows(engine) -> tuple:
+    """Everything an upgrade could change: tables, columns, indexes, rows."""
+    with engine.connect() as conn:
+        insp = inspect(conn)
+        schema = {t: (sorted((c["name"], str(c["type"])) for c in insp.get_columns(t)),
+                      sorted(i["name"] for i in insp.get_indexes(t)))
+                  for t in insp.get_table_names()}
+        version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        return version, schema, read_rows(conn)
+
+
+@pytest.mark.parametrize("revision", EARLIER)
+def test_an_upgrade_from_each_earlier_schema_keeps_the_live_state(db_url, tmp_path, live,
+                                                                  revision):
+    ids, rows = live
+    engine = make_engine(db_url)
+    upgrade(engine, revision)
+    with engine.begin() as conn:
+        before = write_rows(conn, at(revision, rows))
+    said = []
+    done = upgrade(engine, log=said.append)
+    assert [s.revision for s in done.pending][0] > revision and done.head == HEAD
+    with engine.connect() as conn:
+        after = read_rows(conn)
+        if engine.dialect.name == "sqlite":
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
+    for table, part in before.items():
+        kept = [{k: r[k] for k in part[0]} for r in after[table]] if part else after[table]
+        assert kept == part, f"{table} changed in the upgrade from {revision}"
+    if engine.dialect.name == "sqlite":
+        # A consistent copy of the database as it was, named after its revision.
+        copy = next(line.split()[3] for line in said if line.startswith("database copied"))
+        assert os.path.basename(copy).startswith(f"gpuhub.sqlite.backup-{revision}-")
+        assert oct(os.stat(copy).st_mode & 0o777) == "0o600"
+        with sqlite3.connect(copy) as old:
+            assert old.execute("SELECT version_num FROM alembic_version").fetchone() == (revision,)
+            assert old.execute("SELECT count(*) FROM workloads").fetchone() == \
+                (len(before["workloads"]),)
+    engine.dispose()
+
+    # The service starts on it and finds its work where it left it.
+    clock = Clock(START + 7200)
+    service = make_service_engine(db_url, str(tmp_path), clock)
+    state = service.scheduler.state
+    running = {w["id"] for w in before["workloads"] if w["state"] == "running"}
+    assert ids["running_2gpu"] in running and ids["running_cpu"] in running
+    assert set(state.running) == running
+    assert state.running[ids["running_2gpu"]].placement == (("host", (1, 2)),)
+    assert ids["queued"] in state.pending and ids["held"] not in state.pending
+    with service.store.session() as s:
+        entries = list(s.scalars(select(AuditEntry).order_by(AuditEntry.id)))
+        assert verify(entries) is None and len(entries) == len(before["audit_log"])
+        assert {w.id: w.state for w in s.scalars(select(WorkloadRow))} == \
+            {w["id"]: w["state"] for w in before["workloads"]}
+    # ... and goes on writing: a new job, its audit entry chained to the old ones.
+    new = service.submit(ALICE, job(1, "after-the-upgrade"))
+    with service.store.session() as s:
+        entries = list(s.scalars(select(AuditEntry).order_by(AuditEntry.id)))
+        assert entries[-1].target == new.id and verify(entries) is None
+    service.store.close()
+
+
+BROKEN = '''\
+"""a migration that fails half-way: a column added, a table made and
+filled, a table rebuilt, then an error
+
+Revision ID: 9999
+Revises: {head}
+"""
+from alembic import op
+import sqlalchemy as sa
+
+revision = '9999'
+down_revision = '{head}'
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.add_column('workloads', sa.Column('half_way', sa.Integer(), nullable=True))
+    op.create_table('half_way', sa.Column('id', sa.Integer(), primary_key=True))
+    op.execute("INSERT INTO half_way (id) VALUES (1)")
+    op.execute("UPDATE workloads SET reason = 'changed half-way'")
+    with op.batch_alter_table('attempts') as batch:
+        batch.alter_column('reason', type_=sa.String(length=500), existing_type=sa.Text())
+    raise RuntimeError("the disk is full (a stand-in for whatever goes wrong)")
+
+
+def downgrade():
+    pass
+'''
+
+
+@pytest.fixture
+def broken_migrations(tmp_path):
+    where = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS, where, ignore=shutil.ignore_patterns("__pycache__"))
+    (where / "versions" / "9999_broken.py").write_text(BROKEN.format(head=HEAD))
+    return str(where)
+
+
+def test_a_migration_failing_half_way_leaves_the_database_as_it_was(db_url, live,
+                                                                    broken_migrations):
+    ids, rows = live
+    engine = make_engine(db_url)
+    upgrade(engine)
+    with engine.begin() as conn:
+        write_rows(conn, rows)
+    before = schema_and_rows(engine)
+    with pytest.raises(MigrationFailed) as failed:
+        upgrade(engine, script_location=broken_migrations)
+    assert schema_and_rows(engine) == before
+    message = str(failed.value)
+    assert "migration 9999_broken (a migration that fails half-way" in message
+    assert "RuntimeError: the disk is full" in message
+    assert f"still at revision {HEAD}" in message
+    assert "the previous release starts on it as it is" in message
+    if engine.dialect.name == "sqlite":
+        assert failed.value.backup and failed.value.backup in message
+        assert os.path.exists(failed.value.backup)
+    # The check says the same before anyone upgrades, and changes nothing.
+    with pytest.raises(MigrationFailed, match="9999_broken"):
+        dry_run(engine, script_location=broken_migrations)
+    assert schema_and_rows(engine) == before
+    engine.dispose()
+
+
+def test_an_upgrade_check_runs_the_migrations_without_keeping_them(db_url, live):
+    ids, rows = live
+    engine = make_engine(db_url)
+    upgrade(engine, EARLIER[-1])
+    with engine.begin() as conn:
+        write_rows(conn, rows)
+    before = schema_and_rows(engine)
+    todo, seconds = dry_run(engine)
+    assert [s.revision for s in todo.pending] == [HEAD] and seconds >= 0
+    assert schema_and_rows(engine) == before
+    engine.dispose()
+
+
+def test_a_database_a_newer_release_upgraded_is_refused_with_the_way_back(tmp_path):
+    url = f"sqlite:///{tmp_path}/gpuhub.sqlite"
+    Store(url).close()
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    with pytest.raises(NewerDatabase, match="revision 0099, which this release does not know"):
+        plan(engine)
+    with pytest.raises(NewerDatabase, match="restore the copy taken before that upgrade"):
+        Store(url)
+    engine.dispose()
+
+
+def test_a_fresh_database_is_made_without_a_backup(tmp_path):
+    said = []
+    engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite")
+    done = upgrade(engine, log=said.append)
+    assert done.fresh and done.pending and not any("copied" in line for line in said)
+    assert os.listdir(tmp_path) == ["gpuhub.sqlite"] or \
+        not [f for f in os.listdir(tmp_path) if ".backup-" in f]
+    engine.dispose()
