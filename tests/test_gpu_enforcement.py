@@ -93,7 +93,7 @@ def cgroup_parent():
     yield parent
     mine = own_cgroups()
     leftovers = []
-    for controller in ("devices", "memory", "cpu"):
+    for controller in ("devices", "memory", "cpu", "pids"):
         path = os.path.join(CGROUP_ROOT, controller, mine.get(controller, "/").lstrip("/"), parent)
         if os.path.isdir(path):
             children = [c for c in os.listdir(path) if os.path.isdir(os.path.join(path, c))]
@@ -171,7 +171,7 @@ import os
 for line in open("/proc/self/cgroup"):
     _, names, path = line.strip().split(":", 2)
     for c, f in (("memory", "memory.limit_in_bytes"), ("cpu", "cpu.cfs_quota_us"),
-                 ("cpu", "cpu.cfs_period_us")):
+                 ("cpu", "cpu.cfs_period_us"), ("pids", "pids.max")):
         if c in names.split(","):
             print(f, open(f"/sys/fs/cgroup/{c}{path}/{f}").read().strip())
 """
@@ -192,7 +192,79 @@ def test_limits_are_set_as_configured(tmp_path, enforcement, team, pool, memory,
     assert ended.returncode == 0, log
     seen = dict(line.split() for line in log.strip().splitlines())
     assert seen == {"memory.limit_in_bytes": str(memory), "cpu.cfs_quota_us": str(quota),
-                    "cpu.cfs_period_us": "100000"}
+                    "cpu.cfs_period_us": "100000", "pids.max": "1024"}
+
+
+@pytest.mark.parametrize("traits, asked, memory, quota, pids", [
+    # nothing configured, nothing asked: the job kind's default, never unlimited
+    ({}, {}, 8 << 30, 100_000, "1024"),
+    # the request is the limit
+    ({}, {"cpus": 0.5, "memory": 300 << 20}, 300 << 20, 50_000, "1024"),
+    # ... capped by the team's limit
+    ({"team_limits": {"ml": {"memory": "256M", "cpus": 0.25}}},
+     {"cpus": 0.5, "memory": 300 << 20}, 256 << 20, 25_000, "1024"),
+    ({"config": {"WorkloadResources": {"pids_limit": 64, "job": {"cpus": 2, "memory": "1G"}}}},
+     {}, 1 << 30, 200_000, "64"),
+])
+def test_every_job_gets_finite_memory_cpu_and_pids_limits(tmp_path, cgroup_parent, traits,
+                                                          asked, memory, quota, pids):
+    from traitlets.config import Config
+    config = Config(traits.pop("config", {}))
+    e = GpuEnforcement(cgroup_parent=cgroup_parent, config=config, **traits).detect()
+    assert e.limits_mode == LIMITS_CGROUP_V1 == "cgroup-v1 memory, cpu, pids"
+    backend = LocalBackend(enforcement=e)
+    spec = LaunchSpec(f"job{uuid.uuid4().hex[:6]}", 1, (sys.executable, "-c", READ_LIMITS),
+                      str(tmp_path / "attempt"), str(tmp_path), team="ml", pool="default",
+                      cpus=asked.get("cpus"), memory=asked.get("memory"))
+    backend.start(spec)
+    ended = wait_for(backend.poll, 20)[0]
+    log = open(LocalBackend.log_path(spec.attempt_dir)).read()
+    assert ended.returncode == 0, log
+    seen = dict(line.split() for line in log.strip().splitlines())
+    assert seen == {"memory.limit_in_bytes": str(memory), "cpu.cfs_quota_us": str(quota),
+                    "cpu.cfs_period_us": "100000", "pids.max": pids}
+
+
+def test_a_cpu_only_job_is_limited_without_a_devices_controller(tmp_path, cgroup_parent,
+                                                                monkeypatch):
+    """The limits do not hang on GPU enforcement: a host whose GPUs are
+    advisory still holds every job to its memory, CPUs and pids."""
+    real = GpuEnforcement._usable
+    monkeypatch.setattr(GpuEnforcement, "_usable",
+                        lambda self, c, mine: None if c == "devices" else real(self, c, mine))
+    e = GpuEnforcement(cgroup_parent=cgroup_parent, dev_dir=str(tmp_path)).detect()
+    assert (e.gpu_mode, e.limits_mode) == (ADVISORY, "cgroup-v1 memory, cpu, pids")
+    assert e.report()["limits"] == "cgroup-v1 memory, cpu, pids"
+    _, ended, log = run_job(LocalBackend(enforcement=e), tmp_path,
+                            [sys.executable, "-c", READ_LIMITS], [])
+    assert ended.returncode == 0, log
+    seen = dict(line.split() for line in log.strip().splitlines())
+    assert seen == {"memory.limit_in_bytes": str(8 << 30), "cpu.cfs_quota_us": "100000",
+                    "cpu.cfs_period_us": "100000", "pids.max": "1024"}
+
+
+FORK_MANY = r"""
+import os, time
+made, refused = 0, 0
+for _ in range(100):
+    try:
+        if os.fork() == 0:
+            time.sleep(2); os._exit(0)
+        made += 1
+    except BlockingIOError:
+        refused += 1
+print("made", made, "refused", refused, flush=True)
+"""
+
+
+def test_a_fork_bomb_stops_at_the_pids_limit(tmp_path, cgroup_parent):
+    from traitlets.config import Config
+    e = GpuEnforcement(cgroup_parent=cgroup_parent,
+                       config=Config({"WorkloadResources": {"pids_limit": 20}})).detect()
+    _, ended, log = run_job(LocalBackend(enforcement=e), tmp_path,
+                            [sys.executable, "-c", FORK_MANY], [])
+    made, refused = int(log.split()[1]), int(log.split()[3])
+    assert made < 20 and refused > 0, log
 
 
 def test_a_job_over_its_memory_limit_is_killed(tmp_path, enforcement):
@@ -326,7 +398,8 @@ def test_the_service_sets_up_device_groups_and_gives_the_nodes_back_on_a_clean_s
     proc, health = service(f"c.GpuEnforcement.mode = 'groups'\n"
                            f"c.GpuEnforcement.dev_dir = {str(fake_gpus)!r}\n"
                            f"c.GpuEnforcement.group_prefix = {group_prefix!r}\n")
-    assert (health["gpu_enforcement"], health["limits"]) == (DEVICE_GROUPS, "not enforced")
+    # The limits do not hang on the GPU mode: memory, CPUs and pids are held anyway.
+    assert (health["gpu_enforcement"], health["limits"]) == (DEVICE_GROUPS, LIMITS_CGROUP_V1)
     for n in ("nvidia0", "nvidia1"):
         st = os.stat(fake_gpus / n)
         assert stat.S_IMODE(st.st_mode) == 0o660
@@ -338,7 +411,7 @@ def test_the_service_sets_up_device_groups_and_gives_the_nodes_back_on_a_clean_s
         assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o666, 0)
     assert not (tmp_path / "data" / "device-groups.json").exists()
     log = (tmp_path / "service.log").read_text()
-    assert "GPU enforcement: device groups; limits: not enforced" in log
+    assert f"GPU enforcement: device groups; limits: {LIMITS_CGROUP_V1}" in log
 
 
 def test_a_service_told_not_to_enforce_says_advisory(service, tmp_path):

@@ -379,7 +379,7 @@ def test_a_job_through_the_hub_can_open_only_its_gpu(hub, fake_gpus):
 
 def test_health_and_the_heat_map_say_how_gpus_and_limits_are_enforced(hub):
     root = os.geteuid() == 0 and os.access("/sys/fs/cgroup/devices/devices.deny", os.W_OK)
-    gpu, limits = (("cgroup-v1 devices", "cgroup-v1 memory, cpu") if root
+    gpu, limits = (("cgroup-v1 devices", "cgroup-v1 memory, cpu, pids") if root
                    else ("advisory", "not enforced"))
     health = requests.get(f"{hub.api}/health", timeout=10).json()
     assert (health["status"], health["gpu_enforcement"], health["limits"]) == ("ok", gpu, limits)

@@ -46,6 +46,11 @@ class LaunchSpec:
     # For a model-deployment replica: {"name", "revision", "server", "model"}
     # (MLServer's settings), so a cluster backend can serve it in its own way.
     serving: dict = field(default_factory=dict)
+    # Its kind (job, deployment) and what it asked for besides GPUs (None:
+    # its kind's default): the cgroup holds it to them.
+    kind: str = "job"
+    cpus: Optional[float] = None
+    memory: Optional[int] = None   # bytes
 
     @property
     def nodes(self) -> tuple[str, ...]:

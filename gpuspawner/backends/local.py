@@ -13,8 +13,9 @@ its group, so the GPUs really are free.
 
 With a ``GpuEnforcement`` (gpuspawner/isolation/cgroups.py) each attempt
 gets its placement before the runner starts: a cgroup that allows exactly
-its GPUs' device nodes, with its team's or pool's memory and CPU limits (or
-its GPUs' device groups). Its paths are kept in ``cgroup.json`` in the
+its GPUs' device nodes (or its GPUs' device groups), and cgroups holding it
+to its CPU and memory request (capped by its team's or pool's limits) and
+the pids limit. Its paths are kept in ``cgroup.json`` in the
 attempt directory, so the cgroups are removed when the attempt is reported
 ended, also by a service that restarted in between.
 
@@ -57,7 +58,7 @@ from ..isolation import cgroups
 from ..isolation.accounts import (Account, Accounts, account_env,
                                   prepare_checkpoint)
 from ..isolation.attempt_pids import cgroup_pids, descendants
-from ..isolation.gpu_rules import visible_devices
+from ..isolation.gpu_rules import Limits, visible_devices
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
 from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of,
@@ -193,7 +194,8 @@ class LocalBackend(Backend):
         digest = hashlib.sha1(attempt_dir.encode()).hexdigest()[:8]
         placement = self.enforcement.create(
             cgroups.safe_name("job", spec.workload_id, str(spec.attempt), digest),
-            spec.gpus, spec.team, spec.pool, spec.gpu_uuids)
+            spec.gpus, spec.team, spec.pool, spec.gpu_uuids, kind=spec.kind,
+            request=Limits(spec.memory, spec.cpus))
         write_json(os.path.join(attempt_dir, CGROUP_FILE), placement.to_json())
         return placement
 

@@ -5,18 +5,23 @@ for the modes) and says so; the service reports it at start, in
 ``GET /health`` and on the admin panel's heat map. Then, per server, job or
 replica:
 
-- ``cgroup-v1 devices``: ``create()`` makes a cgroup in the devices (and,
-  with limits, memory and cpu) hierarchy that denies every per-GPU node but
-  the placement's; the process joins it with ``enter()`` in its preexec,
-  before anything else, so it binds root too; ``remove()`` when it ended.
-  The cgroups live under the creating process's own cgroup of each
-  controller, in ``GpuEnforcement.cgroup_parent``.
+- ``cgroup-v1 devices``: ``create()`` makes a cgroup in the devices
+  hierarchy that denies every per-GPU node but the placement's; the process
+  joins it with ``enter()`` in its preexec, before anything else, so it
+  binds root too; ``remove()`` when it ended. The cgroups live under the
+  creating process's own cgroup of each controller, in
+  ``GpuEnforcement.cgroup_parent``.
 - ``device groups`` (no devices controller, but root and the nodes):
   ``setup_device_groups()`` gives each /dev/nvidiaN its own group and mode
   0660 (the originals are kept in a file, put back by
   ``restore_device_groups()`` on a clean stop); ``enter()`` gives the
   process only its GPUs' groups. Binds processes that do not run as root.
 - ``advisory``: CUDA_VISIBLE_DEVICES only.
+
+Whatever the GPU mode, as root with the cgroup v1 memory, cpu and pids
+controllers (and ``mode`` not ``off``), every server, job and replica also
+gets a cgroup in each, held to its CPU and memory request (or its kind's
+default, resources.py) and ``WorkloadResources.pids_limit``.
 """
 from __future__ import annotations
 
@@ -30,14 +35,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
-from traitlets import Dict, Enum, Unicode
+from traitlets import Dict, Enum, Instance, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..jsonfile import read_json, write_json
 from . import gpu_rules as rules
-from .gpu_rules import ADVISORY, CGROUP_V1, DEVICE_GROUPS, LIMITS_CGROUP_V1, LIMITS_NONE, Limits
+from .gpu_rules import (ADVISORY, CGROUP_V1, DEVICE_GROUPS, LIMIT_CONTROLLERS, LIMITS_NONE, Limits,
+                        limits_enforced)
+from .resources import WorkloadResources
 
-CONTROLLERS = ("devices", "memory", "cpu")
+CONTROLLERS = ("devices", *LIMIT_CONTROLLERS)
 
 
 @dataclass
@@ -135,10 +142,13 @@ class GpuEnforcement(LoggingConfigurable):
         """).tag(config=True)
 
     team_limits = Dict(help="""
-        Memory and CPU limits per team for each server, job and replica:
+        Memory and CPU caps per team for each server, job and replica:
         ``{team: {"memory": "16G", "cpus": 4}}``. A team's value wins over its
-        pool's, a pool's over ``default_limits``. Enforced through the cgroup
-        v1 memory and cpu controllers; elsewhere reported as not enforced.
+        pool's, a pool's over ``default_limits``. A workload gets its own
+        request (``WorkloadResources``) but no more than the cap; one with no
+        request (a notebook server) gets the cap, else its kind's default.
+        Enforced through the cgroup v1 memory and cpu controllers; elsewhere
+        reported as not enforced.
 
         Example::
 
@@ -151,9 +161,19 @@ class GpuEnforcement(LoggingConfigurable):
         """).tag(config=True)
 
     default_limits = Dict(help="""
-        Memory and CPU limits where neither the team nor the pool sets one:
-        ``{"memory": "32G", "cpus": 8}``. Empty: no limit.
+        Memory and CPU caps where neither the team nor the pool sets one:
+        ``{"memory": "32G", "cpus": 8}``. Empty: no cap (each workload still
+        gets its request, or its kind's default: ``WorkloadResources``).
         """).tag(config=True)
+
+    resources = Instance(WorkloadResources, help="""
+        The default requests per kind and the pids limit (configured as
+        ``c.WorkloadResources``).
+        """)
+
+    @default("resources")
+    def _resources_default(self):
+        return WorkloadResources(parent=self)
 
     gpu_mode: str = ADVISORY
     limits_mode: str = LIMITS_NONE
@@ -170,6 +190,8 @@ class GpuEnforcement(LoggingConfigurable):
         self._by_team = rules.check_limits(self.team_limits, "GpuEnforcement.team_limits")
         self._by_pool = rules.check_limits(self.pool_limits, "GpuEnforcement.pool_limits")
         self._default = rules.check_entry(self.default_limits, "GpuEnforcement.default_limits")
+        for kind in ("notebook", "job", "deployment"):
+            self.resources.default_for(kind)  # a wrong default stops the start
         self._parents: dict[str, str] = {}
 
     # ---- what this host allows -------------------------------------------
@@ -181,6 +203,10 @@ class GpuEnforcement(LoggingConfigurable):
         mine = own_cgroups()
         probe = root and self.mode != "off"
         usable = {c: self._usable(c, mine) for c in CONTROLLERS} if probe else {}
+        missing = [c for c in LIMIT_CONTROLLERS if probe and not usable.get(c)]
+        if missing:
+            self.notes.append(f"not limited here: {', '.join(missing)} (no writable cgroup v1 "
+                              f"controller)")
         if not root:
             self.notes.append("not running as root: no cgroups, no device groups")
         elif os.path.exists(os.path.join(self.cgroup_root, "cgroup.controllers")):
@@ -197,13 +223,16 @@ class GpuEnforcement(LoggingConfigurable):
                               "(NVreg_ModifyDeviceFiles=1): set it to 0 for device groups")
         if self.gpu_mode == CGROUP_V1:
             self._parents["devices"] = usable["devices"]
-            for c in ("memory", "cpu"):
-                if usable.get(c):
-                    self._parents[c] = usable[c]
-        self.limits_mode = (LIMITS_CGROUP_V1 if self.gpu_mode == CGROUP_V1
-                            and {"memory", "cpu"} <= set(self._parents) else LIMITS_NONE)
+        # Limits hold whatever holds the GPUs: a CPU-only job has none.
+        for c in LIMIT_CONTROLLERS:
+            if usable.get(c):
+                self._parents[c] = usable[c]
+        self.limits_mode = limits_enforced(self._parents)
         if self.limits_mode == LIMITS_NONE and (self._by_team or self._by_pool or self._default):
             self.notes.append("memory/CPU limits are configured but cannot be enforced here")
+        if "memory" in self._parents and not self._swap_limited():
+            self.notes.append("memory: swap is not limited (no memory.memsw.limit_in_bytes: "
+                              "boot with swapaccount=1)")
         if self.gpu_mode != ADVISORY:
             self.minors = _nvml_minors()
         if self.gpu_mode == CGROUP_V1:
@@ -268,7 +297,7 @@ class GpuEnforcement(LoggingConfigurable):
         """Our parent cgroup in ``controller`` if a child can be made there."""
         base = os.path.join(self.cgroup_root, controller)
         marker = {"devices": "devices.deny", "memory": "memory.limit_in_bytes",
-                  "cpu": "cpu.cfs_quota_us"}[controller]
+                  "cpu": "cpu.cfs_quota_us", "pids": "cgroup.procs"}[controller]
         if not os.path.exists(os.path.join(base, marker)):
             return None
         parent = os.path.join(base, mine.get(controller, "/").lstrip("/"), self.cgroup_parent)
@@ -278,6 +307,8 @@ class GpuEnforcement(LoggingConfigurable):
             os.makedirs(probe, exist_ok=True)
             if controller == "devices":
                 _write(probe, "devices.deny", f"c {rules.NVIDIA_MAJOR}:253 rwm")
+            elif controller == "pids":
+                _write(probe, "pids.max", "max")
             os.rmdir(probe)
             if not existed:
                 os.rmdir(parent)  # made again by the first create(): none left if none is
@@ -308,14 +339,32 @@ class GpuEnforcement(LoggingConfigurable):
             return False
 
     # ---- one server, job or replica --------------------------------------
-    def limits_for(self, team: str, pool: str) -> Limits:
-        return rules.resolve_limits(team, pool, self._by_team, self._by_pool, self._default)
+    def _swap_limited(self) -> bool:
+        return os.path.exists(os.path.join(self.cgroup_root, "memory",
+                                           "memory.memsw.limit_in_bytes"))
+
+    def limits_for(self, team: str, pool: str, kind: str = "job",
+                   request: Limits = Limits()) -> Limits:
+        """Each of memory and CPUs: the workload's request, capped by its
+        team's (else pool's, else the default) limit; with no request, that
+        limit, else its kind's default request. Never unlimited."""
+        cap = rules.resolve_limits(team, pool, self._by_team, self._by_pool, self._default)
+        kind_default = self.resources.default_for(kind)
+
+        def pick(asked, capped, fallback):
+            if asked is None:
+                return capped if capped is not None else fallback
+            return asked if capped is None else min(asked, capped)
+        return Limits(pick(request.memory_bytes, cap.memory_bytes, kind_default.memory_bytes),
+                      pick(request.cpus, cap.cpus, kind_default.cpus))
 
     def create(self, name: str, gpus: Iterable[int], team: str = "", pool: str = "",
-               uuids: Sequence[str] = ()) -> Placement:
+               uuids: Sequence[str] = (), kind: str = "job",
+               request: Limits = Limits()) -> Placement:
         """The placement for GPUs ``gpus`` (inventory indices; ``uuids``
         their UUIDs where known, which tell MIG devices) of ``team`` in
-        ``pool``. Raises OSError when the kernel refuses; nothing is left
+        ``pool``, a workload of ``kind`` that asked for ``request`` (CPUs,
+        memory). Raises OSError when the kernel refuses; nothing is left
         behind then."""
         gpus = list(gpus)
         placement = Placement()
@@ -323,26 +372,28 @@ class GpuEnforcement(LoggingConfigurable):
             # A GPU's slices: its group, once.
             minors = dict.fromkeys(self.device_minor(i, u) for i, u in _pairs(gpus, list(uuids)))
             placement.gids = [self._group_gid(m) for m in minors]
-            return placement
-        if self.gpu_mode != CGROUP_V1:
-            return placement
-        limits = self.limits_for(team, pool)
+        limits = self.limits_for(team, pool, kind, request)
         try:
-            path = self._make("devices", name)
-            placement.cgroups.append(path)
-            for rule in self.device_rules(gpus, uuids):
-                _write(path, "devices.deny", rule)
-            if limits.memory_bytes is not None and "memory" in self._parents:
+            if self.gpu_mode == CGROUP_V1:
+                path = self._make("devices", name)
+                placement.cgroups.append(path)
+                for rule in self.device_rules(gpus, uuids):
+                    _write(path, "devices.deny", rule)
+            if "memory" in self._parents:
                 path = self._make("memory", name)
                 placement.cgroups.append(path)
                 _write(path, "memory.limit_in_bytes", str(limits.memory_bytes))
                 if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):
                     _write(path, "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
-            if limits.cpus is not None and "cpu" in self._parents:
+            if "cpu" in self._parents:
                 path = self._make("cpu", name)
                 placement.cgroups.append(path)
                 _write(path, "cpu.cfs_period_us", str(rules.CPU_PERIOD_US))
                 _write(path, "cpu.cfs_quota_us", str(rules.cpu_quota_us(limits.cpus)))
+            if "pids" in self._parents and self.resources.pids_limit > 0:
+                path = self._make("pids", name)
+                placement.cgroups.append(path)
+                _write(path, "pids.max", str(self.resources.pids_limit))
         except BaseException:
             remove(placement)
             raise

@@ -42,9 +42,17 @@ CONTROL_NODES = ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"
 CGROUP_V1 = "cgroup-v1 devices"
 DEVICE_GROUPS = "device groups"
 ADVISORY = "advisory"
-# How memory/CPU limits are enforced.
-LIMITS_CGROUP_V1 = "cgroup-v1 memory, cpu"
+# How memory/CPU/pids limits are enforced: the cgroup v1 controllers that
+# hold every server, job and replica ("cgroup-v1 memory, cpu, pids").
+LIMIT_CONTROLLERS = ("memory", "cpu", "pids")
+LIMITS_CGROUP_V1 = "cgroup-v1 memory, cpu, pids"
 LIMITS_NONE = "not enforced"
+
+
+def limits_enforced(controllers) -> str:
+    """What /health says of limits: exactly the controllers in use."""
+    used = [c for c in LIMIT_CONTROLLERS if c in set(controllers)]
+    return f"cgroup-v1 {', '.join(used)}" if used else LIMITS_NONE
 
 
 class LimitError(ValueError):

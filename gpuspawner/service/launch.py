@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from ..backends.base import LaunchSpec
 from ..isolation.accounts import AccountError
+from ..isolation.resources import from_spec as resources_of
 from ..scheduler.model import Node
 from ..store import Attempt, WorkloadRow
 from .errors import Forbidden
@@ -129,6 +130,7 @@ class Launcher:
         attempt = s.get(Attempt, (row.id, row.attempt))
         placement = placement_from_json(attempt.placement if attempt else ())
         spec = row.spec
+        asked = resources_of(spec)
         cwd = spec.get("working_dir") or self.data_dir
         attempt_dir = self.attempt_dir(row.id, row.attempt)
         env = {**(spec.get("env") or {}), "GPUHUB_USER": row.user, "GPUHUB_TEAM": row.team,
@@ -144,7 +146,8 @@ class Launcher:
                           time_limit=row.time_limit, grace_period=self.grace(row),
                           checkpoint_dir=spec["checkpoint_dir"], placement=placement,
                           pool=row.pool, team=row.team, user=row.user, priority=row.priority,
-                          gpus_per_node=row.gpus_per_node, serving=spec.get("serving") or {})
+                          gpus_per_node=row.gpus_per_node, serving=spec.get("serving") or {},
+                          kind=row.kind, cpus=asked.cpus, memory=asked.memory_bytes)
 
 
 def in_workspace(home: str, path: str, field: str) -> str:

@@ -92,7 +92,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         self.placement = self.enforcement.create(
             cgroups.server_cgroup_name(self.user.name, self.name, tag),
             self.devices or [], request.team if request else "", request.pool if request else "",
-            self.device_uuids or [])
+            self.device_uuids or [], kind="notebook")
 
     def _unplace(self) -> None:
         if self.placement is not None:

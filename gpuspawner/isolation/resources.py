@@ -1,0 +1,100 @@
+"""The CPUs and memory every workload asks for, besides its GPUs.
+
+Every notebook server, job and model replica asks for CPU cores and
+memory. What it does not say comes from its kind's default here. The
+scheduler admits on them against each node's capacity (scheduler/model.py)
+and the cgroup holds the process to them (cgroups.py: ``cpu.cfs_quota_us``
+and ``memory.limit_in_bytes``), with a pids limit for all.
+
+Read by the service (what a submit asks for) and the hub's spawner (a
+notebook server's), each from its own config file:
+``c.WorkloadResources.job = {"cpus": 2, "memory": "16G"}``.
+"""
+from __future__ import annotations
+
+from traitlets import Dict, Int
+from traitlets.config import Configurable
+
+from .gpu_rules import Limits, LimitError, check_entry, parse_cpus, parse_memory
+
+KINDS = ("notebook", "job", "deployment")
+
+
+class WorkloadResources(Configurable):
+    """Default CPU and memory requests per kind of workload, and the pids limit."""
+
+    notebook = Dict({"cpus": 1, "memory": "4G"}, help="""
+        What a notebook server asks for: ``{"cpus": 1, "memory": "4G"}``.
+        Its cgroup is held to it.
+        """).tag(config=True)
+
+    job = Dict({"cpus": 1, "memory": "8G"}, help="""
+        What a job asks for when its submit does not say (``cpus``,
+        ``memory``; ``gpuhub submit --cpus 2 --memory 16G``).
+        """).tag(config=True)
+
+    deployment = Dict({"cpus": 1, "memory": "4G"}, help="""
+        What each replica of a model deployment asks for.
+        """).tag(config=True)
+
+    pids_limit = Int(1024, help="""
+        Most processes and threads one server, job or replica may have at
+        once (cgroup v1 ``pids.max``); a fork bomb stops there. 0: no limit.
+        """).tag(config=True)
+
+    def default_for(self, kind: str) -> Limits:
+        """The kind's default request (a job's for an unknown kind)."""
+        name = kind if kind in KINDS else "job"
+        limits = check_entry(getattr(self, name), f"WorkloadResources.{name}")
+        if limits.cpus is None or limits.memory_bytes is None:
+            raise LimitError(f"WorkloadResources.{name} must give both cpus and memory")
+        return limits
+
+
+MAX_CPUS = 1024
+MAX_MEMORY = 64 << 40  # 64 TiB
+# Less than this is a unit left out ("8" is 8 bytes), not a real request.
+MIN_MEMORY = 16 << 20
+
+
+def parse_request(body: dict, default: Limits) -> Limits:
+    """``cpus`` and ``memory`` of a request body, the default's where absent.
+    Raises LimitError naming the field (the API answers 400 with it)."""
+    cpus, memory = default.cpus, default.memory_bytes
+    if body.get("cpus") is not None:
+        value = body["cpus"]
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        cpus = parse_cpus(value, "cpus")
+        if cpus > MAX_CPUS:
+            raise LimitError(f"cpus: {cpus:g} is above the maximum of {MAX_CPUS}")
+    if body.get("memory") is not None:
+        memory = parse_memory(body["memory"], "memory")
+        if memory > MAX_MEMORY:
+            raise LimitError(f"memory: {body['memory']!r} is above the maximum of 64T")
+        if memory < MIN_MEMORY:
+            raise LimitError(f"memory: {body['memory']!r} is {memory} bytes, below the minimum "
+                             f"of 16M (give a unit: 512M, 8G, 8GiB)")
+    return Limits(memory, cpus)
+
+
+def stored(limits: Limits) -> dict:
+    """How a request is kept in a workload's ``spec`` (``spec["resources"]``)."""
+    return {"cpus": limits.cpus, "memory": limits.memory_bytes}
+
+
+def from_spec(spec: dict) -> Limits:
+    """A stored request; empty for a workload submitted before requests."""
+    r = (spec or {}).get("resources") or {}
+    return Limits(r.get("memory") or None, r.get("cpus") or None)
+
+
+def human_memory(n: int) -> str:
+    """``8GiB``, ``1.5GiB``, ``512MiB``: how a request is shown."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.4g}{unit}"
+    return f"{n}B"
