@@ -384,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .hub.up import add_parser as add_up
     add_up(sub)
+    from .cli_upgrade import add_parser as add_upgrade
+    add_upgrade(sub)
     from .cli_client import add_parsers as add_client
     add_client(sub)
     from .cli_deploy import add_parsers as add_deploy

@@ -225,3 +225,124 @@ def test_a_fresh_database_is_made_without_a_backup(tmp_path):
     assert os.listdir(tmp_path) == ["gpuhub.sqlite"] or \
         not [f for f in os.listdir(tmp_path) if ".backup-" in f]
     engine.dispose()
+
+
+# ---- before the start: gpuhub upgrade, gpuhub up, the service ---------------------------
+def database_at(tmp_path, revision: str, rows) -> str:
+    url = f"sqlite:///{tmp_path}/gpuhub.sqlite"
+    engine = make_engine(url)
+    upgrade(engine, revision)
+    with engine.begin() as conn:
+        write_rows(conn, at(revision, rows))
+    engine.dispose()
+    return url
+
+
+def test_gpuhub_upgrade_check_says_what_changes_and_changes_nothing(tmp_path, live, capsys):
+    from gpuspawner.cli import main
+    database_at(tmp_path, "0006", live[1])
+    assert main(["upgrade", "--check", "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"schema: 0006 -> {HEAD} ({len(steps()) - 6} migration(s))" in out
+    assert "0007_start_estimates" in out and "0005_deployments" not in out
+    assert "live work: running: deployment 1, job 2, notebook 1" in out
+    assert "keep the environment and account they started with" in out
+    assert "dry run: the migrations ran on a copy" in out and "nothing blocks" in out
+    assert os.listdir(tmp_path) == ["gpuhub.sqlite"]  # no backup, no change
+    assert main(["upgrade", "--data-dir", str(tmp_path)]) == 0
+    assert f"database at {HEAD}" in capsys.readouterr().out
+    assert main(["upgrade", "--check", "--data-dir", str(tmp_path)]) == 0
+    assert "nothing to migrate" in capsys.readouterr().out
+
+
+def test_gpuhub_up_stops_before_starting_anything_when_the_upgrade_cannot_be_made(
+        tmp_path, capsys, monkeypatch):
+    from gpuspawner.cli import main
+    url = f"sqlite:///{tmp_path}/gpuhub.sqlite"
+    Store(url).close()
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    engine.dispose()
+    monkeypatch.delenv("GPUHUB_CONFIG", raising=False)
+    started = []
+    monkeypatch.setattr(os, "execve", lambda *a: started.append(a))  # the hub and its proxy
+    assert main(["up", "--data-dir", str(tmp_path), "--port", "1"]) == 1
+    assert started == []
+    err = capsys.readouterr().err
+    assert "gpuhub up: the database cannot be upgraded, so nothing was started" in err
+    assert "revision 0099" in err
+
+
+def test_the_service_refuses_to_start_with_the_upgrades_reason(tmp_path, caplog):
+    import logging
+
+    from gpuspawner.store.db import open_store
+    url = f"sqlite:///{tmp_path}/gpuhub.sqlite"
+    Store(url).close()
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    engine.dispose()
+    with pytest.raises(SystemExit, match="GPU Hub cannot start: the database is at schema "
+                                         "revision 0099"):
+        open_store(url, logging.getLogger("test"))
+    assert "GPU Hub cannot start" in caplog.text
+
+
+# ---- workspaces of users who have not come back ------------------------------------------
+@pytest.mark.parametrize("template, listed", [
+    ("{data_dir}/workspaces/{username}", ["alice", "bob"]),
+    ("{data_dir}/w/{username}", []),            # no such folder
+    ("/home/{username}", []),                   # not the hub's to hand out
+    ("{data_dir}/workspaces/{username}/work", []),
+    ("{data_dir}/{username}/workspaces/{username}", []),
+])
+def test_the_workspaces_listed_at_start_are_the_data_directorys_own(tmp_path, template, listed):
+    from gpuspawner.isolation.workspaces import listed_users
+    for name in ("alice", "bob"):
+        (tmp_path / "workspaces" / name).mkdir(parents=True)
+    (tmp_path / "workspaces" / "notes.txt").write_text("not a user")
+    assert listed_users(template, str(tmp_path)) == listed
+
+
+@pytest.fixture
+def account_prefix():
+    import pwd
+    import secrets
+    import subprocess
+    p = f"t{secrets.token_hex(3)}-"
+    yield p
+    for entry in pwd.getpwall():
+        if entry.pw_name.startswith(p):
+            subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
+
+
+def test_workspaces_from_before_accounts_are_handed_over_at_start(tmp_path, account_prefix):
+    from gpuspawner.isolation.accounts import ensure_account, isolating
+    from hub_harness import traversable
+    from gpuspawner.isolation.workspaces import hand_over_all
+    if not isolating():
+        pytest.skip("creating accounts needs root (CI runs the tests as root)")
+    traversable(str(tmp_path))
+    root = tmp_path / "workspaces"
+    for name in ("alice", "bob"):
+        (root / name / "data").mkdir(parents=True)
+        (root / name / "data" / "model.pt").write_text("weights")
+    said = []
+
+    def home_of(user):
+        return str(root / user)
+
+    done = hand_over_all(lambda user: ensure_account(user, home_of(user), account_prefix),
+                         ["alice", "bob", "carol"], home_of, lambda a: a.uid, said.append)
+    assert done == ["alice", "bob"]  # carol has no workspace: nothing made for her
+    for name in done:
+        owner = os.stat(root / name / "data" / "model.pt").st_uid
+        assert owner == os.stat(root / name).st_uid != 0
+        assert oct(os.stat(root / name).st_mode & 0o777) == "0o700"
+    assert said == ["handed 2 workspace(s) from before this release to their users' accounts: "
+                    "alice, bob"]
+    # The next start finds nothing left to do.
+    assert hand_over_all(lambda user: ensure_account(user, home_of(user), account_prefix),
+                         ["alice", "bob"], home_of, lambda a: a.uid, said.append) == []

@@ -3,7 +3,9 @@
 JupyterHub (with hub_config/jupyterhub_config.py), its proxy and the
 scheduler service as a hub-managed service, all on this host. At the first
 start it creates the first admin with a random password (and, with
-``--demo``, two demo teams with users) and prints how to log in.
+``--demo``, two demo teams with users) and prints how to log in. An existing
+database is upgraded to this release's schema first (a backup, then all or
+nothing): one that cannot be stops the start before anything runs.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import os
 import secrets
 import shutil
 import sys
+
+from ..cli_upgrade import before_start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HUB_CONFIG = os.path.join(ROOT, "hub_config", "jupyterhub_config.py")
@@ -116,6 +120,12 @@ def up(args) -> int:
               "`npm install` in the project) or `npm install configurable-http-proxy`",
               file=sys.stderr)
         return 2
+    if not os.environ.get("GPUHUB_CONFIG"):  # a config of one's own may name another database
+        failed = before_start(data_dir, args.db_url)
+        if failed:
+            print(f"gpuhub up: the database cannot be upgraded, so nothing was started: {failed}",
+                  file=sys.stderr)
+            return 1
     spec, created = initial_users(data_dir, args.admin, args.demo, args.demo_pool)
     print(banner(spec, created, f"http://{args.ip}:{args.port}",
                  os.path.join(data_dir, "initial-users.json")))

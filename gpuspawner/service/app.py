@@ -31,11 +31,13 @@ from ..inventory import Inventory
 from ..isolation.cgroups import GpuEnforcement
 from ..isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS
 from ..isolation.share_memory import MemoryWatch
+from ..isolation.workspaces import hand_over_all, listed_users
 from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolating,
                                   private_file, secure_data_dir)
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
-from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, Store, TeamRow, WorkloadRow
+from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, TeamRow, WorkloadRow
+from ..store.db import open_store
 from . import admin_api, endpoints, schedules_api, sweeps_api, whatif_api
 from . import handlers as h
 from ..backends.kubernetes.config import KubernetesJobs
@@ -522,7 +524,9 @@ class GpuHubService(Application):
         self.slurm = SlurmBackend(parent=self) if "slurm" in self.backend_names else None
         accounts = self._accounts(self.slurm)
         self.sockets = self._listen()
-        self.store = Store(self.db_url)
+        self.store = open_store(self.db_url, self.log)
+        if accounts is not None:
+            self._hand_over_workspaces(accounts)
         self.inventory = Inventory(parent=self)
         wired = [FACTORIES[name](self, accounts) for name in self.backend_names]
         for w in wired:
@@ -635,6 +639,15 @@ class GpuHubService(Application):
         self.log.info("users are isolated: jobs run as system accounts %s<name>",
                       self.account_prefix)
         return Accounts(self.account_prefix, self.workspace_path)
+
+    def _hand_over_workspaces(self, accounts) -> None:
+        """Every known workspace its account's now, not at its user's next
+        submission (isolation/workspaces.py): after an upgrade."""
+        with self.store.session() as s:
+            users = set(s.scalars(select(WorkloadRow.user).distinct()))
+        users.update(listed_users(self.workspace_root, self.data_dir))
+        hand_over_all(accounts.ensure, users, self.workspace_path,
+                      lambda account: account.uid, self.log.info)
 
     def _job_tokens(self) -> Optional[JobTokens]:
         """Each job's own user token, when the hub runs this service (it

@@ -75,3 +75,13 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def open_store(url: str, log: logging.Logger) -> Store:
+    """The service's store, its schema this release's; a schema that cannot
+    be brought there stops the start with the upgrade's own words."""
+    try:
+        return Store(url, log=log.info)
+    except upgrade.UpgradeError as e:
+        log.critical("GPU Hub cannot start: %s", e)
+        raise SystemExit(f"GPU Hub cannot start: {e}") from None

@@ -79,7 +79,7 @@ class Step:
     """One migration: its revision and the file it is in."""
     revision: str
     name: str       # the file's stem, e.g. 0012_gpu_shares
-    title: str      # the first line of its docstring
+    title: str      # the first paragraph of its docstring
 
 
 @dataclass
@@ -121,7 +121,8 @@ def steps(script_location: str = MIGRATIONS) -> list[Step]:
 def _title(path: str) -> str:
     with open(path, encoding="utf-8") as f:
         doc = ast.get_docstring(ast.parse(f.read())) or ""
-    return doc.strip().splitlines()[0].strip() if doc.strip() else ""
+    first = doc.strip().split("\n\n")[0]  # the first paragraph, without the Revision ID
+    return " ".join(first.split())
 
 
 def current_revision(conn: Connection) -> Optional[str]:
