@@ -23,6 +23,19 @@ def default_db_url(data_dir: str, db_url: str = "") -> str:
         f"sqlite:///{os.path.abspath(data_dir)}/gpuhub.sqlite"
 
 
+def running_service(data_dir: str) -> Optional[int]:
+    """The pid of a scheduler service that still runs on ``data_dir`` (its
+    ``service.pid``, the process still that service), else None."""
+    try:
+        with open(os.path.join(data_dir, "service.pid")) as f:
+            pid = int(f.read().strip() or 0)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read().replace(b"\0", b" ")
+    except (OSError, ValueError):
+        return None
+    return pid if b"gpuspawner.service" in command else None
+
+
 def live_work(engine) -> list[str]:
     """Lines on the work in the database, by state and kind (columns every
     schema has)."""
@@ -38,7 +51,7 @@ def live_work(engine) -> list[str]:
     return [f"{state}: {', '.join(kinds)}" for state, kinds in by_state.items()]
 
 
-def check(url: str, out=sys.stdout) -> int:
+def check(url: str, data_dir: str, out=sys.stdout) -> int:
     engine = make_engine(url)
     try:
         try:
@@ -71,14 +84,24 @@ def check(url: str, out=sys.stdout) -> int:
             print(f"dry run: FAILED: {e}", file=out)
             return 1
         where = "on a copy" if sqlite_path(engine) else "in a transaction, rolled back"
-        print(f"dry run: the migrations ran {where} in {seconds:.2f} s: OK; nothing blocks "
-              f"the upgrade", file=out)
+        print(f"dry run: the migrations ran {where} in {seconds:.2f} s: OK", file=out)
+        pid = running_service(data_dir)
+        if pid:
+            print(f"blocks: the scheduler service (pid {pid}) still runs on {data_dir}: stop the "
+                  f"hub first (Ctrl-C or SIGTERM to gpuhub up; jobs run on)", file=out)
+            return 1
+        print("nothing blocks the upgrade", file=out)
         return 0
     finally:
         engine.dispose()
 
 
-def run(url: str) -> int:
+def run(url: str, data_dir: str) -> int:
+    pid = running_service(data_dir)
+    if pid:
+        print(f"gpuhub upgrade: the scheduler service (pid {pid}) still runs on {data_dir}; "
+              f"stop the hub first", file=sys.stderr)
+        return 1
     engine = make_engine(url)
     try:
         todo = upgrade(engine, log=print)
@@ -103,6 +126,9 @@ def before_start(data_dir: str, db_url: str = "") -> Optional[str]:
         todo = plan(engine)
         if todo.fresh or not todo.pending:
             return None  # a new database is made by the service itself
+        pid = running_service(data_dir)
+        if pid:
+            return f"the scheduler service (pid {pid}) of a running hub uses {data_dir}; stop it first"
         upgrade(engine, log=print)
         return None
     except UpgradeError as e:
@@ -113,7 +139,8 @@ def before_start(data_dir: str, db_url: str = "") -> Optional[str]:
 
 def cmd_upgrade(args) -> int:
     url = default_db_url(args.data_dir, args.db_url)
-    return check(url) if args.check else run(url)
+    data_dir = os.path.abspath(args.data_dir)
+    return check(url, data_dir) if args.check else run(url, data_dir)
 
 
 def add_parser(sub) -> None:

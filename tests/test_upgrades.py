@@ -346,3 +346,27 @@ def test_workspaces_from_before_accounts_are_handed_over_at_start(tmp_path, acco
     # The next start finds nothing left to do.
     assert hand_over_all(lambda user: ensure_account(user, home_of(user), account_prefix),
                          ["alice", "bob"], home_of, lambda a: a.uid, said.append) == []
+
+
+def test_an_upgrade_waits_for_the_old_service_to_stop(tmp_path, live, capsys):
+    import subprocess
+    import sys
+
+    from gpuspawner.cli import main
+    database_at(tmp_path, "0011", live[1])
+    # A process that is, by its command line, the scheduler service on this directory.
+    service = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                "-m", "gpuspawner.service"])
+    try:
+        (tmp_path / "service.pid").write_text(str(service.pid))
+        assert main(["upgrade", "--check", "--data-dir", str(tmp_path)]) == 1
+        assert f"blocks: the scheduler service (pid {service.pid}) still runs" in \
+            capsys.readouterr().out
+        assert main(["upgrade", "--data-dir", str(tmp_path)]) == 1
+        assert "stop the hub first" in capsys.readouterr().err
+    finally:
+        service.kill()
+        service.wait()
+    # Its pid file left behind, the process gone: nothing blocks.
+    assert main(["upgrade", "--data-dir", str(tmp_path)]) == 0
+    assert f"database at {HEAD}" in capsys.readouterr().out
