@@ -370,3 +370,32 @@ def test_an_upgrade_waits_for_the_old_service_to_stop(tmp_path, live, capsys):
     # Its pid file left behind, the process gone: nothing blocks.
     assert main(["upgrade", "--data-dir", str(tmp_path)]) == 0
     assert f"database at {HEAD}" in capsys.readouterr().out
+
+
+def test_two_services_starting_at_once_upgrade_once(db_url, live):
+    import threading
+    engine = make_engine(db_url)
+    upgrade(engine, "0006")
+    with engine.begin() as conn:
+        write_rows(conn, at("0006", live[1]))
+    engine.dispose()
+    results, barrier = [], threading.Barrier(2)
+
+    def start():
+        mine = make_engine(db_url)
+        barrier.wait()
+        try:
+            results.append(len(upgrade(mine).pending))
+        except Exception as e:  # noqa: BLE001 - the assertion below shows it
+            results.append(e)
+        finally:
+            mine.dispose()
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results, key=str) == [0, len(steps()) - 6]  # one did the work, one found it done
+    engine = make_engine(db_url)
+    assert plan(engine).current == HEAD
+    engine.dispose()

@@ -43,6 +43,7 @@ MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
 # How long the migration waits for another writer (a service still running)
 # before it gives up, in milliseconds.
 LOCK_WAIT_MS = 30_000
+LOCK_KEY = 0x67707568  # "gpuh": PostgreSQL's advisory lock for upgrades
 
 
 class UpgradeError(RuntimeError):
@@ -249,6 +250,10 @@ def upgrade(engine: Engine, target: str = "head", *, script_location: str = MIGR
     when there is data to lose. Returns the plan that was carried out."""
     with _migration_connection(engine) as conn:
         with conn.begin():
+            if engine.dialect.name == "postgresql":
+                # Two services starting at once: the second waits, then finds nothing to do
+                # (SQLite's BEGIN IMMEDIATE does the same).
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
             todo = _plan(conn, target, script_location)
             if not todo.pending:
                 return todo
