@@ -51,7 +51,7 @@ def live_work(engine) -> list[str]:
     return [f"{state}: {', '.join(kinds)}" for state, kinds in by_state.items()]
 
 
-def check(url: str, data_dir: str, out=sys.stdout) -> int:
+def check(url: str, data_dir: str) -> int:
     engine = make_engine(url)
     try:
         try:
@@ -59,38 +59,38 @@ def check(url: str, data_dir: str, out=sys.stdout) -> int:
         except UpgradeError as e:
             print(f"gpuhub upgrade: {e}", file=sys.stderr)
             return 1
-        print(f"database: {engine.url.render_as_string(hide_password=True)}", file=out)
+        print(f"database: {engine.url.render_as_string(hide_password=True)}")
         if not todo.pending:
-            print(f"schema: {todo.current}, this release's; nothing to migrate", file=out)
+            print(f"schema: {todo.current}, this release's; nothing to migrate")
             return 0
         print(f"schema: {todo.current or 'empty'} -> {todo.head} "
-              f"({len(todo.pending)} migration(s))", file=out)
+              f"({len(todo.pending)} migration(s))")
         for step in todo.pending:
-            print(f"  {step.name:32s} {step.title}", file=out)
+            print(f"  {step.name:32s} {step.title}")
         work = live_work(engine)
         for line in work:
-            print(f"live work: {line}", file=out)
+            print(f"live work: {line}")
         if any(line.startswith("running") for line in work):
-            print(f"  {RUNNING_NOTE}", file=out)
+            print(f"  {RUNNING_NOTE}")
         if sqlite_path(engine):
             print(f"backup: the start copies the database to "
-                  f"{sqlite_path(engine)}.backup-{todo.current}-<time> before migrating", file=out)
+                  f"{sqlite_path(engine)}.backup-{todo.current}-<time> before migrating")
         elif todo.has_data:
             print("backup: take one before the upgrade: pg_dump -Fc -f gpuhub-before-upgrade.dump "
-                  "<database>", file=out)
+                  "<database>")
         try:
             _, seconds = dry_run(engine)
         except UpgradeError as e:
-            print(f"dry run: FAILED: {e}", file=out)
+            print(f"dry run: FAILED: {e}")
             return 1
         where = "on a copy" if sqlite_path(engine) else "in a transaction, rolled back"
-        print(f"dry run: the migrations ran {where} in {seconds:.2f} s: OK", file=out)
+        print(f"dry run: the migrations ran {where} in {seconds:.2f} s: OK")
         pid = running_service(data_dir)
         if pid:
             print(f"blocks: the scheduler service (pid {pid}) still runs on {data_dir}: stop the "
-                  f"hub first (Ctrl-C or SIGTERM to gpuhub up; jobs run on)", file=out)
+                  f"hub first (Ctrl-C or SIGTERM to gpuhub up; jobs run on)")
             return 1
-        print("nothing blocks the upgrade", file=out)
+        print("nothing blocks the upgrade")
         return 0
     finally:
         engine.dispose()
