@@ -7,7 +7,7 @@ import shutil
 import sys
 
 from gpuspawner.hub import config as gpuhub
-from gpuspawner.isolation import accounts
+from gpuspawner.isolation import accounts, identity
 
 c = get_config()  # noqa: F821
 
@@ -28,9 +28,13 @@ c.ConfigurableHTTPProxy.command = [proxy if os.path.exists(proxy)
                                    else shutil.which("configurable-http-proxy") or proxy]
 # Run as root, every user gets a system account (docs/service.md, "Trust
 # model"): servers and jobs run as it, and the data directory is out of
-# users' reach. The prefix: GPUHUB_ACCOUNT_PREFIX, else "gpuhub-".
+# users' reach. The prefix: GPUHUB_ACCOUNT_PREFIX, else "gpuhub-<hub tag>-".
+# The tag (HubIdentity.name or GPUHUB_HUB_NAME, else a hash of the data
+# directory) keeps this hub's accounts and cgroups apart from another hub's
+# on this host (isolation/identity.py).
 isolate = accounts.isolating()
-account_prefix = os.environ.get("GPUHUB_ACCOUNT_PREFIX", accounts.DEFAULT_PREFIX)
+hub_tag = identity.HubIdentity(config=c).tag(data_dir)
+account_prefix = os.environ.get("GPUHUB_ACCOUNT_PREFIX") or identity.account_prefix(hub_tag)
 if isolate:
     accounts.secure_data_dir(data_dir)
     accounts.private_file(os.path.join(data_dir, "jupyterhub.sqlite"))
@@ -70,7 +74,8 @@ gpuhub.configure(c, service={
     "timeout": 120,
     "environment": {"GPUHUB_DATA_DIR": data_dir,
                     "GPUHUB_DB_URL": os.environ.get("GPUHUB_DB_URL", ""),
-                    "GPUHUB_ACCOUNT_PREFIX": account_prefix},
+                    "GPUHUB_ACCOUNT_PREFIX": account_prefix,
+                    identity.ENV: hub_tag},
 }, service_api=f"http://127.0.0.1:{service_port}/services/gpuhub/api/v1",
     spawner_token=spawner_token)
 
@@ -91,6 +96,7 @@ c.LocalProcessSpawner.interrupt_timeout = 0
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]  # this environment's
 c.LocalGPUSpawner.user_accounts = isolate
 c.LocalGPUSpawner.account_prefix = account_prefix
+c.LocalGPUSpawner.hub_tag = hub_tag
 c.LocalProcessSpawner.home_dir_template = os.path.join(data_dir, "workspaces", "{username}")
 c.Spawner.notebook_dir = os.path.join(data_dir, "workspaces", "{username}")
 

@@ -13,6 +13,7 @@ import time
 
 import requests
 
+from gpuspawner.isolation.identity import cgroup_parent, hub_tag
 from hub_harness import Hub, data_dir_in, free_port_block
 
 BANNER_END = "New users sign up"
@@ -27,9 +28,9 @@ class EmbeddedHub(Hub):
         # outside pytest's 0700 temporary directories (an empty directory).
         self.data_dir = data_dir_in(workdir)
         # Accounts of this hub only (deleted at stop); the hub config's own
-        # cgroup parent, emptied at stop.
+        # cgroup parent (its data directory's tag: no other hub's), emptied at stop.
         self.account_prefix = f"t{secrets.token_hex(3)}-"
-        self.cgroup_parent = "gpuhub"
+        self.cgroup_parent = cgroup_parent(hub_tag(self.data_dir))
         self.port = free_port_block()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}/services/gpuhub/api/v1"

@@ -172,7 +172,7 @@ class LocalBackend(Backend):
             finally:
                 os.close(log)
         except (OSError, subprocess.SubprocessError) as e:
-            self._unplace(attempt_dir)
+            self._unplace(attempt_dir, "its start failed")
             try:
                 os.unlink(os.path.join(attempt_dir, ENV_FILE))  # it holds the job's token
             except FileNotFoundError:
@@ -200,12 +200,13 @@ class LocalBackend(Backend):
         return placement
 
     @staticmethod
-    def _unplace(attempt_dir: str) -> None:
+    def _unplace(attempt_dir: str, why: str) -> None:
         path = os.path.join(attempt_dir, CGROUP_FILE)
         data = read_json(path)
         if data is None:
             return
-        left = cgroups.remove(cgroups.Placement.from_json(data))
+        left = cgroups.remove(cgroups.Placement.from_json(data), logger=log,
+                              reason=f"the service ends attempt {attempt_dir}: {why}")
         if left:
             log.warning("could not remove the cgroups of %s: %s", attempt_dir, "; ".join(left))
         else:
@@ -329,7 +330,8 @@ class LocalBackend(Backend):
 
     def _exit(self, spec: LaunchSpec, stopped: bool) -> AttemptExit:
         # The runner is gone and killed its group: the cgroups are empty or about to be.
-        self._unplace(os.path.abspath(spec.attempt_dir))
+        self._unplace(os.path.abspath(spec.attempt_dir),
+                      "it was stopped" if stopped else "its runner ended")
         record = read_json(os.path.join(spec.attempt_dir, EXIT_FILE))
         if record is None:
             return AttemptExit(spec.workload_id, spec.attempt, STOPPED if stopped else LOST,

@@ -9,8 +9,9 @@ of a hub user runs as that user's own account.
   the first 7 hex digits of the SHA-256 of the exact hub name, so ``Alice``,
   ``alice`` and ``a.lice`` get three different accounts.
 - ``ensure_account``: creates the account with ``useradd`` on first use (its
-  GECOS field records which hub name it belongs to; an existing account
-  that belongs to someone else is refused, not adopted) and hands it its
+  GECOS field records which hub (its tag, isolation/identity.py) and which
+  hub name it belongs to; an existing account that belongs to someone else,
+  another hub included, is refused, not adopted) and hands it its
   home, the user's workspace: owned by the account, mode 0700. A workspace
   made before accounts existed (an upgraded data directory) is handed over
   as a whole, once.
@@ -36,7 +37,7 @@ MAX_NAME = 32      # useradd's limit on Debian and most systems
 HASH_DIGITS = 7
 _VALID = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 _PREFIX = re.compile(r"([a-z_][a-z0-9_-]*)?\Z")
-MARK = "gpuhub"    # GECOS: "gpuhub <sha256 of the hub name, 16 hex>"
+MARK = "gpuhub"    # GECOS: "gpuhub <hub tag> <sha256 of the hub name, 16 hex>"
 
 NOT_ISOLATED = ("users are not isolated: this process runs as uid {uid}, not root, so every "
                 "notebook server, job and model replica runs as this same account and can "
@@ -72,9 +73,14 @@ def account_name(hub_name: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}{clean}-{_digest(hub_name)[:HASH_DIGITS]}"
 
 
-def marker(hub_name: str) -> str:
-    """What the account's GECOS field holds: whose it is."""
-    return f"{MARK} {_digest(hub_name)[:16]}"
+def marker(hub_name: str, tag: str = "") -> str:
+    """What the account's GECOS field holds: whose it is, on which hub (no
+    ``tag``: the mark of a hub from before tags)."""
+    return f"{MARK} {tag + ' ' if tag else ''}{_digest(hub_name)[:16]}"
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 @dataclass(frozen=True)
@@ -98,26 +104,55 @@ def lookup(name: str) -> Optional[pwd.struct_passwd]:
 
 
 def ensure_account(hub_name: str, home: str, prefix: str = DEFAULT_PREFIX,
-                   shell: str = "/bin/bash") -> Account:
+                   shell: str = "/bin/bash", tag: str = "",
+                   legacy_prefix: Optional[str] = None) -> Account:
     """The hub user's account, created with useradd if missing, and its home
-    (``home``: the workspace) handed to it, mode 0700."""
+    (``home``: the workspace) handed to it, mode 0700. ``tag``: this hub's
+    (identity.py); an account of this name marked by another hub is
+    refused. An account from before tags (``legacy_prefix`` + name, or this
+    name) is this hub's when its home is ``home``: it is re-marked."""
     name = account_name(hub_name, prefix)
-    entry = lookup(name)
+    mine = marker(hub_name, tag)
+    names = [name]
+    if legacy_prefix is not None and legacy_prefix != prefix:
+        names.append(account_name(hub_name, legacy_prefix))
+    ours = next((e.pw_name for e in map(lookup, names)
+                 if e is not None and _claim(e, hub_name, tag, home)), name)
+    entry = lookup(ours)  # (again: a claimed account was just re-marked)
     if entry is None:
         done = subprocess.run(
             ["useradd", "--user-group", "--no-create-home", "--home-dir", home,
-             "--shell", shell, "--comment", marker(hub_name), name],
+             "--shell", shell, "--comment", mine, name],
             capture_output=True, text=True)
         entry = lookup(name)  # a concurrent spawn may have made it first (exit 9)
         if entry is None:
             raise AccountError(f"cannot create account {name!r} for hub user {hub_name!r}: "
                                f"useradd exited {done.returncode}: {done.stderr.strip()}")
-    if entry.pw_gecos != marker(hub_name):
-        raise AccountError(f"account {name!r} exists but is not hub user {hub_name!r}'s "
-                           f"(its GECOS is {entry.pw_gecos!r}); refusing to run as it")
-    account = Account(name, entry.pw_uid, entry.pw_gid, home)
+    if entry.pw_gecos != mine:
+        raise AccountError(f"account {entry.pw_name!r} exists but is not hub user "
+                           f"{hub_name}'s on this hub (its GECOS is {entry.pw_gecos!r}, this "
+                           f"hub's would be {mine!r}); refusing to run as it")
+    account = Account(entry.pw_name, entry.pw_uid, entry.pw_gid, home)
     hand_over(home, account)
     return account
+
+
+def _claim(entry: pwd.struct_passwd, hub_name: str, tag: str, home: str) -> bool:
+    """Whether ``entry`` is this hub's account of ``hub_name``: marked so,
+    or marked by a hub from before tags with ``home`` as its home (an
+    upgraded hub's own; another hub's accounts have their homes in its data
+    directory), which is then re-marked with ``tag``."""
+    mine = marker(hub_name, tag)
+    if entry.pw_gecos == mine:
+        return True
+    if not tag or entry.pw_gecos != marker(hub_name) or not _same_path(entry.pw_dir, home):
+        return False
+    done = subprocess.run(["usermod", "--comment", mine, entry.pw_name],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise AccountError(f"cannot mark account {entry.pw_name!r} as this hub's: usermod "
+                           f"exited {done.returncode}: {done.stderr.strip()}")
+    return True
 
 
 def hand_over(path: str, account: Account, mode: int = 0o700) -> None:
@@ -183,20 +218,24 @@ def from_passwd(name: str) -> Account:
 
 
 class Accounts:
-    """The accounts of one hub: the prefix and where each user's home is.
-    ``ensure`` is cheap after the first call for a user (cached here; the
-    truth is in /etc/passwd)."""
+    """The accounts of one hub: the prefix, the hub's tag (identity.py) and
+    where each user's home is. ``legacy_prefix``: where the hub's accounts
+    from before tags may be (identity.LEGACY_PREFIX with the default
+    prefix). ``ensure`` is cheap after the first call for a user (cached
+    here; the truth is in /etc/passwd)."""
 
-    def __init__(self, prefix: str, home_for: Callable[[str], str]):
+    def __init__(self, prefix: str, home_for: Callable[[str], str], tag: str = "",
+                 legacy_prefix: Optional[str] = None):
         account_name("x", prefix)  # a bad prefix fails at start, not at first spawn
-        self.prefix = prefix
+        self.prefix, self.tag, self.legacy_prefix = prefix, tag, legacy_prefix
         self.home_for = home_for
         self._known: dict[str, Account] = {}
 
     def ensure(self, hub_name: str) -> Account:
         account = self._known.get(hub_name)
         if account is None or lookup(account.name) is None:
-            account = ensure_account(hub_name, self.home_for(hub_name), self.prefix)
+            account = ensure_account(hub_name, self.home_for(hub_name), self.prefix,
+                                     tag=self.tag, legacy_prefix=self.legacy_prefix)
             self._known[hub_name] = account
         return account
 
@@ -271,6 +310,25 @@ def secure_data_dir(data_dir: str) -> None:
             os.chmod(entry.path, 0o700)
         else:
             os.chmod(entry.path, 0o600)
+
+
+def passages(top: str, path: str) -> None:
+    """Mode 0711 for ``top`` and every directory below it on the way to
+    ``path`` (``path`` itself excluded): root's, passable by the account
+    whose directory ``path`` is, listable by no one else (a team's
+    deployment and replica names under ``deployments/<team>/``)."""
+    top, path = os.path.abspath(top), os.path.abspath(path)
+    d = os.path.dirname(path)
+    chain = []
+    while os.path.commonpath([top, d]) == top:
+        chain.append(d)
+        if d == top:
+            break
+        d = os.path.dirname(d)
+    for d in chain:
+        st = os.lstat(d)
+        if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o711:
+            os.chmod(d, 0o711)
 
 
 def private_file(path: str) -> None:

@@ -26,6 +26,7 @@ default, resources.py) and ``WorkloadResources.pids_limit``.
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import re
 import signal
@@ -40,11 +41,13 @@ from traitlets.config import LoggingConfigurable
 
 from ..jsonfile import read_json, write_json
 from . import gpu_rules as rules
+from . import identity
 from .gpu_rules import (ADVISORY, CGROUP_V1, DEVICE_GROUPS, LIMIT_CONTROLLERS, LIMITS_NONE, Limits,
                         limits_enforced)
 from .resources import WorkloadResources
 
 CONTROLLERS = ("devices", *LIMIT_CONTROLLERS)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -127,10 +130,21 @@ class GpuEnforcement(LoggingConfigurable):
         Where the cgroup v1 controllers (devices, memory, cpu) are mounted.
         """).tag(config=True)
 
-    cgroup_parent = Unicode("gpuhub", help="""
+    cgroup_parent = Unicode(help="""
         The cgroup (under this process's own cgroup of each controller) in
-        which each server, job and replica gets its own.
+        which each server, job and replica gets its own. Default:
+        ``gpuhub-<hub tag>`` (isolation/identity.py), this hub's alone: two
+        hubs on one host never share one.
         """).tag(config=True)
+
+    hub_tag = Unicode(help="""
+        This hub's tag (isolation/identity.py), set by the service or the
+        spawner that makes this: names the default ``cgroup_parent``.
+        """)
+
+    @default("cgroup_parent")
+    def _cgroup_parent_default(self):
+        return identity.cgroup_parent(self.hub_tag) if self.hub_tag else "gpuhub"
 
     dev_dir = Unicode("/dev", help="""
         Where the GPU device nodes (nvidiaN, nvidiactl, ...) are: for the
@@ -452,9 +466,12 @@ class GpuEnforcement(LoggingConfigurable):
         os.unlink(state_file)
 
 
-def remove(placement: Placement, wait: float = 5.0) -> list[str]:
-    """Remove the placement's cgroups, killing what is still in them.
-    Returns the ones that could not be removed (with a reason)."""
+def remove(placement: Placement, wait: float = 5.0, reason: str = "",
+           logger: Optional[logging.Logger] = None) -> list[str]:
+    """Remove the placement's cgroups (only ever this hub's own: the paths
+    its spawner or backend recorded), killing what is still in them; each
+    kill is logged with ``reason`` (who asked and why). Returns the ones
+    that could not be removed (with a reason)."""
     left = []
     for path in placement.cgroups:
         deadline = time.monotonic() + wait
@@ -465,7 +482,7 @@ def remove(placement: Placement, wait: float = 5.0) -> list[str]:
             except FileNotFoundError:
                 break
             except OSError as e:
-                _kill_all(path)
+                _kill_all(path, reason, logger or log)
                 if time.monotonic() > deadline:
                     left.append(f"{path}: {e}")
                     break
@@ -473,17 +490,25 @@ def remove(placement: Placement, wait: float = 5.0) -> list[str]:
     return left
 
 
-def _kill_all(path: str) -> None:
+def _kill_all(path: str, reason: str, logger: logging.Logger) -> None:
     try:
         with open(os.path.join(path, "cgroup.procs")) as f:
             pids = [int(p) for p in f.read().split()]
     except OSError:
         return
+    if pids:
+        logger.warning("SIGKILL to %s (pids %s) in cgroup %s, by process %d removing it: %s",
+                       ", ".join(_comm(p) for p in pids), " ".join(map(str, pids)), path,
+                       os.getpid(), reason or "no reason given")
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _comm(pid: int) -> str:
+    return _read(f"/proc/{pid}/comm").strip() or "?"
 
 
 def _write(path: str, name: str, value: str) -> None:

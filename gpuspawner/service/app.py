@@ -28,11 +28,13 @@ from traitlets.config import Application
 from ..backends.slurm import SlurmBackend
 from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
+from ..isolation import identity
 from ..isolation.cgroups import GpuEnforcement
+from ..isolation.identity import HubIdentity
 from ..isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS
 from ..isolation.share_memory import MemoryWatch
 from ..isolation.workspaces import hand_over_all, listed_users
-from ..isolation.accounts import (DEFAULT_PREFIX, NOT_ISOLATED, Accounts, isolating,
+from ..isolation.accounts import (NOT_ISOLATED, Accounts, isolating,
                                   private_file, secure_data_dir)
 from ..scheduler.model import Quota
 from ..scheduler.policy import get_policy
@@ -144,7 +146,7 @@ def service_routes() -> list[tuple[str, type]]:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory, KubernetesJobs, SlurmBackend, GpuEnforcement]
+    classes = [Inventory, KubernetesJobs, SlurmBackend, GpuEnforcement, HubIdentity]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
@@ -330,16 +332,22 @@ class GpuHubService(Application):
 
     account_prefix = Unicode(help="""
         What a hub user's system account name starts with: ``alice`` runs as
-        ``gpuhub-alice``. A hub name that is not a valid account name is
+        ``gpuhub-<hub tag>-alice`` (the tag: ``HubIdentity.name``, else a hash
+        of the data directory). A hub name that is not a valid account name is
         sanitised and gets a short hash (see docs/service.md). The hub's
         ``LocalGPUSpawner.account_prefix`` must be the same. Default:
         ``$GPUHUB_ACCOUNT_PREFIX`` (the embedded hub passes its own), else
-        "gpuhub-".
+        "gpuhub-<hub tag>-".
         """).tag(config=True)
 
     @default("account_prefix")
     def _account_prefix_default(self):
-        return os.environ.get("GPUHUB_ACCOUNT_PREFIX", DEFAULT_PREFIX)
+        return os.environ.get("GPUHUB_ACCOUNT_PREFIX") or identity.account_prefix(self.hub_tag)
+
+    @property
+    def hub_tag(self) -> str:
+        """This hub's tag (isolation/identity.py): in its cgroups and accounts."""
+        return HubIdentity(parent=self).tag(self.data_dir)
 
     notebook_gpu_limits = Dict(help="""
         The most GPUs one notebook server may hold, per team and pool, apart
@@ -632,13 +640,14 @@ class GpuHubService(Application):
         if self.db_url == f"sqlite:///{self.data_dir}/gpuhub.sqlite":
             private_file(os.path.join(self.data_dir, "gpuhub.sqlite"))
         if slurm is not None:
-            accounts = slurm.make_accounts(self.account_prefix, self.workspace_path)
+            accounts = slurm.make_accounts(self.account_prefix, self.workspace_path, self.hub_tag)
             self.log.info("users are isolated: Slurm jobs run as their users' accounts (%s)",
                           slurm.accounts_from)
             return accounts
         self.log.info("users are isolated: jobs run as system accounts %s<name>",
                       self.account_prefix)
-        return Accounts(self.account_prefix, self.workspace_path)
+        return Accounts(self.account_prefix, self.workspace_path, tag=self.hub_tag,
+                        legacy_prefix=identity.LEGACY_PREFIX)
 
     def _hand_over_workspaces(self, accounts) -> None:
         """Every known workspace its account's now, not at its user's next

@@ -48,7 +48,7 @@ def make_local(app, accounts) -> Wired:
     """This host's processes, on the GPUs NVML (or the declared list) reports,
     enforced by device cgroups (or device groups) where they can be made."""
     # Without accounts, as root, jobs run as root: device groups bind nothing.
-    enforcement = GpuEnforcement(parent=app).detect(
+    enforcement = GpuEnforcement(parent=app, hub_tag=app.hub_tag).detect(
         processes_as_root=accounts is None and isolating())
     if enforcement.gpu_mode == DEVICE_GROUPS:
         enforcement.setup_device_groups(app.device_groups_file)

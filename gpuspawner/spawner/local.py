@@ -12,7 +12,7 @@ from typing import Optional
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import Bool, Unicode, default
 
-from ..isolation import cgroups
+from ..isolation import cgroups, identity
 from ..isolation.gpu_rules import visible_devices
 from ..isolation.accounts import (DEFAULT_PREFIX, Accounts, account_env, compose,
                                   drop_privileges, isolating)
@@ -48,10 +48,22 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     def _user_accounts_default(self):
         return isolating()
 
-    account_prefix = Unicode(DEFAULT_PREFIX, help="""
-        What a hub user's account name starts with (``gpuhub-alice``); must be
-        the service's ``GpuHubService.account_prefix``.
+    hub_tag = Unicode(help="""
+        This hub's tag (isolation/identity.py: ``HubIdentity.name``, else a
+        hash of the data directory), which the embedded config sets: it names
+        the default ``account_prefix`` and ``GpuEnforcement.cgroup_parent``
+        and marks the accounts, so another hub on this host never adopts
+        them. Empty: the names of a hub from before tags.
         """).tag(config=True)
+
+    account_prefix = Unicode(help="""
+        What a hub user's account name starts with (``gpuhub-<hub tag>-alice``);
+        must be the service's ``GpuHubService.account_prefix``.
+        """).tag(config=True)
+
+    @default("account_prefix")
+    def _account_prefix_default(self):
+        return identity.account_prefix(self.hub_tag) if self.hub_tag else DEFAULT_PREFIX
 
     account = None  # the user's Account while isolating, set at start
 
@@ -64,7 +76,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     def enforcement(self) -> cgroups.GpuEnforcement:
         cls = LocalGPUSpawner
         if cls._enforcement is None:
-            cls._enforcement = cgroups.GpuEnforcement(parent=self).detect(
+            cls._enforcement = cgroups.GpuEnforcement(parent=self, hub_tag=self.hub_tag).detect(
                 processes_as_root=isolating() and not self.user_accounts)
             self.log.info("notebook servers: GPU enforcement: %s; limits: %s",
                           cls._enforcement.gpu_mode, cls._enforcement.limits_mode)
@@ -74,12 +86,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         await self.admit()
         try:
             if self.user_accounts:
-                self.account = Accounts(self.account_prefix,
-                                        lambda _: self.home_dir).ensure(self.user.name)
+                self.account = Accounts(self.account_prefix, lambda _: self.home_dir,
+                                        tag=self.hub_tag,
+                                        legacy_prefix=identity.LEGACY_PREFIX).ensure(self.user.name)
             self._place()
             return await super().start()
         except BaseException:
-            self._unplace()
+            self._unplace("the server failed to start")
             await self.release("the server failed to start")
             raise
 
@@ -88,15 +101,16 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         # Named by its workload where it has one: the service finds a shared
         # GPU's processes by it (the memory watch).
         tag = self.workload_id or hashlib.sha1(f"{self.user.id}/{self.name}".encode()).hexdigest()[:8]
-        self._unplace()  # one left by a server that died with the hub
+        self._unplace("left by this server's last run, which died with the hub")
         self.placement = self.enforcement.create(
             cgroups.server_cgroup_name(self.user.name, self.name, tag),
             self.devices or [], request.team if request else "", request.pool if request else "",
             self.device_uuids or [], kind="notebook")
 
-    def _unplace(self) -> None:
+    def _unplace(self, why: str) -> None:
         if self.placement is not None:
-            left = cgroups.remove(self.placement)
+            left = cgroups.remove(self.placement, logger=self.log,
+                                  reason=f"the hub removes {self._log_name}'s cgroups: {why}")
             if left:
                 self.log.warning("could not remove %s's cgroups: %s", self._log_name, left)
             self.placement = None
@@ -144,12 +158,15 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     async def poll(self):
         status = await self.poll_and_check(super().poll)
         if status is not None and not self._stopping:
-            self._unplace()  # the server is gone: what it left in its cgroup goes too
+            # The server is gone: what it left in its cgroup goes too.
+            self._unplace(f"the server exited ({status})")
         return status
 
     async def stop(self, now=False):
+        self.log.info("stopping %s (pid %s)%s", self._log_name, self.pid,
+                      " at once" if now else "")
         await self.stop_and_release(partial(super().stop, now=now))
-        self._unplace()
+        self._unplace("the server was stopped")
 
     async def wait_for_death(self, timeout=10):
         """Whether the server exited within ``timeout`` seconds, looked at

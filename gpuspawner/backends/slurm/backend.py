@@ -172,12 +172,12 @@ class SlurmBackend(LoggingConfigurable, Backend):
         self._reasons: dict[str, str] = {}
         self._switches: Optional[dict] = None
 
-    def make_accounts(self, prefix: str, home_for: Callable[[str], str]):
+    def make_accounts(self, prefix: str, home_for: Callable[[str], str], tag: str = ""):
         """The accounts jobs run as, from ``accounts_from``; kept as ``accounts``."""
         if self.accounts_from == "directory":
             self.accounts = DirectoryAccounts(self.user_map, self.user_template, home_for)
         else:
-            self.accounts = Accounts(prefix, home_for)
+            self.accounts = Accounts(prefix, home_for, tag=tag)
         return self.accounts
 
     # ---- commands ----------------------------------------------------------
