@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .cli_workdir import command_words, elsewhere_warning, job_directory
+from .isolation.resources import human_memory
 from .sim.whatif import parse_value
 from .times import from_iso
 from .client import (TERMINAL_STATES, ApiError, GpuHubClient, GpuHubError, TokenMissing,
@@ -99,6 +100,8 @@ def job_fields(args: argparse.Namespace) -> dict:
         spec["output_notebook"] = args.output_notebook
     for key, value in (("name", getattr(args, "name", None)), ("pool", args.pool),
                        ("gpus_per_node", args.gpus),
+                       ("cpus", getattr(args, "cpus", None)),
+                       ("memory", getattr(args, "memory", None)),
                        ("gpu_share", args.gpu_share), ("gpu_memory", args.gpu_memory),
                        ("nodes", args.nodes), ("topology", args.topology),
                        ("topology_key", args.topology_key), ("time_limit", args.time_limit),
@@ -187,12 +190,19 @@ def fmt_gpus(w: dict) -> str:
     return str(w.get("gpus", 0))
 
 
+def fmt_resources(w: dict) -> str:
+    """CPUs/memory per node ("1/8GiB"); "-" for one submitted before requests."""
+    if w.get("cpus") is None or w.get("memory") is None:
+        return "-"
+    return f"{w['cpus']:g}/{human_memory(w['memory'])}"
+
+
 def fmt_limit(value: Optional[int]) -> str:
     return "none" if value is None else str(value)
 
 
-WORKLOAD_HEADERS = ("ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL", "AGE",
-                    "START", "REASON")
+WORKLOAD_HEADERS = ("ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "CPU/MEM", "POOL",
+                    "AGE", "START", "REASON")
 # The scheduler's "team a is at 3/2 default GPUs ...": used/nominal.
 _AT_QUOTA = re.compile(r"\bis at (\d+(?:\.\d+)?)/(\d+) (\S+) GPUs\b")  # shares: 1.25/2
 
@@ -243,7 +253,7 @@ def workload_row(w: dict, now: float) -> list[str]:
     else:
         start = fmt_age(now - started) + " ago"
     return [w.get("id", ""), w.get("kind") or "job", workload_name(w), w.get("team", ""),
-            w.get("user", ""), w.get("state", ""), fmt_gpus(w), w.get("pool", ""),
+            w.get("user", ""), w.get("state", ""), fmt_gpus(w), fmt_resources(w), w.get("pool", ""),
             fmt_age(now - submitted) if submitted else "-", start,
             readable_reason(w.get("reason"))]
 
@@ -542,6 +552,10 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     """The options that describe a job (``gpuhub submit``, ``gpuhub schedule``)."""
     p.add_argument("--gpus", type=int, help="GPUs per node (default 1)")
     p.add_argument("--nodes", type=int, help="nodes (default 1)")
+    p.add_argument("--cpus", type=float,
+                   help="CPU cores per node, e.g. 0.5 or 4 (default: the service's, 1)")
+    p.add_argument("--memory", metavar="SIZE",
+                   help="memory per node, e.g. 512M, 16G, 8GiB (default: the service's, 8G)")
     p.add_argument("--gpu-share", metavar="FRACTION",
                    help="part of one GPU instead of whole GPUs, e.g. 1/4 (a pool that shares "
                         "its GPUs rounds it up to its slots)")

@@ -183,6 +183,8 @@ def test_parse_limit(text, value):
     (["--gpu-share", "1/4", "--pool", "h200", "--", "python", "t.py"],
      {"command": ["python", "t.py"], "gpu_share": "1/4", "pool": "h200"}),
     (["--gpu-memory", "35GiB", "--", "x"], {"command": "x", "gpu_memory": "35GiB"}),
+    (["--gpus", "0", "--cpus", "0.5", "--memory", "2GiB", "--", "x"],
+     {"command": "x", "gpus_per_node": 0, "cpus": 0.5, "memory": "2GiB"}),
 ])
 def test_build_job_spec(argv, spec):
     assert build_job_spec(build_parser().parse_args(["submit"] + argv)) == spec
@@ -258,35 +260,42 @@ def test_readable_reason(reason, text):
 
 WORKLOAD = {"id": "w1", "kind": "job", "name": "train", "team": "a", "user": "alice",
             "state": "running", "gpus": 2, "gpus_per_node": 2, "nodes": 1, "pool": "default",
-            "reason": "", "submitted_at": iso(NOW - 600), "started_at": iso(NOW - 90)}
+            "reason": "", "submitted_at": iso(NOW - 600), "started_at": iso(NOW - 90),
+            "cpus": 1.0, "memory": 8 << 30}
 LONG = "waiting for quota: " + "x" * 60
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ({}, ["w1", "job", "train", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+    ({}, ["w1", "job", "train", "a", "alice", "running", "2", "1/8GiB", "default", "10m", "1m ago", ""]),
     ({"state": "queued", "started_at": None, "name": "", "reason": LONG},
-     ["w1", "job", "-", "a", "alice", "queued", "2", "default", "10m", "-", LONG]),
+     ["w1", "job", "-", "a", "alice", "queued", "2", "1/8GiB", "default", "10m", "-", LONG]),
     ({"gpus": 16, "gpus_per_node": 8, "nodes": 2},
-     ["w1", "job", "train", "a", "alice", "running", "2x8", "default", "10m", "1m ago", ""]),
+     ["w1", "job", "train", "a", "alice", "running", "2x8", "1/8GiB", "default", "10m", "1m ago", ""]),
     # a notebook server: its kind, and JupyterHub's default server named
     ({"kind": "notebook", "name": ""},
-     ["w1", "notebook", "(default)", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+     ["w1", "notebook", "(default)", "a", "alice", "running", "2", "1/8GiB", "default", "10m", "1m ago", ""]),
     ({"kind": "notebook", "name": "big"},
-     ["w1", "notebook", "big", "a", "alice", "running", "2", "default", "10m", "1m ago", ""]),
+     ["w1", "notebook", "big", "a", "alice", "running", "2", "1/8GiB", "default", "10m", "1m ago", ""]),
     # preempted and requeued: queued again, so no start time (the first attempt's is past)
     ({"state": "queued", "attempts": [{"started_at": iso(NOW - 90)}], "reason": "preempted"},
-     ["w1", "job", "train", "a", "alice", "queued", "2", "default", "10m", "-", "preempted"]),
+     ["w1", "job", "train", "a", "alice", "queued", "2", "1/8GiB", "default", "10m", "-", "preempted"]),
     # running again: the current attempt's start, not the first one's
     ({"attempts": [{"started_at": iso(NOW - 500)}, {"started_at": iso(NOW - 30)}]},
-     ["w1", "job", "train", "a", "alice", "running", "2", "default", "10m", "30s ago", ""]),
+     ["w1", "job", "train", "a", "alice", "running", "2", "1/8GiB", "default", "10m", "30s ago", ""]),
     # queued with a start estimate (squeue --start): expected, and the range
     ({"state": "queued", "started_at": None, "expected_start": {
         "time": iso(NOW + 720), "earliest": iso(NOW + 300), "latest": iso(NOW + 1800)}},
-     ["w1", "job", "train", "a", "alice", "queued", "2", "default", "10m", "in ~12m (5m-30m)",
+     ["w1", "job", "train", "a", "alice", "queued", "2", "1/8GiB", "default", "10m", "in ~12m (5m-30m)",
       ""]),
     ({"state": "queued", "started_at": None, "expected_start": {
         "time": None, "reason": "it needs GPUs that running work with no time limit holds"}},
-     ["w1", "job", "train", "a", "alice", "queued", "2", "default", "10m", "unknown", ""]),
+     ["w1", "job", "train", "a", "alice", "queued", "2", "1/8GiB", "default", "10m", "unknown", ""]),
+    # what it asked for besides GPUs; "-" for one submitted before requests
+    ({"gpus": 0, "gpus_per_node": 0, "cpus": 0.5, "memory": 512 << 20},
+     ["w1", "job", "train", "a", "alice", "running", "0", "0.5/512MiB", "default", "10m",
+      "1m ago", ""]),
+    ({"cpus": None, "memory": None},
+     ["w1", "job", "train", "a", "alice", "running", "2", "-", "default", "10m", "1m ago", ""]),
 ])
 def test_workload_row(overrides, expected):
     assert workload_row(dict(WORKLOAD, **overrides), NOW) == expected
@@ -294,8 +303,8 @@ def test_workload_row(overrides, expected):
 
 def test_format_workloads():
     lines = format_workloads([WORKLOAD, dict(WORKLOAD, id="w22", state="queued")], NOW).splitlines()
-    assert lines[0].split() == ["ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "POOL",
-                                "AGE", "START", "REASON"]
+    assert lines[0].split() == ["ID", "KIND", "NAME", "TEAM", "USER", "STATE", "GPUS", "CPU/MEM",
+                                "POOL", "AGE", "START", "REASON"]
     assert lines[1].split()[:6] == ["w1", "job", "train", "a", "alice", "running"]
     assert lines[2].split()[0] == "w22"
     assert format_workloads([], NOW) == "No workloads."

@@ -12,6 +12,8 @@ notebook server's), each from its own config file:
 """
 from __future__ import annotations
 
+import os
+
 from traitlets import Dict, Int
 from traitlets.config import Configurable
 
@@ -90,6 +92,36 @@ def from_spec(spec: dict) -> Limits:
     """A stored request; empty for a workload submitted before requests."""
     r = (spec or {}).get("resources") or {}
     return Limits(r.get("memory") or None, r.get("cpus") or None)
+
+
+def host_capacity(meminfo: str = "/proc/meminfo") -> tuple[float, int]:
+    """This host's CPUs (those this process may run on) and memory (MemTotal)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    memory = 0
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    memory = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    return float(cpus), memory
+
+
+def node_capacity(declared: dict, where: str) -> tuple[float, int]:
+    """A node's CPUs and memory: ``declared`` (``{"cpus": 2, "memory": "16G"}``;
+    0 for a key: not counted), the host's for what it leaves out."""
+    host_cpus, host_memory = host_capacity()
+    unknown = sorted(set(declared) - {"cpus", "memory"})
+    if unknown:
+        raise LimitError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: cpus, memory")
+    cpus, memory = declared.get("cpus", host_cpus), declared.get("memory", host_memory)
+    return (float(cpus) if cpus == 0 else parse_cpus(cpus, f"{where}.cpus"),
+            0 if memory == 0 else parse_memory(memory, f"{where}.memory"))
 
 
 def human_memory(n: int) -> str:

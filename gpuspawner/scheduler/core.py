@@ -13,6 +13,7 @@ from . import events as ev
 from .cycle import CycleResult, plan_cycle, plan_cycle_steps
 from .model import (TOPOLOGY_REQUIRED, Node, RunState, Team, Workload, combined_selector,
                     selector_conflict)
+from .node_load import too_big_for_pool
 from .policy import Policy
 from .quota import describe_ceiling, units
 from .shares import share_fits_pool
@@ -51,6 +52,9 @@ class Scheduler:
         if w.priority not in self.policy.priority_classes:
             return (f"unknown priority class {w.priority!r}; known: "
                     f"{', '.join(sorted(self.policy.priority_classes))}")
+        too_big = too_big_for_pool(w, self.state.nodes.values())
+        if too_big is not None:
+            return too_big
         if w.gpus == 0:
             return None
         state = self.state

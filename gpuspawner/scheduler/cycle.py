@@ -22,6 +22,7 @@ from . import events as ev
 from .backfill import Reservation, find_reservation, merged_releases
 from .fairshare import dominant_share
 from .model import JOB, Placement, Workload, combined_selector
+from .node_load import asks, counted, cpu_only_reason, place_cpu_only, request_words
 from .placement import find_placement
 from .policy import Policy
 from .preemption import PRIORITY, VictimCatalog, candidates, plan_preemption
@@ -82,6 +83,9 @@ class _Cycle:
         self.policy = policy
         self.now = now
         self.index = state.index.copy()
+        # CPUs and memory, where nodes count them (node_load.py)
+        self.counts_resources = counted(state.nodes.values())
+        self.load = state.node_load.copy() if self.counts_resources else None
         self.slots = state.slots.copy()
         self.drain = dict(state.node_drain)
         self.ledger = state.ledger.copy()
@@ -343,6 +347,13 @@ class _Cycle:
                      if n.pool == w.pool and n.matches(selector)]
             if nodes and not any(n.healthy and not n.drained for n in nodes):
                 self.wait(w, f"no node of pool {w.pool} takes new work (drained or unhealthy)")
+            elif nodes and self.load is not None and asks(w):
+                # It holds CPUs and memory of one node: one with room for them.
+                node = place_cpu_only(self.load, nodes, w)
+                if node is None:
+                    self.wait(w, cpu_only_reason(self.load, nodes, w))
+                else:
+                    self.admit(w, ((node, ()),))
             else:
                 self.admit(w, ())
             return
@@ -462,9 +473,14 @@ class _Cycle:
             for r in self.reservations.get(w.pool, ()):
                 for node, spare in r.limits_for(end).items():
                     limits[node] = min(spare, limits.get(node, spare))
+        if self.load is not None and asks(w):
+            # Nodes without room for its CPUs or memory: no GPU of theirs.
+            caps = self.load.caps((n for n in self.index.nodes.values() if n.pool == w.pool), w)
+            if caps:
+                limits = {**limits, **caps}
         if self.selector(w) or w.gpu_share:
             return None, limits
-        return (w.pool, w.num_nodes, w.topology, w.topology_key, beaten), limits
+        return (w.pool, w.num_nodes, w.topology, w.topology_key, beaten, w.cpus, w.memory), limits
 
     def beaten(self, pool: str, end: float) -> tuple[int, int]:
         """Which of the pool's reservations work ending at ``end`` ends
@@ -522,6 +538,8 @@ class _Cycle:
             self.index.take_placement(placement)
             for r in self.reservations.get(w.pool, ()):
                 r.consume(placement, end)
+        if self.load is not None:
+            self.load.add(placement, w)
         self.ledger.charge(w.team, w.pool, w.gpu_units)
         self.limits_by_beats.clear()
         for node, _ in placement:
@@ -667,7 +685,21 @@ class _Cycle:
         if selector:
             labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
             reason += f" on nodes labelled {labels}"
+        short = self.resource_shortfall(w)
+        if short:
+            reason += f" with {request_words(w)} free: {short}"
         return reason + ")"
+
+    def resource_shortfall(self, w: Workload) -> str:
+        """Where GPUs would fit but CPUs or memory do not: which nodes lack what."""
+        if self.load is None or not asks(w):
+            return ""
+        selector = self.selector(w)
+        free = self.index.free
+        short = [self.load.shortfall(n, w) for n in self.index.nodes.values()
+                 if n.pool == w.pool and (not selector or n.matches(selector))
+                 and len(free.get(n.name, ())) >= w.gpus_per_node and not self.load.fits(n, w)]
+        return "; ".join(short[:3]) + (f"; {len(short) - 3} more" if len(short) > 3 else "")
 
     def reserve(self, w: Workload) -> Optional[str]:
         pool_res = self.reservations.setdefault(w.pool, [])

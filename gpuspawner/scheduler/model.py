@@ -62,7 +62,9 @@ class Node:
     labels placement constraints match against (``{"region": "eu"}``).
     ``share_units`` (0: never shared) splits each of its GPUs into that many
     equal slots for fractional workloads (``Workload.gpu_share``); a pool
-    setting, the same on every node of a shareable pool.
+    setting, the same on every node of a shareable pool. ``cpus`` and
+    ``memory`` (bytes) are what its workloads' CPU and memory requests are
+    admitted against (0: not counted, as in traces without them).
     """
 
     name: str
@@ -74,8 +76,12 @@ class Node:
     unhealthy_gpus: frozenset[int] = frozenset()
     drained: bool = False
     share_units: int = 0
+    cpus: float = 0.0
+    memory: int = 0
 
     def __post_init__(self):
+        if self.cpus < 0 or self.memory < 0:
+            raise ValueError(f"node {self.name}: cpus and memory must be >= 0")
         if self.share_units < 0 or self.share_units == 1:
             raise ValueError(f"share_units must be 0 (not shared) or >= 2, got {self.share_units}")
 
@@ -152,6 +158,8 @@ class Workload:
     a dependency its release, as Slurm's EligibleTime): queue order and
     aging count from it. ``gpu_share`` (0 < s < 1) asks for that share of
     ONE GPU, memory and compute alike (one GPU, one node); 0: whole GPUs.
+    ``cpus`` and ``memory`` (bytes) are asked for on each of its nodes, as
+    Kueue counts cpu and memory beside nvidia.com/gpu (0: nothing asked).
     """
 
     id: str
@@ -174,8 +182,12 @@ class Workload:
     # team's queue orders a sweep's later tasks later (Policy.sweep_task_spacing).
     sweep_index: Optional[int] = None
     gpu_share: float = 0.0
+    cpus: float = 0.0
+    memory: int = 0
 
     def __post_init__(self):
+        if self.cpus < 0 or self.memory < 0:
+            raise ValueError(f"cpus and memory must be >= 0, got {self.cpus}, {self.memory}")
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.gpus_per_node < 0:

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Mapping, Optional
 
 from .fairshare import DecayedUsage
 from .model import Node, Placement, Running, RunState, Team, Workload
+from .node_load import NodeLoad
 from .placement import FreeIndex
 from .quota import QuotaLedger
 from .shares import SlotIndex, open_or_join, share_key, slots_needed
@@ -91,6 +92,8 @@ class ClusterState:
         self.reserved_order: list[str] = []
         # Nodes with a GPU that is not usable.
         self.unhealthy_nodes: set[str] = set()
+        # node -> CPUs and memory asked for by the running work on it.
+        self.node_load = NodeLoad()
         for node in nodes:
             self._add_node(node)
         self.ledger = self._new_ledger()
@@ -261,6 +264,7 @@ class ClusterState:
                     self.owner[(node, g)] = wid
         r = Running(workload=w, placement=placement, start_time=now)
         self.running[wid] = r
+        self.node_load.add(placement, w)
         for node, _ in placement:
             self.node_drain[node] = max(self.node_drain.get(node, float("-inf")), r.end_estimate)
         self._advance_usage(w.team, w.pool, now, w.gpu_units)
@@ -322,6 +326,7 @@ class ClusterState:
         """A running workload stopped: its GPUs go back (or to a nominee)."""
         r = self.running.pop(wid)
         w = r.workload
+        self.node_load.add(r.placement, w, -1)
         if w.gpu_share:
             self._release_share(wid, share_key(r.placement))
         for node, gpus in (() if w.gpu_share else r.placement):

@@ -32,6 +32,8 @@ from ..isolation import identity
 from ..isolation.cgroups import GpuEnforcement
 from ..isolation.identity import HubIdentity
 from ..isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS
+from ..isolation.resources import KINDS as RESOURCE_KINDS, WorkloadResources
+from ..isolation.resources import node_capacity, stored as resource_spec
 from ..isolation.share_memory import MemoryWatch
 from ..isolation.workspaces import hand_over_all, listed_users
 from ..isolation.accounts import (NOT_ISOLATED, Accounts, isolating,
@@ -146,7 +148,7 @@ def service_routes() -> list[tuple[str, type]]:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory, KubernetesJobs, SlurmBackend, GpuEnforcement, HubIdentity]
+    classes = [Inventory, KubernetesJobs, SlurmBackend, GpuEnforcement, HubIdentity, WorkloadResources]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
@@ -301,6 +303,16 @@ class GpuHubService(Application):
     @default("node_name")
     def _node_name_default(self):
         return socket.gethostname() or "localhost"
+
+    node_resources = Dict(help="""
+        This host's CPUs and memory, which the scheduler admits every
+        workload's CPU and memory request against: ``{"cpus": 14, "memory":
+        "120G"}`` (to keep some for the system), ``{"cpus": 0}`` to not count
+        CPUs. Left out: the host's (its CPUs, MemTotal).
+        """).tag(config=True)
+
+    def node_capacity(self) -> tuple[float, int]:
+        return node_capacity(dict(self.node_resources), "GpuHubService.node_resources")
 
     workspace_root = Unicode("{data_dir}/workspaces/{username}", help="""
         A user's workspace: where jobs run when they name no working_dir, and
@@ -573,6 +585,7 @@ class GpuHubService(Application):
         self.engine.start()
         self.serving = ServingController(self.engine,
                                          unready_seconds=self.replica_unready_seconds)
+        self.serving.replica_resources = resource_spec(self.limits().requests["deployment"])
         self.engine.metrics.watch_serving(self.serving)
         self.hub = HubApi(self.group_cache_seconds)
         self.previews = Previews(self.engine, default_team=self.default_team,
@@ -747,9 +760,13 @@ class GpuHubService(Application):
         return self.service_prefix + "api/v1/"
 
     def limits(self) -> Limits:
+        if getattr(self, "_requests", None) is None:
+            # What each kind asks for when it does not say (checked once).
+            defaults = WorkloadResources(parent=self)
+            self._requests = {k: defaults.default_for(k) for k in RESOURCE_KINDS}
         return Limits(max_time_limit=self.max_time_limit,
                       default_time_limit=self.default_time_limit,
-                      default_pool=self.default_pool)
+                      default_pool=self.default_pool, requests=self._requests)
 
     def identity(self, model: dict, groups: list[str]):
         who = identity_from_model(model, groups, self.team_group_prefix)

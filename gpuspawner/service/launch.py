@@ -36,9 +36,10 @@ class LocalNode:
         return self.uuids[gpu] if gpu < len(self.uuids) else ""
 
 
-def local_nodes(gpus, host: str) -> list[LocalNode]:
+def local_nodes(gpus, host: str, cpus: float = 0.0, memory: int = 0) -> list[LocalNode]:
     """This host's GPUs (inventory ``Gpu`` records) as scheduler nodes: one
-    node per pool, since a host may mix GPU models."""
+    node per pool, since a host may mix GPU models. ``cpus`` and ``memory``:
+    the host's, which each of them counts requests against (0: not counted)."""
     by_pool: dict[str, list] = {}
     for g in gpus:
         by_pool.setdefault(g.pool, []).append(g)
@@ -46,7 +47,8 @@ def local_nodes(gpus, host: str) -> list[LocalNode]:
     for pool, members in sorted(by_pool.items()):
         name = host if len(by_pool) == 1 else f"{host}/{pool}"
         unhealthy = frozenset(i for i, g in enumerate(members) if not g.healthy)
-        out.append(LocalNode(Node(name, pool, len(members), unhealthy_gpus=unhealthy),
+        out.append(LocalNode(Node(name, pool, len(members), unhealthy_gpus=unhealthy,
+                                  cpus=cpus, memory=memory),
                              [g.index for g in members], [g.uuid for g in members]))
     return out
 

@@ -28,6 +28,7 @@ def to_workload(row: WorkloadRow) -> Workload:
     eligible: a job released from ``waiting`` is ordered and aged from its
     release (``eligible_at``), not from its submit (Slurm's EligibleTime)."""
     eligible = row.submitted_at if row.eligible_at is None else row.eligible_at
+    resources = (row.spec or {}).get("resources") or {}
     return Workload(id=row.id, team=row.team, pool=row.pool, gpus_per_node=row.gpus_per_node,
                     num_nodes=row.num_nodes, gpu_share=row.gpu_share or 0.0,
                     submit_time=eligible, user=row.user,
@@ -35,7 +36,9 @@ def to_workload(row: WorkloadRow) -> Workload:
                     attempt=row.attempt, preempted_by=frozenset(row.preempted_by or ()),
                     grace_period=row.grace_period, sweep_index=row.sweep_index,
                     topology=(row.spec or {}).get("topology", TOPOLOGY_NONE),
-                    topology_key=(row.spec or {}).get("topology_key", "switch"))
+                    topology_key=(row.spec or {}).get("topology_key", "switch"),
+                    # what it asked for besides GPUs (none before requests)
+                    cpus=float(resources.get("cpus") or 0), memory=int(resources.get("memory") or 0))
 
 
 def to_team(row: TeamRow, quotas: Iterable[QuotaRow]) -> Team:

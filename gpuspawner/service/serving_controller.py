@@ -79,6 +79,10 @@ class ServingController:
         # model was unloaded, its runtime wedged) is replaced; 0: never.
         self.unready_seconds = unready_seconds
         self.replicas: dict[str, Replica] = {}
+        # What each replica asks for besides GPUs (CPUs, memory; the app
+        # sets WorkloadResources.deployment): the scheduler admits on it,
+        # the cgroup holds the replica to it.
+        self.replica_resources: dict = {}
         self.windows: dict[tuple[int, int], Window] = {}
         # (deployment, revision) -> the last ten minutes in 5 s buckets, for
         # the live charts (in memory, like the windows).
@@ -286,7 +290,8 @@ class ServingController:
             priority="production", time_limit=None,
             grace_period=10.0, state=QUEUED, reason="queued", attempt=0, preempted_by=[],
             submitted_at=self.clock(),
-            spec={"command": argv, "working_dir": rdir, "checkpoint_dir": rdir, "env": {},
+            spec={**({"resources": self.replica_resources} if self.replica_resources else {}),
+                  "command": argv, "working_dir": rdir, "checkpoint_dir": rdir, "env": {},
                   "deployment": dep.id, "revision": rev.number, "port": port,
                   "serving": {"name": dep.name, "revision": rev.number, "server": server,
                               "model": model}})

@@ -10,9 +10,12 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from ..durations import seconds_of
+from ..isolation import resources
+from ..isolation.gpu_rules import LimitError
+from ..isolation.gpu_rules import Limits as Resources
 from ..scheduler.dependencies import CONDITIONS, MAX_AFTER, OK, TARGET_RE
 from ..scheduler.model import JOB, NOTEBOOK, TOPOLOGY_MODES, TOPOLOGY_NONE
 
@@ -37,7 +40,7 @@ MAX_PARAMETERS = 64 * 1024
 FIELDS = ("name", "kind", "command", "notebook", "parameters", "output_notebook", "working_dir",
           "env", "pool", "gpus", "gpus_per_node", "nodes", "topology", "topology_key", "time_limit",
           "priority", "checkpoint_dir", "project", "team", "grace_period", "after", "gpu_share",
-          "gpu_memory")
+          "gpu_memory", "cpus", "memory")
 TOPOLOGY_KEY_RE = re.compile(r"[A-Za-z0-9._/-]{1,64}")
 
 
@@ -59,6 +62,9 @@ class Limits:
     default_time_limit: Optional[float] = 24 * 3600.0
     max_grace_period: float = 3600.0
     default_pool: str = ""
+    # kind -> what a workload of that kind asks for when it does not say
+    # (CPUs, memory: WorkloadResources)
+    requests: Mapping[str, Resources] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,10 +94,14 @@ class JobSpec:
     # Part of one GPU instead of whole GPUs (share_specs.ShareRequest), which
     # the engine resolves against its pool's slots.
     share: Any = None
+    # CPUs and memory per node (resources.py), None: not asked (a request
+    # parsed without the service's defaults)
+    resources: Optional[Resources] = None
 
     def stored(self) -> dict[str, Any]:
         """What is kept in the workload's ``spec`` column."""
-        return {"command": list(self.command) if self.command else None, "shell": self.shell,
+        return {**({"resources": resources.stored(self.resources)} if self.resources else {}),
+                "command": list(self.command) if self.command else None, "shell": self.shell,
                 "notebook": self.notebook, "parameters": self.parameters,
                 "output_notebook": self.output_notebook, "working_dir": self.working_dir,
                 "env": self.env, "checkpoint_dir": self.checkpoint_dir,
@@ -187,7 +197,19 @@ def _env(body: dict) -> dict[str, str]:
 
 
 SERVER_FIELDS = ("kind", "user", "team", "pool", "gpus", "gpus_per_node", "name", "priority",
-                 "project", "gpu_share", "gpu_memory")
+                 "project", "gpu_share", "gpu_memory", "cpus", "memory")
+
+
+def _resources(body: dict, limits: Limits, kind: str) -> Optional[Resources]:
+    """``cpus`` and ``memory``, the kind's default where not given (None
+    when the service configured no defaults and nothing was asked)."""
+    default = limits.requests.get(kind, Resources())
+    try:
+        asked = resources.parse_request(body, default)
+    except LimitError as e:
+        field_name, _, message = str(e).partition(": ")
+        raise SpecError(field_name, message) from None
+    return asked if asked else None
 
 
 def _share(body: dict):
@@ -212,7 +234,7 @@ def parse_server(body: Any, limits: Limits = Limits()) -> JobSpec:
                    gpus=_gpus_per_node(body), nodes=1, name=name,
                    time_limit=None, priority=_text(body, "priority", 64) or "interactive",
                    project=_text(body, "project", 255) or "", team=_text(body, "team", 128),
-                   share=_share(body))
+                   share=_share(body), resources=_resources(body, limits, NOTEBOOK))
 
 
 def suffixed_notebook(path: str, suffix: str) -> str:
@@ -281,7 +303,8 @@ def parse_job(body: Any, limits: Limits = Limits()) -> JobSpec:
         checkpoint_dir=_text(body, "checkpoint_dir", 4096),
         project=_text(body, "project", 255) or "",
         team=_text(body, "team", 128), grace_period=grace, **_topology(body),
-        after=tuple(parse_after(body.get("after"))), share=_share(body))
+        after=tuple(parse_after(body.get("after"))), share=_share(body),
+        resources=_resources(body, limits, JOB))
 
 
 def _topology(body: dict) -> dict:

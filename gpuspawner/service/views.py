@@ -19,6 +19,9 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
         "gpus_per_node": row.gpus_per_node, "nodes": row.num_nodes, "priority": row.priority,
         # Its share of one GPU in GPU units (0.25), null for whole GPUs.
         "gpu_share": row.gpu_share or None,
+        # CPUs and memory (bytes) per node; null for one submitted before requests
+        "cpus": (spec.get("resources") or {}).get("cpus"),
+        "memory": (spec.get("resources") or {}).get("memory"),
         "time_limit": row.time_limit, "grace_period": row.grace_period,
         "command": spec.get("command"), "notebook": spec.get("notebook"),
         "parameters": spec.get("parameters") or {}, "working_dir": spec.get("working_dir"),

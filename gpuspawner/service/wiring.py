@@ -54,7 +54,7 @@ def make_local(app, accounts) -> Wired:
         enforcement.setup_device_groups(app.device_groups_file)
     source, gpus = app.inventory.discover()
     enforcement.know_devices(gpus)  # declared MIG devices (NVML's it knows)
-    nodes = local_nodes(gpus, app.node_name)
+    nodes = local_nodes(gpus, app.node_name, *app.node_capacity())
     by_index = {g.index: g for g in gpus}
     return Wired("local", LocalBackend(enforcement=enforcement, accounts=accounts), nodes,
                  source, {ln.node.name: by_index for ln in nodes}, enforcement)
