@@ -6,7 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from gpuspawner.spawner.options import OptionsError, offers, parse_options, render_form
+from gpuspawner.spawner.options import (OptionsError, offers, parse_options, preselect,
+                                       render_form)
 
 
 def pool(name="a100", free=6, teams=None, nodes=(4, 4), model="NVIDIA A100", mib=81920):
@@ -54,29 +55,50 @@ def test_refused_with_the_field_and_why(pools, teams, options, field, words):
     assert e.value.field == field and words in e.value.message
 
 
-@pytest.mark.parametrize("used, gpus, borrowing, says", [
-    (0, 2, 2, None),
-    (1, 2, 2, "may be preempted"),
-    (2, 1, 2, "may be preempted"),
-    (0, 3, None, "may be preempted"),
-    (2, 1, 0, "waits in the queue"),
-    (3, 2, 2, "waits in the queue"),
+BORROWS = "borrows idle GPUs of other teams, so it may be preempted"
+UNOWNED = "more than the team's quota: uses idle GPUs that no team is guaranteed"
+
+
+def lender(name="nlp", nominal=6, lending=None):
+    return {"name": name, "quotas": {"a100": {"nominal": nominal, "borrowing_limit": 0,
+                                              "lending_limit": lending}}}
+
+
+@pytest.mark.parametrize("used, gpus, nominal, borrowing, others, says", [
+    (0, 2, 2, 2, [lender()], None),
+    (1, 2, 2, 2, [lender()], BORROWS),
+    (2, 1, 2, 2, [lender()], BORROWS),
+    (0, 3, 2, None, [lender()], BORROWS),
+    (2, 1, 2, 0, [lender()], "the team's quota is in use: waits in the queue"),
+    (3, 2, 2, 2, [lender()], "the team's quota is in use: waits in the queue"),
+    # Another team that lends nothing here is no one to borrow from.
+    (1, 2, 2, 2, [lender(lending=0)], "more than the team's 1 free a100 GPU and no other team's"),
+    # No other team (or one with no GPUs here): past the quota are GPUs no
+    # team guarantees (8 - 2 here) ...
+    (1, 2, 2, 2, [], UNOWNED),
+    (1, 2, 2, 2, [lender(nominal=0)], UNOWNED),
+    # ... or, when the team guarantees the whole pool (the default team alone), a wait.
+    (5, 4, 8, None, [], "more than the team's 3 free a100 GPUs and no other team's to borrow: "
+                        "waits in the queue until they free up"),
+    (0, 4, 8, None, [], None),
 ])
-def test_choice_says_whether_it_borrows_or_waits(used, gpus, borrowing, says):
-    offer = offers([pool(teams={"vision": used})], [team(borrowing=borrowing)])["vision"][0]
+def test_choice_says_whether_it_borrows_or_waits(used, gpus, nominal, borrowing, others, says):
+    mine = team(nominal=nominal, borrowing=borrowing)
+    offer = offers([pool(teams={"vision": used})], [mine], [mine] + others)["vision"][0]
     note = offer.note(gpus)
     assert (says in note) if says else note == ""
+    assert ("borrows" in note) == (says == BORROWS)
 
 
 def test_form_lists_what_the_team_can_get():
     html = render_form(offers([pool()], [team(limit=3)]))
-    assert 'value=":0" checked' in html
+    assert 'value=":0">' in html and 'value="a100:1" checked>' in html
     assert [f'value="a100:{n}"' in html for n in (1, 2, 3, 4)] == [True, True, True, False]
     assert "NVIDIA A100 (80 GiB)" in html and 'name="team" value="vision"' in html
 
 
 def test_form_is_a_card_per_choice_with_the_quota_said_once():
-    html = render_form(offers([pool(teams={"vision": 1})], [team()]))
+    html = render_form(offers([pool(teams={"vision": 1})], [team()], [team(), lender()]))
     assert html.count('class="card gpuhub-profile') == 2          # CPU only, pool a100
     assert html.count("free in its quota") == 1
     assert "1 of its 2 a100 GPUs free in its quota (may borrow 2), 6 idle in the pool" in html
@@ -191,12 +213,14 @@ def test_a_share_counts_its_units_against_the_quota(used, units, says):
 
 
 def test_a_share_within_nominal_but_above_used_borrows_when_the_team_may():
-    offer = offers([shared_pool(teams={"vision": 1})], [h200_team(borrowing=1)])["vision"][0]
+    nlp = {"name": "nlp", "quotas": {"h200": {"nominal": 2}}}
+    offer = offers([shared_pool(teams={"vision": 1})], [h200_team(borrowing=1)],
+                   [h200_team(borrowing=1), nlp])["vision"][0]
     assert "may be preempted" in offer.note(0.25)
 
 
 def options_of(html: str) -> list[tuple[str, str]]:
-    return re.findall(r'<option value="([^"]+)">([^<]*)</option>', html)
+    return re.findall(r'<option value="([^"]+)"(?: selected)?>([^<]*)</option>', html)
 
 
 def test_form_offers_shares_before_whole_gpus_with_their_memory():
@@ -204,8 +228,9 @@ def test_form_offers_shares_before_whole_gpus_with_their_memory():
     assert options_of(html) == [
         ("h200:1/4", "1/4 H200 · 35.2 GiB"), ("h200:1/2", "1/2 H200 · 70.5 GiB"),
         ("h200:3/4", "3/4 H200 · 105.8 GiB"), ("h200:1", "1 GPU"), ("h200:2", "2 GPUs")]
-    # The card's radio starts on the select's first option: the smallest share.
-    assert '<input type="radio" name="gpu_choice" value="h200:1/4">' in html
+    # The card's radio starts on the select's first option: the smallest
+    # share, which the form starts on (the team has it free now).
+    assert '<input type="radio" name="gpu_choice" value="h200:1/4" checked>' in html
     assert ("Shared GPUs: from 1/4 of a GPU; memory watched; compute time-sliced "
             "(not enforced).") in html
 
@@ -232,3 +257,37 @@ def test_form_quota_counts_shares_in_gpu_units():
 def test_form_for_a_pool_that_does_not_share_offers_whole_gpus_only():
     html = render_form(offers([pool()], [team()]))
     assert "Shared GPUs" not in html and "/" not in "".join(v for v, _ in options_of(html))
+
+
+# ---- the choice the form starts on ----------------------------------------------------
+
+@pytest.mark.parametrize("pools, teams, chosen, start", [
+    # Free quota on idle GPUs: the smallest GPU choice, not CPU only.
+    ([pool()], [team()], None, "a100:1"),
+    ([pool(teams={"vision": 1})], [team()], None, "a100:1"),
+    # Its quota is in use (the next GPU would borrow or wait), or the pool has no idle GPU.
+    ([pool(teams={"vision": 2})], [team()], None, None),
+    ([pool(free=0)], [team()], None, None),
+    ([pool()], [team(nominal=0, borrowing=2)], None, None),
+    ([pool()], [team(limit=0)], None, None),
+    # A sharing pool: the smallest share; a quarter left in the quota is still one.
+    ([shared_pool()], [h200_team()], None, "h200:1/4"),
+    ([shared_pool(teams={"vision": 0.75})], [h200_team()], None, "h200:1/4"),
+    # Of two pools, the smaller choice; of equals, the first pool's.
+    ([pool(), shared_pool()], [{"name": "vision", "quotas": {
+        "a100": {"nominal": 2, "borrowing_limit": 0},
+        "h200": {"nominal": 1, "borrowing_limit": 0}}}], None, "h200:1/4"),
+    # Several teams: for the team the form starts on (the chosen one, else the first).
+    ([pool()], [team("nlp", nominal=0, borrowing=0), team("vision")], None, None),
+    ([pool()], [team("nlp", nominal=0, borrowing=0), team("vision")], "vision", "a100:1"),
+])
+def test_form_starts_on_the_smallest_gpu_choice_the_team_gets_now(pools, teams, chosen, start):
+    offered = offers(pools, teams)
+    assert preselect(offered, chosen or sorted(offered)[0]) == start
+    html = render_form(offered, chosen_team=chosen)
+    checked = re.findall(r'name="gpu_choice" value="([^"]*)" ?checked', html)
+    assert checked == [start or ":0"]
+    if start:
+        assert f'<option value="{start}" selected>' in html
+    if chosen:
+        assert f'<option value="{chosen}" selected>' in html

@@ -147,7 +147,8 @@ class GPUSpawnerMixin(Configurable):
         # A team with no row yet still has the default quota: show it with none.
         known = {t["name"] for t in teams}
         teams += [{"name": t, "quotas": {}} for t in sorted(mine - known)]
-        return offers(pools, teams)
+        # every team: which of them could lend GPUs past the user's team's quota
+        return offers(pools, teams, every)
 
     # ---- the spawn form -------------------------------------------------
     async def _gpu_options_form(self, spawner=None) -> str:

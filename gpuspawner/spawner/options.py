@@ -7,6 +7,7 @@ the hub's REST API, so both refuse the same requests with the same message.
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Optional
@@ -68,6 +69,10 @@ class PoolOffer:
     share_units: int = 0
     shared_gpu_mib: int = 0  # the memory a share is part of (the pool's smallest GPU)
     enforcement: str = ""    # how shares are held to their part, as the service says it
+    # GPUs here that other teams guarantee and may lend (their nominal, capped by
+    # their lending limits): with none, going past the team's own quota borrows nothing.
+    lenders: int = 0
+    unowned: int = 0         # GPUs here no team guarantees
 
     def shares(self) -> list[Fraction]:
         """The shares one may ask for here: 1/N up to (N-1)/N."""
@@ -102,21 +107,45 @@ class PoolOffer:
                 f"the pool")
 
     def note(self, units: float) -> str:
-        """What asking for ``units`` GPUs (a share: its fraction) here means, if anything."""
+        """What asking for ``units`` GPUs (a share: its fraction) here means, if
+        anything. "Borrows" only when past the team's free nominal quota and
+        some other team guarantees GPUs here to borrow."""
         if self.ceiling is not None and self.used + units > self.ceiling:
             return "the team's quota is in use: waits in the queue until it frees up"
-        if not self.within_nominal(units):
+        if self.within_nominal(units):
+            return ""
+        if self.lenders > 0:
             return "borrows idle GPUs of other teams, so it may be preempted"
-        return ""
+        if self.unowned > 0:
+            return "more than the team's quota: uses idle GPUs that no team is guaranteed"
+        free = units_text(max(0, self.nominal - self.used))
+        return (f"more than the team's {free} free {self.pool} GPU{'' if free == '1' else 's'}"
+                f" and no other team's to borrow: waits in the queue until they free up")
+
+    def now(self, units: float) -> bool:
+        """Would ``units`` start at once: within the team's free quota, on idle GPUs."""
+        return not self.note(units) and math.ceil(units) <= self.free_in_pool
 
 
-def offers(pools: list[dict], teams: list[dict]) -> dict[str, list[PoolOffer]]:
-    """team -> what it can ask for in each pool, from GET /pools and /teams."""
+def offers(pools: list[dict], teams: list[dict],
+           every: Optional[list[dict]] = None) -> dict[str, list[PoolOffer]]:
+    """team -> what it can ask for in each pool, from GET /pools and /teams
+    (``teams``: the user's; ``every``: all teams, to know who could lend;
+    default the user's)."""
+    every = teams if every is None else every
     out: dict[str, list[PoolOffer]] = {}
     for team in teams:
         rows = []
         for pool in pools:
             devices = [d for n in pool["nodes"] for d in n.get("devices", []) if d["healthy"]]
+            lenders, owned = 0, 0
+            for other in every:
+                oq = other.get("quotas", {}).get(pool["name"], {})
+                owned += oq.get("nominal", 0)
+                if other["name"] != team["name"]:
+                    limit = oq.get("lending_limit")
+                    lenders += min(oq.get("nominal", 0), oq.get("nominal", 0) if limit is None
+                                   else limit)
             q = team["quotas"].get(pool["name"], {"nominal": 0, "borrowing_limit": 0})
             ceiling = (None if q.get("borrowing_limit") is None
                        else q["nominal"] + q["borrowing_limit"])
@@ -131,7 +160,9 @@ def offers(pools: list[dict], teams: list[dict]) -> dict[str, list[PoolOffer]]:
                 notebook_limit=team.get("notebook_gpu_limits", {}).get(pool["name"]),
                 share_units=sharing.get("share_units", 0),
                 shared_gpu_mib=sharing.get("gpu_memory_mib", 0),
-                enforcement=enforcement_text(enforcement) if sharing else ""))
+                enforcement=enforcement_text(enforcement) if sharing else "",
+                lenders=lenders,
+                unowned=max(0, sum(n["gpus"] for n in pool["nodes"]) - owned)))
         out[team["name"]] = rows
     return out
 
@@ -243,6 +274,24 @@ def why_no_gpu(teams: dict[str, list[PoolOffer]]) -> str:
     return "No GPU for this server: " + "; ".join(dict.fromkeys(reasons)) + "."
 
 
+def choices_of(offer: PoolOffer) -> list[tuple[str, str, float]]:
+    """A pool card's choices, smallest first: (value, text, GPU units)."""
+    out = [(f"{offer.pool}:{share}", offer.share_text(share), float(share))
+           for share in offer.shares()]
+    return out + [(f"{offer.pool}:{n}", f'{n} GPU{"s" if n > 1 else ""}', n)
+                  for n in range(1, offer.most + 1)]
+
+
+def preselect(teams: dict[str, list[PoolOffer]], team: Optional[str]) -> Optional[str]:
+    """The choice the form starts on for ``team`` (the team the form starts
+    on): its smallest GPU choice that would start now, within its free quota
+    on idle GPUs; None (CPU only) when there is none."""
+    now = [(units, value) for offer in teams.get(team or "", []) if offer.most >= 1
+           for value, _text, units in choices_of(offer) if offer.now(units)]
+    # min() keeps the first of equals: the first pool's.
+    return min(now, key=lambda c: c[0])[1] if now else None
+
+
 def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = None,
                 admin_fix_url: str = "") -> str:
     """The spawn page's options: which team pays, the team's quota once, then
@@ -258,8 +307,12 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
                f'(Teams &amp; quotas)</a>.' if admin_fix_url
                else " Ask an admin to add you to a team with a GPU quota.")
         parts.append(f'<div class="alert alert-info" id="gpuhub-no-gpu">{esc(why)}{fix}</div>')
+    # The team the form starts on (the browser shows the select's first
+    # option unless one is selected), and the choice it starts on.
+    start_team = chosen_team if chosen_team in teams else (names[0] if names else None)
+    start = preselect(teams, start_team)
     if len(names) > 1:
-        opts = "".join(f'<option value="{esc(t)}"{" selected" if t == chosen_team else ""}>'
+        opts = "".join(f'<option value="{esc(t)}"{" selected" if t == start_team else ""}>'
                        f'{esc(t)}</option>' for t in names)
         parts.append(f'<label for="gpuhub-team">Team that pays</label>'
                      f'<select id="gpuhub-team" name="team" class="form-control">{opts}</select>')
@@ -272,7 +325,8 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
                      f'Team <b>{esc(team)}</b>: {esc(summary)}.</p>')
     parts.append('<div class="gpuhub-profiles" role="radiogroup" aria-label="GPUs">')
     parts.append('<label class="card gpuhub-profile mb-2"><div class="card-body py-2">'
-                 '<input type="radio" name="gpu_choice" value=":0" checked> <b>CPU only</b> '
+                 f'<input type="radio" name="gpu_choice" value=":0"{"" if start else " checked"}>'
+                 ' <b>CPU only</b> '
                  '<span class="small text-secondary">no GPU; starts at once</span>'
                  '</div></label>')
     for team in names:
@@ -281,12 +335,12 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
                 continue
             who = f' <span class="badge text-bg-secondary">{esc(team)}</span>' \
                 if len(names) > 1 else ""
-            choices = [(f"{offer.pool}:{share}", offer.share_text(share), float(share))
-                       for share in offer.shares()]
-            choices += [(f"{offer.pool}:{n}", f'{n} GPU{"s" if n > 1 else ""}', n)
-                        for n in range(1, offer.most + 1)]
+            choices = choices_of(offer)
+            picked = start if team == start_team and any(
+                v == start for v, _, _ in choices) else None
             options = "".join(
-                f'<option value="{esc(value)}">{esc(text)}'
+                f'<option value="{esc(value)}"{" selected" if value == picked else ""}>'
+                f'{esc(text)}'
                 f'{" — " + esc(offer.note(units)) if offer.note(units) else ""}</option>'
                 for value, text, units in choices)
             shared = (f'<div class="small text-secondary w-100 gpuhub-sharing">Shared GPUs: '
@@ -296,7 +350,8 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
                 f'<label class="card gpuhub-profile mb-2" data-team="{esc(team)}" '
                 f'data-pool="{esc(offer.pool)}"><div class="card-body py-2 d-flex gap-3 '
                 f'align-items-center flex-wrap">'
-                f'<input type="radio" name="gpu_choice" value="{esc(choices[0][0])}">'
+                f'<input type="radio" name="gpu_choice" value="{esc(picked or choices[0][0])}"'
+                f'{" checked" if picked else ""}>'
                 f'<span><b>{esc(offer.model)} ({offer.memory_mib // 1024} GiB)</b> '
                 f'<span class="small text-secondary">pool {esc(offer.pool)}</span>{who}</span>'
                 f'<select class="form-select form-select-sm w-auto gpuhub-gpus" '
