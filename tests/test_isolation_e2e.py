@@ -422,3 +422,47 @@ def test_the_admin_panel_warns_when_users_are_not_isolated(hub, tmp_path):
         assert requests.get(f"{shared.api}/health", timeout=10).json()["users_isolated"] is False
     finally:
         shared.stop()
+
+
+LIST_PROBE = r'''
+import errno, json, os, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        os.listdir(path)
+        out[path] = "ok"
+    except OSError as e:
+        out[path] = errno.errorcode[e.errno]
+print("RESULT" + json.dumps(out) + "END", flush=True)
+'''
+
+
+def test_another_team_cannot_list_a_teams_deployments_or_replicas(hub):
+    """deployments/<team>/ (issue 29, item 8): bob (team b), from his own
+    job, cannot list team a's deployment names, revisions or replica ids;
+    alice's replica reaches its own directory (it serves), and alice's job
+    lists it."""
+    alice, bob = hub.client("alice"), hub.client("bob")
+    folder = os.path.basename(hub.workspace_folder("alice"))
+    train = alice.submit(command=[sys.executable, os.path.join(EXAMPLE, "train.py"),
+                                  f"{folder}/iris"], gpus=0, name="train")
+    assert alice.wait(train["id"], ("succeeded", "failed"), 120)["state"] == "succeeded"
+    assert alice.post("/deployments", json={"name": "hidden", "model_dir": f"{folder}/iris"}
+                      ).status_code == 201
+    try:
+        team = os.path.join(hub.data_dir, "deployments", "a")
+        account = hub.account("alice").pw_uid
+        replica = wait_for(lambda: [d for d in glob.glob(os.path.join(team, "hidden", "r1", "w*"))
+                                    if os.stat(d).st_uid == account],
+                           "alice's replica directory, handed to her account", 120)[0]
+        paths = [team, os.path.join(team, "hidden"), os.path.join(team, "hidden", "r1"), replica]
+        probe = [sys.executable, "-c", LIST_PROBE, *paths]
+        seen = {}
+        for who, client in (("bob", bob), ("alice", alice)):
+            job = client.submit(command=probe, gpus=0, name="list")
+            assert client.wait(job["id"], ("succeeded", "failed"), 60)["state"] == "succeeded"
+            seen[who] = result(client.get(f"/workloads/{job['id']}/logs").text)
+        assert seen["bob"] == {p: "EACCES" for p in paths}, seen
+        assert seen["alice"][replica] == "ok", seen
+    finally:
+        alice.request("DELETE", "/deployments/a/hidden")

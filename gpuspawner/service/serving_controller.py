@@ -25,6 +25,7 @@ from typing import Optional
 from sqlalchemy import select
 from tornado import httpclient
 
+from ..isolation.accounts import passages
 from ..scheduler.model import DEPLOYMENT
 from ..serving.autoscale import ScalePolicy, desired_replicas, split
 from ..serving.ports import ports_below_ephemeral
@@ -279,6 +280,9 @@ class ServingController:
                                rev.max_batch_size, rev.max_batch_time, f"r{rev.number}")
         server = server_settings(port)
         argv = write_replica_dir(rdir, model, server)
+        # deployments/<team>/... lists no deployment or replica to other
+        # users; each replica's account passes through to its own directory.
+        passages(os.path.join(eng.config.data_dir, "deployments"), rdir)
         # The revision's code runs as its author, not as the deployment's
         # owner: a lead's revision of bob's deployment must not get bob's
         # account (his files, his tokens). Its model_dir was checked to be
