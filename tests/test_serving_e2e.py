@@ -25,7 +25,12 @@ from hub_harness import Hub, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "serving", "iris")
-GROUPS = {"team-a": ["alice"], "team-b": ["bob"]}
+# dave: a member of team a whose deployment alice, the team's lead, changes.
+GROUPS = {"team-a": ["alice", "dave"], "team-b": ["bob"]}
+LEAD = """
+c.JupyterHub.load_roles.append({"name": "lead-a", "users": ["alice"],
+                                "scopes": ["custom:gpuhub:team-admin!group=team-a"]})
+"""
 TEAMS = {"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 2}}},
          "b": {"quotas": {"default": {"nominal": 2}}}}
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
@@ -42,8 +47,8 @@ def infer_body(rows=ROWS, name="x"):
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     h = Hub(str(tmp_path_factory.mktemp("serving")), groups=GROUPS, teams=TEAMS, gpus=4,
-            extra_service_config=f"c.GpuHubService.replica_unready_seconds = {UNREADY_SECONDS}\n"
-            ).start()
+            extra_service_config=f"c.GpuHubService.replica_unready_seconds = {UNREADY_SECONDS}\n",
+            extra_hub_config=LEAD).start()
     yield h
     h.stop()
 
@@ -153,6 +158,104 @@ def test_deploy_infer_canary_rollback_and_replica_replacement(hub):
     stop.set()
     t.join(30)
     assert results.count(200) > 10 and results.count(200) >= len(results) - 1, results
+
+
+# What a revision's load() can reach: its uid, then 1 or 0 for each file
+# it could or could not read, answered by predict for every row.
+PROBING_PREDICTOR = """
+import json, os
+
+class Model:
+    def load(self, model_dir):
+        self.seen = [os.getuid()]
+        for path in json.load(open(os.path.join(model_dir, "targets.json"))):
+            try:
+                open(path).read()
+                self.seen.append(1)
+            except OSError:
+                self.seen.append(0)
+
+    def predict(self, rows):
+        return [self.seen for _ in rows]
+"""
+
+
+def replica_uid(hub: Hub, wid: str) -> int:
+    """The uid of the replica's MLServer process (its runner is root's)."""
+    from procs import environ_of, uid_of
+
+    def find():
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                if environ_of(pid).get("GPUHUB_WORKLOAD_ID") == wid and uid_of(pid) != 0:
+                    return uid_of(pid)
+            except (OSError, ValueError):
+                continue
+        return None
+    return wait_for(find, f"replica {wid}'s process", 60)
+
+
+def test_a_leads_revision_of_a_members_deployment_runs_as_the_lead(hub):
+    """alice, lead of team a, rolls out her own predictor.py as a new
+    revision of dave's deployment: its load() runs as alice's account and
+    cannot read dave's 0600 files or his saved token. A model directory in
+    dave's workspace is refused; a rollback runs dave's revision as dave."""
+    from gpuspawner.isolation.accounts import isolating
+    if not isolating():
+        pytest.skip("user accounts need root: every replica runs as the service's account")
+    alice, dave = hub.client("alice"), hub.client("dave")
+    theirs = hub.workspace_folder("dave")
+    with open(os.path.join(theirs, "predictor.py"), "w") as f:
+        f.write("class Model:\n    def predict(self, rows):\n        return [[0] for _ in rows]\n")
+    r = dave.post("/deployments", json={"name": "daves", "team": "a", "runtime": "predictor",
+                                        "model_dir": os.path.basename(theirs)})
+    assert r.status_code == 201, r.text
+    secrets_ = [os.path.join(hub.data_dir, "workspaces", "dave", name)
+                for name in ("notes.txt", ".gpuhub-token")]
+    for path in secrets_:
+        with open(path, "w") as f:
+            f.write("dave's")
+        hub.give("dave", path)
+        os.chmod(path, 0o600)
+    ready(hub, "daves", user="dave")
+
+    mine = hub.workspace_folder("alice")
+    with open(os.path.join(mine, "predictor.py"), "w") as f:
+        f.write(PROBING_PREDICTOR)
+    with open(os.path.join(mine, "targets.json"), "w") as f:
+        json.dump(secrets_, f)
+    hub.give("alice", mine)
+    # Her code from dave's workspace: refused (it would run his files as her).
+    r = alice.post("/deployments", json={"name": "daves", "team": "a", "runtime": "predictor",
+                                         "model_dir": theirs})
+    assert r.status_code == 400 and "outside your workspace" in r.text, r.text
+    # As the attack goes: she lets anyone reach her model, so that any
+    # account the service picks can load it.
+    os.chmod(os.path.dirname(mine), 0o711)
+    r = alice.post("/deployments", json={"name": "daves", "team": "a", "runtime": "predictor",
+                                         "model_dir": os.path.basename(mine)})
+    assert r.status_code == 201 and r.json()["traffic"] == {"2": 100}, r.text
+    d = wait_for(lambda: (lambda d: d if d["revisions"][1]["ready_replicas"] else None)(
+        dave.get("/deployments/a/daves").json()), "alice's revision to be ready", 120)
+    assert [(r["number"], r["created_by"]) for r in d["revisions"]] == [(1, "dave"), (2, "alice")]
+    assert d["user"] == "dave"
+    resp = call(hub, endpoint(hub, "daves"), infer_body(), user="dave")
+    assert resp.status_code == 200 and resp.headers["X-GpuHub-Revision"] == "2", resp.text
+    uid, notes, token = resp.json()["outputs"][0]["data"][:3]
+    assert (uid, notes, token) == (hub.account("alice").pw_uid, 0, 0)
+    assert replica_uid(hub, d["revisions"][1]["replicas"][0]) == hub.account("alice").pw_uid
+    [entry] = [e for e in hub.client("root-admin").get(
+        "/audit", params={"target": "a/daves", "action": "deploy"}).json()["entries"]
+        if e["detail"]["revision"] == 2]
+    assert (entry["actor"], entry["detail"]["created_by"], entry["detail"]["owner"]) == \
+        ("alice", "alice", "dave")
+
+    # Her rollback brings back dave's own code, as dave.
+    assert alice.post("/deployments/a/daves/rollback").status_code == 200
+    d = wait_for(lambda: (lambda d: d if d["revisions"][0]["ready_replicas"] else None)(
+        dave.get("/deployments/a/daves").json()), "dave's revision to be ready again", 120)
+    assert replica_uid(hub, d["revisions"][0]["replicas"][0]) == hub.account("dave").pw_uid
+    assert dave.request("DELETE", "/deployments/a/daves").status_code == 200
 
 
 def test_cli_lists_deployments_and_changes_traffic(hub, capsys):
