@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+import time
+from typing import Callable, Optional, Sequence
 
 from .cli_sweep import parse_after_arg
 from .cli_client import UsageError, _client, _guard, _print_json, common_options, format_table
@@ -31,6 +32,78 @@ def format_deployments(deps: Sequence[dict]) -> str:
     return table + ("\n" + "\n".join(notes) if notes else "")
 
 
+# --wait's exit codes: the newest revision failed, or was not ready in time.
+FAILED_RC, TIMEOUT_RC = 1, 3
+
+
+def rollout(d: dict) -> tuple[Optional[bool], str]:
+    """Where the newest revision of deployment ``d`` stands: (True: ready,
+    False: failed, None: not yet; a line saying so). Ready is state ready with
+    a ready replica (none needed if it may scale to zero)."""
+    who = f"{d['team']}/{d['name']}"
+    if not d.get("revisions"):
+        return None, f"{who}: no revision yet"
+    r = max(d["revisions"], key=lambda r: r["number"])
+    head = f"{who} revision {r['number']}"
+    state = r.get("state", "ready")
+    if state == "failed":
+        return False, f"{head} failed: {r.get('reason') or 'no reason given'}"
+    if state == "waiting":
+        return None, f"{head} is {r.get('reason') or 'waiting'}"
+    replicas = f"{r['ready_replicas']}/{len(r['replicas'])} replicas ready"
+    if r["ready_replicas"] >= 1 or d.get("min_replicas") == 0:
+        weight = d["traffic"].get(str(r["number"]), d["traffic"].get(r["number"], 0))
+        return True, f"{head} is ready: {replicas}, {weight}% of the traffic"
+    return None, f"{head} is rolling out: {replicas}"
+
+
+def wait_rollout(fetch: Callable[[], dict], timeout: float, interval: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep,
+                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr,
+                                                                 flush=True)
+                 ) -> tuple[int, dict]:
+    """Poll ``fetch`` (the deployment's view) until its newest revision is
+    ready or failed, saying each change: (exit code, the last view)."""
+    deadline, last = clock() + timeout, None
+    while True:
+        d = fetch()
+        done, line = rollout(d)
+        if line != last:
+            say(line)
+            last = line
+        if done is not None:
+            return (0 if done else FAILED_RC), d
+        if clock() >= deadline:
+            say(f"gave up waiting after {timeout:g} s: {line}")
+            return TIMEOUT_RC, d
+        sleep(interval)
+
+
+def find_deployment(client, text: str) -> tuple[str, str]:
+    """TEAM/NAME as given, or NAME alone: the one deployment of that name the caller sees."""
+    team, slash, name = text.partition("/")
+    if slash:
+        if not (team and name):
+            raise UsageError("a deployment is TEAM/NAME (or NAME), e.g. vision/iris")
+        return team, name
+    teams = sorted(d["team"] for d in client.deployments() if d["name"] == text)
+    if len(teams) == 1:
+        return teams[0], text
+    if not teams:
+        raise UsageError(f"no deployment named {text!r} that you can see")
+    raise UsageError(f"deployments of {text!r} in teams {', '.join(teams)}: say TEAM/{text}")
+
+
+def _wait_and_show(args, client, d: dict) -> int:
+    rc, d = wait_rollout(lambda: client.deployment(d["team"], d["name"]), args.timeout)
+    if args.json:
+        _print_json(d)
+    else:
+        print(format_deployments([d]))
+    return rc
+
+
 def cmd_deploy(args) -> int:
     spec = {"name": args.name, "model_dir": args.model_dir, "runtime": args.runtime}
     for key in ("team", "pool", "gpus", "gpu_share", "gpu_memory", "min_replicas",
@@ -39,7 +112,11 @@ def cmd_deploy(args) -> int:
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
-    d = _client(args).deploy(spec)
+    client = _client(args)
+    d = client.deploy(spec)
+    if args.wait:
+        print(f"endpoint: {d['endpoint']}", file=sys.stderr)
+        return _wait_and_show(args, client, d)
     if args.json:
         _print_json(d)
     else:
@@ -50,12 +127,15 @@ def cmd_deploy(args) -> int:
 
 def cmd_deployments(args) -> int:
     client = _client(args)
-    if args.action and not args.deployment:
-        raise UsageError("name the deployment: gpuhub deployments TEAM/NAME ACTION")
+    if (args.action or args.wait) and not args.deployment:
+        raise UsageError("name the deployment: gpuhub deployments TEAM/NAME "
+                         + ("--wait" if args.wait else "ACTION"))
+    if args.wait and args.action:
+        raise UsageError("--wait waits for a rollout: give no ACTION with it")
     if args.deployment:
-        team, _, name = args.deployment.partition("/")
-        if not name:
-            raise UsageError("a deployment is TEAM/NAME, e.g. vision/iris")
+        team, name = find_deployment(client, args.deployment)
+        if args.wait:
+            return _wait_and_show(args, client, {"team": team, "name": name})
         if args.action == "delete":
             d = client.delete_deployment(team, name)
         elif args.action == "traffic":
@@ -111,12 +191,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--after", action="append", type=parse_after_arg, metavar="ID[:ok|any|failed]",
                    help="roll out only once a job or sweep succeeded (ok, the default), failed, "
                         "or ended (any); MODEL_DIR is checked then; repeatable")
+    add_wait_options(p)
     p.set_defaults(func=_guard("deploy", cmd_deploy))
 
     d = sub.add_parser("deployments", parents=[common], help="list deployments, or act on one",
                        description="Without arguments, every deployment you can see. With "
-                                   "TEAM/NAME: that one, or an ACTION on it.")
-    d.add_argument("deployment", nargs="?", metavar="TEAM/NAME")
+                                   "TEAM/NAME (or NAME, if one team has it): that one, an "
+                                   "ACTION on it, or with --wait, its rollout followed.")
+    d.add_argument("deployment", nargs="?", metavar="[TEAM/]NAME")
     d.add_argument("action", nargs="?",
                    choices=["promote", "rollback", "traffic", "scale", "delete"])
     d.add_argument("traffic", nargs="*", metavar="REV=PERCENT", help="for traffic")
@@ -125,7 +207,17 @@ def add_parsers(sub) -> None:
     d.add_argument("--scale-to-zero-after", type=float, metavar="SECONDS",
                    help="for scale with --min 0 (CPU only): idle seconds before the last replica "
                         "stops")
+    add_wait_options(d)
     d.set_defaults(func=_guard("deployments", cmd_deployments))
+
+
+def add_wait_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true",
+                   help="wait until the newest revision is ready (a replica serves it) or "
+                        "failed, printing each change on stderr; exit 0 when ready, "
+                        f"{FAILED_RC} when it failed, {TIMEOUT_RC} when --timeout passed")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="with --wait: how long (default 1800)")
 
 
 def main(argv=None) -> int:  # pragma: no cover - for python -m

@@ -787,3 +787,35 @@ def test_a_repository_path_is_warned_about_before_the_job_is_sent(hub, svc, caps
         f"and submit from there (or name a directory of it with --workdir).")
     # the state once the scheduler looked at it: a 0-GPU job runs at once
     assert re.match(rf"gpuhub: {out.strip()} (queued|running)", submitted), submitted
+
+
+def test_deploy_wait_ends_failed_with_the_reason_and_deployments_wait_gives_up_in_time(
+        hub, svc, capsys):
+    alice = as_user(hub, svc, "alice")
+    # The training fails: --wait follows the waiting revision to its end, exit 1.
+    rc, out, err = run(capsys, "submit", *alice, "--gpus", "0", "--", "sh", "-c",
+                       "sleep 1; exit 3")
+    assert rc == 0, err
+    train = out.strip()
+    rc, out, err = run(capsys, "deploy", *alice, "waits", "models/none", "--after", train,
+                       "--wait", "--timeout", "120")
+    assert rc == 1, (out, err)
+    assert f"a/waits revision 1 is waiting for {train} (ok)" in err
+    assert f"a/waits revision 1 failed: dependency {train} failed" in err
+    assert "failed" in out.splitlines()[1]          # the deployment's table, as it ended
+    # A training that runs on: `deployments NAME --wait` gives up at --timeout, exit 3.
+    rc, out, err = run(capsys, "submit", *alice, "--gpus", "0", "--", "sleep", "120")
+    slow = out.strip()
+    rc, out, err = run(capsys, "deploy", *alice, "waits", "models/none", "--after", slow)
+    assert rc == 0, err
+    t0 = time.monotonic()
+    rc, out, err = run(capsys, "deployments", *alice, "waits", "--wait", "--timeout", "3")
+    assert rc == 3, (out, err)
+    assert 3 <= time.monotonic() - t0 < 15
+    assert err.splitlines()[-1] == (f"gave up waiting after 3 s: a/waits revision 2 is "
+                                    f"waiting for {slow} (ok)")
+    # Naming no deployment, or an action with --wait: a usage error.
+    assert run(capsys, "deployments", *alice, "--wait")[0] == 2
+    assert run(capsys, "deployments", *alice, "a/waits", "delete", "--wait")[0] == 2
+    run(capsys, "cancel", *alice, slow)
+    run(capsys, "deployments", *alice, "a/waits", "delete")
