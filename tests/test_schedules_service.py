@@ -285,3 +285,114 @@ def test_the_workloads_list_filters_by_schedule(service, clock):
     none, _ = queries.workloads(service.engine.store, ALICE, {"schedule_id": ["none"]}, 100,
                                 False)
     assert [w.id for w in none] == [by_hand.id]
+
+
+# ---- an owner who left the team (issue 33 item 9) ------------------------------------------
+
+class FakeHub:
+    """The hub's API as HubMembership calls it: users' groups and role names."""
+
+    def __init__(self, groups: dict, roles: dict = None, group_roles: dict = None):
+        self.groups, self.roles, self.group_roles = groups, roles or {}, group_roles or {}
+        self.down = False
+
+    async def call(self, method, path):
+        from tornado import httpclient
+        if self.down:
+            raise OSError("connection refused")
+        path, _, query = path.partition("?")
+        if path == "/users":
+            return [] if "offset=0" not in query else [
+                {"name": u, "roles": self.roles.get(u, [])} for u in self.groups]
+        if path == "/groups":
+            return [] if "offset=0" not in query else [
+                {"name": g, "users": users, "roles": roles}
+                for g, (users, roles) in self.group_roles.items()]
+        user = path.rsplit("/", 1)[1]
+        if user not in self.groups:
+            raise httpclient.HTTPClientError(404)
+        return {"name": user, "groups": self.groups[user]}
+
+
+def loop_step(svc, membership):
+    """The service's schedule loop, once: the hub asked about due owners, then fire_due."""
+    import asyncio
+    asyncio.run(membership.refresh(svc.schedules.due_owners()))
+    return svc.schedules.fire_due()
+
+
+def run_loop(svc, clock, membership, until, step=20.0):
+    made = []
+    while clock.t < until:
+        clock.t = min(until, clock.t + step)
+        made += loop_step(svc, membership)
+    return made
+
+
+def test_a_schedule_whose_owner_left_the_team_pauses_and_tells_the_owner_and_leads(
+        service, clock):
+    from gpuspawner.service.membership import HubMembership
+    hub = FakeHub({"alice": ["team-a"], "lara": ["team-a"], "lou": []},
+                  roles={"lara": ["user", "gpuhub-lead-a"]},
+                  group_roles={"a-leads": (["lou"], ["gpuhub-lead-a"])})
+    membership = HubMembership(hub.call, "team-", "default")
+    service.schedules.membership = membership
+    sched = create(service)
+    assert len(run_loop(service, clock, membership, utc("2026-06-01T10:02:30"))) == 2
+    # alice leaves team a: the next firing pauses the schedule instead, once.
+    hub.groups["alice"] = []
+    assert run_loop(service, clock, membership, utc("2026-06-01T10:05:30")) == []
+    shown = schedule_view(service.schedules, service.schedules.get(ADMIN, sched.id))
+    assert shown["paused"] is True and shown["next_run_at"] is None
+    assert shown["last_error"] == "paused: alice is no longer in team a"
+    assert shown["last_error_at"] == "2026-06-01T10:03:10Z"
+    assert len(workloads_of(service, sched.id)) == 2
+    # The owner and the team's leads (by role, and by a group's role) are told, once each.
+    now = clock.t
+    told = {u: [n.message for n in queries.notices(service.engine.store, u, now)]
+            for u in ("alice", "lara", "lou")}
+    assert told["alice"] == [f"your schedule nightly ({sched.id}) of team a is paused: alice is "
+                             f"no longer in team a. It fires again once resumed."]
+    assert told["lara"] == told["lou"] == [
+        f"alice's schedule nightly ({sched.id}) of team a is paused: alice is no longer in "
+        f"team a. It fires again once resumed."]
+    with service.engine.store.session() as s:
+        (entry,) = s.scalars(select(AuditEntry).where(
+            AuditEntry.target == sched.id, AuditEntry.action == "schedule-auto-pause")).all()
+    assert entry.actor == f"schedule {sched.id}"
+    assert entry.detail == {"user": "alice", "team": "a", "reason": "alice is no longer in team a",
+                            "told": ["alice", "lara", "lou"]}
+    # Back in the team and resumed: it fires again, the pause's reason gone.
+    hub.groups["alice"] = ["team-a"]
+    resumed = service.schedules.resume(ALICE, sched.id)
+    assert resumed.last_error is None
+    (made,) = run_loop(service, clock, membership, utc("2026-06-01T10:06:30"))
+    assert made.name == "nightly-20260601T1006"
+
+
+@pytest.mark.parametrize("groups, team, reason", [
+    (["team-a"], "a", None),
+    (["team-a", "team-b"], "a", None),
+    ([], "a", "alice is no longer in team a"),
+    (["team-b", "gpuhub-admins"], "a", "alice is no longer in team a"),
+    (None, "a", "alice is no longer a user of the hub"),
+    # The default team is everyone in no other team.
+    ([], "default", None),
+    (["gpuhub-admins"], "default", None),
+    (["team-b"], "default", "alice is no longer in team default (now in team b)"),
+    (None, "default", "alice is no longer a user of the hub"),
+])
+def test_who_may_still_fire_a_schedule_of_a_team(groups, team, reason):
+    from gpuspawner.service.membership import why_refused
+    assert why_refused("alice", team, groups, "team-", "default") == reason
+
+
+def test_a_hub_that_does_not_answer_pauses_nothing(service, clock):
+    from gpuspawner.service.membership import HubMembership
+    hub = FakeHub({"alice": []})
+    hub.down = True  # not knowing is no refusal: the firings go ahead
+    membership = HubMembership(hub.call, "team-", "default")
+    service.schedules.membership = membership
+    sched = create(service)
+    assert len(run_loop(service, clock, membership, utc("2026-06-01T10:02:30"))) == 2
+    assert not service.schedules.get(ALICE, sched.id).paused

@@ -73,10 +73,11 @@ def roles() -> list[dict]:
          "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", SERVICE_ACCESS]},
         # Teams are groups (the admin panel creates them and changes their
         # members); servers are read to find notebook GPUs to release;
-        # tokens: each job gets its own user's token (JOB_TOKEN_SCOPES).
+        # tokens: each job gets its own user's token (JOB_TOKEN_SCOPES); role
+        # names find a team's leads (gpuhub-lead-<team>) to tell of a paused schedule.
         {"name": "gpuhub-service", "services": ["gpuhub"],
          "scopes": ["read:users", "admin:groups", "list:users", "list:groups", "read:servers",
-                    "tokens"]},
+                    "tokens", "read:roles:users", "read:roles:groups"]},
     ]
 
 

@@ -48,6 +48,7 @@ from ..backends.kubernetes.config import KubernetesJobs
 from .engine import Engine, EngineConfig
 from .launch import LocalNode
 from .hub_api import HubApi
+from .membership import HubMembership
 from .identity import Identity, identity_from_model
 from .kinds import KINDS
 from .states import HOLDING_STATES
@@ -594,6 +595,8 @@ class GpuHubService(Application):
                                  restart_cost_s=self.whatif_restart_cost)
         self.previews.recover()
         self.schedules = Schedules(self.engine, self.limits, self.schedule_late_grace)
+        self.schedules.membership = HubMembership(self.hub.call, self.team_group_prefix,
+                                                  self.default_team)
 
     def _listen(self) -> list[socket.socket]:
         """Bind the service's port, waiting up to ``bind_wait_seconds`` for a
@@ -852,6 +855,8 @@ class GpuHubService(Application):
     async def _schedule_loop(self) -> None:
         while True:
             try:
+                # owners of due schedules, asked of the hub again (they may have left)
+                await self.schedules.membership.refresh(self.schedules.due_owners())
                 self.schedules.fire_due()
             except Exception:
                 self.log.exception("firing schedules failed")

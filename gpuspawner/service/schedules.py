@@ -14,20 +14,26 @@ not yet handled; the loop (``fire_due``) handles those that are due:
   firing once (not once per missed firing), ``"skip"`` runs none;
 
 and then ``next_run_at`` moves to the first firing after now.
+
+Before a due firing, the owner's right to it is asked again (``membership``,
+the hub's word): an owner who left the schedule's team (or the hub) pauses
+the schedule instead, with the reason as its ``last_error`` ("paused: carol
+is no longer in team nlp"), a notice to the owner and the team's leads, and
+an audit entry.
 """
 from __future__ import annotations
 
 import datetime as dt
 import logging
 import secrets
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..scheduler import cron
-from ..store import FiringRow, ScheduleRow, WorkloadRow
+from ..store import FiringRow, NoticeRow, ScheduleRow, WorkloadRow
 from . import journal
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
@@ -38,6 +44,21 @@ log = logging.getLogger("gpuhub.schedules")
 UTC = dt.timezone.utc
 RECENT = 10
 CRON, CATCH_UP, MANUAL = "cron", "catch-up", "manual"
+PAUSED_NOTICE = "schedule-paused"
+# How long the owner's and leads' notices of an automatic pause stay up.
+PAUSED_NOTICE_SECONDS = 7 * 24 * 3600
+PAUSED_PREFIX = "paused: "
+
+
+class Membership(Protocol):
+    """Whether a schedule's owner may still fire it, as the hub says now."""
+
+    def refused(self, user: str, team: str) -> Optional[str]:
+        """Why ``user`` may no longer submit as ``team`` ("carol is no
+        longer in team nlp"); None when they may, or nobody knows."""
+
+    def leads(self, team: str) -> list[str]:
+        """The team's leads, to be told."""
 
 
 class Skipped(Exception):
@@ -71,6 +92,8 @@ class Schedules:
         self.engine = engine
         self.limits = limits
         self.late_grace = late_grace
+        # The service sets it (the hub's groups); without it, owners are not re-checked.
+        self.membership: Optional[Membership] = None
 
     @property
     def store(self):
@@ -165,6 +188,8 @@ class Schedules:
                 return row  # asked before: nothing new to record
             row.paused, row.updated_at = paused, now
             row.next_run_at = None if paused else next_run(row, now)
+            if not paused and (row.last_error or "").startswith(PAUSED_PREFIX):
+                row.last_error = row.last_error_at = None  # the automatic pause's reason
             journal.audit(s, now, who.name, "schedule-pause" if paused else "schedule-resume",
                           sid, {})
         return row
@@ -211,6 +236,10 @@ class Schedules:
         made = []
         for row in due:
             try:
+                why = self.membership.refused(row.user, row.team) if self.membership else None
+                if why:
+                    self._pause_for(row, why, now)
+                    continue
                 wl = self._fire_due(row, now)
             except Skipped:
                 continue
@@ -220,6 +249,35 @@ class Schedules:
             if wl is not None:
                 made.append(wl)
         return made
+
+    def due_owners(self) -> set[tuple[str, str]]:
+        """(user, team) of the schedules due now: whom ``membership`` is asked about."""
+        now = self.engine.clock()
+        with self.store.session() as s:
+            return {(user, team) for user, team in s.execute(
+                select(ScheduleRow.user, ScheduleRow.team).where(
+                    ScheduleRow.paused.is_(False), ScheduleRow.next_run_at <= now))}
+
+    def _pause_for(self, row: ScheduleRow, why: str, now: float) -> None:
+        """Pause a schedule whose owner may no longer fire it; tell the owner
+        and the team's leads (a notice each), audited."""
+        told = list(dict.fromkeys([row.user, *self.membership.leads(row.team)]))
+        with self.store.transaction() as s:
+            sched = s.get(ScheduleRow, row.id)
+            if sched is None or sched.paused:
+                return
+            sched.paused, sched.next_run_at, sched.updated_at = True, None, now
+            sched.last_error, sched.last_error_at = PAUSED_PREFIX + why, now
+            for user in told:
+                whose = "your schedule" if user == row.user else f"{row.user}'s schedule"
+                s.add(NoticeRow(user=user, kind=PAUSED_NOTICE, created_at=now,
+                                expires_at=now + PAUSED_NOTICE_SECONDS,
+                                message=f"{whose} {row.name} ({row.id}) of team {row.team} is "
+                                        f"paused: {why}. It fires again once resumed.",
+                                data={"schedule_id": row.id, "team": row.team}))
+            journal.audit(s, now, f"schedule {row.id}", "schedule-auto-pause", row.id,
+                          {"user": row.user, "team": row.team, "reason": why, "told": told})
+        log.warning("schedule %s paused: %s", row.id, why)
 
     def _fire_due(self, row: ScheduleRow, now: float) -> Optional[WorkloadRow]:
         c, tz = cron.parse(row.cron), cron.zone(row.timezone)
