@@ -29,6 +29,7 @@ from ..backends.slurm import SlurmBackend
 from ..hub.lifeline import exit_with_parent
 from ..inventory import Inventory
 from ..isolation import identity
+from .db_exposure import exposure_warning
 from ..isolation.cgroups import GpuEnforcement
 from ..isolation.identity import HubIdentity
 from ..isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS
@@ -544,6 +545,7 @@ class GpuHubService(Application):
         self.backend_names = list(dict.fromkeys(self.backends or [self.backend]))
         self.slurm = SlurmBackend(parent=self) if "slurm" in self.backend_names else None
         accounts = self._accounts(self.slurm)
+        self.database_warnings = self._database_warnings()
         self.sockets = self._listen()
         self.store = open_store(self.db_url, self.log)
         if accounts is not None:
@@ -740,6 +742,16 @@ class GpuHubService(Application):
                                    lending_limit=q.get("lending_limit")))
 
     users_isolated: Optional[bool] = None  # set at start (_accounts)
+    database_warnings: list[str] = []  # set at start (_database_warnings)
+
+    def _database_warnings(self) -> list[str]:
+        """A database every local account can log in to as a superuser
+        (db_exposure.py), said at start: the log, /health, the admin panel."""
+        warning = exposure_warning(self.db_url, self.users_isolated)
+        if warning is None:
+            return []
+        self.log.warning("GPU Hub: %s", warning)
+        return [warning]
 
     def isolation_notices(self) -> list[str]:
         """What the admin panel warns of on every page: isolation this
@@ -750,7 +762,7 @@ class GpuHubService(Application):
                            f"the service's own account (uid {os.geteuid()}) and can read the "
                            "others' files and the data directory. Run the hub as root to give "
                            "each user a system account.")
-        return notices
+        return notices + self.database_warnings
 
     # ---- used by handlers ------------------------------------------------
     @property

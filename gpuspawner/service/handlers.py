@@ -630,4 +630,5 @@ class HealthHandler(JSONErrors):
         # isolated hub from one that only says so.
         gpuhub = self.settings["gpuhub"]
         self.finish(json.dumps({"status": "ok", **gpuhub.enforcement_report(),
-                                "users_isolated": gpuhub.users_isolated}))
+                                "users_isolated": gpuhub.users_isolated,
+                                "database_warnings": gpuhub.database_warnings}))
