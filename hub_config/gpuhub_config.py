@@ -28,3 +28,12 @@ if os.path.exists(initial):
         c.GpuHubService.teams = json.load(f).get("teams", {})
 
 c.GpuHubService.default_grace_period = 30
+
+# GPU sharing (docs/gpus.md, "Sharing a GPU"): several notebooks or jobs on
+# one GPU, each GPU of a pool in N slots. `gpuhub up --gpu-sharing default=4`
+# sets it for this host's pool "default" (GPUHUB_GPU_SHARING); or here:
+# c.GpuHubService.gpu_sharing = {"default": {"share_units": 4}}
+if os.environ.get("GPUHUB_GPU_SHARING"):
+    c.GpuHubService.gpu_sharing = {
+        pool: {"share_units": int(units)}
+        for pool, units in (p.split("=") for p in os.environ["GPUHUB_GPU_SHARING"].split(","))}

@@ -75,6 +75,8 @@ gpuhub.configure(c, service={
     "environment": {"GPUHUB_DATA_DIR": data_dir,
                     "GPUHUB_DB_URL": os.environ.get("GPUHUB_DB_URL", ""),
                     "GPUHUB_ACCOUNT_PREFIX": account_prefix,
+                    # `gpuhub up --gpu-sharing POOL=N` (gpuhub_config.py reads it)
+                    "GPUHUB_GPU_SHARING": os.environ.get("GPUHUB_GPU_SHARING", ""),
                     identity.ENV: hub_tag},
 }, service_api=f"http://127.0.0.1:{service_port}/services/gpuhub/api/v1",
     spawner_token=spawner_token)

@@ -20,21 +20,87 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
+import sys
+import tempfile
 import time
 
 from jupyterhub.app import JupyterHub
 from jupyterhub.objects import Server
+from jupyterhub.services.service import Service
 from jupyterhub.utils import AnyTimeoutError
+from traitlets import Integer
 
 from ..exit_now import exit_now
+from . import exit_reason
 
 # Seconds a managed service has to exit on SIGTERM (it takes well under one).
 SERVICE_TERM_TIMEOUT = 5.0
 
 
 class GpuHubApp(JupyterHub):
-    """JupyterHub whose shutdown stops servers before services."""
+    """JupyterHub whose shutdown stops servers before services, and that
+    stops (its proxy included) when a managed service cannot start."""
+
+    service_start_retries = Integer(2, help="""
+        How often a managed service (the scheduler service, the culler) that
+        exits while the hub starts is started again before the hub gives
+        up: it then stops everything it started, the proxy included, prints
+        the service's last error and exits with status 1 (JupyterHub would
+        restart it at every exit, or exit leaving the proxy running).
+        Once a service has started, it is restarted whenever it exits, as
+        JupyterHub does.
+        """).tag(config=True)
+
+    _reasons_dir = None  # where managed services write why they exited
+
+    async def start_service(self, service_name, service, ssl_context=None):
+        """JupyterHub's, with a bounded number of starts: see
+        ``service_start_retries``."""
+        if not service.managed:
+            return await super().start_service(service_name, service, ssl_context)
+        if self._reasons_dir is None:
+            self._reasons_dir = tempfile.mkdtemp(prefix="gpuhub-services-")
+        reason_file = os.path.join(self._reasons_dir, service_name)
+        service.environment = {**service.environment, exit_reason.ENV: reason_file}
+        started = False
+
+        def proc_stopped():
+            # JupyterHub restarts a service at every exit; while the hub
+            # starts, the loop below decides.
+            if started:
+                Service._proc_stopped(service)
+        service._proc_stopped = proc_stopped
+        status = None
+        for attempt in range(1 + max(0, self.service_start_retries)):
+            if await super().start_service(service_name, service, ssl_context):
+                started = True
+                return True
+            service.spawner.stop_polling()
+            status = await service.spawner.poll()
+            if status is None:
+                break  # up but not answering: no use starting it again
+            if attempt < self.service_start_retries:
+                self.log.error("Service %s exited with status %s while the hub starts; "
+                               "starting it again (%d of %d)", service_name, status,
+                               attempt + 1, self.service_start_retries)
+        await self._give_up(service_name, status, exit_reason.read(reason_file))
+        return False
+
+    async def _give_up(self, name, status, reason) -> None:
+        """Stop what was started (services, servers, the proxy) and say why;
+        JupyterHub's start then exits with status 1."""
+        why = reason or (f"it exited with status {status}" if status is not None
+                         else f"it did not answer within {self._service_map[name].timeout} s")
+        self.log.critical("Service %s could not start: %s. Stopping the hub.", name, why)
+        await self.cleanup()
+        proxy = getattr(self.proxy, "proxy_process", None)
+        deadline = time.monotonic() + SERVICE_TERM_TIMEOUT
+        while proxy is not None and proxy.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # its last words before ours
+        print(f"\nGPU Hub stopped: the {name} service could not start: {why}",
+              file=sys.stderr, flush=True)
 
     async def shutdown_cancel_tasks(self, sig=None):
         for pc in self._periodic_callbacks.values():
@@ -57,6 +123,8 @@ class GpuHubApp(JupyterHub):
         for result in await asyncio.gather(*(s.stop() for s in managed), return_exceptions=True):
             if isinstance(result, Exception):
                 self.log.error("Failed to stop a service: %s", result)
+        if self._reasons_dir:
+            shutil.rmtree(self._reasons_dir, ignore_errors=True)
         await super().cleanup()
 
     async def _terminate(self, services) -> None:

@@ -9,6 +9,7 @@ nothing): one that cannot be stops the start before anything runs.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
@@ -134,6 +135,8 @@ def up(args) -> int:
                GPUHUB_IP=args.ip)
     if args.db_url:
         env["GPUHUB_DB_URL"] = args.db_url
+    if args.gpu_sharing:  # hub_config/gpuhub_config.py reads it
+        env["GPUHUB_GPU_SHARING"] = ",".join(args.gpu_sharing)
     # JupyterHub, with a shutdown that releases the notebooks' GPUs (app.py).
     argv = [sys.executable, "-m", "gpuspawner.hub.app", "-f", HUB_CONFIG]
     os.chdir(data_dir)
@@ -155,4 +158,21 @@ def add_parser(sub) -> None:
                         "start, or added to an existing data directory)")
     p.add_argument("--demo-pool", default="default", help="pool of the demo teams' quotas")
     p.add_argument("--db-url", default="", help="scheduler database (default SQLite in data dir)")
+    p.add_argument("--gpu-sharing", metavar="POOL=N", type=sharing_arg, action="append",
+                   default=[], help="let notebooks and jobs share each GPU of POOL in N slots "
+                   "(2, 4, 8 or 16), e.g. default=4; repeat for more pools (docs/gpus.md, "
+                   "'Sharing a GPU'). Sets GpuHubService.gpu_sharing unless GPUHUB_CONFIG "
+                   "names a config of one's own")
     p.set_defaults(func=up)
+
+
+SHARE_UNITS = (2, 4, 8, 16)
+
+
+def sharing_arg(text: str) -> str:
+    """``--gpu-sharing POOL=N`` checked (the pool is the service's to check)."""
+    pool, _, units = text.partition("=")
+    if not pool or not units.isdigit() or int(units) not in SHARE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: POOL=N with N one of {', '.join(map(str, SHARE_UNITS))} (e.g. default=4)")
+    return f"{pool}={int(units)}"
