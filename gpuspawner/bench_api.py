@@ -104,8 +104,10 @@ def is_loopback(url: str) -> bool:
 class _Runner:
     """N requests over C threads, one Session per thread (closed at the end)."""
 
-    def __init__(self, token: str, concurrency: int, timeout: float = 30.0):
+    def __init__(self, token: str, concurrency: int, timeout: float = 30.0,
+                 headers: Optional[dict] = None):
         self.token = token
+        self.headers = headers or {}
         self.concurrency = max(1, concurrency)
         self.timeout = timeout
         self.local = threading.local()
@@ -117,6 +119,7 @@ class _Runner:
         if s is None:
             s = requests.Session()
             s.headers["Authorization"] = f"token {self.token}"
+            s.headers.update(self.headers)
             adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=1)
             s.mount("http://", adapter)
             s.mount("https://", adapter)
@@ -163,9 +166,11 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
 
 
 def measure(token: str, concurrency: int, plan, n: int,
-            progress: Optional[Callable[[dict], None]] = None) -> list[dict]:
-    """One row per (name, method, url, expected status, body) of ``plan``."""
-    runner = _Runner(token, concurrency)
+            progress: Optional[Callable[[dict], None]] = None,
+            headers: Optional[dict] = None) -> list[dict]:
+    """One row per (name, method, url, expected status, body) of ``plan``
+    (``headers``: sent with every request, besides the token)."""
+    runner = _Runner(token, concurrency, headers=headers)
     rows = []
     try:
         with ThreadPoolExecutor(max_workers=runner.concurrency) as pool:

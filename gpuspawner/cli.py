@@ -346,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_api(bench)
     bench.add_argument("--serving-concurrency", type=int, nargs="+", default=[1, 16, 64],
                        help="bench serving: client threads per row (default 1 16 64)")
+    bench.add_argument("--model-ms", type=float, default=0.0,
+                       help="bench serving: serve a predictor that takes this many ms per "
+                            "batch instead of the iris classifier (default 0: iris)")
     bench.add_argument("--sweep-tasks", type=int, default=2000,
                        help="bench sweeps: tasks in the sweep (default 2000)")
     bench.add_argument("--sweeps-db-url",

@@ -39,7 +39,7 @@ SERVING = {"name": "iris", "revision": 2, "server": server_settings(41000), "mod
 
 def replica_spec(**kw):
     base = dict(workload_id="wdeadbeef01", attempt=0, argv=("python", "-m", "mlserver"),
-                serving=SERVING, priority="production", gpus_per_node=1,
+                serving=SERVING, env={"GPUHUB_REPLICA_KEY": "k" * 64}, priority="production", gpus_per_node=1,
                 placement=(("gpu-1", (3,)),))
     base.update(kw)
     return spec(**base)
@@ -59,10 +59,16 @@ def test_a_replica_is_a_pinned_deployment_with_its_settings_in_a_config_map():
     assert pod["restartPolicy"] == "Always"
     assert d["selector"]["matchLabels"].items() <= d["template"]["metadata"]["labels"].items()
     [c] = pod["containers"]
-    assert c["command"] == ["python3", "-m", "mlserver.cli.main", "start", SETTINGS_MOUNT]
+    assert c["command"] == ["python3", "-m", "gpuspawner.serving.mlserver_guarded", SETTINGS_MOUNT]
+    # only the guarded HTTP port: no gRPC or metrics server to reach around it
+    assert [p["containerPort"] for p in c["ports"]] == [REPLICA_PORT]
     assert c["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     # ready when the model is (as the router counts it), not merely the server
-    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/models/iris/ready", "port": "http"}
+    # ...and the probes carry the replica's key, as the router does
+    key = [{"name": "X-GpuHub-Replica-Key", "value": "k" * 64}]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/models/iris/ready", "port": "http",
+                                              "httpHeaders": key}
+    assert c["livenessProbe"]["httpGet"]["httpHeaders"] == key
     assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["gpu-1"]
     # MLServer finds model/model-settings.json under the settings folder
@@ -317,8 +323,10 @@ class Cluster(ThreadedApiServer):
             json.dump(server, f)
         with open(os.path.join(folder, "model", "model-settings.json"), "w") as f:
             f.write(data["model-settings.json"])
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        env = {**os.environ, **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
         self.servers[name] = subprocess.Popen(
-            [sys.executable, "-m", "mlserver.cli.main", "start", folder], start_new_session=True,
+            [sys.executable, *container["command"][1:-1], folder], start_new_session=True, env=env,
             stdout=open(os.path.join(folder, "log"), "w"), stderr=subprocess.STDOUT)
         template = deployment["spec"]["template"]
         self.objects[("Pod", ns, f"{name}-0")] = {

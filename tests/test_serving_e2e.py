@@ -11,6 +11,8 @@ import os
 import re
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -21,6 +23,7 @@ import requests
 from gpuspawner.service.app import service_routes
 from gpuspawner.service.endpoints import EndpointHandler
 from gpuspawner.service.handlers import allowed_methods
+from gpuspawner.serving.guard import ReplicaKeys
 from hub_harness import Hub, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -479,9 +482,12 @@ def test_a_replica_whose_model_is_unloaded_is_not_ready_and_is_replaced(hub):
         with open(os.path.join(alice.workload(wid)["working_dir"], "settings.json")) as f:
             return f"http://127.0.0.1:{json.load(f)['http_port']}"
 
+    keys = ReplicaKeys(hub.data_dir)  # the service's secret: root reads it, as the service
+
     def serving(wid):
         try:
-            answer = requests.get(f"{address(wid)}/v2/models/iris/ready", timeout=5)
+            answer = requests.get(f"{address(wid)}/v2/models/iris/ready", timeout=5,
+                                  headers=keys.headers(wid, alice.workload(wid)["attempt"]))
             return answer.status_code == 200
         except requests.RequestException:
             return False
@@ -492,10 +498,13 @@ def test_a_replica_whose_model_is_unloaded_is_not_ready_and_is_replaced(hub):
         revs = alice.get("/deployments/a/iris").json()["revisions"]
         return {r["number"]: r["ready_replicas"] for r in revs}[rev["number"]]
     before = ready_replicas()
-    # What the router no longer lets a client do, done on the replica itself:
-    # the server stays up and says it is ready, its model is gone.
-    assert requests.post(f"{replica}/v2/repository/models/iris/unload", timeout=30).ok
-    assert requests.get(f"{replica}/v2/health/ready", timeout=10).status_code == 200
+    # What neither the router nor the replica lets anyone but the service do
+    # (its admin key), done on the replica itself: the server stays up and
+    # says it is ready, its model is gone.
+    assert requests.post(f"{replica}/v2/repository/models/iris/unload", timeout=30,
+                         headers=keys.admin_headers(wid, attempt)).ok
+    assert requests.get(f"{replica}/v2/health/ready", timeout=10,
+                        headers=keys.headers(wid, attempt)).status_code == 200
     wait_for(lambda: ready_replicas() == before - 1,
              "the replica without its model counted not ready", 30)
     # ...and, not ready for UNREADY_SECONDS, it is stopped and placed again
@@ -506,6 +515,87 @@ def test_a_replica_whose_model_is_unloaded_is_not_ready_and_is_replaced(hub):
     assert ended["ended_at"] and f"not ready for {UNREADY_SECONDS} s" in ended["reason"], ended
     wait_for(lambda: ready_replicas() == before, "the replacement ready", 120)
     assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
+
+
+# Run by bob (team b, not alice's) in his own job, or by any other account:
+# everything it can try on a replica of alice's, given its port (any account
+# can find it with ss -ltn).
+ATTACK = r"""
+import json, socket, sys, urllib.error, urllib.request
+port, secret = int(sys.argv[1]), sys.argv[2]
+body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                               "data": [5.1, 3.5, 1.4, 0.2]}]}).encode()
+def post(path, headers):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST",
+                                 headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+out = {}
+for name, headers in [("no key", {}), ("guessed key", {"X-GpuHub-Replica-Key": "0" * 64})]:
+    out["infer, " + name] = post("/v2/models/iris/infer", headers)
+    out["unload, " + name] = post("/v2/repository/models/iris/unload", headers)
+for offset, server in ((1, "gRPC"), (2, "metrics")):
+    with socket.socket() as s:
+        out[server + " port"] = "refused" if s.connect_ex(("127.0.0.1", port + offset)) else "open"
+try:
+    open(secret).read()
+    out["service's replica secret"] = "read"
+except OSError as e:
+    out["service's replica secret"] = type(e).__name__
+print("RESULT " + json.dumps(out))
+"""
+
+
+def attack_from(hub: Hub, where: str, port: int) -> str:
+    """What ATTACK prints, run by another team's user (bob's job) or by any
+    other account on the host (a shell of ``nobody``)."""
+    argv = [sys.executable, "-c", ATTACK, str(port), os.path.join(hub.data_dir, "replica-secret")]
+    if where == "shell":
+        done = subprocess.run(argv, user="nobody", group="nogroup", extra_groups=[], cwd="/",
+                              env={"PATH": os.environ["PATH"]}, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    bob = hub.client("bob")
+    w = bob.submit(command=argv, gpus=0, name="probe-replica")
+    done = bob.wait(w["id"], ("succeeded", "failed"), 120)
+    log = bob.get(f"/workloads/{w['id']}/logs").text
+    assert done["state"] == "succeeded", log
+    return log
+
+
+@pytest.mark.parametrize("where", ["job", "shell"])
+def test_no_one_but_the_router_reaches_a_replica(hub, where):
+    alice = hub.client("alice")
+    d = ready(hub, "iris")
+    [rev] = [r for r in d["revisions"] if r["number"] == d["stable_revision"]]
+
+    def port_of(wid):
+        with open(os.path.join(alice.workload(wid)["working_dir"], "settings.json")) as f:
+            return json.load(f)["http_port"]
+
+    def listening(port):
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    port = next(p for p in map(port_of, rev["replicas"]) if listening(p))
+    [line] = [ln for ln in attack_from(hub, where, port).splitlines()
+              if ln.startswith("RESULT ")]
+    assert json.loads(line[len("RESULT "):]) == {
+        "infer, no key": 401, "unload, no key": 401,
+        "infer, guessed key": 401, "unload, guessed key": 401,
+        "gRPC port": "refused", "metrics port": "refused",
+        "service's replica secret": "PermissionError"}
+    # bob's token on the router: not his team's endpoint; alice's: served, and
+    # the model is still loaded (no unload got through)
+    assert call(hub, endpoint(hub, "iris"), infer_body(), user="bob").status_code == 404
+    assert call(hub, endpoint(hub, "iris"), infer_body()).status_code == 200
+    revisions = alice.get("/deployments/a/iris").json()["revisions"]
+    assert [r["ready_replicas"] for r in revisions if r["number"] == rev["number"]] >= [1]
 
 
 def test_gpu_deployment_scale_up_is_held_to_nominal_quota(hub):

@@ -241,7 +241,8 @@ class EndpointHandler(APIHandler):
             try:
                 async with self.ctl.session.request(self.request.method,
                                                     URL(f"{replica.url}/{path}", encoded=True),
-                                                    data=body, headers=headers) as resp:
+                                                    data=body,
+                                                    headers={**headers, **replica.headers}) as resp:
                     status, answer = resp.status, await resp.read()
                     content_type = resp.headers.get("Content-Type", "application/json")
             except (OSError, aiohttp.ClientError, asyncio.TimeoutError):

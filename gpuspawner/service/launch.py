@@ -15,6 +15,7 @@ from ..backends.base import LaunchSpec
 from ..isolation.accounts import AccountError
 from ..isolation.resources import from_spec as resources_of
 from ..scheduler.model import Node
+from ..serving.guard import ReplicaKeys
 from ..store import Attempt, WorkloadRow
 from .errors import Forbidden
 from .rebuild import placement_from_json
@@ -62,6 +63,7 @@ class Launcher:
         self.workspace_root = workspace_root
         self.default_grace_period = default_grace_period
         self.prepare_workspace = prepare_workspace
+        self.replica_keys = ReplicaKeys(data_dir)  # a replica answers only its key's holder
         # pool -> how it shares its GPUs (Engine.pool_sharing), for a share's env.
         self.pool_sharing: Callable = lambda pool: None
         # (row, attempt dir) -> what holds a running share (share_enforce.decide).
@@ -137,6 +139,8 @@ class Launcher:
         attempt_dir = self.attempt_dir(row.id, row.attempt)
         env = {**(spec.get("env") or {}), "GPUHUB_USER": row.user, "GPUHUB_TEAM": row.team,
                "GPUHUB_PROJECT": row.project, "GPUHUB_POOL": row.pool}
+        if spec.get("serving"):
+            env.update(self.replica_keys.env(row.id, row.attempt))
         if row.gpu_share:
             env.update(share_env(row.gpu_share, self.pool_sharing(row.pool)))
             enforced = self.share_enforcement(row, attempt_dir)

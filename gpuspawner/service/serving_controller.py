@@ -28,6 +28,7 @@ from tornado import httpclient
 from ..isolation.accounts import passages
 from ..scheduler.model import DEPLOYMENT
 from ..serving.autoscale import ScalePolicy, desired_replicas, split
+from ..serving.guard import ReplicaKeys
 from ..serving.ports import ports_below_ephemeral
 from ..serving.replica import (model_ready_path, model_settings, server_settings,
                                write_replica_dir)
@@ -57,6 +58,8 @@ class Replica:
     in_flight: int = 0
     # When the probe last found it ready (None: not yet, in this service).
     last_ready: Optional[float] = None
+    # The replica's key (serving/guard.py): without it, it answers 401.
+    headers: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -75,6 +78,7 @@ class ServingController:
     def __init__(self, engine: Engine, clock=time.time, unready_seconds: float = 30.0):
         self.engine = engine
         self.deployments = Deployments(engine)
+        self.keys = ReplicaKeys(engine.config.data_dir)
         self.clock = clock
         # A replica that served and then stays not ready this long (its
         # model was unloaded, its runtime wedged) is replaced; 0: never.
@@ -214,7 +218,8 @@ class ServingController:
                     self.replicas[wid] = Replica(wid, row.spec["deployment"],
                                                  row.spec["revision"], f"http://{address}",
                                                  attempt=row.attempt,
-                                                 model=row.spec["serving"]["name"])
+                                                 model=row.spec["serving"]["name"],
+                                                 headers=self.keys.headers(wid, row.attempt))
 
     def _scale(self, dep: DeploymentRow, revisions: dict, by_rev: dict, now: float) -> None:
         load = self.load_of(dep.id)
@@ -329,7 +334,7 @@ class ServingController:
         to answer keeps its state; any other answer, or none, is not ready."""
         async def probe(r: Replica) -> None:
             try:
-                resp = await self.http.fetch(r.url + model_ready_path(r.model),
+                resp = await self.http.fetch(r.url + model_ready_path(r.model), headers=r.headers,
                                              request_timeout=1.0, raise_error=False)
                 r.ready = resp.code == 200
             except httpclient.HTTPClientError:  # 599: it timed out

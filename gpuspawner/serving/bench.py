@@ -31,6 +31,7 @@ import requests
 
 from ..bench_api import measure, start_temporary_hub
 from ..client import GpuHubError
+from .guard import ReplicaKeys
 
 BODY = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
                     "data": [5.1, 3.5, 1.4, 0.2]}]}
@@ -44,6 +45,26 @@ def _train(path: str) -> None:
     joblib.dump(LogisticRegression(max_iter=1000).fit(X, y), os.path.join(path, "model.joblib"))
 
 
+# The ~10 ms model (``--model-ms``): a predictor that holds MLServer as a
+# synchronous model does (a GPU call or CPU work), here for a fixed time.
+SLOW_PREDICTOR = """import time
+
+import numpy as np
+
+
+class Model:
+    def predict(self, x):
+        time.sleep({seconds!r})
+        return np.zeros(len(x))
+"""
+
+
+def _write_slow(path: str, model_ms: float) -> None:
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "predictor.py"), "w") as f:
+        f.write(SLOW_PREDICTOR.format(seconds=model_ms / 1000))
+
+
 def _wait_ready(api: str, token: str, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -55,20 +76,33 @@ def _wait_ready(api: str, token: str, timeout: float = 180) -> None:
     raise GpuHubError("the deployment did not become ready")
 
 
-def run(requests_per_row: int = 400, concurrencies=(1, 16, 64), progress=None) -> list[dict]:
+def run(requests_per_row: int = 400, concurrencies=(1, 16, 64), progress=None,
+        model_ms: float = 0.0) -> list[dict]:
+    """``model_ms`` > 0: the model is a predictor that takes that long per
+    batch instead of the (sub-millisecond) iris classifier."""
     with tempfile.TemporaryDirectory(prefix="gpuhub-bench-serving-") as tmp:
         hub = start_temporary_hub(tmp)
         try:
             token = hub.token("bench")
-            _train(os.path.join(hub.data_dir, "workspaces", "bench", "models", "iris"))
+            model_dir = os.path.join(hub.data_dir, "workspaces", "bench", "models", "iris")
+            spec = {"name": "iris", "model_dir": "models/iris"}
+            if model_ms > 0:
+                _write_slow(model_dir, model_ms)
+                spec["runtime"] = "predictor"
+            else:
+                _train(model_dir)
             r = requests.post(f"{hub.api}/deployments", headers={"Authorization": f"token {token}"},
-                              json={"name": "iris", "model_dir": "models/iris"}, timeout=30)
+                              json=spec, timeout=30)
             if r.status_code != 201:
                 raise GpuHubError(f"deploy failed: {r.text}")
             _wait_ready(hub.api, token)
             [settings] = glob.glob(os.path.join(hub.data_dir, "deployments", "bench", "iris",
                                                 "r1", "*", "settings.json"))
             port = json.load(open(settings))["http_port"]
+            # Direct calls need the replica's key, as the router's do (guard.py);
+            # root reads the service's secret.
+            wid = os.path.basename(os.path.dirname(settings))
+            key = ReplicaKeys(hub.data_dir).headers(wid, 0)
             path = "services/gpuhub/endpoints/bench/iris/v2/models/iris/infer"
             targets = [("direct (MLServer)", f"http://127.0.0.1:{port}/v2/models/iris/infer"),
                        # the service's own port: the router without the proxy's hop
@@ -83,7 +117,8 @@ def run(requests_per_row: int = 400, concurrencies=(1, 16, 64), progress=None) -
             for c in concurrencies:
                 for name, url in targets:
                     before = {k: cpu_seconds(p) for k, p in processes.items()}
-                    [row] = measure(token, c, [(name, "POST", url, 200, BODY)], requests_per_row)
+                    [row] = measure(token, c, [(name, "POST", url, 200, BODY)], requests_per_row,
+                                    headers=key)
                     for k, pids in processes.items():
                         row[f"{k}_cpu_ms"] = round(
                             (cpu_seconds(pids) - before[k]) * 1000 / requests_per_row, 2)
@@ -167,7 +202,7 @@ def cmd_bench_serving(args) -> int:
     try:
         if not args.json:
             print("starting a temporary hub and a deployment ...", file=sys.stderr, flush=True)
-        rows = run(args.requests, tuple(args.serving_concurrency), progress)
+        rows = run(args.requests, tuple(args.serving_concurrency), progress, args.model_ms)
     except GpuHubError as e:
         print(f"gpuhub bench serving: {e}", file=sys.stderr)
         return 1
@@ -175,7 +210,9 @@ def cmd_bench_serving(args) -> int:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
     else:
-        print(f"model serving, {args.requests} inference requests per row (iris, 1 row of 4 "
-              f"features), one MLServer replica")
+        model = (f"a predictor that takes {args.model_ms:g} ms" if args.model_ms > 0
+                 else "iris, 1 row of 4 features")
+        print(f"model serving, {args.requests} inference requests per row ({model}), "
+              f"one MLServer replica")
         print(format_rows(rows))
     return 1 if any(r["errors"] for r in rows) else 0

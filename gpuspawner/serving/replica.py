@@ -35,11 +35,12 @@ def model_ready_path(name: str) -> str:
 
 
 def server_settings(http_port: int) -> dict:
-    # gRPC and the metrics server get ports next to the HTTP one; the service
-    # picks three free ports in a row.
+    # Only the HTTP server listens (mlserver_guarded starts no gRPC or
+    # metrics server: the replica's guard covers HTTP only). The ports next to
+    # it stay reserved, as the service picks three free ports in a row.
     return {"http_port": http_port, "grpc_port": http_port + 1, "metrics_port": http_port + 2,
-            "host": "127.0.0.1", "parallel_workers": 0, "debug": False,
-            "load_models_at_startup": True}
+            "metrics_endpoint": None, "host": "127.0.0.1", "parallel_workers": 0,
+            "debug": False, "load_models_at_startup": True}
 
 
 def bind_to(path: str, host: str) -> None:
@@ -57,10 +58,11 @@ def bind_to(path: str, host: str) -> None:
 
 
 def write_replica_dir(path: str, model: dict, server: dict) -> list[str]:
-    """Write the settings into ``path``; returns the command that serves them."""
+    """Write the settings into ``path``; returns the command that serves them
+    (MLServer behind the replica's guard, which needs ``guard.KEY_ENV``)."""
     os.makedirs(os.path.join(path, "model"), exist_ok=True)
     with open(os.path.join(path, "settings.json"), "w") as f:
         json.dump(server, f, indent=2)
     with open(os.path.join(path, "model", "model-settings.json"), "w") as f:
         json.dump(model, f, indent=2)
-    return [sys.executable, "-m", "mlserver.cli.main", "start", path]
+    return [sys.executable, "-m", "gpuspawner.serving.mlserver_guarded", path]

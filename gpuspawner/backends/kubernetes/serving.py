@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from ...serving.guard import KEY_ENV, KEY_HEADER
 from ...serving.replica import model_ready_path
 from .labels import label_value
 from ..base import EXITED, LOST, STOPPED, AttemptExit, LaunchSpec
@@ -75,16 +76,18 @@ def replica_manifests(spec: LaunchSpec, s: KubeSettings) -> list[dict]:
     pod = job["spec"]["template"]["spec"]
     pod["restartPolicy"] = "Always"
     container = pod["containers"][0]
+    # The kubelet's probes carry the replica's key like the router does
+    # (serving/guard.py): the pod answers nothing else.
+    key = [{"name": KEY_HEADER, "value": spec.env.get(KEY_ENV, "")}]
     container.update(
         name="mlserver",
-        command=["python3", "-m", "mlserver.cli.main", "start", SETTINGS_MOUNT],
-        ports=[{"name": "http", "containerPort": REPLICA_PORT},
-               {"name": "grpc", "containerPort": REPLICA_PORT + 1},
-               {"name": "metrics", "containerPort": REPLICA_PORT + 2}],
+        command=["python3", "-m", "gpuspawner.serving.mlserver_guarded", SETTINGS_MOUNT],
+        ports=[{"name": "http", "containerPort": REPLICA_PORT}],
         readinessProbe={"httpGet": {"path": model_ready_path(spec.serving["name"]),
-                                    "port": "http"},
+                                    "port": "http", "httpHeaders": key},
                         "periodSeconds": 2, "failureThreshold": 2},
-        livenessProbe={"httpGet": {"path": "/v2/health/live", "port": "http"},
+        livenessProbe={"httpGet": {"path": "/v2/health/live", "port": "http",
+                                   "httpHeaders": key},
                        "initialDelaySeconds": 30, "periodSeconds": 10, "failureThreshold": 3})
     container.pop("workingDir", None)
     container.setdefault("volumeMounts", []).append(
