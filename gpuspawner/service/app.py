@@ -450,6 +450,20 @@ class GpuHubService(Application):
         Each token is checked with the hub at most once per period.
         """).tag(config=True)
 
+    job_token_max_follow_ups = Integer(10, help="""
+        How many follow-up jobs one attempt of a job may submit with its own
+        token (``GPUHUB_TOKEN``; pipelines submit their next steps so). Counted
+        in the database: each follow-up's spec records the attempt that
+        submitted it. A job's token can do nothing else but read its own
+        workload and its follow-ups (service/job_scope.py).
+        """).tag(config=True)
+
+    job_token_max_pipeline = Integer(100, help="""
+        How many follow-ups a pipeline may hold in all: follow-ups of
+        follow-ups count against the job that began it, so jobs that each
+        submit their limit cannot multiply without bound.
+        """).tag(config=True)
+
     hub_watch_interval = Float(1.0, help="""
         Seconds between checks that the hub that started this service is still
         there. A hub killed without stopping its services (``kill -9``) leaves

@@ -3,6 +3,7 @@ errors to status codes. No scheduling logic lives here."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -17,7 +18,7 @@ from tornado.iostream import StreamClosedError
 from ..safefiles import read_own
 from ..scheduler.model import Quota
 from ..store import Attempt, WorkloadRow
-from . import operations, queries, share_enforce, views
+from . import env_access, job_scope, operations, queries, share_enforce, views
 from .accounting import to_csv
 from .errors import Conflict, Forbidden, NotFound
 from .identity import Identity
@@ -145,6 +146,11 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
         if self.identity.invoke_only and not self.invoke_route:
             raise web.HTTPError(403, INVOKE_ONLY_REFUSAL)
+        job = await self.gpuhub.hub.job_of_token(self._hub_auth_user_cache)
+        if job is not None:  # a job's own token: only what job_scope.ALLOWED lets it
+            self.identity = dataclasses.replace(self.identity, job=job)
+            job_scope.check(self.engine.store, job, self.identity.name, self.request.method,
+                            type(self), self.path_args)
 
     def json_body(self) -> Any:
         return parse_json_body(self.request.body)
@@ -214,10 +220,11 @@ class MeHandler(APIHandler):
                          "workspace": self.engine.launcher.workspace_path(who.name)})
 
 
-def detailed(engine, row: WorkloadRow, attempts: list[Attempt]) -> dict:
+def detailed(engine, row: WorkloadRow, attempts: list[Attempt], who: Identity) -> dict:
     """A workload with its attempts, the host devices it holds and its place
     in the queue (``GET /workloads/{id}``, and the list with ``detail=1``)."""
-    out = views.workload(row, attempts[-1] if attempts else None)
+    out = views.workload(row, attempts[-1] if attempts else None,
+                         env_values=env_access.shows(who, row.user))
     out["attempts"] = [views.attempt_view(a) for a in attempts]
     if "placement" in out:
         placement = [(p["node"], p["devices"]) for p in out["placement"]]
@@ -251,14 +258,15 @@ class WorkloadsHandler(APIHandler):
             raise SpecError("detail", "must be 0 or 1")
         rows, attempts = queries.workloads(self.engine.store, self.identity, filters, limit,
                                            with_attempts=detail == "1")
+        env_access.audit_reads(self.engine, self.identity, rows)
         if detail == "0":
             self.write_json({"workloads": [self._listed(r) for r in rows]})
         else:
-            self.write_json({"workloads": [detailed(self.engine, r, attempts.get(r.id, []))
-                                           for r in rows]})
+            self.write_json({"workloads": [detailed(self.engine, r, attempts.get(r.id, []),
+                                                    self.identity) for r in rows]})
 
     def _listed(self, row: WorkloadRow) -> dict:
-        out = views.workload(row)
+        out = views.workload(row, env_values=env_access.shows(self.identity, row.user))
         if row.state == "queued":
             out["expected_start"] = self.engine.estimates.view(row.id)
         return out
@@ -266,9 +274,14 @@ class WorkloadsHandler(APIHandler):
     def post(self):
         body = self.json_body()
         spec = parse_workload(body, self.gpuhub.limits())
-        row = self.engine.submit(self.identity, spec, on_behalf_of=body.get("user"))
+        if self.identity.job is not None and body.get("user") is None:
+            row = job_scope.submit_follow_up(self.engine, self.identity, spec,
+                                             self.gpuhub.job_token_max_follow_ups,
+                                             self.gpuhub.job_token_max_pipeline)
+        else:
+            row = self.engine.submit(self.identity, spec, on_behalf_of=body.get("user"))
         self.set_header("Location", f"{self.gpuhub.api_prefix}workloads/{row.id}")
-        self.write_json(views.workload(row), status=201)
+        self.write_json(views.workload(row, env_values=True), status=201)
 
 
 class WorkloadHandler(APIHandler):
@@ -288,17 +301,19 @@ class WorkloadHandler(APIHandler):
                     and time.monotonic() < deadline:
                 await self.gpuhub.cycle_done(deadline - time.monotonic())
                 row = queries.get(self.engine.store, self.identity, wid)
-        self.write_json(detailed(self.engine, row, queries.attempts_of(self.engine.store, wid)))
+        env_access.audit_reads(self.engine, self.identity, [row])
+        self.write_json(detailed(self.engine, row, queries.attempts_of(self.engine.store, wid),
+                                 self.identity))
 
     def delete(self, wid: str):
         row = self.engine.cancel(self.identity, wid)
-        self.write_json(views.workload(row), status=202)
+        self.write_json(views.workload(row, env_values=row.user == self.identity.name), status=202)
 
 
 class CancelHandler(APIHandler):
     def post(self, wid: str):
         row = self.engine.cancel(self.identity, wid)
-        self.write_json(views.workload(row), status=202)
+        self.write_json(views.workload(row, env_values=row.user == self.identity.name), status=202)
 
 
 class ReleaseHandler(APIHandler):
@@ -312,7 +327,7 @@ class ReleaseHandler(APIHandler):
         if not isinstance(why, str) or len(why) > 1000:
             raise SpecError("reason", "must be a string of at most 1000 characters")
         row = self.engine.release(self.identity, wid, why)
-        self.write_json(views.workload(row))
+        self.write_json(views.workload(row, env_values=row.user == self.identity.name))
 
 
 class EventsHandler(APIHandler):

@@ -11,7 +11,10 @@ from typing import Any, Optional
 from urllib.parse import quote
 
 from jupyterhub.services.auth import HubOAuth
-from tornado import httpclient
+from tornado import httpclient, web
+
+from .identity import JobRef
+from .job_scope import job_of_note
 
 log = logging.getLogger("gpuhub.hub_api")
 
@@ -21,6 +24,7 @@ class HubApi:
         self.group_cache_seconds = group_cache_seconds
         self._groups: dict[str, tuple[float, list[str]]] = {}
         self._admins: dict[str, bool] = {}
+        self._token_jobs: dict[str, Optional[JobRef]] = {}
 
     async def call(self, method: str, path: str, body: Any = None) -> dict:
         """One request; raises HTTPClientError with the hub's answer."""
@@ -49,6 +53,28 @@ class HubApi:
             groups = model.get("groups") or []
         self._groups[name] = (time.monotonic() + self.group_cache_seconds, groups)
         return groups
+
+    async def job_of_token(self, model: dict) -> Optional[JobRef]:
+        """The job attempt the request's token was made for (its note, as
+        JobTokens wrote it), or None for any other token: asked of the hub
+        once per token (a note never changes). Not knowing is a 503, never
+        a token with its user's every right."""
+        token_id = model.get("token_id")
+        if not token_id or model.get("kind") != "user":
+            return None
+        if token_id not in self._token_jobs:
+            try:
+                token = await self.call(
+                    "GET", f"/users/{quote(model['name'])}/tokens/{quote(token_id)}")
+            except (httpclient.HTTPClientError, OSError) as e:
+                log.warning("could not read token %s of %s from the hub: %s", token_id,
+                            model["name"], e)
+                raise web.HTTPError(503, "the hub did not say what this token is for; "
+                                         "try again in a few seconds")
+            if len(self._token_jobs) > 10000:  # bounded: forget, ask again
+                self._token_jobs.clear()
+            self._token_jobs[token_id] = job_of_note(token.get("note"))
+        return self._token_jobs[token_id]
 
     def forget_groups(self, user: str) -> None:
         """After a membership change: ask the hub again next time."""

@@ -12,11 +12,19 @@ Scopes (defined as JupyterHub custom scopes by the hub config):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 SUBMIT = "custom:gpuhub:submit"
 TEAM_ADMIN = "custom:gpuhub:team-admin"
 ADMIN = "custom:gpuhub:admin"
 INVOKE = "custom:gpuhub:invoke"
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The attempt a job's own token was made for (job_scope.py)."""
+    workload: str
+    attempt: int
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,8 @@ class Identity:
     # Teams whose every workload this user may act on.
     leads: frozenset[str] = frozenset()
     scopes: frozenset[str] = field(default_factory=frozenset)
+    # Set when the token is a job's own (GPUHUB_TOKEN): job_scope.ALLOWED holds it.
+    job: Optional[JobRef] = None
 
     @property
     def invoke_only(self) -> bool:

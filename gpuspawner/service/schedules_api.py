@@ -2,16 +2,23 @@
 ``Schedules`` (service/schedules.py)."""
 from __future__ import annotations
 
+from typing import Optional
+
 from ..store import ScheduleRow
 from ..times import iso
 from . import views
+from .env_access import redact
 from .handlers import APIHandler
 from .specs import SpecError
 
 
-def schedule_view(schedules, row: ScheduleRow) -> dict:
+def schedule_view(schedules, row: ScheduleRow, viewer: Optional[str] = None) -> dict:
+    """``viewer``: who asks; the env's values are only its owner's."""
+    spec = row.spec or {}
+    if viewer != row.user and spec.get("env"):  # its owner's secrets (env_access.py)
+        spec = {**spec, "env": redact(spec["env"])}
     return {"id": row.id, "name": row.name, "team": row.team, "user": row.user,
-            "cron": row.cron, "timezone": row.timezone, "spec": row.spec or {},
+            "cron": row.cron, "timezone": row.timezone, "spec": spec,
             "paused": row.paused, "catch_up": row.catch_up,
             "next_run_at": iso(None if row.paused else row.next_run_at),
             "last_run_at": iso(row.last_run_at), "last_workload_id": row.last_workload_id,
@@ -28,7 +35,8 @@ class ScheduleAPI(APIHandler):
         return self.gpuhub.schedules
 
     def write_schedule(self, row: ScheduleRow, status: int = 200) -> None:
-        self.write_json(schedule_view(self.schedules, row), status=status)
+        self.write_json(schedule_view(self.schedules, row, self.identity.name),
+                        status=status)
 
 
 class SchedulesHandler(ScheduleAPI):
@@ -36,7 +44,7 @@ class SchedulesHandler(ScheduleAPI):
         team = self.get_argument("team", None)
         if team is not None and not (0 < len(team) <= 128):
             raise SpecError("team", "must be a team name")
-        self.write_json({"schedules": [schedule_view(self.schedules, r)
+        self.write_json({"schedules": [schedule_view(self.schedules, r, self.identity.name)
                                        for r in self.schedules.listing(self.identity, team)]})
 
     def post(self):
@@ -73,4 +81,4 @@ class RunHandler(ScheduleAPI):
     def post(self, sid: str):
         row = self.schedules.run_now(self.identity, sid)
         self.set_header("Location", f"{self.gpuhub.api_prefix}workloads/{row.id}")
-        self.write_json(views.workload(row), status=201)
+        self.write_json(views.workload(row, env_values=row.user == self.identity.name), status=201)

@@ -6,10 +6,15 @@ from typing import Optional
 
 from ..store import Attempt, EventRow, WorkloadRow
 from ..times import iso
+from .env_access import redact
 
 
-def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
+def workload(row: WorkloadRow, attempt: Optional[Attempt] = None,
+             env_values: bool = False) -> dict:
+    """``env_values``: whether the env's values are shown (to its owner and
+    admins, env_access.py); else its names only."""
     spec = row.spec or {}
+    env = spec.get("env") or {}
     out = {
         "id": row.id, "name": row.name, "kind": row.kind, "team": row.team, "user": row.user,
         "project": row.project, "state": row.state, "reason": row.reason,
@@ -25,7 +30,8 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None) -> dict:
         "time_limit": row.time_limit, "grace_period": row.grace_period,
         "command": spec.get("command"), "notebook": spec.get("notebook"),
         "parameters": spec.get("parameters") or {}, "working_dir": spec.get("working_dir"),
-        "env": spec.get("env") or {}, "checkpoint_dir": spec.get("checkpoint_dir"),
+        "env": env if env_values else redact(env), "env_redacted": bool(env) and not env_values,
+        "checkpoint_dir": spec.get("checkpoint_dir"),
         "attempt": row.attempt, "exit_code": row.exit_code,
         "cancel_requested": row.cancel_requested,
         "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),

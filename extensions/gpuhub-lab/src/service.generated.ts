@@ -2827,9 +2827,12 @@ export interface components {
                 [key: string]: unknown;
             };
             working_dir: string | null;
+            /** @description its values are shown to the workload's owner and to admins (each such read of an admin is in the audit log, action read-env); anyone else sees the names with each value "•••" */
             env: {
                 [key: string]: string;
             };
+            /** @description true when env's values are hidden from the caller */
+            env_redacted: boolean;
             checkpoint_dir: string | null;
             /** @description 0 for the first run; + 1 at every requeue */
             attempt: number;

@@ -22,6 +22,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
 from tornado import web
 
 from ...store import AuditEntry
+from .. import job_scope
 from ..errors import Conflict, Forbidden, NotFound
 from ..handlers import INVOKE_ONLY_REFUSAL, ServiceAccess, hub_user
 from ..identity import Identity
@@ -86,6 +87,8 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         self.scopes = model.get("scopes") or []
         if self.identity.invoke_only:  # a client's token: it shows no page at all
             raise web.HTTPError(403, INVOKE_ONLY_REFUSAL)
+        if await self.gpuhub.hub.job_of_token(model) is not None:  # no page for a job's token
+            raise web.HTTPError(403, job_scope.refusal(self.request.method, None))
         if not self.allowed(self.audience):
             raise web.HTTPError(403, self.refusal())
         if self.audience != "user" and not self.get_secure_cookie(SESSION_COOKIE):
