@@ -2450,6 +2450,8 @@ export interface paths {
                             notes?: string[];
                             /** @description true: every job and model replica runs as its user's own system account (local backend, service run as root); false: all run as the service's account and can read each other's files (started without root); null: the Slurm or Kubernetes backend isolates jobs its own way */
                             users_isolated?: boolean | null;
+                            /** @description Found at start with users isolated: the database accepts a TCP login without a password as a superuser, so every local account can take it over (empty: no such login) */
+                            database_warnings?: string[];
                         };
                     };
                 };
