@@ -155,7 +155,7 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
             <textarea className="jp-mod-styled" name="parameters" rows={4} value={values.parameters} onChange={update('parameters')} />
           </Field>
         )}
-        <Field label="Environment" name="env" invalid={invalid('env')} hint="NAME=value per line">
+        <Field label="Environment" name="env" invalid={invalid('env')} hint="NAME=value per line; values are yours (and admins'), your team sees the names and the logs">
           <textarea className="jp-mod-styled" name="env" rows={4} value={values.env} onChange={update('env')} />
         </Field>
       </div>
