@@ -102,6 +102,15 @@ print(f"training with lr={p.parse_args().lr} on GPUs {os.environ['CUDA_VISIBLE_D
 """
 
 
+def last_cell_of_train_ipynb() -> str:
+    """The cell docs/workflows.md tells a notebook sweep to end with: the
+    reader's train.ipynb ends as the doc says."""
+    path = os.path.join(ROOT, "docs", "workflows.md")
+    (code,) = [code for _, lang, _, code in fenced_blocks(path)
+               if lang == "python" and code.startswith("# the last cell of train.ipynb")]
+    return code
+
+
 def the_admins_own_files(hub: EmbeddedHub) -> None:
     """What the docs' examples run: a script and a notebook of the admin's
     in their workspace (theirs at their first submission)."""
@@ -110,11 +119,12 @@ def the_admins_own_files(hub: EmbeddedHub) -> None:
     with open(os.path.join(workspace, "train.py"), "w") as f:
         f.write(TRAIN_PY)
     nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("epochs = 1")
+    params = nbformat.v4.new_code_cell("epochs = 1\nlr = 0.01")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(
         "import time\nfor epoch in range(epochs):\n    time.sleep(1)\n"
-        "    print(f'epoch {epoch + 1}/{epochs}', flush=True)")]
+        "    print(f'epoch {epoch + 1}/{epochs}', flush=True)"),
+        nbformat.v4.new_code_cell(last_cell_of_train_ipynb())]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nbformat.write(nb, os.path.join(workspace, "train.ipynb"))
