@@ -21,9 +21,11 @@ import sys
 import time
 
 import pytest
+import requests
 
 from gpuspawner.cli_client import parse_time as ts
-from hub_harness import Hub, wait_for
+
+from hub_harness import ADMIN_TOKEN, Hub, wait_for
 from test_cli_client import run
 from test_chaos import healthy_after, pid_alive
 
@@ -37,12 +39,17 @@ c.GpuHubService.schedule_check_interval = 0.5
 c.GpuHubService.schedule_late_grace = 3
 """
 JOB = {"command": [sys.executable, "-c", "print('tick')"], "gpus": 1, "pool": "default"}
+# lena leads team a by the role `gpuhub up`'s leads make (hub/config.py lead_roles).
+LEAD = """
+c.JupyterHub.load_roles.append({"name": "gpuhub-lead-a", "users": ["lena"],
+                                "scopes": ["custom:gpuhub:team-admin!group=team-a"]})
+"""
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     h = Hub(str(tmp_path_factory.mktemp("schedules")), groups=GROUPS, teams=TEAMS, gpus=2,
-            extra_service_config=CONFIG)
+            extra_service_config=CONFIG, extra_hub_config=LEAD)
     try:
         yield h.start()
     finally:
@@ -207,3 +214,36 @@ def test_the_gpuhub_schedule_commands(hub, capsys, monkeypatch):
     assert rc == 0 and out == f"deleted {sid}\n"
     rc, _, err = run(capsys, "schedule", "show", sid, *alice)
     assert rc == 1 and f"no schedule {sid}" in err
+
+
+def test_a_schedule_pauses_when_its_owner_leaves_the_team_and_says_so(hub):
+    """amy's every-minute schedule; an admin takes amy out of team a (the
+    hub's group); the next firing pauses it instead, and amy and lena (a
+    lead of team a) are told."""
+    amy, admin = hub.client("amy"), hub.client("root-admin")
+    if time.time() % 60 > 50:  # no firing between the schedule's start and amy leaving
+        time.sleep(61 - time.time() % 60)
+    r = amy.post("/schedules", json={"name": "amy-minutely", "cron": "* * * * *", "spec": JOB})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    r = requests.delete(f"{hub.url}/hub/api/groups/team-a/users", json={"users": ["amy"]},
+                        headers={"Authorization": f"token {ADMIN_TOKEN}"}, timeout=10)
+    assert r.status_code == 200, r.text
+    try:
+        shown = wait_for(lambda: (lambda s: s if s["paused"] else None)(
+            admin.get(f"/schedules/{sid}").json()), "the schedule to pause", timeout=90)
+        assert shown["last_error"] == "paused: amy is no longer in team a"
+        assert shown["next_run_at"] is None
+        assert admin.get("/workloads", params={"schedule_id": sid}).json()["workloads"] == []
+        for user, whose in (("amy", "your schedule"), ("lena", "amy's schedule")):
+            notices = admin.get("/notices", params={"user": user}).json()["notices"]
+            assert [n["message"] for n in notices if n["kind"] == "schedule-paused"] == [
+                f"{whose} amy-minutely ({sid}) of team a is paused: amy is no longer in team a. "
+                f"It fires again once resumed."], notices
+        (entry,) = admin.get("/audit", params={"target": sid, "action": "schedule-auto-pause"}
+                             ).json()["entries"]
+        assert entry["detail"]["told"] == ["amy", "lena"]
+    finally:
+        requests.post(f"{hub.url}/hub/api/groups/team-a/users", json={"users": ["amy"]},
+                      headers={"Authorization": f"token {ADMIN_TOKEN}"}, timeout=10)
+        admin.request("DELETE", f"/schedules/{sid}")
