@@ -389,7 +389,11 @@ def test_service_on_a_cluster_serves_a_model_through_the_replicas_pod_address(tm
         [replica] = ctl.ready_replicas(dep.id)
         [pod] = cluster.of("Pod")
         assert replica.url == f"http://{pod['status']['podIP']}:{REPLICA_PORT}"
+        # the pod answers the router's key only (serving/guard.py)
         async with ctl.session.post(f"{replica.url}/v2/models/iris/infer", json=body) as resp:
+            assert resp.status == 401
+        async with ctl.session.post(f"{replica.url}/v2/models/iris/infer", json=body,
+                                    headers=replica.headers) as resp:
             assert resp.status == 200
             answer = await resp.json()
         assert answer["model_version"] == "r1" and answer["outputs"][0]["data"] == [0]
