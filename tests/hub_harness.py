@@ -230,7 +230,7 @@ class Hub:
         the service are in this process's cgroups)."""
         mine = own_cgroups()
         paths = [os.path.join("/sys/fs/cgroup", c, mine.get(c, "/").lstrip("/"),
-                              self.cgroup_parent) for c in ("devices", "memory", "cpu")]
+                              self.cgroup_parent) for c in ("devices", "memory", "cpu", "pids")]
         return [p for p in paths if os.path.isdir(p)]
 
     def cgroups(self) -> list[str]:

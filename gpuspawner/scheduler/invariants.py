@@ -152,6 +152,9 @@ def idle_but_waiting(state: ClusterState, policy: Policy, reservations=(),
             for node, spare in r.spare.items():
                 limits[node] = min(spare, limits.get(node, spare))
         selector = combined_selector(state.teams.get(w.team), w)
+        # Nodes without room for its CPUs or memory hold no GPU for it.
+        limits.update(state.node_load.caps(
+            (n for n in state.nodes.values() if n.pool == w.pool), w))
         if w.gpu_share:
             fits = find_share_placement(
                 state.index, state.slots, state.nodes, w, selector, limits,

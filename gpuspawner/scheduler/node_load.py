@@ -68,11 +68,10 @@ class NodeLoad:
         cpus, memory = self.free(node)
         out = []
         if w.cpus > cpus + EPS:
-            out.append(f"node {node.name} has {max(cpus, 0):g} of {node.cpus:g} CPUs free")
+            out.append(f"{max(cpus, 0):g} of {node.cpus:g} CPUs")
         if w.memory > memory:
-            out.append(f"node {node.name} has {gib(max(memory, 0))} of {gib(node.memory)} "
-                       f"memory free")
-        return " and ".join(out)
+            out.append(f"{gib(max(memory, 0))} of {gib(node.memory)} memory")
+        return f"node {node.name} has {' and '.join(out)} free" if out else ""
 
 
 def gib(n: int) -> str:

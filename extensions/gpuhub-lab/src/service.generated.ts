@@ -2542,6 +2542,10 @@ export interface components {
             gpu_share?: (string | number) | null;
             /** @description GPU memory the share needs (GiB when a number): rounded up to the pool's slots; with gpu_share, the larger wins */
             gpu_memory?: (string | number) | null;
+            /** @description CPU cores per node (default: the kind's, WorkloadResources); the scheduler admits on it and the cgroup holds the process to it */
+            cpus?: number | string;
+            /** @description memory per node, e.g. 512M, 16G, 8GiB (default: the kind's); the scheduler admits on it and the cgroup holds the process to it */
+            memory?: string | number;
             /** @default 1 */
             nodes: number;
             /**
@@ -2766,6 +2770,10 @@ export interface components {
             gpu_share?: (string | number) | null;
             /** @description GPU memory the share needs (GiB when a number): rounded up to the pool's slots; with gpu_share, the larger wins */
             gpu_memory?: (string | number) | null;
+            /** @description CPU cores per node (default: the kind's, WorkloadResources); the scheduler admits on it and the cgroup holds the process to it */
+            cpus?: number | string;
+            /** @description memory per node, e.g. 512M, 16G, 8GiB (default: the kind's); the scheduler admits on it and the cgroup holds the process to it */
+            memory?: string | number;
             /** @description the server's name */
             name?: string;
             /** @default interactive */
@@ -2819,6 +2827,10 @@ export interface components {
             gpus_per_node: number;
             /** @description its share of one GPU in GPU units (0.25 for a 1/4 share; gpus is then 1), null for whole GPUs */
             gpu_share: number | null;
+            /** @description CPU cores per node it asked for; null for one submitted before requests */
+            cpus?: number | null;
+            /** @description memory per node it asked for, in bytes; null for one submitted before requests */
+            memory?: number | null;
             nodes: number;
             priority: string;
             time_limit: number | null;
