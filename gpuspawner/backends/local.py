@@ -59,6 +59,7 @@ from ..isolation.accounts import (Account, Accounts, account_env,
                                   prepare_checkpoint)
 from ..isolation.attempt_pids import cgroup_pids, descendants
 from ..isolation.gpu_rules import Limits, visible_devices
+from ..isolation.user_env import user_path
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
 from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of,
@@ -128,11 +129,10 @@ class LocalBackend(Backend):
         account = account_of(self.accounts, spec)
         env = {**kept_environment(os.environ, login=account is None),
                **(account_env(account) if account else {}),
-               # "python" in a job is this environment's, as in the notebooks
-               # (a service started as .venv/bin/gpuhub without activating
-               # the venv would otherwise hand jobs the system's Python).
-               "PATH": os.pathsep.join([os.path.dirname(sys.executable),
-                                        os.environ.get("PATH", os.defpath)]),
+               # A user's PATH (isolation/user_env.py): this environment's
+               # bin ("python" and "gpuhub" as in the notebooks), then the
+               # system's; nothing of the service's own (root-only dirs).
+               "PATH": user_path(),
                **spec.env,
                # Empty when no GPUs: the command sees none rather than all.
                **visible_devices(spec.gpus, spec.gpu_uuids),
