@@ -149,11 +149,13 @@ class Culler:
 
     async def _cull(self, server: Server, policy: Policy, d: Decision) -> None:
         user = quote(server.user)
+        # The reason goes along: the hub tells the server's user (spawner/stop_reason.py).
         if server.name:
             url = f"{self.hub_api}/users/{user}/servers/{quote(server.name)}"
-            body = {"remove": True} if policy.remove_named_servers else None
+            body = {"reason": d.reason, **({"remove": True} if policy.remove_named_servers
+                                            else {})}
         else:
-            url, body = f"{self.hub_api}/users/{user}/server", None
+            url, body = f"{self.hub_api}/users/{user}/server", {"reason": d.reason}
         log.warning("culling %s: %s", server.label, d.reason)
         await self._call("DELETE", url, body)
         await self._call("POST", f"{self.gpuhub_api}/audit", {

@@ -20,6 +20,7 @@ from traitlets import Float, Unicode, default
 from traitlets.config import Configurable
 
 from .options import GpuRequest, OptionsError, offers, parse_options, render_form
+from .stop_reason import StopReasonMixin, exit_reason, requested_reason
 
 RUNNING = "running"
 QUEUED = "queued"
@@ -29,7 +30,7 @@ class ServiceError(RuntimeError):
     pass
 
 
-class GPUSpawnerMixin(Configurable):
+class GPUSpawnerMixin(StopReasonMixin, Configurable):
     """Mixed into a Spawner class before it (``class S(GPUSpawnerMixin, LocalProcessSpawner)``)."""
 
     gpuhub_api_url = Unicode(help="""
@@ -87,6 +88,7 @@ class GPUSpawnerMixin(Configurable):
         self.workload_id = state.get("gpuhub_workload_id")
         self.devices = state.get("gpuhub_devices")
         self.device_uuids = state.get("gpuhub_device_uuids")
+        self._load_stop(state)
 
     def get_state(self):
         state = super().get_state()
@@ -94,7 +96,7 @@ class GPUSpawnerMixin(Configurable):
             state["gpuhub_workload_id"] = self.workload_id
             state["gpuhub_devices"] = self.devices
             state["gpuhub_device_uuids"] = self.device_uuids
-        return state
+        return self._save_stop(state)  # (kept past clear_state: the next page load shows it)
 
     def clear_state(self):
         # Nothing of a spawn (failed or not) may leak into the next one.
@@ -186,6 +188,8 @@ class GPUSpawnerMixin(Configurable):
     async def admit(self) -> Optional[dict]:
         """Ask for the GPUs in ``user_options`` and wait until they are ours.
         Returns the running workload (None for a CPU-only server)."""
+        self.forget_stop()  # a new run: the last one's end is told no more
+        self._stop_request = None
         try:
             request = parse_options(self.user_options or {}, await self._offers())
         except OptionsError as e:
@@ -263,7 +267,7 @@ class GPUSpawnerMixin(Configurable):
             return None  # the service is down: keep the server
         if w["state"] == RUNNING:
             return None
-        return f"its GPUs were taken back ({w['state']}: {w['reason']})"
+        return f"the scheduler took its GPUs back: {w['reason'] or w['state']}"
 
     def gpu_env(self) -> dict[str, str]:
         """What a server learns of its admission (its GPUs are the spawner's
@@ -305,8 +309,10 @@ class GPUSpawnerMixin(Configurable):
         wid = self.workload_id
         status = await base_poll()
         if status is not None:
-            if wid and not self._stopping:
-                await self.release(f"the server is gone ({status})", wid)
+            if not self._stopping:
+                self.note_stop(self.gone_reason(status))
+                if wid:
+                    await self.release(f"the server is gone ({status})", wid)
             return status
         if self._stopping:
             return None
@@ -314,11 +320,23 @@ class GPUSpawnerMixin(Configurable):
         if why is None:
             return None
         # Preempted or evicted: the GPUs are someone else's now.
-        self.log.warning("stopping %s: %s", self._log_name, why)
+        self.note_stop(why)
         await self.stop()
         return 1
 
+    def gone_reason(self, status: int) -> str:
+        """Why a server nobody stopped ended (a spawner that can tell an
+        out-of-memory kill says so)."""
+        return exit_reason(status)
+
+    # Who asked the hub to stop the server: (name, "user" or "service", what
+    # they said), set by the hub's handler (hub/app.py) just before the stop.
+    _stop_request: Optional[tuple] = None
+
     async def stop_and_release(self, base_stop) -> None:
+        request, self._stop_request = self._stop_request, None
+        self.note_stop(requested_reason(*request, owner=self.user.name) if request
+                       else "the hub stopped it (the hub was shut down, or its start failed)")
         wid = self.workload_id
         self._stopping = True
         try:

@@ -12,11 +12,12 @@ from typing import Optional
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import Bool, Unicode, default
 
-from ..isolation import cgroups, identity
+from ..isolation import cgroups, identity, user_env
 from ..isolation.gpu_rules import visible_devices
 from ..isolation.accounts import (DEFAULT_PREFIX, Accounts, account_env, compose,
                                   drop_privileges, isolating)
 from .admission import GPUSpawnerMixin
+from . import stop_reason
 
 
 class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
@@ -150,10 +151,30 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         return env
 
     def get_env(self):
-        env = super().get_env()
+        # A PATH and environment made for the user (isolation/user_env.py):
+        # this environment's bin (gpuhub in a terminal), the system's, none
+        # of the hub's; what the admin's Spawner.environment says stays.
+        env = user_env.for_user(super().get_env(), keep=self.environment)
         env.update(self.gpu_env())
         env.update(visible_devices(self.devices or [], self.device_uuids or []))
         return env
+
+    def get_args(self):
+        args = super().get_args()
+        # JupyterLab's terminal runs a login shell when the server has no
+        # terminal, and /etc/profile then replaces the PATH with its own
+        # (without gpuhub): an interactive shell as a desktop terminal's
+        # keeps the server's (get_env), and still reads ~/.bashrc.
+        if not any("terminado_settings" in a for a in [*args, *self.args]):
+            shell = ((account_env(self.account)["SHELL"] if self.account else "")
+                     or os.environ.get("SHELL") or "/bin/sh")
+            args.append(f"--ServerApp.terminado_settings=shell_command={shell}")
+        return args
+
+    def gone_reason(self, status):
+        # Read before its cgroups go (poll): the memory cgroup counted any OOM kill.
+        return stop_reason.exit_reason(status, stop_reason.oom_kills(
+            self.placement.cgroups if self.placement is not None else ()))
 
     async def poll(self):
         status = await self.poll_and_check(super().poll)
