@@ -10,15 +10,25 @@ where each stands, on the embedded hub as ``gpuhub up`` starts it:
 """
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
+import requests
+from playwright import sync_api  # the test extra installs it
 
 from embedded import EmbeddedHub
 from gpuspawner.isolation.accounts import isolating
+from gpuspawner.isolation.user_env import user_path
+from test_isolation_e2e import terminal_run
+from test_local_spawner import Servers
+from test_spawn_browser import CHROMIUM, CHROMIUM_ARGS, SLOW_MS
+
+VENV_BIN = os.path.dirname(sys.executable)
 
 pytestmark = pytest.mark.skipif(not isolating(), reason="the embedded hub's user accounts "
                                                         "need root (CI runs the tests as root)")
@@ -66,3 +76,149 @@ def test_a_service_that_cannot_start_stops_the_hub_and_its_proxy(tmp_path):
         for pid in proxies_of(hub.port):  # (a failure above: leave nothing behind)
             os.kill(pid, 9)
         hub.stop()
+
+
+# ---- one hub for the rest: `gpuhub up --demo --gpu-sharing default=4` ------
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    h = EmbeddedHub(str(tmp_path_factory.mktemp("first-hour")))
+    try:
+        yield h.start("--demo", "--gpu-sharing", "default=4", timeout=240)
+    finally:
+        for user in ("alice", "carol", "admin"):
+            try:
+                requests.delete(f"{h.url}/hub/api/users/{user}/server", timeout=30,
+                                headers={"Authorization": f"token {h.token('admin')}"})
+            except Exception as e:  # cleanup: report, carry on
+                print(f"could not stop {user}'s server: {e}")
+        h.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def page_of(browser, hub: EmbeddedHub, user: str):
+    """A new browser context with ``user`` logged in through the hub's form."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    context.set_default_navigation_timeout(SLOW_MS)
+    page = context.new_page()
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", hub.passwords[user])
+    with page.expect_navigation():
+        page.click("#login_submit")
+    assert "/hub/login" not in page.url, f"login of {user} failed: {page.url}"
+    return page
+
+
+def test_the_docs_sharing_option_shares_this_hosts_gpus(hub):
+    """docs/gpus.md: `gpuhub up --gpu-sharing default=4`; the spawn page then
+    offers quarters of a GPU."""
+    form = hub.login("alice").get(f"{hub.url}/hub/spawn", timeout=30).text
+    assert "1/4" in form, form[:3000]
+
+
+def test_a_lab_terminal_and_a_job_find_gpuhub(hub):
+    alice = Servers(hub, "alice")
+    assert alice.start(pool="default", gpus=0).status_code in (201, 202)
+    alice.wait_ready()
+    # In a terminal of alice's JupyterLab, as she would type it.
+    out = asyncio.run(terminal_run(
+        hub, "alice", 'command -v gpuhub; echo "PATH=$PATH"; gpuhub ls; echo ls-done-$((1+1))',
+        until="ls-done-2", timeout=90))
+    assert os.path.join(VENV_BIN, "gpuhub") in out, out
+    assert f"PATH={user_path()}" in out, out
+    assert "command not found" not in out and "Traceback" not in out, out
+    # ... and in a job of hers.
+    client = hub.client("alice")
+    job = client.submit(command=["/bin/sh", "-c", 'command -v gpuhub && echo "PATH=$PATH"'],
+                        gpus=0, name="which-gpuhub")
+    done = client.wait(job["id"], ("succeeded", "failed"), 120)
+    log = client.get(f"/workloads/{job['id']}/logs").text
+    assert done["state"] == "succeeded", log
+    assert os.path.join(VENV_BIN, "gpuhub") in log and f"PATH={user_path()}" in log, log
+
+
+def stop_reason_on_next_load(browser, hub: EmbeddedHub, user: str) -> str:
+    """What the user reads on loading their JupyterLab after the server stopped."""
+    page = page_of(browser, hub, user)
+    try:
+        response = page.goto(f"{hub.url}/user/{user}/lab")
+        assert response.status == 424, response.status
+        reason = page.locator("#gpuhub-stop-reason")
+        sync_api.expect(reason).to_be_visible()
+        return reason.inner_text()
+    finally:
+        page.context.close()
+
+
+def test_a_server_killed_from_outside_says_so(hub, browser):
+    alice = Servers(hub, "alice")
+    if alice.server() is None:
+        assert alice.start(pool="default", gpus=0).status_code in (201, 202)
+    alice.wait_ready()
+    pid, _ = alice.server_process()
+    os.kill(pid, signal.SIGKILL)
+    alice.wait(lambda srv: srv is None, "noticed dead", timeout=90)  # the hub polls every 30 s
+    said = stop_reason_on_next_load(browser, hub, "alice")
+    assert said.startswith("Your server stopped at ") and \
+        "it was killed by SIGKILL from outside the hub" in said, said
+    assert "killed by SIGKILL from outside the hub" in hub.tail(200)  # and the hub's log says it
+
+
+def test_a_preempted_server_says_so(hub, browser):
+    """alice (vision) borrows nlp's idle GPUs for her server; carol (nlp)
+    wants one of hers back: alice's server is preempted."""
+    alice, carol = Servers(hub, "alice"), Servers(hub, "carol")
+    assert alice.start(pool="default", gpus=4).status_code in (201, 202)
+    alice.wait_ready()
+    assert carol.start(pool="default", gpus=1).status_code in (201, 202)
+    alice.wait(lambda srv: srv is None, "preempted", timeout=120)
+    said = stop_reason_on_next_load(browser, hub, "alice")
+    assert "the scheduler took its GPUs back: preempted: team nlp reclaims its nominal" in said, said
+    carol.wait_ready()
+    carol.stop()
+
+
+def test_an_admin_cannot_unauthorize_themselves(hub, browser):
+    admin_api = {"Authorization": f"token {hub.token('admin')}"}
+    r = requests.patch(f"{hub.url}/hub/api/users/bob", json={"admin": True}, headers=admin_api,
+                       timeout=10)
+    assert r.status_code == 200, r.text
+    page = page_of(browser, hub, "admin")
+    try:
+        page.goto(f"{hub.url}/hub/authorize")
+        own = page.locator("tr#admin")
+        sync_api.expect(own.locator("#unauthorize-self")).to_be_visible()
+        sync_api.expect(own.get_by_role("button", name="Unauthorize", exact=True)).to_have_count(0)
+        # The link typed by hand is refused, and the admin still logs in.
+        response = page.goto(f"{hub.url}/hub/authorize/admin")
+        assert response.status == 403
+        sync_api.expect(page.locator("#authorize-refused")).to_contain_text(
+            "You cannot unauthorize yourself")
+        # Another admin: a confirmation first; going back changes nothing.
+        page.goto(f"{hub.url}/hub/authorize")
+        page.locator("tr#bob").get_by_role("button", name="Unauthorize admin…").click()
+        sync_api.expect(page.locator("#authorize-question")).to_contain_text("bob is an admin")
+        page.click("#authorize-back")
+        sync_api.expect(page.locator("tr#bob td").nth(2)).to_have_text("Yes")
+        page.locator("tr#bob").get_by_role("button", name="Unauthorize admin…").click()
+        page.click("#authorize-confirm")
+        sync_api.expect(page.locator("tr#bob td").nth(2)).to_have_text("No")
+        # A user who is no admin: one click, as before.
+        page.locator("tr#bob").get_by_role("button", name="Authorize", exact=True).click()
+        page.locator("tr#dave").get_by_role("button", name="Unauthorize", exact=True).click()
+        sync_api.expect(page.locator("tr#dave td").nth(2)).to_have_text("No")
+    finally:
+        page.context.close()
+    assert hub.login("admin")  # (asserts the login worked)

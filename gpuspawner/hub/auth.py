@@ -15,6 +15,8 @@ from nativeauthenticator import NativeAuthenticator
 from nativeauthenticator.orm import UserInfo
 from traitlets import Unicode
 
+from .authorize import HANDLERS as GUARDED
+
 
 class GpuHubAuthenticator(NativeAuthenticator):
     initial_users_file = Unicode("", help="""
@@ -45,5 +47,7 @@ class GpuHubAuthenticator(NativeAuthenticator):
         # nativeauthenticator 1.3's own /login page calls the hub's statsd
         # client, which JupyterHub 6 no longer has (every login would be a
         # 500). JupyterHub's login page calls the same authenticate().
-        return [(path, handler) for path, handler in super().get_handlers(app)
+        # The authorize page: no unauthorizing oneself, an admin only once
+        # confirmed (authorize.py).
+        return [(path, GUARDED.get(path, handler)) for path, handler in super().get_handlers(app)
                 if path != r"/login"]
