@@ -20,6 +20,9 @@ import pytest
 import requests
 
 from gpuspawner.hub.config import JOB_TOKEN_SCOPES
+from gpuspawner.service.app import API_ROUTES
+from gpuspawner.service.handlers import allowed_methods
+from gpuspawner.service.job_scope import ALLOWED
 
 from hub_harness import ADMIN_TOKEN, Client, Hub
 
@@ -117,6 +120,12 @@ ROUTES = [
 ]
 OUTSIDE_API = [("GET", "/metrics"), ("GET", "/admin/"), ("GET", "/admin/queue"),
                ("GET", "/endpoints/a/iris/v2/models/iris")]
+
+
+def test_the_table_allows_only_routes_that_exist():
+    """A misspelt route in job_scope.ALLOWED would refuse what a job needs."""
+    served = {(m, path) for path, handler in API_ROUTES for m in allowed_methods(handler)}
+    assert set(ALLOWED) <= served, set(ALLOWED) - served
 
 
 @pytest.mark.parametrize("method,path,body,status", ROUTES,
@@ -250,11 +259,14 @@ def test_a_team_mate_sees_the_names_of_alices_env_never_its_values(hub, world):
     assert s["spec"]["env"] == {"WANDB_API_KEY": "•••"}
     # Logs stay the team's (docs/service.md, Trust model).
     assert bob.get(f"/workloads/{wid}/logs").status_code == 200
-    # An admin sees the values, and the read is in the audit log.
+    # An admin reads the values of one workload, and each read is in the
+    # audit log; a list (the panels poll it) shows the names only.
     before = admin.get("/audit", params={"action": "read-env"}).json()["entries"]
+    listed = {w["id"]: w for w in admin.get("/workloads").json()["workloads"]}
+    assert listed[wid]["env_redacted"] and SECRET not in json.dumps(listed)
     assert admin.workload(wid)["env"]["WANDB_API_KEY"] == SECRET
     after = admin.get("/audit", params={"action": "read-env"}).json()["entries"]
     new = [e for e in after if e["id"] not in {b["id"] for b in before}]
-    assert [(e["actor"], e["target"], e["detail"]["owners"]) for e in new] == [
-        ("root-admin", wid, ["alice"])], new
+    assert [(e["actor"], e["target"], e["detail"]) for e in new] == [
+        ("root-admin", wid, {"owner": "alice", "names": ["EPOCHS", "WANDB_API_KEY"]})], new
     alice.request("DELETE", f"/schedules/{sched.json()['id']}")

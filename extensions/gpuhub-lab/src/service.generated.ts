@@ -2841,7 +2841,7 @@ export interface components {
                 [key: string]: unknown;
             };
             working_dir: string | null;
-            /** @description its values are shown to the workload's owner and to admins (each such read of an admin is in the audit log, action read-env); anyone else sees the names with each value "•••" */
+            /** @description its values are shown to the workload's owner, and to an admin reading this one workload (GET /workloads/{id}; each such read is in the audit log, action read-env); anyone else, and a list, shows the names with each value "•••" */
             env: {
                 [key: string]: string;
             };
