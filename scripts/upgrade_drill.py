@@ -17,6 +17,7 @@ their accounts deleted and the worktree removed.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import shutil
 import signal
@@ -36,14 +37,39 @@ from hub_harness import Client, wait_for  # noqa: E402
 JOB_SECONDS = 150  # the 2-GPU job outlives the upgrade and ends after it
 
 
-def worktree(commit: str) -> str:
+def release(commit: str) -> tuple[str, str]:
+    """The earlier release's code (a git worktree) and a venv that runs it:
+    this venv's files hard-linked, its editable install pointed at the
+    worktree (every process of the old hub, its job runners (``python -I``)
+    included, imports the old package)."""
     where = tempfile.mkdtemp(prefix=f"gpuhub-release-{commit[:7]}-")
-    os.rmdir(where)
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", where, commit],
-                   check=True, capture_output=True)
-    os.symlink(os.path.join(ROOT, "node_modules"), os.path.join(where, "node_modules"))
     os.chmod(where, 0o755)
-    return where
+    code, venv = os.path.join(where, "code"), os.path.join(where, "venv")
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", code, commit],
+                   check=True, capture_output=True)
+    os.symlink(os.path.join(ROOT, "node_modules"), os.path.join(code, "node_modules"))
+    subprocess.run(["cp", "-al", os.path.dirname(os.path.dirname(sys.executable)), venv],
+                   check=True)
+    os.unlink(os.path.join(venv, "bin", "gpuhub"))  # its #! is this venv's python
+    for finder in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages",
+                                         "__editable__*gpuhub*finder.py")):
+        text = open(finder).read().replace(os.path.join(ROOT, "gpuspawner"),
+                                           os.path.join(code, "gpuspawner"))
+        os.unlink(finder)  # a hard link: write a new file, not into the shared one
+        with open(finder, "w") as f:
+            f.write(text)
+    return where, os.path.join(venv, "bin", "python3")
+
+
+def start_old(hub: EmbeddedHub, python: str, *args: str) -> None:
+    """EmbeddedHub.start with the earlier release's interpreter."""
+    import embedded
+    mine = embedded.sys.executable
+    embedded.sys.executable = python
+    try:
+        hub.start(*args, timeout=240)
+    finally:
+        embedded.sys.executable = mine
 
 
 def sleep_job(seconds: float) -> list[str]:
@@ -66,9 +92,11 @@ def make_work(hub: EmbeddedHub) -> dict:
     alice.wait(ids["running_2gpu"], "running", 120)
     bob.wait(ids["running_cpu"], "running", 120)
     ids["held"] = bob.submit(command=sleep_job(60), gpus=4, name="big")["id"]
-    assert admin.post(f"/workloads/{ids['held']}/hold").status_code == 200
+    r = admin.post(f"/workloads/{ids['held']}/hold")
+    assert r.status_code == 200, r.text
     ids["cancelled"] = carol.submit(command=sleep_job(60), gpus=4)["id"]
-    assert carol.post(f"/workloads/{ids['cancelled']}/cancel").status_code == 200
+    r = carol.post(f"/workloads/{ids['cancelled']}/cancel")
+    assert r.status_code == 202, r.text
     model = os.path.join(hub.data_dir, "workspaces", "alice", "iris")
     shutil.copytree(os.path.join(ROOT, "examples", "serving", "iris"), model, dirs_exist_ok=True)
     r = alice.post("/deployments", json={"name": "iris", "model_dir": model, "gpus": 0})
@@ -84,12 +112,31 @@ def ready_replicas(client: Client) -> int:
     return sum(rev.get("ready_replicas", 0) for rev in r.json().get("revisions", []))
 
 
-def infer(hub: EmbeddedHub) -> str:
-    r = requests.post(f"{hub.url}/services/gpuhub/endpoints/vision/iris/v2/models/iris/infer",
-                      headers={"Authorization": f"token {hub.token('alice')}"},
-                      json={"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
-                                        "data": [5.1, 3.5, 1.4, 0.2]}]}, timeout=30)
-    return "answers" if r.status_code == 200 else f"HTTP {r.status_code}"
+def infer(hub: EmbeddedHub, tries: int = 3) -> str:
+    """What the deployment's endpoint answers (a busy machine: a few tries)."""
+    answer = ""
+    for _ in range(tries):
+        try:
+            r = requests.post(
+                f"{hub.url}/services/gpuhub/endpoints/vision/iris/v2/models/iris/infer",
+                headers={"Authorization": f"token {hub.token('alice')}"},
+                json={"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
+                                  "data": [5.1, 3.5, 1.4, 0.2]}]}, timeout=60)
+        except requests.RequestException as e:
+            answer = f"no answer ({type(e).__name__})"
+            continue
+        if r.status_code == 200:
+            return "answers"
+        answer = f"HTTP {r.status_code}"
+        time.sleep(5)
+    return answer
+
+
+def work_table(hub: EmbeddedHub) -> str:
+    """Every workload with its state and reason, for a drill that went wrong."""
+    work = Client(hub.api, hub.token("admin")).get("/workloads?limit=1000").json()["workloads"]
+    return "\n".join(f"{w['id']} {w['kind']:10s} {w['user']:6s} {w['state']:10s} "
+                     f"{w.get('reason', '')}" for w in work)
 
 
 def snapshot(hub: EmbeddedHub, ids: dict) -> dict:
@@ -118,16 +165,15 @@ def main() -> int:
     parser.add_argument("--from", dest="commit", required=True, help="the earlier release")
     parser.add_argument("--db-url", default="", help="PostgreSQL (default: SQLite)")
     args = parser.parse_args()
-    old_code = worktree(args.commit)
+    where, old_python = release(args.commit)
     workdir = tempfile.mkdtemp(prefix="gpuhub-drill-")
     os.chmod(workdir, 0o755)
     old = EmbeddedHub(workdir)
     old.db_url = args.db_url
-    old.env["PYTHONPATH"] = old_code  # the earlier release's package, same venv
     new = None
     try:
         extra = ["--db-url", args.db_url] if args.db_url else []
-        old.start("--demo", *extra, timeout=240)
+        start_old(old, old_python, "--demo", *extra)
         ids = make_work(old)
         before = snapshot(old, ids)
         pid = int(Client(old.api, old.token("alice")).get(
@@ -143,8 +189,11 @@ def main() -> int:
         new.passwords, new.tokens = old.passwords, old.tokens
         new.start(*extra, timeout=240)
         took = time.monotonic() - began
-        wait_for(lambda: ready_replicas(Client(new.api, new.token("alice"))) > 0,
-                 "the replica after the upgrade", 240)
+        try:
+            wait_for(lambda: ready_replicas(Client(new.api, new.token("alice"))) > 0,
+                     "the replica after the upgrade", 240)
+        except AssertionError:
+            print(work_table(new), file=sys.stderr)
         after = snapshot(new, ids)
         alive = os.path.exists(f"/proc/{pid}")
         ended = Client(new.api, new.token("alice")).wait(ids["running_2gpu"], "succeeded",
@@ -183,8 +232,9 @@ def main() -> int:
                     hub.stop()
                 except Exception as e:  # noqa: BLE001 - keep cleaning up
                     print(f"stopping a hub: {e}", file=sys.stderr)
-        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_code],
-                       capture_output=True)
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force",
+                        os.path.join(where, "code")], capture_output=True)
+        shutil.rmtree(where, ignore_errors=True)
         print(f"(hub logs in {workdir})", file=sys.stderr)
 
 
