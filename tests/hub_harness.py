@@ -102,6 +102,9 @@ class Hub:
                 c.GpuHubService.default_grace_period = 3
                 c.GpuHubService.group_cache_seconds = 0
                 c.GpuHubService.preemption_delay = 0.5
+                # The fake node declares room for the tests' concurrent work (the CI
+                # host has 2 cores); a test of CPU admission declares its own.
+                c.GpuHubService.node_resources = {{"cpus": 64, "memory": "512G"}}
             """) + enforcement + extra_service_config)
         self.env = dict(os.environ, GPUHUB_DATA_DIR=self.data_dir, GPUHUB_PORT=str(self.port),
                         GPUHUB_CONFIG=svc_cfg, GPUHUB_DB_URL=db_url,

@@ -327,7 +327,7 @@ def cgroups_of(pid: int) -> dict[str, str]:
     with open(f"/proc/{pid}/cgroup") as f:
         for line in f:
             _, names, path = line.strip().split(":", 2)
-            for c in ("devices", "memory", "cpu"):
+            for c in ("devices", "memory", "cpu", "pids"):
                 if c in names.split(","):
                     out[c] = f"/sys/fs/cgroup/{c}{path}"
     return out
@@ -349,6 +349,7 @@ def test_a_notebook_server_can_open_only_its_gpu_and_has_its_teams_limits(hub, f
     assert all(path in hub.cgroups() for path in cgroups.values()), (cgroups, hub.cgroups())
     assert read(cgroups["memory"] + "/memory.limit_in_bytes") == str(1 << 30)
     assert read(cgroups["cpu"] + "/cpu.cfs_quota_us") == "200000"
+    assert read(cgroups["pids"] + "/pids.max") == "1024"  # a fork bomb stops there
     # A process in the server's cgroups, as root, even with CUDA_VISIBLE_DEVICES reset.
     nodes = [os.path.join(fake_gpus, f"nvidia{i}") for i in range(4)]
     opens = opens_from(list(cgroups.values()), nodes)
