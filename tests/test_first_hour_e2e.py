@@ -187,7 +187,12 @@ def test_a_preempted_server_says_so(hub, browser):
     said = stop_reason_on_next_load(browser, hub, "alice")
     assert "the scheduler took its GPUs back: preempted: team nlp reclaims its nominal" in said, said
     carol.wait_ready()
-    carol.stop()
+    # An admin stops carol's server (the admin panel's Stop calls the same API).
+    r = requests.delete(f"{hub.url}/hub/api/users/carol/server", timeout=60,
+                        headers={"Authorization": f"token {hub.token('admin')}"})
+    assert r.status_code in (202, 204), r.text
+    carol.wait(lambda srv: srv is None, "stopped")
+    assert "the admin admin stopped it." in stop_reason_on_next_load(browser, hub, "carol")
 
 
 def test_an_admin_cannot_unauthorize_themselves(hub, browser):

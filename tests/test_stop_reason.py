@@ -27,7 +27,8 @@ def test_a_server_that_ended_by_itself_says_how(status, oom, says):
     ("other-svc", "service", "", "the service other-svc stopped it"),
 ])
 def test_a_server_stopped_on_request_says_by_whom(requester, kind, said, says):
-    assert requested_reason(requester, kind, "alice", said) == says
+    # (as the hub's handler hands it over: name, kind, what they said)
+    assert requested_reason(*(requester, kind, said), owner="alice") == says
 
 
 @pytest.mark.parametrize("files, kills", [

@@ -19,7 +19,6 @@ grows to seconds), and the process leaves without the interpreter's teardown
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -55,10 +54,6 @@ class GpuHubApp(JupyterHub):
         """).tag(config=True)
 
     _reasons_dir = None  # where managed services write why they exited
-
-    def init_handlers(self):
-        note_stop_requests()
-        super().init_handlers()
 
     async def start_service(self, service_name, service, ssl_context=None):
         """JupyterHub's, with a bounded number of starts: see
@@ -158,31 +153,6 @@ class GpuHubApp(JupyterHub):
             except AnyTimeoutError:
                 self.log.warning("Cannot connect to %s service %s at %s", service.kind, name,
                                  service.url)
-
-
-def note_stop_requests() -> None:
-    """Tell a spawner who asked the hub to stop its server (its owner, an
-    admin, the culler: a service, with the ``reason`` of its request's
-    body) before the stop, so that it can say so (spawner/stop_reason.py).
-    Every stop through the hub's API and pages goes through this handler
-    method."""
-    from jupyterhub.handlers.base import BaseHandler
-    original = BaseHandler.stop_single_user
-    if getattr(original, "notes_requester", False):
-        return
-
-    async def stop_single_user(self, user, server_name=""):
-        who = self.current_user
-        if who is not None and server_name in user.spawners:
-            try:
-                said = str((json.loads(self.request.body or b"{}") or {}).get("reason") or "")
-            except (ValueError, AttributeError):
-                said = ""
-            user.spawners[server_name]._stop_request = (who.name, getattr(who, "kind", "user"),
-                                                         said[:500])
-        return await original(self, user, server_name)
-    stop_single_user.notes_requester = True
-    BaseHandler.stop_single_user = stop_single_user
 
 
 def main() -> None:

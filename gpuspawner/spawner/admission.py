@@ -20,10 +20,13 @@ from traitlets import Float, Unicode, default
 from traitlets.config import Configurable
 
 from .options import GpuRequest, OptionsError, offers, parse_options, render_form
-from .stop_reason import StopReasonMixin, exit_reason, requested_reason
+from .stop_reason import StopReasonMixin, exit_reason, note_stop_requests, requested_reason
 
 RUNNING = "running"
 QUEUED = "queued"
+
+
+note_stop_requests()  # the hub's stops then say by whom (stop_reason.py)
 
 
 class ServiceError(RuntimeError):
@@ -335,8 +338,11 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
 
     async def stop_and_release(self, base_stop) -> None:
         request, self._stop_request = self._stop_request, None
-        self.note_stop(requested_reason(*request, owner=self.user.name) if request
-                       else "the hub stopped it (the hub was shut down, or its start failed)")
+        try:
+            self.note_stop(requested_reason(*request, owner=self.user.name) if request
+                           else "the hub stopped it (the hub was shut down, or its start failed)")
+        except Exception:  # telling why never keeps a server from stopping
+            self.log.exception("could not record why %s stopped", self._log_name)
         wid = self.workload_id
         self._stopping = True
         try:

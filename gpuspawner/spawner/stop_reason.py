@@ -12,6 +12,7 @@ page (templates/not_running.html).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -55,8 +56,8 @@ def exit_reason(status: int, oom: int = 0) -> str:
     return f"it exited with status {status} (it crashed; its log is the hub's)"
 
 
-def requested_reason(requester: Optional[str], requester_kind: str, owner: str,
-                     said: str = "") -> str:
+def requested_reason(requester: Optional[str], requester_kind: str, said: str = "", *,
+                     owner: str) -> str:
     """Why a server stopped through the hub's API or pages, by whom."""
     if requester_kind == "service" and requester == CULLER:
         return "the idle culler stopped it" + (f": {said}" if said else "")
@@ -103,3 +104,29 @@ class StopReasonMixin:
             state["gpuhub_stop_reason"] = self.stop_reason
             state["gpuhub_stopped_at"] = self.stopped_at
         return state
+
+
+def note_stop_requests() -> None:
+    """Tell a spawner who asked the hub to stop its server (its owner, an
+    admin, the culler: a service, with the ``reason`` of its request's
+    body) before the stop, so that it can say so. Every stop through the
+    hub's API and pages goes through this handler method; installed once,
+    when the GPU spawners are imported (admission.py), in any hub that
+    uses them."""
+    from jupyterhub.handlers.base import BaseHandler
+    original = BaseHandler.stop_single_user
+    if getattr(original, "notes_requester", False):
+        return
+
+    async def stop_single_user(self, user, server_name=""):
+        who = self.current_user
+        if who is not None and server_name in user.spawners:
+            try:
+                said = str((json.loads(self.request.body or b"{}") or {}).get("reason") or "")
+            except (ValueError, AttributeError):
+                said = ""
+            user.spawners[server_name]._stop_request = (who.name, getattr(who, "kind", "user"),
+                                                         said[:500])
+        return await original(self, user, server_name)
+    stop_single_user.notes_requester = True
+    BaseHandler.stop_single_user = stop_single_user
