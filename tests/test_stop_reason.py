@@ -41,3 +41,34 @@ def test_oom_kills_are_read_from_the_memory_cgroup(tmp_path, files, kills):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     assert oom_kills([str(tmp_path), str(tmp_path / "missing")]) == kills
+
+
+@pytest.mark.parametrize("request_, says", [
+    (("admin", "user", ""), "the admin admin stopped it"),
+    (("gpuhub-culler", "service", "idle for 2 h"), "the idle culler stopped it: idle for 2 h"),
+    (None, "the hub stopped it (the hub was shut down, or its start failed)"),
+    (("too", "many", "fields", "here"), ""),  # a bad record: the server still stops
+])
+def test_a_stop_on_request_is_recorded_and_always_stops(request_, says):
+    import asyncio
+    import logging
+    import types
+
+    from gpuspawner.spawner.admission import GPUSpawnerMixin
+
+    class Spawner(GPUSpawnerMixin):
+        def __init__(self):
+            super().__init__()
+            self.user = types.SimpleNamespace(name="alice")
+            self._log_name, self.log = "alice", logging.getLogger("test")
+
+        async def _service(self, method, path, body=None):
+            return {}
+    s, stopped = Spawner(), []
+
+    async def base_stop():
+        stopped.append(True)
+    s._stop_request = request_
+    asyncio.run(s.stop_and_release(base_stop))
+    assert stopped == [True] and s.stop_reason == says
+    assert s._save_stop({}).get("gpuhub_stop_reason", "") == says  # kept in the spawner's state
