@@ -36,6 +36,19 @@ def fresh_pg_database():
 
 
 @pytest.fixture
+def account_prefix():
+    """A system-account prefix no other test or hub uses; the accounts made
+    with it are deleted afterwards."""
+    import pwd
+    import subprocess
+    p = f"t{secrets.token_hex(3)}-"
+    yield p
+    for entry in pwd.getpwall():
+        if entry.pw_name.startswith(p):
+            subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
+
+
+@pytest.fixture
 def pg_url():
     """A fresh PostgreSQL database, dropped afterwards."""
     with fresh_pg_database() as url:

@@ -12,7 +12,6 @@ import json
 import os
 import pwd
 import re
-import secrets
 import signal
 import stat
 import subprocess
@@ -83,13 +82,8 @@ needs_root = pytest.mark.skipif(not isolating(), reason="creating accounts needs
 
 
 @pytest.fixture
-def prefix():
-    """An account prefix of this test's own; its accounts are deleted after."""
-    p = f"t{secrets.token_hex(3)}-"
-    yield p
-    for entry in pwd.getpwall():
-        if entry.pw_name.startswith(p):
-            subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
+def prefix(account_prefix):
+    return account_prefix
 
 
 @pytest.fixture

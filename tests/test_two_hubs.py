@@ -144,13 +144,8 @@ def test_stopping_hub_b_leaves_hub_a_s_server_and_job_running(hubs):
 # ---- accounts: what a second hub does with the first hub's ------------------
 
 @pytest.fixture
-def prefix():
-    """A prefix no other test or hub uses; its accounts are deleted after."""
-    p = f"t{secrets.token_hex(3)}-"
-    yield p
-    for entry in pwd.getpwall():
-        if entry.pw_name.startswith(p):
-            subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
+def prefix(account_prefix):
+    return account_prefix
 
 
 def two_hubs(tmp_path, prefix: str, same_prefix: bool):

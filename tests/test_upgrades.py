@@ -204,12 +204,20 @@ def test_an_upgrade_check_runs_the_migrations_without_keeping_them(db_url, live)
     engine.dispose()
 
 
-def test_a_database_a_newer_release_upgraded_is_refused_with_the_way_back(tmp_path):
+def newer_database(tmp_path) -> str:
+    """A database as a release with a migration 0099 left it."""
     url = f"sqlite:///{tmp_path}/gpuhub.sqlite"
     Store(url).close()
     engine = make_engine(url)
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    engine.dispose()
+    return url
+
+
+def test_a_database_a_newer_release_upgraded_is_refused_with_the_way_back(tmp_path):
+    url = newer_database(tmp_path)
+    engine = make_engine(url)
     with pytest.raises(NewerDatabase, match="revision 0099, which this release does not know"):
         plan(engine)
     with pytest.raises(NewerDatabase, match="restore the copy taken before that upgrade"):
@@ -258,12 +266,7 @@ def test_gpuhub_upgrade_check_says_what_changes_and_changes_nothing(tmp_path, li
 def test_gpuhub_up_stops_before_starting_anything_when_the_upgrade_cannot_be_made(
         tmp_path, capsys, monkeypatch):
     from gpuspawner.cli import main
-    url = f"sqlite:///{tmp_path}/gpuhub.sqlite"
-    Store(url).close()
-    engine = make_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
-    engine.dispose()
+    newer_database(tmp_path)
     monkeypatch.delenv("GPUHUB_CONFIG", raising=False)
     started = []
     monkeypatch.setattr(os, "execve", lambda *a: started.append(a))  # the hub and its proxy
@@ -278,12 +281,7 @@ def test_the_service_refuses_to_start_with_the_upgrades_reason(tmp_path, caplog)
     import logging
 
     from gpuspawner.store.db import open_store
-    url = f"sqlite:///{tmp_path}/gpuhub.sqlite"
-    Store(url).close()
-    engine = make_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
-    engine.dispose()
+    url = newer_database(tmp_path)
     with pytest.raises(SystemExit, match="GPU Hub cannot start: the database is at schema "
                                          "revision 0099"):
         open_store(url, logging.getLogger("test"))
@@ -304,18 +302,6 @@ def test_the_workspaces_listed_at_start_are_the_data_directorys_own(tmp_path, te
         (tmp_path / "workspaces" / name).mkdir(parents=True)
     (tmp_path / "workspaces" / "notes.txt").write_text("not a user")
     assert listed_users(template, str(tmp_path)) == listed
-
-
-@pytest.fixture
-def account_prefix():
-    import pwd
-    import secrets
-    import subprocess
-    p = f"t{secrets.token_hex(3)}-"
-    yield p
-    for entry in pwd.getpwall():
-        if entry.pw_name.startswith(p):
-            subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
 
 
 def test_workspaces_from_before_accounts_are_handed_over_at_start(tmp_path, account_prefix):
