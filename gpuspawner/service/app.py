@@ -150,7 +150,8 @@ def service_routes() -> list[tuple[str, type]]:
 class GpuHubService(Application):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
-    classes = [Inventory, KubernetesJobs, SlurmBackend, GpuEnforcement, HubIdentity, WorkloadResources]
+    classes = [Inventory, KubernetesJobs, SlurmBackend, GpuEnforcement, HubIdentity,
+               WorkloadResources]
     aliases = {"f": "GpuHubService.config_file", "config": "GpuHubService.config_file"}
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
