@@ -22,6 +22,7 @@ export function job(over: Partial<IWorkload> = {}): IWorkload {
     notebook: 'train.ipynb',
     parameters: {},
     env: {},
+    env_redacted: false,
     working_dir: '/home/alice',
     checkpoint_dir: null,
     attempt: 0,
