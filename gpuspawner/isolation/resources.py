@@ -25,9 +25,11 @@ KINDS = ("notebook", "job", "deployment")
 class WorkloadResources(Configurable):
     """Default CPU and memory requests per kind of workload, and the pids limit."""
 
-    notebook = Dict({"cpus": 1, "memory": "4G"}, help="""
-        What a notebook server asks for: ``{"cpus": 1, "memory": "4G"}``.
-        Its cgroup is held to it.
+    notebook = Dict({"cpus": 0.5, "memory": "2G"}, help="""
+        What a notebook server asks for: ``{"cpus": 2, "memory": "8G"}``.
+        Its cgroup is held to it. Small by default: a notebook server is
+        mostly idle, and on a small host every CPU it books is one a job
+        cannot have.
         """).tag(config=True)
 
     job = Dict({"cpus": 1, "memory": "8G"}, help="""
@@ -35,8 +37,11 @@ class WorkloadResources(Configurable):
         ``memory``; ``gpuhub submit --cpus 2 --memory 16G``).
         """).tag(config=True)
 
-    deployment = Dict({"cpus": 1, "memory": "4G"}, help="""
-        What each replica of a model deployment asks for.
+    deployment = Dict({"cpus": 0.5, "memory": "2G"}, help="""
+        What each replica of a model deployment asks for (its model works
+        on the GPU; a replica books its CPUs for as long as it serves, so
+        two deployments at 1 CPU would leave a 2-core host no CPU for jobs).
+        Example: ``{"cpus": 2, "memory": "8G"}`` for a CPU-bound model.
         """).tag(config=True)
 
     pids_limit = Int(1024, help="""
