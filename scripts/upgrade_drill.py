@@ -78,7 +78,7 @@ def sleep_job(seconds: float) -> list[str]:
             f"print('done', flush=True)"]
 
 
-def make_work(hub: EmbeddedHub) -> dict:
+def make_work(hub: EmbeddedHub, python: str) -> dict:
     alice, bob, carol = (Client(hub.api, hub.token(u)) for u in ("alice", "bob", "carol"))
     admin = Client(hub.api, hub.token("admin"))
     ids = {}
@@ -97,9 +97,13 @@ def make_work(hub: EmbeddedHub) -> dict:
     ids["cancelled"] = carol.submit(command=sleep_job(60), gpus=4)["id"]
     r = carol.post(f"/workloads/{ids['cancelled']}/cancel")
     assert r.status_code == 202, r.text
-    model = os.path.join(hub.data_dir, "workspaces", "alice", "iris")
-    shutil.copytree(os.path.join(ROOT, "examples", "serving", "iris"), model, dirs_exist_ok=True)
-    r = alice.post("/deployments", json={"name": "iris", "model_dir": model, "gpus": 0})
+    # The serving quick start (docs/serving.md): train the example as a job, deploy it.
+    train = alice.submit(command=[python, os.path.join(ROOT, "examples", "serving", "iris",
+                                                       "train.py"), "models/iris-v1"],
+                         gpus=0, name="train-iris")["id"]
+    assert alice.wait(train, ("succeeded", "failed"), 180)["state"] == "succeeded"
+    r = alice.post("/deployments", json={"name": "iris", "model_dir": "models/iris-v1",
+                                         "gpus": 0})
     assert r.status_code in (200, 201), r.text
     wait_for(lambda: ready_replicas(alice) > 0, "the deployment's replica", 240)
     return ids
@@ -139,7 +143,26 @@ def work_table(hub: EmbeddedHub) -> str:
                      f"{w.get('reason', '')}" for w in work)
 
 
-def snapshot(hub: EmbeddedHub, ids: dict) -> dict:
+def replica_logs(hub: EmbeddedHub) -> str:
+    """The output of the newest replica attempts."""
+    logs = sorted(glob.glob(os.path.join(hub.data_dir, "workloads", "*", "attempt-*",
+                                         "output.log")), key=os.path.getmtime)
+    return "\n".join(f"== {path}\n{open(path, errors='replace').read()[-3000:]}"
+                     for path in logs[-3:])
+
+
+def quotas(text: str) -> list:
+    """The teams and their quotas, without what changes as work runs (used)."""
+    import json
+    teams = json.loads(text)
+    teams = teams.get("teams", teams) if isinstance(teams, dict) else teams
+    return sorted((t["name"], t.get("group"), t.get("weight"),
+                   json.dumps({pool: {k: v for k, v in q.items() if k != "used"}
+                               for pool, q in t.get("quotas", {}).items()}, sort_keys=True))
+                  for t in teams)
+
+
+def snapshot(hub: EmbeddedHub, ids: dict, until: str) -> dict:
     alice, admin = Client(hub.api, hub.token("alice")), Client(hub.api, hub.token("admin"))
     work = admin.get("/workloads?limit=1000").json()["workloads"]
     states = {w["id"]: w["state"] for w in work}
@@ -153,7 +176,9 @@ def snapshot(hub: EmbeddedHub, ids: dict) -> dict:
         "states": {k: states.get(v) for k, v in ids.items()},
         "logs": logs,
         "quotas": admin.get("/teams").text,
-        "usage": admin.get("/usage?format=csv").text,
+        # A window that ended before the upgrade: what was used then must not change.
+        "usage": admin.get("/usage", params={"format": "csv", "to": until,
+                                             "group_by": "team,user,pool"}).text,
         "audit": (audit.stdout or audit.stderr).strip(),
         "replica": infer(hub),
         "old token": alice.get("/me").status_code,
@@ -174,8 +199,9 @@ def main() -> int:
     try:
         extra = ["--db-url", args.db_url] if args.db_url else []
         start_old(old, old_python, "--demo", *extra)
-        ids = make_work(old)
-        before = snapshot(old, ids)
+        ids = make_work(old, old_python)
+        until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        before = snapshot(old, ids, until)
         pid = int(Client(old.api, old.token("alice")).get(
             f"/workloads/{ids['running_2gpu']}/logs").text.split()[1])
         # The documented stop: SIGTERM to gpuhub up; jobs run on.
@@ -189,13 +215,15 @@ def main() -> int:
         new.passwords, new.tokens = old.passwords, old.tokens
         new.start(*extra, timeout=240)
         took = time.monotonic() - began
+        alive = os.path.exists(f"/proc/{pid}")
+        adopted = Client(new.api, new.token("alice")).workload(ids["running_2gpu"])["state"]
         try:
             wait_for(lambda: ready_replicas(Client(new.api, new.token("alice"))) > 0,
                      "the replica after the upgrade", 240)
         except AssertionError:
             print(work_table(new), file=sys.stderr)
-        after = snapshot(new, ids)
-        alive = os.path.exists(f"/proc/{pid}")
+            print(replica_logs(new), file=sys.stderr)
+        after = snapshot(new, ids, until)
         ended = Client(new.api, new.token("alice")).wait(ids["running_2gpu"], "succeeded",
                                                          JOB_SECONDS + 120)
         backups = sorted(f for f in os.listdir(new.data_dir) if ".backup-" in f)
@@ -209,15 +237,21 @@ def main() -> int:
         rows += [(f"log of the {k} job", f"{len(before['logs'][k])} B",
                   "identical" if after["logs"][k] == before["logs"][k] else "CHANGED")
                  for k in before["logs"]]
-        rows += [("quotas (GET /teams)", "-", "identical" if after["quotas"] == before["quotas"]
-                  else "changed")]
-        rows += [("usage CSV", f"{len(before['usage'].splitlines())} lines",
-                  "identical" if after["usage"] == before["usage"] else "changed")]
+        rows += [("teams and quotas", len(quotas(before["quotas"])),
+                  "identical" if quotas(after["quotas"]) == quotas(before["quotas"])
+                  else "CHANGED")]
+        kept = set(before["usage"].splitlines()) <= set(after["usage"].splitlines())
+        if not kept:
+            print("usage CSV before:\n" + before["usage"] + "\nafter:\n" + after["usage"],
+                  file=sys.stderr)
+        rows += [("usage CSV rows", f"{len(before['usage'].splitlines())} lines",
+                  f"all kept ({len(after['usage'].splitlines())} lines now)" if kept
+                  else "SOME LOST")]
         rows += [("audit chain", before["audit"], after["audit"])]
         rows += [("deployment replica", before["replica"], after["replica"])]
         rows += [("alice's old token (/me)", before["old token"], after["old token"])]
-        rows += [("2-GPU job's process", f"pid {pid}", "same process, adopted" if alive
-                  else "gone")]
+        rows += [("2-GPU job's process", f"pid {pid}",
+                  f"same process, {adopted}" if alive else f"gone ({adopted})")]
         rows += [("2-GPU job at its end", "-", f"{ended['state']} (exit {ended.get('exit_code')})")]
         rows += [("backup taken", "-", ", ".join(backups) or "none (PostgreSQL: pg_dump)")]
         rows += [("workspaces' owners (uid)", "root (no accounts)",
