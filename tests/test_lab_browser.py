@@ -246,7 +246,9 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
             assert len(jobs) == 1 and jobs[0]["name"] == "train"
             wid = jobs[0]["id"]
             assert jobs[0]["parameters"] == {"epochs": 3, "model": "vit", "step_seconds": 2.5}
-            assert jobs[0]["env"]["WANDB_MODE"] == "offline"
+            # Lists redact env values but for their owner's: alice's own view shows it.
+            assert jobs[0]["env"]["WANDB_MODE"] == "•••"
+            assert hub.client("alice").workload(wid)["env"]["WANDB_MODE"] == "offline"
 
             # 3. amy's job ends: alice's starts (a notification says so), then succeeds.
             assert amy.request("DELETE", f"/workloads/{holder['id']}").status_code == 202
