@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PROXY := node_modules/.bin/configurable-http-proxy
 ARGS ?=
 
-.PHONY: setup run demo test bench bench-api clean
+.PHONY: setup run demo test bench bench-api client clean
 
 # A venv made by another interpreter (pyenv's, before) is made afresh.
 PY_STAMP := $(VENV)/.made-by$(subst /,-,$(PYTHON))
@@ -78,7 +78,8 @@ $(SLURMCTLD):
 
 test: $(STAMP) $(PROXY) $(CHROMIUM) $(JQ) $(SLURMCTLD) $(LAB_STAMP)
 	cd $(LAB_EXT) && ../../$(BIN)/jlpm test
-	$(BIN)/python -m pytest -q
+	# --durations: the slowest tests at the end of the run (where to look when it grows)
+	$(BIN)/python -m pytest -q --durations=25
 
 bench: $(STAMP)
 	$(BIN)/gpuhub bench
@@ -87,6 +88,13 @@ bench: $(STAMP)
 # next to JupyterHub's own GET /hub/api/user.
 bench-api: $(STAMP) $(PROXY)
 	$(BIN)/gpuhub bench api --start-hub
+
+# The service's Python client (gpuspawner/client/: schemas, answers, operations,
+# aio) and the Lab's TypeScript types, both from the service's OpenAPI document;
+# tests/test_api_client.py and tests/test_api_types.py fail when they are stale.
+client: $(STAMP)
+	$(BIN)/python scripts/gen_client.py
+	cd $(LAB_EXT) && ../../$(BIN)/jlpm gen:types
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis node_modules

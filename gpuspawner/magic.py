@@ -13,11 +13,14 @@ people who prefer code to the lab extension's forms.
     %gpuhub quota
     %gpuhub schedule create nightly --cron '0 2 * * *' --notebook train.ipynb -p epochs 3
     %gpuhub schedule ls
+    %gpuhub deploy best models/best --after w1234abcd:ok
+    %gpuhub deployments best --wait
 
 Inside a notebook server the service and the token come from the
 environment the hub sets ($GPUHUB_URL, $JUPYTERHUB_API_TOKEN). ``submit``
 runs in the kernel's working directory (the notebook's folder) unless
-``--workdir`` says otherwise. Errors are printed, never raised, so a cell
+``--workdir`` says otherwise; ``deploy``'s MODEL_DIR, when relative, is
+in that folder too. Errors are printed, never raised, so a cell
 shows the service's message. Code can use ``gpuspawner.client.GpuHubClient``.
 """
 from __future__ import annotations
@@ -27,7 +30,8 @@ import os
 import shlex
 from typing import Optional
 
-COMMANDS = ("submit", "ls", "logs", "cancel", "quota", "pools", "sweep", "schedule")
+COMMANDS = ("submit", "ls", "logs", "cancel", "quota", "pools", "sweep", "schedule", "deploy",
+            "deployments")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,14 +57,16 @@ class MagicExit(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli_client import add_parsers
-    from .cli_schedule import add_parsers as add_schedule
+    from .cli.jobs import add_parsers
+    from .cli.deploy import add_parsers as add_deploy
+    from .cli.schedule import add_parsers as add_schedule
 
     parser = _Parser(prog="%gpuhub", description="GPU Hub jobs from a notebook: "
                                                  + ", ".join(COMMANDS))
     sub = parser.add_subparsers(dest="command_name", required=True, parser_class=_Parser)
     add_parsers(sub)
     add_schedule(sub)
+    add_deploy(sub)
     return parser
 
 
@@ -86,11 +92,15 @@ def run(line: str, cwd: Optional[str] = None) -> int:
     if args.command_name == "submit" and getattr(args, "workdir", None) is None:
         # The notebook's folder, as the jobs see it (the local backend shares it).
         args.workdir = cwd or os.getcwd()
+    if args.command_name == "deploy" and not os.path.isabs(args.model_dir):
+        # As the notebook sees it: its folder (the service checks it is in the workspace).
+        args.model_dir = os.path.normpath(os.path.join(cwd or os.getcwd(), args.model_dir))
     return args.func(args)
 
 
 def gpuhub(line: str) -> None:
-    """%gpuhub submit|ls|logs|cancel|quota|pools|sweep|schedule …  (``%gpuhub help``)"""
+    """%gpuhub submit|ls|logs|cancel|quota|pools|sweep|schedule|deploy|deployments …
+    (``%gpuhub help``)"""
     run(line)
 
 

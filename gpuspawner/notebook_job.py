@@ -28,6 +28,24 @@ def kernel_config(socket_dir: str):
                                      "ip": os.path.join(socket_dir, "kernel")}})
 
 
+def quiet_shutdown_manager():
+    """The kernel manager class of a notebook job: jupyter_client 8.10 and
+    later interrupt a kernel before shutting it down, which makes ipykernel
+    log "[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel." into a
+    job that succeeded. A job's kernel has finished its cells when it is shut
+    down, so that interrupt is skipped; a cell's timeout still interrupts."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietShutdown(AsyncKernelManager):
+        async def _async_interrupt_kernel(self) -> None:
+            if getattr(self, "shutting_down", False):
+                return
+            await super()._async_interrupt_kernel()
+
+        interrupt_kernel = _async_interrupt_kernel
+    return QuietShutdown
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print("usage: python -m gpuspawner.notebook_job NB.ipynb OUT.ipynb PARAMETERS_JSON",
@@ -42,7 +60,8 @@ def main(argv: list[str]) -> int:
     try:
         papermill.execute_notebook(notebook, output, parameters=parameters, kernel_name="python3",
                                    log_output=True, progress_bar=False,
-                                   config=kernel_config(socket_dir))
+                                   config=kernel_config(socket_dir),
+                                   kernel_manager_class=quiet_shutdown_manager())
     except nbclient.exceptions.DeadKernelError:
         traceback.print_exc()
         return 138

@@ -47,10 +47,10 @@ from gpuspawner.inventory.probe import mig_lines, process_memory
 from gpuspawner.isolation.cgroups import GpuEnforcement
 from gpuspawner.isolation.gpu_rules import CGROUP_V1
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.engine import Engine, EngineConfig
-from gpuspawner.service.launch import local_nodes
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import parse_job
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.launch import local_nodes
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import parse_job
 from gpuspawner.service.panel.cluster import cluster_model
 from gpuspawner.store import Store, WorkloadRow
 

@@ -73,3 +73,18 @@ def jp_asyncio_loop():
     yield loop
     if not loop.is_running():
         loop.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium under Playwright, one per test module (the browser
+    tests; `make test` installs it: no browser download)."""
+    from playwright import sync_api
+    from test_spawn_browser import CHROMIUM, CHROMIUM_ARGS
+    assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM}: `make test` installs it"
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

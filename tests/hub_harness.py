@@ -12,6 +12,7 @@ import atexit
 import glob
 import json
 import os
+import grp
 import pwd
 import secrets
 import shutil
@@ -26,6 +27,8 @@ from typing import Optional
 import requests
 
 from gpuspawner.isolation.cgroups import Placement, own_cgroups, remove
+from gpuspawner.isolation.identity import hub_tag
+from gpuspawner.isolation.team_spaces import group_prefix
 from gpuspawner.isolation.accounts import isolating, unreachable
 from gpuspawner.serving.ports import ports_below_ephemeral
 
@@ -174,6 +177,10 @@ class Hub:
             if entry.pw_name.startswith(self.account_prefix):
                 # -f: a process of it may still be exiting after its SIGKILL.
                 subprocess.run(["userdel", "-f", entry.pw_name], capture_output=True)
+        teams = group_prefix(hub_tag(self.data_dir))  # the team spaces' groups
+        for group in grp.getgrall():
+            if group.gr_name.startswith(teams):
+                subprocess.run(["groupdel", group.gr_name], capture_output=True)
 
     def workspace_folder(self, user: str) -> str:
         """A new folder in the user's workspace, where a spawned server's

@@ -81,7 +81,7 @@ MULTINODE_SLURMD_TIMEOUT = 10
 def slurm_conf(d: str, ctld_port: int, slurmd_port: int, layout: Layout, ctld_addr: str,
                addrs: dict, cpus: int = 16) -> str:
     many = layout.netns
-    nodes = "".join(f"NodeName={n} NodeAddr={addrs[n]} CPUs={cpus} RealMemory=1000 "
+    nodes = "".join(f"NodeName={n} NodeAddr={addrs[n]} CPUs={cpus} RealMemory=262144 "
                     f"Gres=gpu:{g} State=UNKNOWN\n" for n, g in layout.gpus.items())
     return f"""\
 ClusterName=gpuhubtest
@@ -106,13 +106,17 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=CR_Core_Memory
+# A job that names no --mem gets 1 GiB a CPU, not the whole node (which would
+# leave every other job pending).
+DefMemPerCPU=1024
 GresTypes=gpu
 MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
 {"TopologyPlugin=topology/tree" if layout.switches else ""}
-# The configured CPUs, not this small machine's: several test jobs at once.
+# The configured CPUs and memory, not this small machine's: several test jobs at once
+# (memory is consumable, CR_Core_Memory, as jobs ask for it with --mem).
 SlurmdParameters=config_overrides
 ReturnToService=2
 # Seconds between a job's SIGTERM and SIGKILL (time limit, scancel): short for tests.

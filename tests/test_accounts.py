@@ -279,7 +279,8 @@ def test_a_jobs_environment_reaches_its_command_never_the_root_runner(prefix, ro
             "    time.sleep(0.02)\n")
     env = {"LD_PRELOAD": library, "MY_SETTING": "the job's", "GPUHUB_TOKEN": "alices-own-token"}
     runner = backend.start(LaunchSpec("w3", 1, (sys.executable, "-c", code), str(attempt_dir),
-                                      str(root_dir), env=env, user="alice"))
+                                      str(root_dir), env=env, user="alice")).ref
+    runner = int(runner)
     command = child_of(runner)
     wait_until(lambda: preload.loaded_by(markers))  # the command's own loader has run
     runner_env, command_env = environ_of(runner), environ_of(command)
@@ -326,7 +327,7 @@ time.sleep(300)
     spec = LaunchSpec("w4", 1, (sys.executable, "-c", code), str(root_dir / "w4" / "attempt-1"),
                       str(root_dir), user="alice")
     backend = LocalBackend(accounts=accounts)
-    runner = backend.start(spec)
+    runner = int(backend.start(spec).ref)
     log = root_dir / "w4" / "attempt-1" / LOG_FILE
     wait_until(lambda: "planted" in log.read_text())
     os.killpg(runner, signal.SIGKILL)

@@ -15,9 +15,11 @@ Screenshots of each page are kept in docs/screenshots/admin-*.png.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -25,7 +27,7 @@ import requests
 from playwright import sync_api
 
 from hub_harness import ADMIN_TOKEN, Hub, wait_for
-from test_spawn_browser import CHROMIUM, CHROMIUM_ARGS, login, shot
+from test_spawn_browser import CHROMIUM, login, shot
 
 GROUPS = {"team-vision": ["alice", "bob"], "team-nlp": ["carol"]}
 TEAMS = {"vision": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}},
@@ -55,14 +57,6 @@ def hub(tmp_path_factory):
             if w["state"] in ("queued", "held", "running"):
                 h.client("root-admin").post(f"/workloads/{w['id']}/cancel")
     h.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def page_as(browser, hub: Hub, user: str):
@@ -130,6 +124,45 @@ def test_admin_quota_edit_takes_effect_next_cycle(hub, browser, tmp_path):
                                      json={"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}})
 
 
+def test_admin_sets_a_teams_storage_quota_on_the_teams_page(hub, browser, tmp_path):
+    admin = hub.client("root-admin")
+    page = page_as(browser, hub, "root-admin")
+    open_panel(page, hub, "teams")
+    form = page.locator('form.storage-quota-form[data-team="vision"]')
+    # a bad size: refused beside the field, what was typed kept, nothing saved
+    form.locator('input[name="storage_quota"]').fill("lots")
+    with page.expect_navigation():
+        form.locator("button").click()
+    form = page.locator('form.storage-quota-form[data-team="vision"]')
+    assert "'lots' is not a size like 200G or 1.5T" in form.locator(
+        ".storage-quota-error").inner_text()
+    assert form.locator('input[name="storage_quota"]').input_value() == "lots"
+    assert admin.get("/teams/vision").json()["storage_quota"] is None
+    form.locator('input[name="storage_quota"]').fill("200G")
+    with page.expect_navigation():
+        form.locator("button").click()
+    team = admin.get("/teams/vision").json()
+    assert team["storage_quota"] == 200 << 30
+    done = page.locator("#done").inner_text()
+    assert done.startswith("team vision: storage quota 200GiB (its own)")
+    if team["storage"] and team["storage"]["measured_at"] is not None:  # a host with team spaces
+        used = team["storage"]["used_bytes"]
+        assert f"used, {100 * used / (200 << 30):.0f} %" in done
+    assert page.locator('form.storage-quota-form[data-team="vision"] input[name="storage_quota"]'
+                        ).input_value() == "200GiB"
+    shot(page, tmp_path, "admin-teams-storage-quota.png")
+    entries = admin.get("/audit", params={"action": "set-storage-quota"}).json()["entries"]
+    assert [(e["actor"], e["target"], e["detail"]["before"], e["detail"]["after"])
+            for e in entries] == [("root-admin", "vision", None, 200 << 30)]
+    # a lead sees no such form and may not set it through the API
+    lead = page_as(browser, hub, "alice")
+    open_panel(lead, hub, "teams")
+    assert lead.locator("form.storage-quota-form").count() == 0
+    assert hub.client("alice").request(
+        "PUT", "/teams/vision", json={"storage_quota": "10T"}).status_code == 403
+    admin.request("PUT", "/teams/vision", json={"storage_quota": None})
+
+
 def test_cluster_drain_and_gpu_out_of_service(hub, browser, tmp_path):
     admin = hub.client("root-admin")
     page = page_as(browser, hub, "root-admin")
@@ -182,8 +215,17 @@ def test_queue_hold_priority_and_cancel(hub, browser, tmp_path):
         carol.wait(wid, ("running",))
     first = carol.submit(**sleeper(1, 1, "first-in-line"))["id"]
     second = carol.submit(**sleeper(1, 1, "second-in-line"))["id"]
+    evaluate = carol.submit(**sleeper(1, 1, "evaluate"), after=[{"id": first}])["id"]
     page = page_as(browser, hub, "root-admin")
     open_panel(page, hub, "queue")
+    # A job that waits for another is listed apart from the queue: who, team,
+    # GPUs, since when, for what.
+    waiting = page.locator(f'#waiting tr[data-id="{evaluate}"]')
+    cells = [c.strip() for c in waiting.locator("td").all_inner_texts()]
+    assert cells[:4] == ["nlp", f"job {evaluate} evaluate", "carol", "1 × default"], cells
+    assert cells[4].endswith("s ago") and cells[5] == f"waiting for {first} (ok)", cells
+    assert page.locator("#waiting-count").inner_text() == "1"
+    assert page.locator(f'#queued tr[data-id="{evaluate}"]').count() == 0
     row = page.locator(f'#queued tr[data-id="{second}"]')
     assert row.locator(".position").inner_text() == "2"
     row.locator("select").select_option("best-effort")
@@ -198,6 +240,9 @@ def test_queue_hold_priority_and_cancel(hub, browser, tmp_path):
     assert page.locator(f'#queued tr[data-id="{second}"] .position').inner_text() == "1"
     assert page.locator(f'#running tr[data-id="{hogs[0]}"]').is_visible()
     shot(page, tmp_path, "admin-queue.png")
+    with page.expect_navigation():  # the waiting job is cancelled from its row
+        page.locator(f'#waiting tr[data-id="{evaluate}"] button[value="cancel"]').click()
+    assert carol.workload(evaluate)["state"] == "cancelled"
     with page.expect_navigation():
         page.locator(f'#held tr[data-id="{first}"] button[value="unhold"]').click()
     assert carol.workload(first)["state"] == "queued"
@@ -221,7 +266,7 @@ def test_usage_page_csv_and_api_agree_with_the_ledger(hub, browser, tmp_path):
     csv_text = page.context.request.get(hub.url + page.locator("#csv").get_attribute("href")).text()
     rows = list(csv.DictReader(io.StringIO(csv_text)))
     assert [[r["user"], r["gpu_hours"], r["gpu_seconds"], r["borrowed_gpu_seconds"],
-             r["cost_USD"]] for r in rows] == table
+             r["cpu_hours"], r["memory_gib_hours"], r["cost_USD"]] for r in rows] == table
     # every finished attempt in the ledger, at 3.00 per GPU-hour
     admin = hub.client("root-admin")
     expected: dict[str, float] = {}
@@ -240,6 +285,18 @@ def test_usage_page_csv_and_api_agree_with_the_ledger(hub, browser, tmp_path):
         assert float(r["cost_USD"]) == pytest.approx(float(r["gpu_seconds"]) / 3600 * 3.0, abs=0.006)
     assert page.locator("#area svg polygon").count() == len(rows)
     assert page.locator("#bars svg rect").count() == len(rows)
+    # per team, each team's storage (GB-months and its cost) is beside its GPU-hours, CSV too
+    page.select_option("#group_by", "team")
+    with page.expect_navigation():
+        page.click("#usage-form button")
+    headers = page.locator("#usage-table thead th").all_inner_texts()
+    assert headers[-3:] == ["Storage GB-months", "Storage cost", "Cost (USD)"]
+    table = [[c.strip() for c in row.split("\t")]
+             for row in page.locator("#usage-table tbody tr").evaluate_all(
+                 "rows => rows.map(r => Array.from(r.cells).map(c => c.innerText).join('\\t'))")]
+    csv_text = page.context.request.get(hub.url + page.locator("#csv").get_attribute("href")).text()
+    assert [[r["team"], r["storage_gb_months"], r["storage_cost_USD"], r["cost_USD"]]
+            for r in csv.DictReader(io.StringIO(csv_text))] == [[t[0], *t[-3:]] for t in table]
     shot(page, tmp_path, "admin-usage.png")
 
 
@@ -281,7 +338,7 @@ def test_team_lead_sees_only_her_team(hub, browser, tmp_path):
     page.click("#gpuhub-admin-link")
     page.wait_for_url("**/services/gpuhub/admin/queue")
     assert [t.inner_text() for t in page.locator(".nav-tabs a.nav-link").all()] == \
-        ["Teams & quotas", "Queue", "Usage & cost"]
+        ["Teams & quotas", "Queue", "Usage & cost", "Datasets"]
     assert page.locator(f'#running tr[data-id="{mine}"]').is_visible()
     assert page.locator(f'#running tr[data-id="{theirs}"]').count() == 0
     open_panel(page, hub, "teams")
@@ -466,3 +523,82 @@ def test_spawn_page_starts_on_a_free_gpu_and_says_borrows_only_with_lenders(hub,
     assert card.locator("select").input_value() == "default:1"
     assert card.locator('input[name="gpu_choice"]').is_checked()
     hub.client("carol").post(f"/workloads/{held}/cancel")
+
+
+def queue_page(hub: Hub, user: str, url: str = "") -> tuple[int, str]:
+    """The queue page (or one of its links) as ``user`` sees it: status, HTML."""
+    r = requests.get(url or f"{hub.url}/services/gpuhub/admin/queue", timeout=60,
+                     headers={"Authorization": f"token {hub.token(user)}"}, allow_redirects=False)
+    return r.status_code, r.text
+
+
+def section(page: str, table: str) -> list[str]:
+    """The workload ids a section's table lists, in order."""
+    body = page.split(f'id="{table}">', 1)[1].split("</table>", 1)[0]
+    return re.findall(r'<tr data-id="([^"]+)"', body)
+
+
+def link(hub: Hub, page: str, name: str):
+    """A page link's URL (``queued-next``, ``queued-first``), None if absent."""
+    found = re.search(rf'id="{name}" href="([^"]+)"', page)
+    return found and hub.url + html.unescape(found.group(1))
+
+
+def test_queue_page_pages_through_a_queue_longer_than_a_page(hub):
+    """An admin reaches every one of 503 queued (501st and on included) by
+    "Next 500 →", once each, while others submit; "← First" goes back; a
+    lead of vision sees her team's and none of nlp's, on the first page and
+    deep in the queue; a cursor no link gave is a 400 page naming it."""
+    carol, admin = hub.client("carol"), hub.client("root-admin")
+    # nlp's quota (2, no borrowing) held: its sweep's 2-GPU tasks all queue
+    blocker = carol.submit(**sleeper(600, 2, "holds-nlp"))["id"]
+    carol.wait(blocker, ("running",))
+    r = carol.post("/sweeps", json={"template": {**sleeper(1, 2, "long-queue"), "name": "t"},
+                                    "grid": {"i": list(range(503))}})
+    assert r.status_code == 201, r.text
+    sweep = r.json()["id"]
+    tasks, cursor = [], None
+    while True:
+        got = admin.get("/workloads", params={"sweep_id": sweep, "limit": 1000,
+                                              **({"cursor": cursor} if cursor else {})}).json()
+        tasks += [w["id"] for w in got["workloads"]]
+        if not (cursor := got["next_cursor"]):
+            break
+    assert len(tasks) == 503
+    # vision's quota (2, no borrowing) full too: its second job queues
+    bob, later = hub.client("bob"), None
+    vision = [bob.submit(**sleeper(600, 2, f"vision-{i}"))["id"] for i in range(2)]
+    try:
+        status, first = queue_page(hub, "root-admin")
+        assert status == 200 and len(section(first, "queued")) == 500
+        assert link(hub, first, "queued-first") is None
+        total = int(re.search(r'id="queued-count">(\d+)<', first).group(1))
+        later = carol.submit(**sleeper(1, 2, "submitted-while-paging"))["id"]
+        seen, page, last = section(first, "queued"), first, ""
+        while (url := link(hub, page, "queued-next")) is not None:
+            status, page = queue_page(hub, "root-admin", url)
+            assert status == 200 and "queued_after=" in url
+            seen += section(page, "queued")
+            last = url
+        assert len(seen) == len(set(seen)), "a workload listed twice"
+        assert set(tasks) | {later, vision[1]} <= set(seen), "a workload missed"
+        assert total >= 503 and later in section(page, "queued")  # the newest: on the last page
+        status, again = queue_page(hub, "root-admin", link(hub, page, "queued-first"))
+        assert status == 200 and section(again, "queued") == section(first, "queued")
+        # a lead of vision: her team's only, on the first page and deep in the queue
+        for url in ("", last):
+            status, lead_page = queue_page(hub, "alice", url)
+            assert status == 200 and vision[1] in section(lead_page, "queued")
+            assert not set(section(lead_page, "queued")) & {*tasks, later}
+            assert link(hub, lead_page, "queued-next") is None  # vision's fit on a page
+        status, bad = queue_page(hub, "root-admin",
+                                 f"{hub.url}/services/gpuhub/admin/queue?queued_after=nope")
+        assert status == 400
+        assert "queued_after: 'nope' is not a cursor this page gave" in html.unescape(bad)
+    finally:
+        carol.post(f"/sweeps/{sweep}/cancel")
+        for client, wid in ((carol, blocker), (carol, later), (bob, vision[0]), (bob, vision[1])):
+            if wid:
+                client.post(f"/workloads/{wid}/cancel")
+        wait_for(lambda: admin.get("/teams/nlp").json()["quotas"]["default"]["used"] == 0,
+                 "team nlp to hold nothing")

@@ -16,7 +16,7 @@ def test_the_labs_service_types_are_the_openapi_documents(tmp_path):
     assert os.path.exists(tool), ("no openapi-typescript: `make test` installs the lab's npm "
                                   "packages (jlpm install in extensions/gpuhub-lab)")
     out = tmp_path / "service.generated.ts"
-    subprocess.run([tool, os.path.join(ROOT, "gpuspawner", "service", "openapi.yaml"),
+    subprocess.run([tool, os.path.join(ROOT, "gpuspawner", "service", "api", "openapi.yaml"),
                     "-o", str(out)], check=True, capture_output=True, cwd=LAB)
     with open(os.path.join(LAB, "src", "service.generated.ts")) as f:
         committed = f.read()

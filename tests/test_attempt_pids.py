@@ -64,7 +64,7 @@ def cgroup_enforcement():
 def _start_family(backend, tmp_path):
     out = tmp_path / "pids"
     spec = LaunchSpec(f"nb{uuid.uuid4().hex[:6]}", 1, (sys.executable, "-c", FAMILY, str(out)),
-                      str(tmp_path / "attempt"), str(tmp_path), gpus=(0,))
+                      str(tmp_path / "attempt"), str(tmp_path), devices=(0,))
     backend.start(spec)
     return spec, out
 

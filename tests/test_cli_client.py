@@ -19,13 +19,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpuspawner import bench_api
+from gpuspawner.bench import api as bench_api
 from gpuspawner.cli import build_parser, main
-from gpuspawner.cli_client import (build_job_spec, command_payload, fmt_age, format_cancelled,
-                                   format_pools, format_quotas, format_table, format_workloads,
-                                   parse_env_pair, parse_limit, parse_param_value, quota_change,
-                                   readable_reason, submitted_note, workload_row)
-from gpuspawner.cli_workdir import command_words, job_directory
+from gpuspawner.cli.common import UsageError, fmt_age, format_table
+from gpuspawner.cli.jobs import (build_job_spec, command_payload, format_cancelled, format_quotas,
+                                 parse_env_pair, parse_limit, parse_param_value, quota_change,
+                                 submitted_note)
+from gpuspawner.cli.listing import format_pools, format_workloads, readable_reason, workload_row
+from gpuspawner.cli.workdir import command_words, job_directory
 from gpuspawner.client import (DEFAULT_URL, ApiError, GpuHubClient, TokenMissing, hub_url_of,
                                iter_lines, iter_sse, normalize_url, resolve_token, resolve_url)
 
@@ -196,7 +197,6 @@ def test_build_job_spec(argv, spec):
     (["-p", "a", "1", "--", "echo"], "only applies to --notebook"),
 ])
 def test_build_job_spec_refuses(argv, message):
-    from gpuspawner.cli_client import UsageError
     with pytest.raises(UsageError, match=message):
         build_job_spec(build_parser().parse_args(["submit"] + argv))
 
@@ -214,6 +214,18 @@ def test_build_job_spec_refuses(argv, message):
      {"weight": 2.5, "quotas": {"default": {"nominal": 4, "borrowing_limit": 2,
                                             "lending_limit": None}}}),
     (None, (None, None, ..., ..., 3.0), {"weight": 3.0}),
+    # CPU and memory ceilings: kept when not given, set, or taken off with none
+    ({"quotas": {"default": {"nominal": 1, "cpus": 4.0, "memory": 64 << 30}}},
+     ("default", 2, ..., ..., None),
+     {"quotas": {"default": {"nominal": 2, "borrowing_limit": None, "lending_limit": None,
+                             "cpus": 4.0, "memory": 64 << 30}}}),
+    ({"quotas": {"default": {"nominal": 1, "cpus": 4.0, "memory": 64 << 30}}},
+     ("default", 1, ..., ..., None, 8.0, None),
+     {"quotas": {"default": {"nominal": 1, "borrowing_limit": None, "lending_limit": None,
+                             "cpus": 8.0}}}),
+    (None, ("default", 0, ..., ..., None, ..., "16G"),
+     {"quotas": {"default": {"nominal": 0, "borrowing_limit": None, "lending_limit": None,
+                             "memory": "16G"}}}),
 ])
 def test_quota_change_keeps_limits_not_given(team, args, body):
     assert quota_change(team, *args) == body
@@ -339,17 +351,24 @@ def test_format_pools(pool, row):
 @pytest.mark.parametrize("team, rows", [
     ({"name": "a", "weight": 1.0, "quotas": {"default": {"nominal": 2, "borrowing_limit": 2,
                                                           "lending_limit": None, "used": 1}}},
-     [["a", "default", "1", "2", "2", "none", "1"]]),
+     [["a", "default", "1", "2", "2", "none", "1", "0/none", "0/none"]]),
     ({"name": "b", "weight": 2.5, "quotas": {"y": {"nominal": 0, "borrowing_limit": None,
                                                     "lending_limit": 0, "used": 0},
                                               "x": {"nominal": 8, "borrowing_limit": None,
                                                     "lending_limit": None, "used": 8}}},
-     [["b", "x", "2.5", "8", "none", "none", "8"], ["b", "y", "2.5", "0", "none", "0", "0"]]),
-    ({"name": "c", "weight": 1.0, "quotas": {}}, [["c", "-", "1", "-", "-", "-", "-"]]),
+     [["b", "x", "2.5", "8", "none", "none", "8", "0/none", "0/none"],
+      ["b", "y", "2.5", "0", "none", "0", "0", "0/none", "0/none"]]),
+    ({"name": "c", "weight": 1.0, "quotas": {}},
+     [["c", "-", "1", "-", "-", "-", "-", "-", "-"]]),
+    ({"name": "d", "weight": 1.0, "quotas": {"p": {"nominal": 0, "used": 0, "cpus": 4.0,
+                                                   "used_cpus": 2.5, "memory": 64 << 30,
+                                                   "used_memory": 8 << 30}}},
+     [["d", "p", "1", "0", "none", "none", "0", "2.5/4", "8GiB/64GiB"]]),
 ])
 def test_format_quotas(team, rows):
     lines = format_quotas([team]).splitlines()
-    assert lines[0].split() == ["TEAM", "POOL", "WEIGHT", "NOMINAL", "BORROWING", "LENDING", "USED"]
+    assert lines[0].split() == ["TEAM", "POOL", "WEIGHT", "NOMINAL", "BORROWING", "LENDING", "USED",
+                                "CPUS", "MEMORY"]
     assert [line.split() for line in lines[1:]] == rows
 
 
@@ -575,6 +594,27 @@ def test_submit_ls_logs_follow(hub, svc, capsys):
     assert rc == 0 and out == "hello-from-job\ndone-42\n"
 
 
+def test_ls_pages_through_the_service_by_its_cursor(hub, svc, capsys):
+    alice = as_user(hub, svc, "alice")
+    made = []
+    for i in range(3):
+        rc, out, err = run(capsys, "submit", *alice, "--project", "pages", "--name", f"p{i}",
+                           "--", "true")
+        assert rc == 0, err
+        made.append(out.strip())
+    rc, out, err = run(capsys, "ls", *alice, "--all", "--project", "pages", "--limit", "2",
+                       "--json")
+    first = json.loads(out)
+    assert rc == 0 and [w["id"] for w in first["workloads"]] == made[:0:-1]  # newest first
+    assert first["next_cursor"]
+    rc, out, err = run(capsys, "ls", *alice, "--all", "--project", "pages", "--cursor",
+                       first["next_cursor"], "--json")
+    rest = json.loads(out)
+    assert [w["id"] for w in rest["workloads"]] == made[:1] and rest["next_cursor"] is None
+    rc, out, err = run(capsys, "ls", *alice, "--cursor", "not-a-cursor")
+    assert rc == 1 and "cursor: is not a cursor this list gave" in err
+
+
 @pytest.mark.parametrize("command, rc_expected, text", [
     (["echo ok-$((1+1))"], 0, "ok-2\n"),                # one string: run by the shell
     (["sh", "-c", "echo failing; exit 3"], 1, "failing\n"),
@@ -693,7 +733,8 @@ def test_bench_api_smoke(hub, capsys):
     assert rc == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["name"].split(" (")[0] for r in rows] == [
-        "GET /hub/api/user", "POST /workloads", "GET /workloads?limit=50"]
+        "GET /hub/api/user", "POST /workloads", "GET /workloads?limit=50", "GET /me",
+        "GET /workloads, the Jobs panel's"]
     assert all(r["rps"] > 0 and r["requests"] == 20 and r["errors"] == 0 for r in rows)
     assert rows[0]["rps_vs_baseline"] == 1.0 and rows[1]["rps_vs_baseline"] > 0
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.cli_client import UsageError
-from gpuspawner.cli_deploy import FAILED_RC, TIMEOUT_RC, find_deployment, rollout, wait_rollout
+from gpuspawner.cli.common import UsageError
+from gpuspawner.cli.deploy import (FAILED_RC, TIMEOUT_RC, find_deployment, rollout,
+                                   waiting_revision, wait_rollout)
 
 
 def rev(number=1, state="ready", reason="", replicas=1, ready=0):
@@ -35,6 +36,8 @@ def dep(*revisions, traffic=None, min_replicas=1):
     (dep(rev(1, ready=1), rev(2, ready=1), traffic={1: 80, 2: 20}), True,
      "a/best revision 2 is ready: 1/1 replicas ready, 20% of the traffic"),
     (dep(), None, "a/best: no revision yet"),
+    (dep(rev(2, state="cancelled", reason="cancelled by alice", replicas=0), rev(1, ready=1)), False,
+     "a/best revision 2 was cancelled by alice"),
 ])
 def test_rollout_says_where_the_newest_revision_stands(view, done, line):
     assert rollout(view) == (done, line)
@@ -79,8 +82,8 @@ class Listing:
     def __init__(self, *pairs):
         self.pairs = pairs
 
-    def deployments(self):
-        return [{"team": t, "name": n} for t, n in self.pairs]
+    def list_deployments(self):
+        return {"deployments": [{"team": t, "name": n} for t, n in self.pairs]}
 
 
 @pytest.mark.parametrize("text, pairs, found, error", [
@@ -96,3 +99,19 @@ def test_a_deployment_is_team_slash_name_or_a_name_one_team_has(text, pairs, fou
             find_deployment(Listing(*pairs), text)
     else:
         assert find_deployment(Listing(*pairs), text) == found
+
+
+@pytest.mark.parametrize("revisions, given, found, error", [
+    ([rev(1, ready=1), rev(2, state="waiting", replicas=0)], [], 2, None),
+    ([rev(1, ready=1), rev(2, state="waiting", replicas=0)], ["1"], 1, None),  # the service says no
+    ([rev(1, ready=1)], [], None, "a/best has no waiting revision to cancel"),
+    ([rev(2, state="waiting", replicas=0), rev(3, state="waiting", replicas=0)], [], None,
+     "a/best has waiting revisions 2, 3: say which, e.g. gpuhub deployments best cancel 3"),
+    ([rev(2, state="waiting", replicas=0)], ["two"], None, "cancel takes one revision number"),
+])
+def test_cancel_takes_the_revision_given_or_the_one_waiting(revisions, given, found, error):
+    if error:
+        with pytest.raises(UsageError, match=error):
+            waiting_revision(dep(*revisions), given)
+    else:
+        assert waiting_revision(dep(*revisions), given) == found

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.cli import build_parser
-from gpuspawner.cli_client import UsageError, build_job_spec, job_fields
-from gpuspawner.cli_schedule import (edited_spec, format_schedule, format_schedules,
+from gpuspawner.cli.common import UsageError
+from gpuspawner.cli.jobs import build_job_spec, job_fields
+from gpuspawner.cli.schedule import (edited_spec, format_schedule, format_schedules,
                                      parse_options, schedule_fields)
 
 NOW = 1_780_000_000.0  # 2026-05-28T20:26:40Z

@@ -9,8 +9,8 @@ import argparse
 import pytest
 
 from gpuspawner.cli import build_parser
-from gpuspawner.cli_client import build_job_spec
-from gpuspawner.cli_sweep import (GridError, check_options, fmt_counts, format_results,
+from gpuspawner.cli.jobs import build_job_spec
+from gpuspawner.cli.sweep import (GridError, check_options, fmt_counts, format_results,
                                   load_grid, parse_after_arg, parse_metric_arg, sweep_body)
 from gpuspawner.magic import build_parser as magic_parser
 

@@ -1,4 +1,4 @@
-"""Cron expressions (gpuspawner/scheduler/cron.py): what fires when, in a
+"""Cron expressions (gpuspawner/scheduler/workflow/cron.py): what fires when, in a
 time zone, across daylight-saving changes, short months and 29 February; and
 errors that name the field and the problem."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpuspawner.scheduler import cron
+from gpuspawner.scheduler.workflow import cron
 
 BERLIN, NEW_YORK = "Europe/Berlin", "America/New_York"
 

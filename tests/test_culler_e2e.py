@@ -16,7 +16,8 @@ from test_local_spawner import Servers
 
 def test_idle_gpu_server_is_warned_then_culled_and_queued_work_starts(tmp_path):
     util_file = tmp_path / "gpu-util.json"
-    util_file.write_text("{}")
+    # Both GPUs busy until both servers run (a slow start must not get the first one culled).
+    util_file.write_text(json.dumps({"0": 85.0, "1": 85.0}))
     hub = Hub(str(tmp_path / "hub"), groups={"team-a": ["alice", "bob"]},
               teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}}, gpus=2,
               extra_service_config=f"c.Inventory.declared_utilization_file = {str(util_file)!r}\n",
@@ -47,8 +48,11 @@ def test_idle_gpu_server_is_warned_then_culled_and_queued_work_starts(tmp_path):
             "Authorization": f"token {hub.token('alice')}"}, timeout=10).json()["notices"],
             "the warning")[0]
         assert notice["kind"] == "cull-warning" and "GPU" in notice["message"]
-        home = login(hub.url, "alice", "test-password").get(f"{hub.url}/hub/home", timeout=10).text
-        assert "announcement" in home and "below 5%" in home
+        # The hub's pages show it from their snapshot of notices, taken every 2 s.
+        pages = login(hub.url, "alice", "test-password")
+        wait_for(lambda: "below 5%" in pages.get(f"{hub.url}/hub/home", timeout=10).text,
+                 "the warning on alice's home page", 6)
+        assert "announcement" in pages.get(f"{hub.url}/hub/home", timeout=10).text
 
         # Then culled: the server stops, its GPU goes back, the job runs.
         wait_for(lambda: alice.server() is None, "alice's server culled")

@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 
 from conftest import PG_ADMIN_URL, fresh_pg_database
 from gpuspawner.isolation.accounts import isolating
-from gpuspawner.service.db_exposure import exposure_warning, superuser_logins
+from gpuspawner.service.access.db_exposure import exposure_warning, superuser_logins
 from hub_harness import Hub
 
 PG = make_url(PG_ADMIN_URL)

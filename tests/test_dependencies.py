@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.backends.base import EXITED, AttemptExit
-from gpuspawner.scheduler.dependencies import (MET, NEVER, WAIT, find_cycle, resolve,
+from gpuspawner.scheduler.workflow.dependencies import (MET, NEVER, WAIT, find_cycle, resolve,
                                              sweep_outcome, verdict)
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import SpecError, parse_after, parse_job
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import SpecError, parse_after, parse_job
 
 from test_engine_steps import ALICE, make_engine, row_of
 
@@ -190,8 +190,8 @@ def test_the_wait_survives_a_restart(db_url, tmp_path):
 
 
 def test_the_rules_name_the_end_states_as_the_service_does():
-    from gpuspawner.scheduler import dependencies
-    from gpuspawner.service import states
+    from gpuspawner.scheduler.workflow import dependencies
+    from gpuspawner.vocab import states
     assert dependencies.FINAL_STATES == states.FINAL_STATES
 
 
@@ -202,7 +202,7 @@ def test_the_rules_name_the_end_states_as_the_service_does():
 ])
 def test_the_scheduler_sees_a_released_job_as_submitted_when_it_became_eligible(
         submitted, eligible, submit_time):
-    from gpuspawner.service.rebuild import to_workload
+    from gpuspawner.service.loop.rebuild import to_workload
     from gpuspawner.store import WorkloadRow
     row = WorkloadRow(id="w0123456789ab", name="j", kind="job", team="a", user="alice",
                       project="", pool="default", gpus_per_node=1, num_nodes=1, priority="",

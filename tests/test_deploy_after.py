@@ -13,10 +13,12 @@ import pytest
 from sqlalchemy import select
 
 from gpuspawner.scheduler.model import DEPLOYMENT
-from gpuspawner.service.deployments import parse_deploy
-from gpuspawner.service.serving_controller import ServingController
-from gpuspawner.service.specs import SpecError
-from gpuspawner.store import DeploymentRow, RevisionRow, WorkloadRow
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.service.errors import Conflict, Forbidden, NotFound
+from gpuspawner.service.serving.deployments import parse_deploy
+from gpuspawner.service.wiring import serving_controller
+from gpuspawner.vocab.specs import SpecError
+from gpuspawner.store import AuditEntry, DeploymentRow, RevisionRow, WorkloadRow
 
 from test_dependencies import finish, job
 from test_engine_steps import ALICE, make_engine
@@ -24,7 +26,7 @@ from test_engine_steps import ALICE, make_engine
 
 def deploy(engine, name="iris", model_dir="model", **extra):
     spec = parse_deploy({"name": name, "model_dir": model_dir, **extra}, "default")
-    return ServingController(engine).deployments.deploy(ALICE, spec)
+    return serving_controller(engine).deployments.deploy(ALICE, spec)
 
 
 def model(engine, path="model"):
@@ -48,7 +50,7 @@ def replicas(engine):
 
 
 def reconcile(engine):
-    ctl = ServingController(engine)
+    ctl = serving_controller(engine)
     asyncio.run(ctl.reconcile())
     engine.tick()
 
@@ -110,7 +112,7 @@ def test_a_canary_after_a_job_gets_its_share_once_released(db_url, tmp_path):
     train = engine.submit(ALICE, job())
     engine.tick()
     deploy(engine, model_dir="v2", canary_percent=20, after=[{"id": train.id}])
-    ctl = ServingController(engine)
+    ctl = serving_controller(engine)
     with pytest.raises(SpecError) as e:  # not deployed yet: no traffic to it
         ctl.deployments.set_traffic(ALICE, "a", "iris", {"2": 50, "1": 50}, "traffic", "")
     assert "no deployed revision 2" in e.value.message
@@ -118,6 +120,55 @@ def test_a_canary_after_a_job_gets_its_share_once_released(db_url, tmp_path):
     engine.tick()
     reconcile(engine)
     assert revisions(engine)[0].traffic == {"1": 80, "2": 20}
+
+
+def test_a_cancelled_revision_never_rolls_out_and_the_deployment_serves_on(db_url, tmp_path):
+    engine = make_engine(db_url, tmp_path)
+    model(engine, "v1")
+    deploy(engine, model_dir="v1")
+    train = engine.submit(ALICE, job())
+    engine.tick()
+    deploy(engine, model_dir="v2", min_replicas=2, max_replicas=3,
+           after=[{"id": train.id, "condition": "ok"}])
+    reconcile(engine)
+    deployments = serving_controller(engine).deployments
+    dep = deployments.cancel_revision(ALICE, "a", "iris", 2)
+    assert dep.message == "revision 2 cancelled by alice; serving revision 1 (100%) as before"
+    model(engine, "v2")
+    finish(engine, train.id)  # its job succeeds after all: nothing rolls out
+    engine.tick()
+    reconcile(engine)
+    dep, revs = revisions(engine)
+    assert revs == {1: ("ready", ""), 2: ("cancelled", "cancelled by alice")}
+    assert dep.traffic == {"1": 100} and (dep.min_replicas, dep.max_replicas) == (1, 1)
+    assert replicas(engine) == [(1, 0)]
+    with engine.store.session() as s:
+        entry = s.scalars(select(AuditEntry).where(AuditEntry.action == "cancel-revision")).one()
+        assert (entry.actor, entry.target, entry.detail["was"]) == \
+            ("alice", "a/iris", f"waiting for {train.id} (ok)")
+
+
+BOB = Identity("bob", teams=frozenset({"a"}), can_submit=True)
+
+
+@pytest.mark.parametrize("who, number, error, message", [
+    (ALICE, 1, Conflict, "revision 1 of a/iris is ready, not waiting: only a waiting revision "
+                         "can be cancelled (roll it back instead)"),
+    (ALICE, 7, NotFound, "deployment a/iris has no revision 7"),
+    (BOB, 2, Forbidden, "deployment a/iris belongs to alice"),
+])
+def test_only_its_owner_cancels_and_only_a_waiting_revision(db_url, tmp_path, who, number, error,
+                                                           message):
+    engine = make_engine(db_url, tmp_path)
+    model(engine, "v1")
+    deploy(engine, model_dir="v1")
+    train = engine.submit(ALICE, job())
+    engine.tick()
+    deploy(engine, model_dir="v2", after=[{"id": train.id}])
+    with pytest.raises(error) as e:
+        serving_controller(engine).deployments.cancel_revision(who, "a", "iris", number)
+    assert str(e.value).startswith(message)
+    assert revisions(engine)[1][2][0] == "waiting"
 
 
 def test_the_wait_survives_a_restart(db_url, tmp_path):

@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import select
 
 from gpuspawner.scheduler.model import DEPLOYMENT
-from gpuspawner.service.deployments import parse_deploy
+from gpuspawner.service.serving.deployments import parse_deploy
 from gpuspawner.service.errors import Forbidden, NotFound
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.serving_controller import ServingController
-from gpuspawner.service.specs import SpecError
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.service.wiring import serving_controller
+from gpuspawner.vocab.specs import SpecError
 from gpuspawner.store import AuditEntry, DeploymentRow, RevisionRow, WorkloadRow
 
 from test_dependencies import finish, job
@@ -53,11 +53,11 @@ def model(engine, user: str, path: str = "model") -> str:
 def deploy(engine, who: Identity, model_dir: str, **extra):
     spec = parse_deploy({"name": "m", "team": "v", "model_dir": model_dir,
                          "runtime": "predictor", **extra}, "default")
-    return ServingController(engine).deployments.deploy(who, spec)
+    return serving_controller(engine).deployments.deploy(who, spec)
 
 
 def reconcile(engine) -> None:
-    asyncio.run(ServingController(engine).reconcile())
+    asyncio.run(serving_controller(engine).reconcile())
     engine.tick()
 
 
@@ -144,7 +144,7 @@ def test_rolling_back_runs_the_older_revision_as_its_own_author(engine):
     deploy(engine, ALICE, "fix")
     reconcile(engine)
     assert replicas(engine) == {2: {"alice"}}
-    ctl = ServingController(engine)
+    ctl = serving_controller(engine)
     ctl.deployments.rollback(ALICE, "v", "m")
     reconcile(engine)
     assert replicas(engine) == {1: {"bob"}}
@@ -198,7 +198,7 @@ def test_changes_without_new_code_are_for_the_owner_the_leads_and_admins(
     model(engine, "bob", "v2")
     deploy(engine, BOB, "v2")
     reconcile(engine)
-    ctl = ServingController(engine)
+    ctl = serving_controller(engine)
     if outcome is None:
         change(ctl, WHO[actor])
         reconcile(engine)

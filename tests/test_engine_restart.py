@@ -13,11 +13,11 @@ from sqlalchemy import func, select
 from gpuspawner.backends.local import LocalBackend
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.engine import Engine, EngineConfig
-from gpuspawner.service.operations import set_team
-from gpuspawner.service.launch import LocalNode
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import parse_job
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.workloads.operations import set_team
+from gpuspawner.service.loop.launch import LocalNode
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import parse_job
 from gpuspawner.store import Allocation, Attempt, Store, WorkloadRow
 
 ALICE = Identity("alice", teams=frozenset({"a"}), can_submit=True)
@@ -114,8 +114,8 @@ def test_preempted_job_stopping_at_restart_is_stopped_and_requeued(db_url, tmp_p
     stopped after the restart, requeued, and its preemptor then runs."""
     engine = make_engine(db_url, tmp_path)
     admin = Identity("root", admin=True)
-    set_team(engine, admin, "a", None, {"default": Quota(0, None, None)})
-    set_team(engine, admin, "b", None, {"default": Quota(4, 0, None)})
+    set_team(engine.steering, admin, "a", None, {"default": Quota(0, None, None)})
+    set_team(engine.steering, admin, "b", None, {"default": Quota(4, 0, None)})
     victim = engine.submit(ALICE, parse_job({
         "command": [sys.executable, "-c", "import signal, time\n"
                     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"],
@@ -168,7 +168,7 @@ def test_restart_keeps_the_fair_share_history(db_url, tmp_path):
 def test_a_notebook_on_failed_hardware_is_stopped_not_requeued(db_url, tmp_path):
     """Its spawner must stop the server: the scheduler does not quietly give
     the notebook other GPUs while the old process may still run."""
-    from gpuspawner.service.specs import parse_server
+    from gpuspawner.vocab.specs import parse_server
     engine = make_engine(db_url, tmp_path)
     spawner = Identity("gpuhub-spawner", admin=True, can_submit=True)
     wid = engine.submit(spawner, parse_server({"kind": "notebook", "user": "alice", "team": "a",

@@ -15,13 +15,13 @@ from sqlalchemy import select
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, Backend
 from gpuspawner.scheduler.model import Node
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.engine import Engine, EngineConfig
-from gpuspawner.service.exits import Asked, ending
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.kinds import BACKEND_KINDS, KINDS, kind
-from gpuspawner.service.launch import LocalNode
-from gpuspawner.service.specs import parse_job
-from gpuspawner.service.starts import Starter
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.exits import Asked, ending
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.scheduler.kinds import BACKEND_KINDS, KINDS, kind
+from gpuspawner.service.loop.launch import LocalNode
+from gpuspawner.vocab.specs import parse_job
+from gpuspawner.service.loop.starts import Starter
 from gpuspawner.store import Allocation, Attempt, Store, WorkloadRow
 
 ALICE = Identity("alice", teams=frozenset({"a"}), can_submit=True)
@@ -218,3 +218,69 @@ def test_a_backend_whose_start_does_not_block_starts_inline():
     starter.start(spec_of("w3"))
     assert backend.started == ["w3"]
     starter.close()
+
+
+def test_a_launch_built_in_a_worker_starts_there_and_one_that_cannot_be_built_fails_by_itself():
+    backend = Slow()
+    backend.go.set()
+    woke = threading.Event()
+    starter = Starter(backend, threads=1, wake=woke.set)
+    built_in = []
+
+    def build():
+        built_in.append(threading.current_thread().name)
+        return spec_of("w4")
+    starter.start_built("w4", 0, build)
+    assert woke.wait(10) and backend.started == ["w4"]
+    assert built_in[0].startswith("gpuhub-start")  # not the caller's (the event loop's) thread
+    woke.clear()
+
+    def broken():
+        raise FileNotFoundError("notebook.ipynb is gone")
+    starter.start_built("w5", 0, broken)
+    assert woke.wait(10)
+    [(wid, attempt, why)] = starter.take()
+    assert (wid, attempt) == ("w5", 0) and "notebook.ipynb is gone" in why
+    starter.close()
+
+
+def test_a_launch_built_in_a_worker_for_a_backend_that_starts_on_the_loop_starts_at_take():
+    backend = Scripted()  # starts_off_loop is False: its start runs on the loop
+    woke = threading.Event()
+    starter = Starter(backend, threads=1, wake=woke.set)
+    starter.start_built("w6", 0, lambda: spec_of("w6"))
+    assert woke.wait(10) and backend.started == []
+    assert starter.take() == [] and backend.started == ["w6"]
+    starter.close()
+
+
+def test_ends_polled_together_are_recorded_together_and_one_that_cannot_be_does_not_lose_the_others(
+        db_url, tmp_path, monkeypatch):
+    engine = make_engine(db_url, tmp_path)
+    wids = [engine.submit(ALICE, job()).id for _ in range(4)]
+    engine.tick()
+    assert all(row_of(engine, w).state == "running" for w in wids)
+    sessions = []
+    recorded = engine._record_exit
+
+    def spy(s, x, *rest):
+        sessions.append(s)
+        return recorded(s, x, *rest)
+    monkeypatch.setattr(engine, "_record_exit", spy)
+    engine.backend.exits = [AttemptExit(w, 0, EXITED, 0, engine.clock()) for w in wids[:2]]
+    engine.tick()
+    assert [row_of(engine, w).state for w in wids[:2]] == ["succeeded", "succeeded"]
+    assert len(sessions) == 2 and sessions[0] is sessions[1]  # one transaction for both
+
+    # One of the next two cannot be recorded (its row breaks): the other still is.
+    def record(s, x, *rest):
+        if x.workload_id == wids[2]:
+            raise RuntimeError("the database refused this one")
+        return spy(s, x, *rest)
+    monkeypatch.setattr(engine, "_record_exit", record)
+    engine.backend.exits = [AttemptExit(w, 0, EXITED, 1, engine.clock()) for w in wids[2:]]
+    engine.tick()
+    assert row_of(engine, wids[3]).state == "failed"  # exit code 1
+    assert row_of(engine, wids[2]).state == "running"  # not recorded, and not lost by the core
+    assert wids[3] not in engine.scheduler.state.running
+    engine.store.close()

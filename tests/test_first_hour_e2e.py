@@ -6,12 +6,15 @@ where each stands, on the embedded hub as ``gpuhub up`` starts it:
   GPUs, and a sharing config naming a pool this host lacks stops the hub
   with the reason, leaving no proxy behind;
 - a server killed from outside or preempted says why on the next page load;
-- the authorize page does not let an admin unauthorize themselves.
+- the authorize page does not let an admin unauthorize themselves;
+- README.md's first steps, walked in Chromium as one user.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,11 +25,12 @@ import requests
 from playwright import sync_api  # the test extra installs it
 
 from embedded import EmbeddedHub
+from notebooks import write_notebook
 from gpuspawner.isolation.accounts import isolating
 from gpuspawner.isolation.user_env import user_path
 from test_isolation_e2e import terminal_run
 from test_local_spawner import Servers
-from test_spawn_browser import CHROMIUM, CHROMIUM_ARGS, SLOW_MS
+from test_spawn_browser import SLOW_MS, shot
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -93,17 +97,6 @@ def hub(tmp_path_factory):
             except Exception as e:  # cleanup: report, carry on
                 print(f"could not stop {user}'s server: {e}")
         h.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM} (apt-get install chromium)"
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def page_of(browser, hub: EmbeddedHub, user: str):
@@ -227,3 +220,142 @@ def test_an_admin_cannot_unauthorize_themselves(hub, browser):
     finally:
         page.context.close()
     assert hub.login("admin")  # (asserts the login worked)
+
+
+# ---- README.md's first steps, as one user walks them ---------------------
+
+IRIS_CODE = """\
+import os
+import joblib
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+X, y = load_iris(return_X_y=True)
+model = LogisticRegression(C=C, max_iter=1000).fit(X, y)
+joblib.dump(model, os.path.join(os.environ["OUTPUT_DIR"], "model.joblib"))
+print(f"C={C} accuracy={model.score(X, y):.3f}")
+"""
+
+
+def admins_files(hub: EmbeddedHub) -> str:
+    """The admin's workspace with a notebook of theirs, iris.ipynb, and the
+    terminal's screen-reader rows on (xterm draws on a canvas; the rows put
+    its text in the page), as settings of theirs."""
+    workspace = os.path.join(hub.data_dir, "workspaces", "admin")
+    write_notebook(os.path.join(workspace, "iris.ipynb"), "C = 1.0", IRIS_CODE, "# Iris")
+    settings = os.path.join(workspace, ".jupyter", "lab", "user-settings", "@jupyterlab")
+    for plugin, value in (("terminal-extension/plugin", {"screenReaderMode": True}),
+                          ("apputils-extension/notification", {"fetchNews": "false"})):
+        os.makedirs(os.path.dirname(os.path.join(settings, plugin)), exist_ok=True)
+        with open(os.path.join(settings, plugin + ".jupyterlab-settings"), "w") as f:
+            json.dump(value, f)
+    hub.give("admin", workspace)
+    return workspace
+
+
+def submit_dialog(page, mode: str = "job"):
+    """The Submit dialog of the open notebook (its toolbar button), on ``mode``'s tab."""
+    page.locator(".lm-TabBar-tabLabel", has_text=re.compile(r"^iris\.ipynb$")).click()
+    page.locator(".jp-NotebookPanel:visible .gpuhub-SubmitButton").first.click(timeout=SLOW_MS)
+    form = page.locator(".gpuhub-SubmitForm")
+    sync_api.expect(form).to_be_visible()
+    if mode != "job":
+        form.locator(f'.gpuhub-SubmitForm-tab[data-mode="{mode}"]').click()
+        sync_api.expect(form).to_have_attribute("data-mode", mode)
+    return form
+
+
+def submitted(page, path: str) -> dict:
+    """Accept the dialog; what the server extension answered."""
+    with page.expect_response(lambda r: r.request.method == "POST" and path in r.url) as posted:
+        page.locator(".jp-Dialog-button.jp-mod-accept").click()
+        sync_api.expect(page.locator(".gpuhub-SubmitForm")).to_have_count(0)
+    assert posted.value.status == 201, posted.value.text()
+    return posted.value.json()
+
+
+def test_the_readme_first_steps_in_a_browser(hub, browser, tmp_path):
+    """README.md, *First steps*, in order: log in, spawn with 1 GPU, `gpuhub
+    ls` in a Lab terminal, submit a notebook, sweep it, a job on a share of a
+    GPU, deploy its outputs, the admin panel. No API call in between: what
+    each step shows is read off the page."""
+    expect = sync_api.expect
+    admins_files(hub)
+    page = page_of(browser, hub, "admin")
+    try:
+        # Spawn: the card of the pool, 1 GPU.
+        page.goto(f"{hub.url}/hub/spawn")
+        card = page.locator('.gpuhub-profile[data-pool="default"]')
+        card.locator("select").select_option("default:1")
+        expect(card.locator('input[name="gpu_choice"]')).to_be_checked()
+        page.click('#spawn_form button[type="submit"]')
+        page.wait_for_url(re.compile(r"/user/admin/lab"), timeout=SLOW_MS)
+        page.wait_for_selector(".jp-Launcher", state="visible", timeout=SLOW_MS)
+
+        # 1. A terminal: `gpuhub ls` lists the server itself.
+        page.locator(".jp-LauncherCard").filter(has_text="Terminal").first.click(timeout=SLOW_MS)
+        page.locator(".jp-Terminal").first.click(timeout=SLOW_MS)
+        rows = page.locator(".jp-Terminal .xterm-accessibility-tree").first
+        expect(rows).to_contain_text("$", timeout=SLOW_MS)
+        page.keyboard.type("gpuhub ls\n", delay=10)
+        expect(rows).to_contain_text("notebook", timeout=60_000)
+        text = rows.inner_text()
+        assert "running" in text and "command not found" not in text, text
+
+        # 2. Submit the notebook as a job; the Jobs panel follows it to the end.
+        page.goto(f"{hub.url}/user/admin/lab/tree/iris.ipynb")
+        form = submit_dialog(page)
+        form.locator('input[name="gpus"]').fill("1")
+        job = submitted(page, "/gpuhub/workloads")
+        row = page.locator(f'.gpuhub-Job[data-job-id="{job["id"]}"]')
+        expect(row).to_have_attribute("data-state", "succeeded", timeout=SLOW_MS)
+
+        # 3. The Sweep tab: C over two values, one row, 2/2 done.
+        form = submit_dialog(page, "sweep")
+        form.locator('input[name="sweep-C"]').fill("0.1, 1")
+        expect(form.locator(".gpuhub-SweepCount")).to_have_text("2 tasks")
+        form.locator('input[name="gpus"]').fill("0")
+        sweep = submitted(page, "/gpuhub/sweeps")
+        sweep_row = page.locator(f'.gpuhub-Sweep[data-sweep-id="{sweep["id"]}"]')
+        expect(sweep_row).to_have_attribute("data-state", "succeeded", timeout=SLOW_MS)
+        expect(sweep_row.locator(".gpuhub-Sweep-progress")).to_have_text("2/2 done")
+
+        # 4. A quarter of one GPU (the hub shares them).
+        form = submit_dialog(page)
+        form.locator('select[name="gpuShare"]').select_option("1/4")
+        quarter = submitted(page, "/gpuhub/workloads")
+        row = page.locator(f'.gpuhub-Job[data-job-id="{quarter["id"]}"]')
+        expect(row).to_contain_text("1/4 GPU × default")
+        expect(row).to_have_attribute("data-state", "succeeded", timeout=SLOW_MS)
+
+        # 5. Its outputs hold a model: deploy them; the revision rolls out, then serves.
+        row.get_by_role("button", name="Deploy outputs…").click()
+        deploy = page.locator(".gpuhub-DeployForm")
+        expect(deploy).to_be_visible()
+        deploy.locator('input[name="name"]').fill("iris")
+        page.locator(".jp-Dialog-button.jp-mod-accept").click()
+        expect(deploy).to_have_count(0)
+        dep = page.locator('.gpuhub-Deployment[data-deployment="vision/iris"]')
+        state = dep.locator('.gpuhub-Revision[data-revision="1"] .gpuhub-Revision-state')
+        expect(state).to_have_attribute("data-phase", "serving", timeout=SLOW_MS)
+        endpoint = dep.locator(".gpuhub-Deployment-endpoint code").inner_text()
+        answer = requests.post(endpoint, timeout=60, headers={
+            "Authorization": f"token {hub.token('admin')}"}, json={"inputs": [
+                {"name": "x", "shape": [1, 4], "datatype": "FP64", "data": [5.1, 3.5, 1.4, 0.2]}]})
+        assert answer.status_code == 200, answer.text
+
+        # 6. GPU admin, from the hub's menu: the Queue runs the server, the job
+        # and the replica of what was done above.
+        page.goto(f"{hub.url}/hub/home")
+        with page.expect_navigation():
+            page.click("#gpuhub-admin-link")
+        page.goto(f"{hub.url}/services/gpuhub/admin/queue")
+        running = page.locator("#running tbody tr").filter(has_text="admin")
+        expect(running.filter(has_text="notebook")).to_have_count(1)
+        expect(running.filter(has_text="deployment")).to_have_count(1)
+        expect(page.locator("#waiting")).to_contain_text("Nothing waits for other work.")
+    except BaseException:
+        shot(page, tmp_path, "first-steps-failure.png", keep=False)
+        print(f"---- hub log (tail) ----\n{hub.tail(60)}")
+        raise
+    finally:
+        page.context.close()

@@ -5,13 +5,14 @@ calibrated range, as tables. Every case drives the public ``Scheduler``
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from gpuspawner.scheduler import JOB, NOTEBOOK, POLICIES, Node, Quota, Scheduler, Team, Workload
-from gpuspawner.scheduler.calibration import PRIOR, Calibration, say
+from gpuspawner.scheduler.forecast.calibration import PRIOR, Calibration, say
 from gpuspawner.scheduler.forecast import Profile, forecast
-from gpuspawner.scheduler.runtimes import MIN_SAMPLES, RuntimeModel, workload_keys
+from gpuspawner.scheduler.forecast.runtimes import MIN_SAMPLES, RuntimeModel, workload_keys
 
 GPUHUB = POLICIES["gpuhub"]
 BACKFILL = POLICIES["backfill"]
@@ -149,6 +150,25 @@ def test_a_team_within_its_nominal_quota_takes_it_back_from_borrowers():
     assert starts(s, 10)["w"] == (expected, "reclaim")
 
 
+@pytest.mark.parametrize("gpus,expected", [  # GPUs of c's running job and of a1
+    # a1 waits for c's GPUs: a booking in the future does not count against
+    # a's quota, so a2 (within a's nominal quota when asked) keeps its place
+    # before b1, submitted after it.
+    (4, {"a1": H, "a2": 2 * H, "b1": 3 * H}),
+    # a1 fits beside c's job now: the next cycle starts it, so a2 then needs
+    # to borrow and goes after b1, within b's nominal quota.
+    (2, {"a1": 10, "b1": 10 + H, "a2": 10 + 2 * H}),
+])
+def test_only_what_starts_now_moves_its_team_back_in_the_order(gpus, expected):
+    s = run([node("n1")], [team("a", nominal=4), team("b", nominal=4), team("c", nominal=0)],
+            [job("r", "c", gpus=gpus)], [], 5,
+            policy=replace(GPUHUB, preemption=False))  # no reclaim: the order alone decides
+    for w in (job("a1", "a", gpus=gpus, t=6), job("a2", "a", gpus=4, t=7),
+              job("b1", "b", gpus=4, t=8)):
+        s.submit(w, w.submit_time)
+    assert {wid: e.start for wid, e in forecast(s.state, s.policy, 10).items()} == expected
+
+
 def test_more_than_the_limit_ahead_is_said_unknown():
     s = run([node("n1")], [team("a")], [job("r", gpus=4)],
             [job(f"w{i}", gpus=4, t=i + 1) for i in range(3)], 10)
@@ -226,6 +246,6 @@ def test_the_range_follows_how_earlier_estimates_turned_out():
     (86400, 2 * 86400, 4 * 86400, "expected to start in ~2 days (between 24 h and 4 days)"),
 ])
 def test_the_estimate_in_words(earliest, expected, latest, text):
-    from gpuspawner.scheduler.calibration import StartRange
+    from gpuspawner.scheduler.forecast.calibration import StartRange
     assert say(0.0, StartRange(expected, earliest, latest, 10)) == text
     assert say(0.0, None) == "start time unknown"

@@ -113,7 +113,7 @@ def enforcement(cgroup_parent):
 def run_job(backend, tmp_path, argv, gpus, team="", pool="default", env=None, attempt=1):
     spec = LaunchSpec(f"job{uuid.uuid4().hex[:6]}", attempt, tuple(argv),
                       str(tmp_path / f"attempt-{uuid.uuid4().hex[:6]}"), str(tmp_path),
-                      env=env or {}, gpus=tuple(gpus), team=team, pool=pool)
+                      env=env or {}, devices=tuple(gpus), team=team, pool=pool)
     backend.start(spec)
     exits = wait_for(backend.poll, 20)
     assert len(exits) == 1
@@ -283,7 +283,7 @@ def test_a_restarted_service_removes_the_cgroup_of_an_attempt_that_ended(tmp_pat
     e = enforcement()
     first = LocalBackend(enforcement=e)
     spec = LaunchSpec("jobr", 1, (sys.executable, "-c", "print('done')"),
-                      str(tmp_path / "attempt-r"), str(tmp_path), gpus=(0,))
+                      str(tmp_path / "attempt-r"), str(tmp_path), devices=(0,))
     first.start(spec)
     with open(os.path.join(spec.attempt_dir, CGROUP_FILE)) as f:
         paths = json.load(f)["cgroups"]

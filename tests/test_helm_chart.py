@@ -29,7 +29,8 @@ from traitlets.config import Config
 
 from gpuspawner.hub import config as gpuhub_config
 from gpuspawner.hub.chart import ChartConfigError
-from gpuspawner.service.app import API_ROUTES, GpuHubService, route_regex
+from gpuspawner.service.api.routes import API_ROUTES, route_regex
+from gpuspawner.service.app import GpuHubService
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

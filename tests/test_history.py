@@ -16,10 +16,10 @@ SINCE, UNTIL = 1000.0, 2000.0
 
 
 def past(wid="w1", kind="job", gpus=1, nodes=1, submitted=1100.0, attempts=((1110.0, 1170.0),),
-         pool="a100", priority="", limit=None, preemptions=0, share=0.0):
+         pool="a100", priority="", limit=None, preemptions=0, share=0.0, cpus=0.0, memory=0):
     return PastWorkload(wid, kind, "vision", "alice", pool, gpus, submitted,
                         tuple(PastAttempt(s, e) for s, e in attempts), nodes, priority, limit,
-                        preemptions, gpu_share=share)
+                        preemptions, gpu_share=share, cpus=cpus, memory=memory)
 
 
 @pytest.mark.parametrize("workload, job", [
@@ -37,6 +37,9 @@ def past(wid="w1", kind="job", gpus=1, nodes=1, submitted=1100.0, attempts=((111
     pytest.param(past(kind="notebook", priority="interactive", share=0.25),
                  TraceJob("w1", "vision", "alice", 100.0, 1, 60.0, None, "a100", "interactive",
                           kind="notebook", gpu_share=0.25), id="a-quarter-of-a-gpu"),
+    pytest.param(past(cpus=2.0, memory=6 << 30),
+                 TraceJob("w1", "vision", "alice", 100.0, 1, 60.0, None, "a100", cpus=2.0,
+                          memory_gib=6.0), id="with-the-cpus-and-memory-it-asked-for"),
     pytest.param(past(attempts=((1110.0, 1110.0),)),
                  TraceJob("w1", "vision", "alice", 100.0, 1, 0.001, None, "a100"),
                  id="an-instant-run-still-ran"),

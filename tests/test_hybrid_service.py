@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 
 from gpuspawner.backends.pools import PoolBackends
-from gpuspawner.service import queries
+from gpuspawner.service.workloads import queries
 from gpuspawner.service.app import GpuHubService
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import parse_job
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import parse_job
 from gpuspawner.serving.ports import ports_below_ephemeral
 from gpuspawner.store import WorkloadRow
 from slurm_harness import GPUS, NODE, PARTITION, slurm  # noqa: F401  (the fixture)
@@ -65,7 +65,8 @@ def test_each_pool_runs_on_its_own_backend_and_restarts_find_both(slurm, tmp_pat
     app = service(tmp_path, slurm, monkeypatch)
     try:
         assert isinstance(app.engine.backend, PoolBackends)
-        pools = {p["name"]: p for p in queries.pools_view(app.engine, Identity("root", admin=True))}
+        pools = {p["name"]: p for p in queries.pools_view(
+            app.engine.cluster, app.engine.store, Identity("root", admin=True))}
         assert {n: p["capacity"] for n, p in pools.items()} == {"l4": 2, "a100": GPUS}
         assert pools["a100"]["nodes"][0]["name"] == NODE
         assert pools["a100"]["nodes"][0]["source"] == "slurm"

@@ -9,7 +9,7 @@ from traitlets.config import Config
 
 from gpuspawner.inventory import Inventory, InventoryError, declared_gpus, read_nvml
 from gpuspawner.inventory.model import mig_profile
-from gpuspawner.service.launch import local_nodes
+from gpuspawner.service.loop.launch import local_nodes
 
 ON, OFF = 1, 0
 

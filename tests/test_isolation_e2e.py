@@ -25,7 +25,7 @@ import requests
 
 import preload
 from gpuspawner.isolation.accounts import isolating
-from hub_harness import Hub, wait_for
+from hub_harness import ADMIN_TOKEN, Hub, wait_for
 from procs import environ_of, uid_of
 from test_local_spawner import Servers
 
@@ -84,10 +84,14 @@ def preload_markers():
 def hub(tmp_path_factory, preload_markers):
     library, _ = preload_markers
     h = Hub(str(tmp_path_factory.mktemp("isolation")),
-            groups={"team-a": ["alice"], "team-b": ["bob"]},
+            groups={"team-a": ["alice", "dave"], "team-b": ["bob"]},
             teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}},
                    "b": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}},
-            extra_hub_config=f"c.Spawner.environment = {{'LD_PRELOAD': {library!r}}}\n")
+            extra_hub_config=f"c.Spawner.environment = {{'LD_PRELOAD': {library!r}}}\n",
+            # team b's space is small and measured often (the storage quota test)
+            extra_service_config='c.GpuHubService.team_storage_quotas = {"b": "1M"}\n'
+                                 'c.GpuHubService.team_space_measure_interval = 0.5\n'
+                                 'c.GpuHubService.team_space_sync_interval = 0.5\n')
     # As `gpuhub up` leaves it (with the admin's password): and readable by
     # anyone, as a data directory from before this release may have it.
     path = os.path.join(h.data_dir, "initial-users.json")
@@ -466,3 +470,101 @@ def test_another_team_cannot_list_a_teams_deployments_or_replicas(hub):
         assert seen["alice"][replica] == "ok", seen
     finally:
         alice.request("DELETE", "/deployments/a/hidden")
+
+
+# dave's job writes in his team's space, then keeps reading it back until it cannot.
+WRITE_THEN_WATCH = r"""
+import errno, os, time
+path = os.path.join(os.environ["GPUHUB_TEAM_DIR"], "from-dave.txt")
+open(path, "w").write("dave was here")
+print("WROTE", flush=True)
+while True:
+    try:
+        open(path).read()
+    except OSError as e:
+        print("LOST", errno.errorcode[e.errno], flush=True)
+        break
+    time.sleep(0.2)
+"""
+READ = r"""
+import errno, os, sys
+def attempt(f):
+    try:
+        return f()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print("ENV", os.environ.get("GPUHUB_TEAM_DIR") == sys.argv[1])
+print("SAW", attempt(lambda: open(os.path.join(sys.argv[1], "from-dave.txt")).read()))
+print("LISTED", attempt(lambda: ",".join(os.listdir(sys.argv[1]))))
+print("HOME", os.path.realpath(os.path.expanduser("~/team")) == os.path.realpath(sys.argv[1]))
+"""
+
+
+def test_a_team_shares_its_space_and_a_member_who_leaves_loses_it_within_seconds(hub):
+    alice, bob, dave = hub.client("alice"), hub.client("bob"), hub.client("dave")
+    space = os.path.join(hub.data_dir, "teams", "a")
+    wait_for(lambda: os.path.isdir(space), "team a's space")
+    writer = dave.submit(command=[sys.executable, "-c", WRITE_THEN_WATCH], gpus=0, name="w")
+    wait_for(lambda: "WROTE" in dave.get(f"/workloads/{writer['id']}/logs").text,
+             "dave's job to write", 60)
+
+    def output_of(client, team):
+        job = client.submit(command=[sys.executable, "-c", READ, space], gpus=0, team=team)
+        done = client.wait(job["id"], ("succeeded", "failed"), 60)
+        log = client.get(f"/workloads/{job['id']}/logs").text
+        assert done["state"] == "succeeded", log
+        return log
+    teammate = output_of(alice, "a")
+    assert "SAW dave was here" in teammate and "ENV True" in teammate and "HOME True" in teammate
+    outsider = output_of(bob, "b")
+    assert "SAW EACCES" in outsider and "LISTED EACCES" in outsider
+
+    # dave leaves team a: his running job loses the way in within seconds
+    r = requests.delete(f"{hub.hub_api}/groups/team-a/users", json={"users": ["dave"]},
+                        headers={"Authorization": f"token {ADMIN_TOKEN}"}, timeout=10)
+    assert r.status_code == 200, r.text
+    left = time.monotonic()
+    wait_for(lambda: "LOST EACCES" in dave.get(f"/workloads/{writer['id']}/logs").text,
+             "dave's job to lose the team's space", 30)
+    assert time.monotonic() - left < 15
+    assert "SAW dave was here" in output_of(alice, "a")  # nothing is lost
+
+
+FILL = r"""
+import os
+open(os.path.join(os.environ["GPUHUB_TEAM_DIR"], "big.bin"), "wb").write(os.urandom(2 << 20))
+"""
+
+
+def test_a_team_over_its_storage_quota_is_refused_new_jobs_and_loses_no_data(hub):
+    bob = hub.client("bob")
+    job = bob.submit(command=[sys.executable, "-c", FILL], gpus=0, name="fill")
+    assert bob.wait(job["id"], ("succeeded", "failed"), 60)["state"] == "succeeded"
+    big = os.path.join(hub.data_dir, "teams", "b", "big.bin")
+    try:
+        team = wait_for(lambda: (t := bob.get("/teams/b").json())["storage"]["state"] == "full"
+                        and t, "team b's space to be measured full", 30)
+        assert team["storage"]["used_bytes"] >= 2 << 20 and team["storage"]["quota_bytes"] == 1 << 20
+        r = bob.post("/workloads", json={"command": ["true"], "gpus": 0})
+        assert r.status_code == 403 and r.json()["field"] == "team"
+        assert "team b's space holds" in r.json()["error"]
+        assert "nothing was deleted" in r.json()["error"]
+        assert os.path.getsize(big) == 2 << 20                 # nothing is lost
+        page = requests.get(f"{hub.url}/services/gpuhub/admin/teams", timeout=30,
+                            headers={"Authorization": f"token {hub.token('root-admin')}"})
+        assert 'data-state="full"' in page.text and "new jobs are refused" in page.text
+        # an admin's own quota for the team wins over the configuration's at once (no
+        # restart); removed, the configuration's holds again
+        admin = hub.client("root-admin")
+        r = admin.request("PATCH", "/teams/b", json={"storage_quota": "10M"})
+        assert r.status_code == 200 and r.json()["storage"]["state"] == "ok"
+        assert bob.post("/workloads", json={"command": ["true"], "gpus": 0}).status_code == 201
+        r = admin.request("PATCH", "/teams/b", json={"storage_quota": "none"})
+        assert r.json()["storage"]["quota_bytes"] == 1 << 20
+        assert bob.post("/workloads", json={"command": ["true"], "gpus": 0}).status_code == 403
+        assert os.path.getsize(big) == 2 << 20
+    finally:
+        os.unlink(big)  # what bob would do from his notebook's terminal
+    wait_for(lambda: bob.get("/teams/b").json()["storage"]["state"] == "ok",
+             "team b's space to be measured again", 30)
+    assert bob.post("/workloads", json={"command": ["true"], "gpus": 0}).status_code == 201

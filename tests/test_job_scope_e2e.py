@@ -3,11 +3,11 @@
 
 - A job's token (``GPUHUB_TOKEN``) may submit follow-ups in its team, up to
   the limits, and read its own workload; every other route answers 403
-  saying why (service/job_scope.py). Tried with a token made as the service
+  saying why (service/access/job_scope.py). Tried with a token made as the service
   makes them (its note names the attempt), and from inside a real job with
   the token it was given.
 - ``env`` values are the owner's (and admins', audited): a team-mate sees
-  the names only (service/env_access.py).
+  the names only (service/workloads/env_access.py).
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import pytest
 import requests
 
 from gpuspawner.hub.config import JOB_TOKEN_SCOPES
-from gpuspawner.service.app import API_ROUTES
-from gpuspawner.service.handlers import allowed_methods
-from gpuspawner.service.job_scope import ALLOWED
+from gpuspawner.service.api.routes import API_ROUTES
+from gpuspawner.service.api.base import allowed_methods
+from gpuspawner.service.access.job_scope import ALLOWED
 
 from hub_harness import ADMIN_TOKEN, Client, Hub
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import io
 import json
+import time
 from dataclasses import replace
 from urllib.parse import parse_qs
 
@@ -36,7 +37,7 @@ from gpuspawner.backends.kubernetes.api import KubeApi
 from gpuspawner.backends.kubernetes.backend import KubernetesBackend
 from gpuspawner.scheduler.model import Quota, Team
 from gpuspawner.serving.ports import ports_below_ephemeral
-from gpuspawner.service import queries
+from gpuspawner.service.workloads import queries
 
 K8S = kubernetes_validate.latest_version()
 POOLS = {"a100": {"resource": "nvidia.com/gpu",
@@ -146,6 +147,28 @@ def test_cpu_only_mig_and_kueue_variants():
     assert job["metadata"]["labels"][KUEUE_QUEUE] == "team-vision"
 
 
+@pytest.mark.parametrize("cpus, memory, gpus, expected", [
+    pytest.param(1.0, 8 << 30, 2, {"requests": {"cpu": "1", "memory": "8Gi"},
+                                   "limits": {"cpu": "1", "memory": "8Gi", "nvidia.com/gpu": "2"}},
+                 id="a job's default with its GPUs"),
+    pytest.param(0.5, 2 << 30, 0, {"requests": {"cpu": "500m", "memory": "2Gi"},
+                                   "limits": {"cpu": "500m", "memory": "2Gi"}},
+                 id="half a CPU, no GPU"),
+    pytest.param(2.25, 1536 << 20, 0, {"requests": {"cpu": "2250m", "memory": "1536Mi"},
+                                       "limits": {"cpu": "2250m", "memory": "1536Mi"}},
+                 id="fractions and MiB"),
+    pytest.param(None, None, 0, {"requests": {"cpu": "1", "memory": "4Gi"}},
+                 id="an attempt stored before requests: the site's requests"),
+])
+def test_a_pod_asks_for_the_cpus_and_memory_its_workload_asked_for(cpus, memory, gpus, expected):
+    """What the workload asked for is the pod's request and its limit, so
+    Kueue and the kubelet count it and the container is held to it."""
+    placement = (("gpu-1", tuple(range(gpus))),) if gpus else ()
+    job = valid(job_manifest(spec(placement=placement, gpus_per_node=gpus, cpus=cpus,
+                                  memory=memory), SETTINGS))
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"] == expected
+
+
 def test_service_interpreter_becomes_the_images_python():
     import sys
     job = job_manifest(spec(argv=(sys.executable, "-m", "papermill", "nb.ipynb")), SETTINGS)
@@ -169,18 +192,34 @@ def test_team_namespace_isolation():
 
 
 def test_kueue_queues_carry_the_quotas():
-    teams = [Team("vision", {"a100": Quota(8, 4, None)}), Team("nlp", {"a100": Quota(4, None, 2)})]
+    teams = [Team("vision", {"a100": Quota(8, 4, None, cpus=64, memory=512 << 30)}),
+             Team("nlp", {"a100": Quota(4, None, 2)})]
     objs = kueue_queues(teams, {"a100": 16, "a100-mig-1g.10gb": 7}, SETTINGS)
     kinds = [o["kind"] for o in objs]
     assert kinds == ["ResourceFlavor", "ResourceFlavor", "ClusterQueue", "LocalQueue",
                      "ClusterQueue", "LocalQueue"]
     nlp = objs[2]
     assert nlp["metadata"]["name"] == "team-nlp" and nlp["spec"]["cohort"] == "gpuhub"
-    gpu_group = [g for g in nlp["spec"]["resourceGroups"] if g["coveredResources"] == ["nvidia.com/gpu"]]
-    assert gpu_group[0]["flavors"][0]["resources"][0] == {"name": "nvidia.com/gpu", "nominalQuota": 4,
-                                                           "lendingLimit": 2}
-    vision = objs[4]["spec"]["resourceGroups"]
-    assert any(f["resources"][0].get("borrowingLimit") == 4 for g in vision for f in g["flavors"])
+    # One group covers what pods ask for: cpu, memory and every pool's GPU resource.
+    [group] = nlp["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu",
+                                         "nvidia.com/mig-1g.10gb"]
+    a100, mig = ({r["name"]: r for r in f["resources"]} for f in group["flavors"])
+    assert a100["nvidia.com/gpu"] == {"name": "nvidia.com/gpu", "nominalQuota": 4,
+                                      "lendingLimit": 2}
+    assert a100["nvidia.com/mig-1g.10gb"]["nominalQuota"] == 0
+    assert mig["nvidia.com/mig-1g.10gb"]["nominalQuota"] == 0 == mig["nvidia.com/gpu"]["nominalQuota"]
+    # nlp has no CPU or memory ceiling: quotas too large to bind
+    assert (a100["cpu"]["nominalQuota"], a100["memory"]["nominalQuota"]) == ("100k", "1Pi")
+    # vision's ceilings are nominal quotas it may not borrow past
+    [vision] = objs[4]["spec"]["resourceGroups"]
+    v100 = {r["name"]: r for r in vision["flavors"][0]["resources"]}
+    assert v100["nvidia.com/gpu"]["borrowingLimit"] == 4
+    assert v100["cpu"] == {"name": "cpu", "nominalQuota": "64", "borrowingLimit": "0"}
+    assert v100["memory"] == {"name": "memory", "nominalQuota": "512Gi", "borrowingLimit": "0"}
+    # every flavor lists the group's resources in its order (Kueue's rule)
+    for f in group["flavors"] + vision["flavors"]:
+        assert [r["name"] for r in f["resources"]] == group["coveredResources"]
 
 
 # ---- status and inventory ---------------------------------------------------------------
@@ -348,7 +387,7 @@ def test_backend_runs_reports_once_keeps_logs_and_cleans_up(tmp_path):
         api, clock = FakeKube(), Clock()
         b = KubernetesBackend(SETTINGS, api, clock=clock)
         s = spec(attempt_dir=str(tmp_path / "attempt-1"))
-        name = b.start(s)
+        name = b.start(s).ref
         await b.settle()
         assert ("create", "Job", name) in api.calls
         assert b.poll() == []            # not listed since it was created
@@ -372,7 +411,7 @@ def test_stop_deletes_with_the_grace_period_and_reports_stopped():
         api, clock = FakeKube(), Clock()
         b = KubernetesBackend(SETTINGS, api, clock=clock)
         gang = spec(placement=(("gpu-1", (0,)), ("gpu-2", (0,))), gpus_per_node=1)
-        name = b.start(gang)
+        name = b.start(gang).ref
         await b.settle()
         assert [c[1] for c in api.calls if c[0] == "create"] == ["Service", "Job"]
         b.stop("w0123abcd", 1, 45)
@@ -398,7 +437,7 @@ def test_refused_create_fails_the_attempt_and_vanished_job_is_lost():
         [x] = b.poll()
         assert (x.reason, x.returncode) == (EXITED, 127)
         api.refuse = ""
-        name = b.start(spec(attempt=2))
+        name = b.start(spec(attempt=2)).ref
         await b.settle()
         api.objects.pop(("Job", "gpuhub-jobs", name))   # someone deleted it by hand
         clock.t += 1
@@ -614,8 +653,8 @@ def stop_service(app, loop) -> None:
 
 
 def test_service_takes_its_nodes_from_the_cluster_and_runs_jobs_there(tmp_path, monkeypatch):
-    from gpuspawner.service.identity import Identity
-    from gpuspawner.service.specs import parse_job
+    from gpuspawner.service.access.identity import Identity
+    from gpuspawner.vocab.specs import parse_job
     api = FakeApiServer([k8s_node("gpu-1", {"nvidia.com/gpu": "8"}),
                          k8s_node("gpu-2", {"nvidia.com/gpu": "8"}, ready=False),
                          k8s_node("cpu-1", {})])
@@ -628,13 +667,20 @@ def test_service_takes_its_nodes_from_the_cluster_and_runs_jobs_there(tmp_path, 
         raise
     try:
         assert sorted(app.engine.nodes) == ["gpu-1", "gpu-2"]
-        [pool] = queries.pools_view(app.engine, Identity("root", admin=True))
+        [pool] = queries.pools_view(app.engine.cluster, app.engine.store,
+                                    Identity("root", admin=True))
         assert (pool["name"], pool["capacity"], pool["total"]) == ("a100-sxm4-80gb", 8, 16)
         alice = Identity("alice", teams=frozenset({"a"}), can_submit=True)
         wid = app.engine.submit(alice, parse_job({"command": ["python", "train.py"], "gpus": 4,
                                                   "pool": "a100-sxm4-80gb"})).id
-        app.engine.tick()
-        loop.run_until_complete(app.engine.backend.settle())
+        # Its launch is built in a start thread; the Job is created on the
+        # loop at the cycle after (Starter.start_built): a cycle at a time.
+        for _ in range(100):
+            app.engine.tick()
+            loop.run_until_complete(app.engine.backend.settle())
+            if job_name(wid, 0) in api.jobs:
+                break
+            time.sleep(0.05)
         job = api.jobs[job_name(wid, 0)]
         pod = job["spec"]["template"]["spec"]
         assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
@@ -658,8 +704,8 @@ def test_service_takes_its_nodes_from_the_cluster_and_runs_jobs_there(tmp_path, 
             ("LocalQueue", "team-a")]
         for o in objects[:2]:
             valid(o)
-        assert objects[3]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0][
-            "nominalQuota"] == 8
+        resources = objects[3]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+        assert {r["name"]: r for r in resources}["nvidia.com/gpu"]["nominalQuota"] == 8
     finally:
         stop_service(app, loop)
         api.stop()

@@ -27,8 +27,8 @@ from gpuspawner.backends.kubernetes.serving import (LABEL_REPLICA, MAX_POD_RESTA
                                               SETTINGS_MOUNT, replica_address, replica_exit,
                                               replica_manifests, revision_service)
 from gpuspawner.backends.kubernetes.backend import KubernetesBackend
-from gpuspawner.service.deployments import parse_deploy
-from gpuspawner.service.identity import Identity
+from gpuspawner.service.serving.deployments import parse_deploy
+from gpuspawner.service.access.identity import Identity
 from gpuspawner.serving.replica import model_settings, server_settings
 from test_kube_backend import (SETTINGS, Clock, FakeKube, Recorder, ThreadedApiServer, k8s_node,
                                recording_api, run, spec, start_service, stop_service, valid)
@@ -164,7 +164,7 @@ def test_backend_serves_a_replica_tells_its_address_and_cleans_up_after_the_last
         api, clock = FakeKube(), Clock()
         b = KubernetesBackend(SETTINGS, api, clock=clock)
         one, two = replica_spec(), replica_spec(workload_id="wdeadbeef02")
-        name = b.start(one)
+        name = b.start(one).ref
         b.start(two)
         await b.settle()
         created = [c[1:] for c in api.calls if c[0] == "create"]
@@ -205,7 +205,7 @@ def test_recovered_replica_is_adopted_as_a_deployment():
     async def scenario():
         api, clock = FakeKube(), Clock()
         first = KubernetesBackend(SETTINGS, api, clock=clock)
-        name = first.start(replica_spec())
+        name = first.start(replica_spec()).ref
         await first.settle()
         serving_pod(api, name, "10.4.2.9")
         second = KubernetesBackend(SETTINGS, api, clock=clock)  # the service restarted
@@ -383,8 +383,9 @@ def test_service_on_a_cluster_serves_a_model_through_the_replicas_pod_address(tm
             {"name": "iris", "model_dir": "models/iris-v1", "gpus": 1}, app.default_pool))
         await until("a ready replica", lambda: ctl.ready_replicas(dep.id))
         [deployment] = cluster.of("Deployment")
+        # a replica's default CPUs and memory (WorkloadResources) beside its GPU
         assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] \
-            == {"nvidia.com/gpu": "1"}
+            == {"cpu": "500m", "memory": "2Gi", "nvidia.com/gpu": "1"}
         assert [s["metadata"]["name"] for s in cluster.of("Service")] == ["iris-r1"]
         [replica] = ctl.ready_replicas(dep.id)
         [pod] = cluster.of("Pod")

@@ -383,6 +383,35 @@ def test_start_applies_gpu_settings_and_bounds_the_pod_wait():
     assert f.released == []
 
 
+def test_a_server_mounts_its_teams_space_and_the_next_spawn_does_not_keep_it():
+    async def go():
+        config = Config()
+        config.KubeGPUSpawner.gpu_pools = copy.deepcopy(POOLS)
+        config.KubeGPUSpawner.team_space_claim = "gpuhub-team-{team}"
+        s = make_spawner(config)
+        pods = []
+
+        async def capture():
+            pods.append(await manifest(s))  # validated against the Kubernetes schema
+            return "http://10.0.0.5:8888"
+        for claim in ("gpuhub-team-{team}", ""):
+            s.team_space_claim = claim
+            faked(s, workload("a100", 1))
+            s._start = capture
+            await s.start()
+            s.clear_state()
+        return pods
+
+    with_space, without = run(go())
+    spec = with_space["spec"]
+    assert {"name": "gpuhub-team-space",
+            "persistentVolumeClaim": {"claimName": "gpuhub-team-ml"}} in spec["volumes"]
+    container = spec["containers"][0]
+    assert {"name": "gpuhub-team-space", "mountPath": "/team"} in container["volumeMounts"]
+    assert {"name": "GPUHUB_TEAM_DIR", "value": "/team"} in container["env"]
+    assert "gpuhub-team-space" not in str(without["spec"]) and "GPUHUB_TEAM_DIR" not in str(without)
+
+
 def test_failed_start_releases_and_next_spawn_is_clean():
     async def go():
         s = make_spawner(site_config())

@@ -495,7 +495,7 @@ def test_an_ended_pod_wakes_the_engine_without_a_listing(standin, tmp_path):
         runner = asyncio.get_running_loop().create_task(b.run())
         try:
             await until(lambda: b._listed_at is not None, "the first lists")
-            name = b.start(spec(attempt_dir=str(tmp_path / "a1")))
+            name = b.start(spec(attempt_dir=str(tmp_path / "a1"))).ref
             await b.settle()
             pod_name = start_job(state, name)
             await until(lambda: b.caches["pods"].objects, "the pod")
@@ -528,7 +528,7 @@ def test_a_running_pods_log_is_followed_into_the_attempts_log(standin, tmp_path)
         b = KubernetesBackend(SETTINGS, api, watch=True)
         runner = asyncio.get_running_loop().create_task(b.run())
         try:
-            name = b.start(spec(attempt_dir=str(tmp_path / "a1")))
+            name = b.start(spec(attempt_dir=str(tmp_path / "a1"))).ref
             await b.settle()
             pod_name = start_job(state, name)
             state.append_log("gpuhub-jobs", pod_name, "epoch 1\n")
@@ -581,9 +581,9 @@ def test_service_acts_on_a_pods_end_at_once_and_follows_its_log(tmp_path, monkey
     runs and is followed, its log grows in the attempt's log, which
     ``gpuhub logs -f`` streams (GET /workloads/{id}/logs?follow=true reads
     that file, and tells the backend it follows)."""
-    from gpuspawner.service import queries
-    from gpuspawner.service.identity import Identity
-    from gpuspawner.service.specs import parse_job
+    from gpuspawner.service.workloads import queries
+    from gpuspawner.service.access.identity import Identity
+    from gpuspawner.vocab.specs import parse_job
     from test_kube_backend import start_service, stop_service
     server = StandIn()
     state = server.state
@@ -603,7 +603,7 @@ def test_service_acts_on_a_pods_end_at_once_and_follows_its_log(tmp_path, monkey
                    if call.startswith("list") and what == "requests")
 
     async def scenario():
-        tasks = [loop.create_task(app._loop()), loop.create_task(app.engine.backend.run())]
+        tasks = [loop.create_task(app.driver.run()), loop.create_task(app.engine.backend.run())]
         try:
             await until(lambda: app.engine.backend._listed_at is not None, "the first lists")
             wid = app.engine.submit(alice, parse_job({"command": ["python", "train.py"],
@@ -644,7 +644,7 @@ def test_bench_kube_measures_both_modes_on_a_small_cluster():
     """`gpuhub bench kube` at 16 pods for 3 s a mode: the listing makes its
     four lists every 2 s, the watch none after the first, and both measure
     probe exits to the database."""
-    from gpuspawner.bench_kube import format_rows, run_bench
+    from gpuspawner.bench.kube import format_rows, run_bench
     listing, watching = rows = run_bench(pods=16, seconds=3, churn_per_minute=120)
     assert listing["mode"] == "list every 2 s" and watching["mode"] == "watch"
     assert listing["calls_per_min"] >= 40 and watching["calls_per_min"] == 0

@@ -105,6 +105,16 @@ def lab_page(hub: Hub, user: str, pids: set[int], **context_options):
             browser.close()
 
 
+def dialog_form(page, selector: str, focus: str = 'input[name="name"]'):
+    """The form of a dialog once JupyterLab has moved the focus into it. Typing
+    before that races the dialog's own focus move: the text lands in whichever
+    field holds the focus then (a job once went in named "trainmissing.ipynb")."""
+    form = page.locator(selector)
+    sync_api.expect(form).to_be_visible()
+    sync_api.expect(form.locator(focus)).to_be_focused()
+    return form
+
+
 class GpuHubCalls:
     """The extension's calls to its server (/gpuhub/…), as the browser made
     them: when each ended, how, and how long it took; and those still
@@ -189,8 +199,7 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
 
             # 1. Submit the open notebook from its toolbar.
             page.locator(".gpuhub-SubmitButton").first.click(timeout=SLOW_MS)
-            form = page.locator(".gpuhub-SubmitForm")
-            expect(form).to_be_visible()
+            form = dialog_form(page, ".gpuhub-SubmitForm")
             assert form.locator('input[name="path"]').input_value() == "train.ipynb"
             assert form.locator('input[name="name"]').input_value() == "train"
             assert form.locator('select[name="team"]').input_value() == "a"
@@ -241,8 +250,9 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
                 has_text="Job train is queued: expected to start in")).to_have_count(1)
             expect(queued).to_contain_text("2 × default")
             shot(page, tmp_path, "lab-jobs-queued.png")
-            jobs = hub.client("root-admin").get("/workloads",
-                                                params={"user": "alice"}).json()["workloads"]
+            # (her CPU-only notebook server is a workload too: kind notebook)
+            jobs = hub.client("root-admin").get("/workloads", params={
+                "user": "alice", "kind": "job"}).json()["workloads"]
             assert len(jobs) == 1 and jobs[0]["name"] == "train"
             wid = jobs[0]["id"]
             assert jobs[0]["parameters"] == {"epochs": 3, "model": "vit", "step_seconds": 2.5}
@@ -303,13 +313,13 @@ def test_submit_notebook_follow_it_open_log_and_output(tmp_path):
             page.keyboard.press("Control+Shift+C")
             page.keyboard.type("Submit as Job")
             page.keyboard.press("Enter")
-            form = page.locator(".gpuhub-SubmitForm")
-            expect(form).to_be_visible()
+            form = dialog_form(page, ".gpuhub-SubmitForm")
             assert form.locator('input[name="gpus"]').input_value() == "2"
             assert form.locator('textarea[name="env"]').input_value() == "WANDB_MODE=offline"
             assert form.locator('select[name="priority"]').input_value() == "batch"
             # A refusal names the field as the form labels it.
             form.locator('input[name="path"]').fill("missing.ipynb")
+            assert form.locator('input[name="name"]').input_value() == "train"
             page.locator(".jp-Dialog-button.jp-mod-accept").click()
             form = page.locator(".gpuhub-SubmitForm")
             expect(form.locator(".gpuhub-SubmitForm-error")).to_have_text(

@@ -21,7 +21,7 @@ import requests
 from playwright import sync_api
 
 from hub_harness import Hub
-from test_lab_browser import hub_session, lab_page, quiet_news
+from test_lab_browser import dialog_form, hub_session, lab_page, quiet_news
 from test_spawn_browser import SLOW_MS, shot, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,8 +82,7 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
             folder = page.locator(".jp-DirListing-item", has_text="iris-v1").first
             folder.click(button="right", timeout=SLOW_MS)
             page.locator(".lm-Menu-item", has_text="Deploy Model").click()
-            form = page.locator(".gpuhub-DeployForm")
-            expect(form).to_be_visible()
+            form = dialog_form(page, ".gpuhub-DeployForm")
             assert form.locator('input[name="modelDir"]').input_value() == "models/iris-v1"
             assert form.locator('select[name="team"]').input_value() == "a"
             name = form.locator('input[name="name"]')
@@ -128,7 +127,7 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
             job = page.locator('.gpuhub-Job[data-state="succeeded"]').filter(
                 has_text="train-iris-v2")
             job.get_by_role("button", name="Deploy outputs…").click()
-            expect(form).to_be_visible()
+            form = dialog_form(page, ".gpuhub-DeployForm")
             assert form.locator('input[name="modelDir"]').input_value() == "outputs/iris-v2"
             form.locator('input[name="name"]').fill("iris")
             revision = form.locator(".gpuhub-DeployForm-revision")
@@ -183,6 +182,31 @@ def test_deploy_from_the_file_browser_watch_it_serve_canary_promote_rollback(tmp
             # (revision 1 may have been scaled down while revision 2 had the traffic)
             expect(r1).to_have_attribute("data-ready", "1", timeout=SLOW_MS)
             wait_for(lambda: set(infer(hub, 4)) == {"1"}, 30, "revision 1 to answer alone")
+
+            # 5b. A revision that waits for a job (`gpuhub deploy --after`): its
+            # state says for what; cancelled from its row, revision 1 serves on.
+            alice = hub.client("alice")
+            retrain = alice.submit(name="retrain", command=["sleep", "300"], gpus=0)
+            r = alice.post("/deployments", json={"name": "iris", "model_dir": "models/iris-v3",
+                                                 "after": [{"id": retrain["id"]}]})
+            assert r.status_code == 201, r.text
+            r3 = card.locator('.gpuhub-Revision[data-revision="3"]')
+            state = r3.locator(".gpuhub-Revision-state")
+            expect(state).to_have_attribute("data-phase", "waiting", timeout=30_000)
+            expect(state).to_contain_text(f"waiting for {retrain['id']} (ok)")
+            expect(r1.locator(".gpuhub-Revision-state")).to_have_attribute("data-phase", "serving")
+            shot(page, tmp_path, "lab-deploy-waiting.png")
+            r3.get_by_role("button", name="Cancel revision").click()
+            page.locator(".jp-Dialog-button.jp-mod-warn").click()
+            expect(state).to_have_attribute("data-phase", "cancelled")
+            expect(state).to_have_text("cancelled by alice")
+            expect(r3.get_by_role("button", name="Cancel revision")).to_have_count(0)
+            expect(card.locator(".gpuhub-Deployment-message")).to_have_text(
+                "revision 3 cancelled by alice; serving revision 1 (100%) as before")
+            expect(card.locator(".gpuhub-Traffic-segment")).to_have_text(["r1 100%"])
+            assert set(infer(hub, 2)) == {"1"}
+            assert alice.workload(retrain["id"])["state"] == "running"  # the job runs on
+            alice.post(f"/workloads/{retrain['id']}/cancel")
 
             # 6. Scale to zero when idle: the dialog will not apply an idle
             # time under 10 s; then the service takes 600 s.

@@ -110,3 +110,29 @@ def test_a_schedule_from_a_cell(shell, folder, capfd):
 
     shell.run_line_magic("gpuhub", "schedule create bad --cron '0 25 * * *' --notebook report.ipynb")
     assert "cron hour field: 25 is out of 0-23" in capfd.readouterr().err
+
+
+def test_a_deployment_after_a_job_from_a_cell_and_its_cancel(shell, hub, folder, capfd):
+    """`%gpuhub deploy NAME DIR --after JOB` as `gpuhub deploy --after`: the
+    revision waits (no replicas) for the job; the model folder is the
+    notebook's; `%gpuhub deployments NAME cancel` cancels the waiting revision."""
+    shell.run_line_magic("gpuhub", "submit --gpus 0 --name train -- sleep 120")
+    wid = capfd.readouterr().out.splitlines()[0].strip()
+    shell.run_line_magic("gpuhub", f"deploy best models/best --after {wid}:ok")
+    out = capfd.readouterr()
+    assert "endpoint:" in out.out, out
+    row = [line.split() for line in out.out.splitlines() if line.startswith("a/best")]
+    assert row and row[0][:5] == ["a/best", "1", "0%", "waiting", "0/0"], out.out
+    assert row[0][-1] == str(folder / "models" / "best")  # the notebook's folder, not the home
+    assert f"a/best: revision 1 is waiting for {wid} (ok)" in out.out
+
+    shell.run_line_magic("gpuhub", "deployments best cancel")
+    out = capfd.readouterr().out
+    assert "a/best: revision 1 cancelled by alice; nothing deployed" in out, out
+    alice = hub.client("alice")
+    assert alice.workload(wid)["state"] in ("queued", "running")  # the job runs on
+    shell.run_line_magic("gpuhub", "deployments best cancel")
+    assert "a/best has no waiting revision to cancel" in capfd.readouterr().err
+    shell.run_line_magic("gpuhub", f"cancel {wid}")
+    shell.run_line_magic("gpuhub", "deployments best delete")
+    capfd.readouterr()

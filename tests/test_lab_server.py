@@ -36,7 +36,12 @@ open(os.path.join(os.environ["OUTPUT_DIR"], "model.bin"), "w").write("weights")
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     h = Hub(str(tmp_path_factory.mktemp("labhub")), groups={"team-a": ["alice", "amy"]},
-            teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}})
+            teams={"a": {"quotas": {"default": {"nominal": 2, "borrowing_limit": 0}}}},
+            # The Jupyter server under test runs in this (root) process, so the folders its
+            # extension makes in alice's workspace are root's: only the hand-over at an
+            # account's first use gives them to her, and team spaces would make the
+            # accounts at the service's start.
+            extra_service_config="c.GpuHubService.team_spaces = False\n")
     try:
         yield h.start()
     finally:
@@ -117,8 +122,10 @@ async def test_a_notebook_job_runs_with_its_parameters_and_its_output_lands_in_t
     assert "big: 3 epochs" in printed
 
     # The list (my jobs) shows the same paths for the finished job.
-    listed = json.loads((await call(jp_fetch, "workloads", scope="mine")).body)["workloads"]
+    page = json.loads((await call(jp_fetch, "workloads", scope="mine")).body)
+    listed = page["workloads"]
     assert [w["output_path"] for w in listed if w["id"] == job["id"]] == [done["output_path"]]
+    assert page["next_cursor"] is None  # one page: fewer jobs than a page holds
 
 
 async def test_a_script_job_gets_its_parameters_as_arguments_and_its_outputs_zip(
@@ -256,9 +263,14 @@ async def test_cancel_a_queued_job_and_see_it_in_the_teams_list(jp_fetch, files,
         assert waiting["queue_position"] == 1
         team = json.loads((await call(jp_fetch, "workloads", scope="team")).body)["workloads"]
         assert {holder["id"], job["id"]} <= {w["id"] for w in team}
-        mine = json.loads((await call(jp_fetch, "workloads", scope="mine")).body)["workloads"]
+        # why it waits comes with the service's next reasons pass (reasons_interval)
+        for _ in range(30):
+            mine = json.loads((await call(jp_fetch, "workloads", scope="mine")).body)["workloads"]
+            listed = [w for w in mine if w["id"] == job["id"]]
+            if "may hold at most 2" in listed[0]["reason"]:
+                break
+            await asyncio.sleep(0.3)
         assert holder["id"] not in {w["id"] for w in mine}
-        listed = [w for w in mine if w["id"] == job["id"]]
         assert listed[0]["queue_position"] == 1
         assert "may hold at most 2" in listed[0]["reason"]
 
@@ -269,6 +281,25 @@ async def test_cancel_a_queued_job_and_see_it_in_the_teams_list(jp_fetch, files,
         assert code in (403, 404) and body["error"], body
     finally:
         amy.request("DELETE", f"/workloads/{holder['id']}")
+
+
+async def test_the_jobs_list_comes_a_page_at_a_time_newest_first(jp_fetch, files, hub):
+    ids = []
+    for _ in range(2):
+        job = json.loads((await call(jp_fetch, "workloads", method="POST",
+                                     body={"path": "project/train.py", "gpus": 2})).body)
+        ids.append(job["id"])
+        await call(jp_fetch, "workloads", job["id"], method="DELETE")
+    page = json.loads((await call(jp_fetch, "workloads", scope="mine", limit="1")).body)
+    assert [w["id"] for w in page["workloads"]] == [ids[-1]] and page["next_cursor"]
+    two = json.loads((await call(jp_fetch, "workloads", scope="mine", limit="2")).body)
+    assert [w["id"] for w in two["workloads"]] == ids[::-1]
+
+
+@pytest.mark.parametrize("limit", ["0", "501", "lots", "-1"])
+async def test_a_bad_page_size_is_refused_naming_it(jp_fetch, files, limit):
+    code, body = await error(jp_fetch, "workloads", scope="mine", limit=limit)
+    assert code == 400 and body["field"] == "limit" and "1 to 500" in body["error"], body
 
 
 @pytest.mark.parametrize("form, field, words", [
@@ -282,6 +313,7 @@ async def test_cancel_a_queued_job_and_see_it_in_the_teams_list(jp_fetch, files,
     ({"path": "project/train.py", "env": {"A": 1}}, "env", "NAME: text"),
     ({"path": "project/train.py", "output_dir": "../elsewhere"}, "output_dir", "outside"),
     ({"path": "project/train.py", "colour": "red"}, "colour", "not a field"),
+    ({"path": "project/train.py", "datasets": "imagenet"}, "datasets", "list of dataset names"),
 ])
 async def test_bad_forms_are_refused_with_the_field_and_nothing_is_submitted(
         jp_fetch, files, hub, form, field, words):
@@ -300,6 +332,8 @@ async def test_bad_forms_are_refused_with_the_field_and_nothing_is_submitted(
     ({"gpus": 3}, 400, "gpus", "3"),
     # a share of one GPU reaches the service, which knows this pool does not share
     ({"gpu_share": "1/4"}, 400, "gpu_share", "pool 'default' does not share its GPUs"),
+    # the submit dialog's datasets: the service says which it does not know
+    ({"datasets": ["nosuch"]}, 404, "datasets", "no dataset nosuch"),
 ])
 async def test_the_services_errors_come_through_with_its_message(jp_fetch, files, form, status,
                                                                  field, words):
@@ -326,6 +360,7 @@ async def test_quota_pools_and_identity_pass_through(jp_fetch, files):
     pools = json.loads((await call(jp_fetch, "pools")).body)["pools"]
     assert pools[0]["name"] == "default" and pools[0]["capacity"] == 4
     assert json.loads((await call(jp_fetch, "notices")).body) == {"notices": []}
+    assert json.loads((await call(jp_fetch, "datasets")).body) == {"datasets": []}
 
 
 @pytest.mark.parametrize("method, path", [

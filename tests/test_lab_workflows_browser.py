@@ -19,7 +19,7 @@ import re
 from playwright import sync_api
 
 from hub_harness import Hub
-from test_lab_browser import hub_session, lab_page, quiet_news, write_notebook
+from test_lab_browser import dialog_form, hub_session, lab_page, quiet_news, write_notebook
 from test_spawn_browser import SLOW_MS, shot
 
 TUNE = """\
@@ -38,8 +38,7 @@ def open_submit(page, tab: str):
     """The Submit dialog of the open notebook (its toolbar button), on ``tab``."""
     page.locator(".lm-TabBar-tabLabel", has_text=re.compile(r"^tune\.ipynb$")).click()
     page.locator(".jp-NotebookPanel:visible .gpuhub-SubmitButton").first.click(timeout=SLOW_MS)
-    form = page.locator(".gpuhub-SubmitForm")
-    sync_api.expect(form).to_be_visible()
+    form = dialog_form(page, ".gpuhub-SubmitForm")
     form.locator(f'.gpuhub-SubmitForm-tab[data-mode="{tab}"]').click()
     sync_api.expect(form).to_have_attribute("data-mode", tab)
     return form
@@ -97,8 +96,9 @@ def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
         assert posted.value.status == 201, posted.value.text()
         sweep = posted.value.json()
         assert sweep["total"] == 4 and sweep["max_running"] == 2
-        expect(page.locator(".jp-toast-message").filter(
-            has_text=f"Sweep tune submitted: 4 tasks ({sweep['id']})")).to_have_count(1)
+        toast = page.locator(".jp-toast-message").filter(
+            has_text=f"Sweep tune submitted: 4 tasks ({sweep['id']})")
+        expect(toast).to_have_count(1, timeout=15000)  # slow to show on a loaded host
 
         # 2. An "evaluate" job waits for the whole sweep: the panel says so.
         evaluate = alice.submit(name="evaluate", command=["python", "-c", "print('best')"],
@@ -211,5 +211,28 @@ def test_sweep_and_schedule_from_the_submit_dialog_and_the_jobs_panel(tmp_path):
             re.compile(r"last run .* ago: (queued|running|succeeded)"), timeout=30_000)
         made = alice.get(f"/schedules/{schedule['id']}").json()["last_workload_id"]
         expect(page.locator(f'.gpuhub-Job[data-job-id="{made}"]')).to_have_count(1)
+
+        # 8. Edit…: a time zone the service does not know is refused next to
+        # its field, the dialog keeps what was typed; then saved.
+        item.get_by_role("button", name="Edit…").click()
+        edit = page.locator(".gpuhub-ScheduleEdit")
+        expect(edit.locator('input[name="cron"]')).to_have_value("30 7 * * 1-5")
+        edit.locator('input[name="cron"]').fill("0 6 * * 1")
+        expect(edit.locator('[data-field="cron"] .gpuhub-Field-hint')).to_have_text(
+            "weekly on Monday at 06:00")
+        edit.locator('input[name="timezone"]').fill("Mars/Olympus")
+        accept.click()
+        edit = page.locator(".gpuhub-ScheduleEdit")
+        expect(edit.locator('[data-field="timezone"] .gpuhub-Field-problem')).not_to_be_empty()
+        expect(edit.locator('input[name="cron"]')).to_have_value("0 6 * * 1")
+        edit.locator('input[name="timezone"]').fill("UTC")
+        with page.expect_response(lambda r: r.request.method == "PATCH") as patched:
+            accept.click()
+        assert patched.value.status == 200, patched.value.text()
+        expect(page.locator(".gpuhub-ScheduleEdit")).to_have_count(0)
+        expect(item.locator(".gpuhub-Schedule-cron")).to_have_text("weekly on Monday at 06:00 (UTC)")
+        saved = alice.get(f"/schedules/{schedule['id']}").json()
+        assert (saved["cron"], saved["timezone"], saved["name"]) == ("0 6 * * 1", "UTC",
+                                                                    "nightly-tune")
         page.locator(".gpuhub-JobsPanel").evaluate("p => p.scrollTop = 0")
         shot(page, tmp_path, "lab-schedules.png")

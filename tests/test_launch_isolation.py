@@ -15,11 +15,11 @@ import pytest
 from sqlalchemy import select
 
 from gpuspawner.backends.local import LocalBackend
-from gpuspawner.service import launch
-from gpuspawner.service.engine import Engine
-from gpuspawner.service.launch import Launcher
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import parse_job
+from gpuspawner.service.loop import launch
+from gpuspawner.service.loop.engine import Engine
+from gpuspawner.service.loop.launch import Launcher
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import parse_job
 from gpuspawner.store import Allocation, WorkloadRow
 
 from test_engine_restart import ALICE, make_engine, run_until, state

@@ -108,7 +108,7 @@ class FakeClock:
 def test_exit_is_reported_with_its_returncode_and_output(tmp_path, argv, returncode, logged):
     backend = LocalBackend()
     spec = make_spec(tmp_path, argv=argv)
-    pid = backend.start(spec)
+    pid = int(backend.start(spec).ref)
     assert backend.running() == {("job", 1)} and pid > 0
     e = single_exit(backend)
     assert (e.workload_id, e.attempt, e.reason, e.returncode) == ("job", 1, EXITED, returncode)
@@ -133,7 +133,7 @@ def test_command_sees_exactly_its_gpus_and_attempt(tmp_path, monkeypatch, gpus, 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the service's own must not leak
     code = ("import json, os; print(json.dumps({'cwd': os.getcwd(), **{k: v for k, v in"
             " os.environ.items() if k.startswith(('GPUHUB_', 'CUDA_', 'NVIDIA_', 'MY_'))}}))")
-    spec = make_spec(tmp_path, code, attempt=3, gpus=gpus, gpu_uuids=uuids,
+    spec = make_spec(tmp_path, code, attempt=3, devices=gpus, device_uuids=uuids,
                      env={"MY_SETTING": "x"},
                      checkpoint_dir=str(tmp_path / "ckpt") if checkpoint else None)
     backend = LocalBackend()
@@ -214,7 +214,7 @@ def test_stop_kills_the_whole_group_once_the_grace_period_is_over(tmp_path):
     clock = FakeClock()
     backend = LocalBackend(clock)
     spec = make_spec(tmp_path, IGNORE_SIGTERM)
-    pid = backend.start(spec)
+    pid = int(backend.start(spec).ref)
     grandchild = int(wait_for_output(spec, "grandchild").split()[1])
     processes = [(p, proc_stat(p)[1]) for p in (pid, grandchild)]
     backend.stop("job", 1, grace=10)
@@ -316,7 +316,7 @@ def never_started(tmp_path, backend):
 
 def runner_killed(tmp_path, backend):
     spec = make_spec(tmp_path, WAIT_FOR_GO)
-    os.killpg(backend.start(spec), signal.SIGKILL)
+    os.killpg(int(backend.start(spec).ref), signal.SIGKILL)
     assert single_exit(backend).reason == LOST  # nobody here stopped it
     return spec
 

@@ -195,8 +195,10 @@ def test_a_failed_gpu_spawn_does_not_poison_the_next_cpu_spawn(hub):
     assert bob.start(gpus=0).status_code in (201, 202)
     bob.wait_ready()
     env = bob.server_env()
-    assert env["CUDA_VISIBLE_DEVICES"] == "" and "GPUHUB_WORKLOAD_ID" not in env
+    # No GPU, but a workload of 0 GPUs: its CPUs and memory are counted.
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["GPUHUB_WORKLOAD_ID"]
     bob.stop()
+    workload_in_state(hub, env["GPUHUB_WORKLOAD_ID"], "stopped", 30)
 
 
 def test_a_crashed_server_gives_its_gpus_back_once(hub):

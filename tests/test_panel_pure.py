@@ -13,7 +13,7 @@ from gpuspawner.service.panel.glance import output_in_workspace
 from gpuspawner.service.panel.units import gpus_text, units_text
 from gpuspawner.store import WorkloadRow
 from gpuspawner.service.panel.pages import parse_quota_form
-from gpuspawner.service.specs import SpecError
+from gpuspawner.vocab.specs import SpecError
 
 
 @pytest.mark.parametrize("value, top", [(0, 1), (0.004, 0.01), (0.7, 1), (3, 5), (12, 20),
@@ -68,6 +68,11 @@ POOLS = ["a100"]
                       "a100.lending_limit": "1"}, 2.0, Quota(4, None, 1), id="empty-is-no-limit"),
         pytest.param({"weight": "0.5", "a100.nominal": " 0 ", "a100.borrowing_limit": "0",
                       "a100.lending_limit": ""}, 0.5, Quota(0, 0, None), id="zeros"),
+        pytest.param({"weight": "1", "a100.nominal": "2", "a100.cpus": "16",
+                      "a100.memory": "64GiB"}, 1.0, Quota(2, None, None, 16.0, 64 << 30),
+                     id="cpu-and-memory-ceilings"),
+        pytest.param({"weight": "1", "a100.nominal": "2", "a100.cpus": " ", "a100.memory": ""},
+                     1.0, Quota(2, None, None, None, None), id="empty-ceilings-are-no-limit"),
     ],
 )
 def test_quota_form_parses(form, weight, quota):
@@ -85,6 +90,10 @@ def test_quota_form_parses(form, weight, quota):
                      "got '-2'", id="nominal-negative"),
         pytest.param({"weight": "1", "a100.nominal": "2", "a100.borrowing_limit": "1.5"},
                      "quotas.a100.borrowing_limit", "or empty (no limit)", id="fraction"),
+        pytest.param({"weight": "1", "a100.nominal": "2", "a100.cpus": "many"},
+                     "quotas.a100.cpus", "not a positive number of CPUs", id="cpus-text"),
+        pytest.param({"weight": "1", "a100.nominal": "2", "a100.memory": "lots"},
+                     "quotas.a100.memory", "not a memory size", id="memory-text"),
     ],
 )
 def test_quota_form_names_the_bad_field(form, field, words):

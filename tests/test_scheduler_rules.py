@@ -1349,3 +1349,105 @@ def test_aged_work_reserves_past_a_teammates_refusal_for_a_full_pool(past_block,
         assert "reserved to start" in result.waiting["node"]
     else:
         assert "borrowed" in result.waiting["node"]
+
+
+@pytest.mark.parametrize("cpus, memory", [(0.0, 0), (4.0, 8 << 30)])
+def test_a_cycle_without_reasons_stops_looking_at_a_team_whose_queue_cannot_fit(cpus, memory):
+    """Two nodes with 2 GPUs free each: 4 GPUs free in the pool, yet no
+    4-GPU job fits on one node. The first of 200 such queued jobs fails to
+    place; the rest of the team's queue has the same shape (CPUs and memory
+    included), so a cycle that does not explain (the service's) passes over
+    it unseen, with the same decisions (none) as one that explains each."""
+    from gpuspawner.scheduler.cycle.admission import _Cycle
+    s = sched([node("n1", gpus=8), node("n2", gpus=8)], [team("t", nominal=100)])
+    submit(s, wl("h1", "t", gpus=6, on="n1", time_limit=3600),
+           wl("h2", "t", gpus=6, on="n2", time_limit=3600))
+    assert set(admitted(s.step(1.0))) == {"h1", "h2"}
+    submit(s, *(wl(f"j{i}", "t", gpus=4, t=2.0 + i, time_limit=600, cpus=cpus, memory=memory)
+                for i in range(200)))
+    considered = {}
+    for explain in (True, False):
+        cycle = _Cycle(s.state, s.policy, 300.0, explain=explain)
+        seen, consider = [], cycle.consider
+        cycle.consider = lambda w, seen=seen, consider=consider: (seen.append(w.id), consider(w))
+        result = cycle.run()
+        assert not admitted(result)
+        considered[explain] = len(seen)
+    assert considered[True] == 200
+    assert considered[False] <= 2, considered
+
+
+# ---- data residency: a dataset's node labels ---------------------------------
+
+def residency_cluster(team_rule=None):
+    nodes = [node("eu1", 2, labels={"region": "eu", "zone": "a"}),
+             node("eu2", 2, labels={"region": "eu", "zone": "b"}),
+             node("us1", 4, labels={"region": "us", "zone": "a"})]
+    return sched(nodes, [team("vision", 16, node_selector=team_rule or {})])
+
+
+@pytest.mark.parametrize(
+    "team_rule, own, datasets, allowed, rejected",
+    [
+        pytest.param(None, {}, {"imagenet": {"region": "eu"}}, {"eu1", "eu2"}, "",
+                     id="dataset-rule"),
+        pytest.param({"zone": "a"}, {}, {"imagenet": {"region": "eu"}}, {"eu1"}, "",
+                     id="dataset-and-team-rule"),
+        pytest.param(None, {"zone": "b"}, {"imagenet": {"region": "eu"}}, {"eu2"}, "",
+                     id="dataset-and-own-selector"),
+        pytest.param(None, {}, {"imagenet": {"region": "eu"}, "coco": {"zone": "b"}}, {"eu2"},
+                     "", id="two-datasets"),
+        pytest.param(None, {}, {"imagenet": {}}, {"eu1", "eu2", "us1"}, "", id="no-labels"),
+        pytest.param({"region": "us"}, {}, {"imagenet": {"region": "eu"}}, set(),
+                     "dataset imagenet may only be read on nodes labelled region=eu but team "
+                     "vision is restricted to region=us", id="team-contradicts-dataset"),
+        pytest.param(None, {"region": "us"}, {"imagenet": {"region": "eu"}}, set(),
+                     "asks for nodes labelled region=us but dataset imagenet may only be read on "
+                     "nodes labelled region=eu: no node can serve both", id="own-contradicts"),
+        pytest.param(None, {}, {"coco": {"region": "us"}, "imagenet": {"region": "eu"}}, set(),
+                     "dataset coco may only be read on nodes labelled region=us but dataset "
+                     "imagenet may only be read on nodes labelled region=eu", id="datasets-contradict"),
+        pytest.param(None, {}, {"imagenet": {"region": "mars"}}, set(),
+                     "dataset imagenet may only be read on nodes labelled region=mars: no a100 "
+                     "node labelled region=mars exists", id="no-such-node"),
+        pytest.param(None, {}, {"imagenet": {"region": "eu"}}, set(),
+                     "dataset imagenet may only be read on nodes labelled region=eu: asks for 3 "
+                     "GPUs on one node but every a100 node labelled region=eu has at most 2",
+                     id="too-big-for-the-allowed-nodes"),
+    ],
+)
+def test_a_datasets_node_labels_restrict_placement_with_the_teams(team_rule, own, datasets,
+                                                                   allowed, rejected):
+    s = residency_cluster(team_rule)
+    gpus = 3 if "at most 2" in rejected else 1
+    e = s.submit(wl("w", "vision", gpus, node_selector=own, dataset_nodes=datasets), 0.0)
+    placed = set(nodes_of(admitted(s.step(1.0)).get("w", ())))
+    if rejected:
+        assert e.type == ev.REJECTED and rejected in e.message and not placed
+    else:
+        assert e.type == ev.QUEUED and placed and placed <= allowed, (e.message, placed)
+
+
+@pytest.mark.parametrize(
+    "busy, ask, reason",
+    [
+        pytest.param(["eu1", "eu2"], dict(gpus=1),
+                     "dataset imagenet may only be read on nodes labelled region=eu; no such "
+                     "node has 1 GPU free (4 a100 GPU(s) free in the pool)", id="one-gpu"),
+        pytest.param(["eu1"], dict(gpus=2, num_nodes=2),
+                     "dataset imagenet may only be read on nodes labelled region=eu; fewer than "
+                     "2 such nodes have 2 GPUs free (6 a100 GPU(s) free in the pool)", id="gang"),
+        pytest.param(["eu1", "eu2", "us1"], dict(gpus=1),
+                     "waiting for 1 × a100 GPUs (0 free in the pool, none placeable on nodes "
+                     "labelled region=eu)", id="full-everywhere: not the dataset's doing"),
+    ],
+)
+def test_a_workload_held_back_only_by_its_datasets_residency_says_so(busy, ask, reason):
+    s = residency_cluster()
+    start(s, *[wl(f"fill-{n}", "vision", s.state.nodes[n].gpus, on=n) for n in busy])
+    gang = ask.get("num_nodes", 1)
+    submit(s, Workload("w", "vision", "a100", ask["gpus"], 5.0, num_nodes=gang,
+                       time_limit=None, dataset_nodes={"imagenet": {"region": "eu"}}))
+    result = s.step(5.0)
+    assert "w" not in admitted(result)
+    assert result.waiting["w"] == reason

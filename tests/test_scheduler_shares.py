@@ -272,6 +272,73 @@ def test_reclaim_for_a_share_evicts_only_what_it_needs():
     assert s.state.ledger.used == {("a", "a100"): 0.5, ("b", "a100"): 0.5}
 
 
+QUARTER_SHORT = [low("a", 0.75, t=0.0), low("b", 0.75, t=1.0), low("d", 0.5, t=2.0),
+                 low("c", 0.25, t=3.0)]
+
+
+@pytest.mark.parametrize("running, ceiling, victims", [
+    pytest.param(QUARTER_SHORT, 3, {"c"}, id="the-newest-quarter-not-a-share-alone-on-a-gpu"),
+    pytest.param(QUARTER_SHORT, 4, set(), id="quota-enough-evicts-nothing"),
+    pytest.param([low("s", 0.25, t=0.0), whole("B", 2, kind=JOB, priority="best-effort", t=1.0)],
+                 3, {"s"}, id="the-quarter-not-the-newer-2-gpu-job"),
+])
+def test_a_job_that_fits_a_free_gpu_evicts_only_what_its_quota_lacks(running, ceiling, victims):
+    """Team t's best-effort work holds 2.25 GPUs of one 4-GPU node, GPU 3
+    free: a (0.75) and the newest c (0.25) share GPU 0, b (0.75) and d (0.5)
+    have GPUs 1 and 2 each to themselves; or a 0.25 share on GPU 0 and a
+    2-GPU job on GPUs 1 and 2. Its batch job asks for one GPU. Where the team
+    may hold 3 it lacks a quarter of quota: it takes the free GPU and evicts
+    the smallest work that covers the quarter, most evictable first; not a
+    share whose GPU it would not take, nor more than it lacks (issue 32)."""
+    s = sched([Node("n0", "a100", 4, share_units=4)],
+              [Team("t", {"a100": Quota(2, ceiling - 2)})])
+    run(s, running)
+    assert s.state.index.free == {"n0": [3]}
+    s.submit(whole("p", kind=JOB, priority="batch", t=10.0), 10.0)
+    result = s.step(10.0)
+    assert {e.workload_id for e in result.of_type(ev.PREEMPTED)} == victims
+    started = result.of_type(ev.NOMINATED if victims else ev.ADMITTED)
+    assert [(e.workload_id, e.placement) for e in started] == [("p", (("n0", (3,)),))]
+    for wid in victims:
+        s.finished(wid, 20.0)
+    result = s.step(20.0)
+    assert s.state.running["p"].placement == (("n0", (3,)),)
+    assert {w.id for w in running} - victims <= set(s.state.running)
+    assert not check_all(s.state, s.policy, result.reservations)
+
+
+@pytest.mark.parametrize("ceiling, victims", [
+    pytest.param(3, {"s1"}, id="the-quarter-not-the-share-on-a-full-gpu"),
+    pytest.param(4, set(), id="quota-enough-evicts-nothing"),
+])
+def test_a_share_that_fits_evicts_only_what_its_quota_lacks(ceiling, victims):
+    """Team t holds 3 GPUs: best-effort job W on n0/0; best-effort share s2
+    (0.75) beside a notebook (0.25) on n0/1; best-effort s1 (0.25) beside a
+    notebook (0.25) on n0/2; a notebook (0.5) on n1. Its batch quarter share
+    has room on n0/2 and n1. Where the team may hold 3 it lacks a quarter of
+    quota: it evicts s1, not s2 (freeing slots on a full GPU it does not
+    need) nor W (issue 32)."""
+    a, b = {"node_selector": {"zone": "a"}}, {"node_selector": {"zone": "b"}}
+    s = sched([Node("n0", "a100", 3, labels={"zone": "a"}, share_units=4),
+               Node("n1", "a100", 1, labels={"zone": "b"}, share_units=4)],
+              [Team("t", {"a100": Quota(3, ceiling - 3)})])
+    run(s, [whole("W", kind=JOB, priority="best-effort", **a), low("s2", 0.75, t=1.0, **a),
+            share("nb1", 0.25, t=2.0, **a), share("nb2", 0.25, t=3.0, **a),
+            low("s1", 0.25, t=4.0, **a), share("nb3", 0.5, t=5.0, **b)])
+    assert s.state.shared_slots() == {("n0", 1): 4, ("n0", 2): 2, ("n1", 0): 2}
+    s.submit(share("p", 0.25, kind=JOB, priority="batch", t=10.0), 10.0)
+    result = s.step(10.0)
+    assert {e.workload_id for e in result.of_type(ev.PREEMPTED)} == victims
+    started = result.of_type(ev.NOMINATED if victims else ev.ADMITTED)
+    assert [e.workload_id for e in started] == ["p"]
+    for wid in victims:
+        s.finished(wid, 20.0)
+    result = s.step(20.0)
+    assert "p" in s.state.running
+    assert {"W", "s2", "s1"} - victims <= set(s.state.running)
+    assert not check_all(s.state, s.policy, result.reservations)
+
+
 # ---- backfill and start estimates ------------------------------------------
 
 @pytest.mark.parametrize("limits, start_within", [

@@ -23,7 +23,7 @@ import time
 import pytest
 import requests
 
-from gpuspawner.cli_client import parse_time as ts
+from gpuspawner.cli.common import parse_time as ts
 
 from hub_harness import ADMIN_TOKEN, Hub, wait_for
 from test_cli_client import run

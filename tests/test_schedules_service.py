@@ -15,12 +15,12 @@ from sqlalchemy import select
 
 from gpuspawner.scheduler.model import Quota
 from gpuspawner.service.errors import Forbidden, NotFound
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.operations import set_team
-from gpuspawner.service.schedules import Schedules, Skipped
-from gpuspawner.service import queries
-from gpuspawner.service.schedules_api import schedule_view
-from gpuspawner.service.specs import Limits, SpecError, parse_job
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.service.workloads.operations import set_team
+from gpuspawner.service.schedules.schedules import Schedules, Skipped
+from gpuspawner.service.workloads import queries
+from gpuspawner.service.schedules.api import schedule_view
+from gpuspawner.vocab.specs import Limits, SpecError, parse_job
 from gpuspawner.store import AuditEntry, FiringRow, ScheduleRow, WorkloadRow
 from test_start_estimates_service import ALICE, BOB, Clock, make_engine
 
@@ -42,7 +42,7 @@ class Service:
 
     def __init__(self, db_url, tmp_path, clock, grace: float = 60.0):
         self.engine = make_engine(db_url, tmp_path, clock)
-        self.schedules = Schedules(self.engine, Limits, grace)
+        self.schedules = Schedules(self.engine.records, self.engine.submissions, Limits, grace)
 
     def run_until(self, clock: Clock, until: float, step: float = 20.0) -> list[WorkloadRow]:
         """The loop, every ``step`` seconds of the clock until ``until``."""
@@ -178,7 +178,7 @@ def test_two_service_processes_never_fire_the_same_firing_twice(db_url, tmp_path
 
 
 def test_firings_are_admitted_against_the_team_quota(service, clock):
-    set_team(service.engine, ADMIN, "a", None, {"default": Quota(nominal=2, borrowing_limit=0)})
+    set_team(service.engine.steering, ADMIN, "a", None, {"default": Quota(nominal=2, borrowing_limit=0)})
     create(service, spec={**JOB, "gpus": 2})
     made = service.run_until(clock, utc("2026-06-01T10:02:30"))
     service.engine.tick()
@@ -279,10 +279,10 @@ def test_the_workloads_list_filters_by_schedule(service, clock):
     sched = create(service)
     made = service.run_until(clock, utc("2026-06-01T10:02:30"))
     by_hand = service.engine.submit(ALICE, parse_job(JOB))
-    mine, _ = queries.workloads(service.engine.store, ALICE, {"schedule_id": [sched.id]}, 100,
+    mine, _, _ = queries.workloads(service.engine.store, ALICE, {"schedule_id": [sched.id]}, 100,
                                 False)
     assert sorted(w.id for w in mine) == sorted(w.id for w in made) and len(made) == 2
-    none, _ = queries.workloads(service.engine.store, ALICE, {"schedule_id": ["none"]}, 100,
+    none, _, _ = queries.workloads(service.engine.store, ALICE, {"schedule_id": ["none"]}, 100,
                                 False)
     assert [w.id for w in none] == [by_hand.id]
 
@@ -331,7 +331,7 @@ def run_loop(svc, clock, membership, until, step=20.0):
 
 def test_a_schedule_whose_owner_left_the_team_pauses_and_tells_the_owner_and_leads(
         service, clock):
-    from gpuspawner.service.membership import HubMembership
+    from gpuspawner.service.schedules.membership import HubMembership
     hub = FakeHub({"alice": ["team-a"], "lara": ["team-a"], "lou": []},
                   roles={"lara": ["user", "gpuhub-lead-a"]},
                   group_roles={"a-leads": (["lou"], ["gpuhub-lead-a"])})
@@ -383,12 +383,12 @@ def test_a_schedule_whose_owner_left_the_team_pauses_and_tells_the_owner_and_lea
     (None, "default", "alice is no longer a user of the hub"),
 ])
 def test_who_may_still_fire_a_schedule_of_a_team(groups, team, reason):
-    from gpuspawner.service.membership import why_refused
+    from gpuspawner.service.schedules.membership import why_refused
     assert why_refused("alice", team, groups, "team-", "default") == reason
 
 
 def test_a_hub_that_does_not_answer_pauses_nothing(service, clock):
-    from gpuspawner.service.membership import HubMembership
+    from gpuspawner.service.schedules.membership import HubMembership
     hub = FakeHub({"alice": []})
     hub.down = True  # not knowing is no refusal: the firings go ahead
     membership = HubMembership(hub.call, "team-", "default")
@@ -396,3 +396,24 @@ def test_a_hub_that_does_not_answer_pauses_nothing(service, clock):
     sched = create(service)
     assert len(run_loop(service, clock, membership, utc("2026-06-01T10:02:30"))) == 2
     assert not service.schedules.get(ALICE, sched.id).paused
+
+
+def test_a_leads_whole_spec_patch_keeps_the_owners_env_values(service):
+    """lara, a lead of team a, sees alice's schedule with its env values
+    redacted; sending the whole spec back as she saw it (a new command) must
+    not write "•••" over alice's WANDB_API_KEY, and a new variable with the
+    placeholder as its value is refused, naming it."""
+    lara = Identity("lara", teams=frozenset({"a"}), leads=frozenset({"a"}), can_submit=True)
+    sched = create(service, spec={**JOB, "env": {"WANDB_API_KEY": "alices-secret",
+                                                 "WANDB_MODE": "online"}})
+    seen = schedule_view(service.schedules, service.schedules.get(lara, sched.id), "lara")["spec"]
+    assert seen["env"] == {"WANDB_API_KEY": "•••", "WANDB_MODE": "•••"}
+    changed = {**seen, "command": [sys.executable, "-c", "print('weekly')"],
+               "env": {**seen["env"], "WANDB_MODE": "offline"}}
+    service.schedules.update(lara, sched.id, {"spec": changed})
+    env = service.schedules.get(ALICE, sched.id).spec["env"]
+    assert env == {"WANDB_API_KEY": "alices-secret", "WANDB_MODE": "offline"}
+    with pytest.raises(SpecError) as e:
+        service.schedules.update(lara, sched.id, {"spec": {**changed, "env": {
+            **changed["env"], "NEW_TOKEN": "•••"}}})
+    assert e.value.field == "spec.env.NEW_TOKEN" and "give the value" in e.value.message

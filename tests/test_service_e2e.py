@@ -15,7 +15,7 @@ from openapi_spec_validator import validate
 from tornado.web import RequestHandler
 
 from gpuspawner import cli
-from gpuspawner.service.app import API_ROUTES
+from gpuspawner.service.api.routes import API_ROUTES
 
 from hub_harness import Hub, fake_uuid, wait_for
 from jobs import CHECKPOINTING, read_trace

@@ -20,9 +20,9 @@ import time
 import pytest
 import requests
 
-from gpuspawner.service.app import service_routes
-from gpuspawner.service.endpoints import EndpointHandler
-from gpuspawner.service.handlers import allowed_methods
+from gpuspawner.service.api.routes import service_routes
+from gpuspawner.service.serving.endpoints import EndpointHandler
+from gpuspawner.service.api.base import allowed_methods
 from gpuspawner.serving.guard import ReplicaKeys
 from hub_harness import Hub, wait_for
 
@@ -392,7 +392,7 @@ def route_path(method: str, template: str, wid: str) -> str:
     """A route's path with its parameters filled in: alice's job, her team's
     deployment, the model's own inference (POST) or readiness (GET)."""
     return "/services/gpuhub/" + template.format(
-        id=wid, team="a", deployment="iris", name="iris", nid="1", index="0",
+        id=wid, team="a", deployment="iris", name="iris", nid="1", index="0", revision="1",
         rest="no/such/route", path="v2/models/iris/" + ("infer" if method == "POST" else "ready"))
 
 

@@ -12,8 +12,8 @@ from gpuspawner.serving.autoscale import ScalePolicy, desired_replicas, split
 from gpuspawner.serving.replica import model_settings, server_settings
 from gpuspawner.serving.traffic import (RollbackRule, Series, SmoothWeighted, Window, least_busy,
                                         percentile, rollback_reason)
-from gpuspawner.service.deployments import parse_deploy
-from gpuspawner.service.specs import SpecError
+from gpuspawner.service.serving.deployments import parse_deploy
+from gpuspawner.vocab.specs import SpecError
 
 
 @pytest.mark.parametrize("weights, n, expected", [
@@ -213,5 +213,5 @@ def test_bench_finds_processes_by_command_line_and_reads_their_cpu_time():
     (None, None, "application/json"),                                            # a GET
 ])
 def test_endpoint_passes_a_json_body_as_json(given, body, sent):
-    from gpuspawner.service.endpoints import request_content_type
+    from gpuspawner.service.serving.endpoints import request_content_type
     assert request_content_type(given, body) == sent

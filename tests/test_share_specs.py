@@ -4,9 +4,9 @@ from fractions import Fraction
 
 import pytest
 
-from gpuspawner.service.share_specs import (PoolSharing, ShareRequest, parse_share,
+from gpuspawner.vocab.shares import (PoolSharing, ShareRequest, parse_share,
                                             parse_sharing, resolve_share, share_label)
-from gpuspawner.service.specs import SpecError, parse_job, parse_server
+from gpuspawner.vocab.specs import SpecError, parse_job, parse_server
 
 H200 = PoolSharing("h200", 4, 143771)  # 140.4 GiB, as NVML reports an H200
 GIB = 1024
@@ -101,7 +101,7 @@ def test_a_wrong_sharing_config_names_the_pool(config, words):
 def test_jobs_and_servers_carry_their_share_request():
     job = parse_job({"command": "python train.py", "pool": "h200", "gpu_memory": "35GiB"})
     server = parse_server({"kind": "notebook", "pool": "h200", "gpu_share": "1/4"})
-    assert job.share == ShareRequest(None, 35 * GIB) and job.gpus == 1
+    assert job.share == ShareRequest(None, 35 * GIB) and job.gpus_per_node == 1
     assert server.share == ShareRequest(Fraction(1, 4))
     assert parse_job({"command": "x", "pool": "h200"}).share is None
 

@@ -20,16 +20,14 @@ from gpuspawner.inventory.declared import declared_gpus
 from gpuspawner.inventory.processes import ProcessReading
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service import queries
-from gpuspawner.service.deployments import parse_deploy
-from gpuspawner.service.engine import Engine, EngineConfig
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.launch import LocalNode, local_nodes
-from gpuspawner.service.operations import set_team
-from gpuspawner.service.serving_controller import ServingController
-from gpuspawner.service.share_watch import ShareWatch
-from gpuspawner.service.specs import SpecError, parse_job
-from gpuspawner.service.wiring import Wired, record_inventory
+from gpuspawner.service.workloads import queries
+from gpuspawner.service.serving.deployments import parse_deploy
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.service.loop.launch import LocalNode, local_nodes
+from gpuspawner.service.workloads.operations import set_team
+from gpuspawner.vocab.specs import SpecError, parse_job
+from gpuspawner.service.wiring import Wired, record_inventory, serving_controller, share_watch
 from gpuspawner.isolation.share_memory import MemoryWatch
 from gpuspawner.store import (Allocation, AuditEntry, DeploymentRow, EventRow, Store, UsageRow,
                               WorkloadRow)
@@ -103,11 +101,11 @@ def test_four_quarters_share_one_gpu_and_a_whole_gpu_job_gets_the_other(db_url, 
     assert row(engine, fifth).state == "queued" and row(engine, fifth).gpu_share == 0.25
     print("the fifth share waits:", row(engine, fifth).reason)
     assert "GPU" in row(engine, fifth).reason
-    [team] = queries.teams_view(engine, ADMIN)
-    [pool] = queries.pools_view(engine, ADMIN)
+    [team] = queries.teams_view(engine.cluster, engine.store, ADMIN)
+    [pool] = queries.pools_view(engine.cluster, engine.store, ADMIN)
     assert pool["teams"] == {"a": 2} and pool["used"] == 2 and pool["queued_gpus"] == 0.25
     assert pool["sharing"]["share_units"] == 4 and pool["sharing"]["share_memory_mib"] == MEMORY_MIB // 4
-    gpu = next(g for g in queries.gpus_view(engine, {}) if g["shares"])
+    gpu = next(g for g in queries.gpus_view(engine.cluster, engine.store, {}) if g["shares"])
     assert sorted(s["workload"]["id"] for s in gpu["shares"]) == sorted(quarters)
     assert {s["label"] for s in gpu["shares"]} == {"1/4"} and gpu["workload"] is None
     # A share's processes learn their share and its memory.
@@ -179,7 +177,7 @@ def test_a_share_above_its_memory_is_warned_then_stopped_with_the_reason(db_url,
     def read(uuids, since):
         return {u: ProcessReading(u, MEMORY_MIB, sum(used.values()), dict(used),
                                   {p: 0 for p in used}) for u in uuids}
-    watch = ShareWatch(engine, read, watch=MemoryWatch(grace_s=30))
+    watch = share_watch(engine, read, watch=MemoryWatch(grace_s=30))
     [warned] = watch.tick()
     assert (warned.kind, warned.workload_id) == ("warn", greedy)
     assert "GPU memory 37.0 GiB above this share's 35.1 GiB" in warned.reason
@@ -236,10 +234,10 @@ def test_a_share_is_an_mps_client_only_while_its_gpu_holds_no_other_users_share(
         engine.launcher.attempt_dir(theirs, 0), "no-mps")
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in envs[theirs]
     assert "one user at a time" in row(engine, theirs).spec["share_enforcement"]["notes"][0]
-    [gpu] = [g for g in queries.gpus_view(engine, {}) if g.get("shares")]
+    [gpu] = [g for g in queries.gpus_view(engine.cluster, engine.store, {}) if g.get("shares")]
     assert gpu["enforcement"]["compute"] == \
         "MPS for 1 of 2 shares, the others time-sliced (advisory)"
-    [pool] = queries.pools_view(engine, ADMIN)
+    [pool] = queries.pools_view(engine.cluster, engine.store, ADMIN)
     assert pool["sharing"]["enforcement"]["compute"].startswith("MPS where the GPU's other shares")
     for w in (mine, theirs):
         engine.cancel(ALICE if w == mine else BOB, w)
@@ -251,9 +249,9 @@ def test_a_deployment_serves_from_quarter_gpus(db_url, tmp_path):
     two replicas sit on one GPU and count 0.5 against the team's quota; a
     pool that does not share refuses it naming the field."""
     engine = make_engine(db_url, tmp_path)
-    set_team(engine, ADMIN, "a", None, {"h200": Quota(1, None, None)})  # replicas: within nominal
+    set_team(engine.steering, ADMIN, "a", None, {"h200": Quota(1, None, None)})  # replicas: within nominal
     os.makedirs(os.path.join(engine.launcher.workspace("alice"), "model"), exist_ok=True)
-    ctl = ServingController(engine)
+    ctl = serving_controller(engine)
     ctl.deployments.deploy(ALICE, parse_deploy({"name": "iris", "model_dir": "model",
                                                 "gpu_share": "1/4", "min_replicas": 2,
                                                 "max_replicas": 2}, "h200"))
@@ -268,6 +266,6 @@ def test_a_deployment_serves_from_quarter_gpus(db_url, tmp_path):
     assert len({gpu for r in replicas for gpu, _ in slots(engine)[r.id]}) == 1
     unshared = make_engine(db_url, tmp_path / "other", sharing={})
     with pytest.raises(SpecError) as e:
-        ServingController(unshared).deployments.deploy(ALICE, parse_deploy(
+        serving_controller(unshared).deployments.deploy(ALICE, parse_deploy(
             {"name": "iris2", "model_dir": "model", "gpu_share": "1/4"}, "h200"))
     assert e.value.field == "gpu_share" and "does not share its GPUs" in e.value.message

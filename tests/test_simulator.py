@@ -481,3 +481,50 @@ def test_the_four_seed_file_judges_gpuhub_its_ablation_and_the_baselines_near_tw
     twin = sweep.policy("backfill-plain")
     assert twin == replace(get_policy("backfill"), name="backfill-plain",
                            drain_aware_placement=False)
+
+
+def test_a_replay_holds_jobs_to_the_cpus_their_trace_asks_for_on_nodes_that_count_them(tmp_path):
+    """Four 1-GPU jobs of 2 CPUs each on one 8-GPU node with 4 CPUs: two
+    run at a time, so the last two start when the first two end; the trace
+    and the cluster file carry CPUs and memory through a round trip."""
+    cluster = parse_cluster({"pools": [{"name": "a100", "nodes": 1, "gpus_per_node": 8,
+                                        "cpus": 4, "memory_gib": 64}]})
+    trace = [TraceJob(f"j{i}", "t", "u", 0.0, 1, 100.0, time_limit_s=200.0, cpus=2.0,
+                      memory_gib=8.0) for i in range(4)]
+    path = tmp_path / "trace.csv"
+    write_trace(path, trace)
+    from gpuspawner.sim.cluster import cluster_document
+    from gpuspawner.sim.trace import read_trace
+    assert read_trace(path) == trace
+    assert parse_cluster(cluster_document(cluster)).nodes == cluster.nodes
+    assert to_workload(trace[0], cluster).cpus == 2.0
+    assert to_workload(trace[0], cluster).memory == 8 << 30
+    result = simulate(trace, cluster, get_policy("gpuhub"), check=True)
+    assert result.problems == [] and result.metrics["finished"] == 4
+    assert result.metrics["makespan_s"] == pytest.approx(200.0)
+
+
+def test_a_trace_without_cpus_replays_as_before():
+    cluster = parse_cluster({"pools": [{"name": "a100", "nodes": 1, "gpus_per_node": 8,
+                                        "cpus": 4}]})
+    trace = [TraceJob(f"j{i}", "t", "u", 0.0, 1, 100.0, time_limit_s=200.0) for i in range(4)]
+    assert simulate(trace, cluster, get_policy("gpuhub")).metrics["makespan_s"] == \
+        pytest.approx(100.0)
+
+
+def test_a_replay_holds_a_team_to_its_cpu_quota_and_checks_clean():
+    """A team with a CPU ceiling of 4 and eight 1-GPU jobs of 2 CPUs on a
+    node with GPUs and CPUs to spare: two run at a time, the invariants
+    (work conservation included) hold."""
+    cluster = parse_cluster({"pools": [{"name": "a100", "nodes": 1, "gpus_per_node": 8,
+                                        "cpus": 64, "memory_gib": 512}],
+                             "teams": [{"name": "t", "quota": {"a100": {"nominal": 8,
+                                                                       "cpus": 4}}}]})
+    assert cluster.teams[0].quotas["a100"].cpus == 4
+    from gpuspawner.sim.cluster import cluster_document
+    assert parse_cluster(cluster_document(cluster)).teams == cluster.teams
+    trace = [TraceJob(f"j{i}", "t", "u", 0.0, 1, 100.0, time_limit_s=200.0, cpus=2.0)
+             for i in range(8)]
+    result = simulate(trace, cluster, get_policy("gpuhub"), check=True)
+    assert result.problems == [] and result.metrics["finished"] == 8
+    assert result.metrics["makespan_s"] == pytest.approx(400.0)

@@ -15,7 +15,7 @@ import pytest
 
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
 from gpuspawner.backends.slurm import SlurmBackend
-from gpuspawner.backends.slurm.commands import SlurmError
+from gpuspawner.backends.slurm.commands import DATASET_UNREADABLE, SlurmError
 from gpuspawner.isolation.accounts import Accounts, isolating
 from hub_harness import traversable
 from procs import environ_of, uid_of
@@ -79,7 +79,7 @@ def test_a_two_gpu_job_runs_on_its_node_and_sees_two_gpus(slurm, tmp_path):
                            'ckpt=$GPUHUB_CHECKPOINT_DIR team=$GPUHUB_TEAM"; '
                            'python3 -c "import time; print(\'t=%f\' % time.time())"', gpus=2)
     submitted = time.time()
-    job_id = backend.start(s)
+    job_id = backend.start(s).ref
     exits = wait_exits(backend)
     assert [(x.workload_id, x.reason, x.returncode) for x in exits] == [
         (s.workload_id, EXITED, 0)]
@@ -94,6 +94,37 @@ def test_a_two_gpu_job_runs_on_its_node_and_sees_two_gpus(slurm, tmp_path):
     assert f"NodeList={NODE}" in job and "TresPerNode=gres:gpu:2" in job
     assert f"JobName=gpuhub.{s.workload_id}.0" in job and "Requeue=0" in job
     print(f"\nsubmit -> command running through Slurm: {float(fields['t']) - submitted:.2f} s")
+
+
+def test_a_job_reads_its_datasets_where_it_runs_and_an_unreadable_one_stops_it(slurm, tmp_path):
+    """Slurm mounts nothing: the folder is checked on the node and linked at
+    $GPUHUB_DATASETS_DIR/NAME, as jobs find datasets everywhere."""
+    backend = make_backend(slurm)
+    imagenet = tmp_path / "imagenet"
+    imagenet.mkdir()
+    (imagenet / "labels.txt").write_text("cat")
+    s = replace(job_spec(tmp_path, 'cat "$GPUHUB_DATASETS_DIR/imagenet/labels.txt"', gpus=0),
+                datasets=(("imagenet", str(imagenet)),))
+    gone = replace(job_spec(tmp_path, "echo should-not-run", gpus=0),
+                   datasets=(("wiki", str(tmp_path / "wiki")),))
+    backend.start(s)
+    backend.start(gone)
+    exits = {x.workload_id: x for x in wait_exits(backend, 2)}
+    assert (exits[s.workload_id].reason, exits[s.workload_id].returncode) == (EXITED, 0)
+    assert log_of(s).strip() == "cat"
+    assert exits[gone.workload_id].returncode == DATASET_UNREADABLE
+    assert f"dataset wiki: {tmp_path / 'wiki'} cannot be read on node {NODE}" in log_of(gone)
+    assert "should-not-run" not in log_of(gone)
+
+
+def test_a_job_writes_in_its_teams_space_on_the_shared_filesystem(slurm, tmp_path):
+    backend = make_backend(slurm)
+    backend.team_space_path = str(tmp_path / "teams" / "{team}")
+    (tmp_path / "teams" / "vision").mkdir(parents=True)
+    s = job_spec(tmp_path, 'echo checkpoint > "$GPUHUB_TEAM_DIR/model.txt"', gpus=0)
+    backend.start(s)
+    assert [x.returncode for x in wait_exits(backend)] == [0]
+    assert (tmp_path / "teams" / "vision" / "model.txt").read_text() == "checkpoint\n"
 
 
 @pytest.mark.parametrize("command, reason, rc", [
@@ -115,7 +146,7 @@ def test_stop_delivers_sigterm_first_so_the_job_checkpoints(slurm, tmp_path):
     backend = make_backend(slurm)
     s = job_spec(tmp_path, 'trap \'echo saved > "$GPUHUB_CHECKPOINT_DIR/ckpt"; exit 0\' TERM; '
                            'echo started; while true; do sleep 0.1; done', grace=60)
-    job_id = backend.start(s)
+    job_id = backend.start(s).ref
     wait_state(slurm, job_id, "RUNNING")
     wait_file(os.path.join(s.attempt_dir, "output.log"))
     t0 = time.monotonic()
@@ -129,7 +160,7 @@ def test_stop_delivers_sigterm_first_so_the_job_checkpoints(slurm, tmp_path):
 def test_stop_of_a_job_ignoring_sigterm_cancels_it_after_the_grace(slurm, tmp_path):
     backend = make_backend(slurm)
     s = job_spec(tmp_path, "trap '' TERM; echo started; while true; do sleep 0.1; done")
-    job_id = backend.start(s)
+    job_id = backend.start(s).ref
     wait_state(slurm, job_id, "RUNNING")
     wait_file(os.path.join(s.attempt_dir, "output.log"))
     t0 = time.monotonic()
@@ -148,7 +179,7 @@ def test_stop_of_a_job_slurm_still_holds_pending_ends_it_without_the_grace(slurm
     backend = make_backend(slurm)
     backend.sbatch_args = ["--hold"]  # stays PENDING (JobHeldUser) until released
     s = job_spec(tmp_path, "echo ran")
-    job_id = backend.start(s)
+    job_id = backend.start(s).ref
     wait_state(slurm, job_id, "PENDING")
     assert backend.poll() == []
     backend.stop(s.workload_id, 0, grace=300)
@@ -160,7 +191,7 @@ def test_stop_of_a_job_slurm_still_holds_pending_ends_it_without_the_grace(slurm
 def test_kill_ends_a_job_at_once(slurm, tmp_path):
     backend = make_backend(slurm)
     s = job_spec(tmp_path, "trap '' TERM; while true; do sleep 0.1; done")
-    job_id = backend.start(s)
+    job_id = backend.start(s).ref
     wait_state(slurm, job_id, "RUNNING")
     t0 = time.monotonic()
     backend.kill(s.workload_id, 0)
@@ -171,7 +202,7 @@ def test_kill_ends_a_job_at_once(slurm, tmp_path):
 def test_a_job_cancelled_behind_the_hubs_back_is_lost(slurm, tmp_path):
     backend = make_backend(slurm)
     s = job_spec(tmp_path, "sleep 300")
-    job_id = backend.start(s)
+    job_id = backend.start(s).ref
     wait_state(slurm, job_id, "RUNNING")
     slurm.cmd(["scancel", job_id])
     (x,) = wait_exits(backend)
@@ -183,7 +214,7 @@ def test_recover_after_a_service_restart(slurm, tmp_path):
     running = job_spec(tmp_path, "echo running; sleep 300")
     ends = job_spec(tmp_path, "exit 4")
     never = job_spec(tmp_path, "true")  # admitted, but the service died before sbatch
-    job_id = old.start(running)
+    job_id = old.start(running).ref
     old.start(ends)
     wait_state(slurm, job_id, "RUNNING")
     wait_state(slurm, old.job_id(ends.workload_id, 0), "FAILED")
@@ -206,7 +237,7 @@ def test_a_time_limit_ends_as_time_limit(slurm, tmp_path):
     backend = make_backend(slurm)
     s = job_spec(tmp_path, "echo started; sleep 600", time_limit=5)
     t0 = time.monotonic()
-    job_id = backend.start(s)
+    job_id = backend.start(s).ref
     (x,) = wait_exits(backend, timeout=150)
     assert (x.workload_id, x.reason) == (s.workload_id, TIME_LIMIT)
     took = time.monotonic() - t0

@@ -11,11 +11,11 @@ from sqlalchemy import select
 from gpuspawner.backends.slurm import SlurmBackend
 from gpuspawner.scheduler.model import Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.engine import Engine, EngineConfig
-from gpuspawner.service.operations import set_team
-from gpuspawner.service.launch import LocalNode
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import parse_job
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.workloads.operations import set_team
+from gpuspawner.service.loop.launch import LocalNode
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import parse_job
 from gpuspawner.store import Attempt, Store, WorkloadRow
 from slurm_harness import PARTITION, slurm  # noqa: F401  (the fixture)
 
@@ -78,8 +78,8 @@ def log(engine: Engine, wid: str, attempt: int = 0) -> str:
 def test_quotas_decide_and_slurm_runs_exactly_what_was_admitted(slurm, tmp_path):
     engine = make_engine(slurm, tmp_path)
     assert engine.scheduler.state.capacity == {PARTITION: 4}
-    set_team(engine, ADMIN, "a", None, {PARTITION: Quota(2, 0, None)})
-    set_team(engine, ADMIN, "b", None, {PARTITION: Quota(2, 0, None)})
+    set_team(engine.steering, ADMIN, "a", None, {PARTITION: Quota(2, 0, None)})
+    set_team(engine.steering, ADMIN, "b", None, {PARTITION: Quota(2, 0, None)})
     first = engine.submit(ALICE, gpu_job(4)).id
     second = engine.submit(ALICE, gpu_job(1)).id
     other = engine.submit(BOB, gpu_job(4)).id
@@ -101,8 +101,8 @@ def test_quotas_decide_and_slurm_runs_exactly_what_was_admitted(slurm, tmp_path)
 
 def test_preemption_sends_sigterm_and_requeues_as_a_new_slurm_job(slurm, tmp_path):
     engine = make_engine(slurm, tmp_path)
-    set_team(engine, ADMIN, "a", None, {PARTITION: Quota(0, None, None)})  # borrows only
-    set_team(engine, ADMIN, "b", None, {PARTITION: Quota(4, 0, None)})
+    set_team(engine.steering, ADMIN, "a", None, {PARTITION: Quota(0, None, None)})  # borrows only
+    set_team(engine.steering, ADMIN, "b", None, {PARTITION: Quota(4, 0, None)})
     borrower = engine.submit(ALICE, parse_job({
         "command": ["/bin/sh", "-c",
                     'trap \'echo step > "$GPUHUB_CHECKPOINT_DIR/ckpt"; exit 0\' TERM; '
@@ -129,7 +129,7 @@ def test_preemption_sends_sigterm_and_requeues_as_a_new_slurm_job(slurm, tmp_pat
 
 def test_a_restarted_service_adopts_its_slurm_job_and_stops_it(slurm, tmp_path):
     first = make_engine(slurm, tmp_path)
-    set_team(first, ADMIN, "a", None, {PARTITION: Quota(4, 0, None)})
+    set_team(first.steering, ADMIN, "a", None, {PARTITION: Quota(4, 0, None)})
     long = first.submit(ALICE, gpu_job(300)).id
     short = first.submit(ALICE, gpu_job(0.5)).id
     run_until(first, lambda: row(first, long).state == "running"

@@ -17,9 +17,9 @@ from sqlalchemy import select
 
 from gpuspawner.inventory.slurm import parse_topology
 from gpuspawner.scheduler.model import Quota
-from gpuspawner.service import queries
-from gpuspawner.service.operations import set_team
-from gpuspawner.service.specs import parse_job
+from gpuspawner.service.workloads import queries
+from gpuspawner.service.workloads.operations import set_team
+from gpuspawner.vocab.specs import parse_job
 from gpuspawner.service.wiring import record_nodes
 from gpuspawner.store import EventRow
 from slurm_harness import MULTINODE_SLURMD_TIMEOUT, PARTITION, slurm_nodes  # noqa: F401
@@ -103,7 +103,7 @@ def reports(engine, wid: str) -> list[dict]:
 def engine(slurm_nodes, tmp_path):
     e = make_engine(slurm_nodes, tmp_path, node_refresh_interval=0.5)
     record_nodes(e.store, list(e.nodes.values()), "slurm")  # as the service does at its start
-    set_team(e, ADMIN, "a", None, {PARTITION: Quota(6, 0, None)})
+    set_team(e.steering, ADMIN, "a", None, {PARTITION: Quota(6, 0, None)})
     yield e
     slurm_nodes.cancel_all()
 
@@ -197,7 +197,7 @@ def test_a_lost_node_stops_the_whole_gang_which_restarts_elsewhere_from_its_chec
         assert lost not in second and set(second) == {"gn0", "gn1", "gn2"} - {lost}
         # The lost node is unhealthy in the inventory and in what the pools API shows.
         assert not engine.nodes[lost].node.healthy
-        pool, = queries.pools_view(engine, ADMIN)
+        pool, = queries.pools_view(engine.cluster, engine.store, ADMIN)
         devices = {n["name"]: n["devices"] for n in pool["nodes"]}
         assert [d["healthy"] for d in devices[lost]] == [False, False]
         assert "Slurm" in devices[lost][0]["health_reason"]

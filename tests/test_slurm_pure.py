@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 from datetime import datetime
 
@@ -13,7 +14,7 @@ import pytest
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, LaunchSpec
 from gpuspawner.backends.slurm import SlurmBackend
 from gpuspawner.inventory.slurm import expand_hostlist
-from gpuspawner.backends.slurm.commands import (JOB_FILE, JobInfo, SlurmError, batch_script,
+from gpuspawner.backends.slurm.commands import (DATASET_UNREADABLE, JOB_FILE, JobInfo, SlurmError, batch_script,
                                                 exit_from_state, job_name,
                                                 parse_job_name, parse_sacct, parse_scontrol_job,
                                                 parse_squeue, returncode_of, run_command,
@@ -66,6 +67,26 @@ def test_sbatch_args(kw, partitions, expect):
     got = opts(sbatch_args(spec(**kw), partitions))
     for k, v in expect.items():
         assert got.get(k) == v, (k, got)
+
+
+@pytest.mark.parametrize("cpus, memory, expect", [
+    pytest.param(1.0, 8 << 30, {"--cpus-per-task": "1", "--mem": "8192M"}, id="a job's default"),
+    pytest.param(0.5, 2 << 30, {"--cpus-per-task": "1", "--mem": "2048M"},
+                 id="half a CPU is one whole core in Slurm"),
+    pytest.param(2.5, (1 << 30) + 1, {"--cpus-per-task": "3", "--mem": "1025M"},
+                 id="rounded up, never down"),
+    pytest.param(None, None, {"--cpus-per-task": None, "--mem": None},
+                 id="stored before requests: Slurm's defaults"),
+])
+def test_a_slurm_job_asks_for_the_cpus_and_memory_of_its_workload_on_each_node(cpus, memory,
+                                                                               expect):
+    got = opts(sbatch_args(spec(cpus=cpus, memory=memory), {}))
+    assert {k: got.get(k) for k in expect} == expect
+
+
+def test_a_sites_own_sbatch_args_come_after_the_request_and_win():
+    args = sbatch_args(spec(cpus=1.0, memory=8 << 30), {}, extra=["--mem=0"])
+    assert args.index("--mem=8192M") < args.index("--mem=0")
 
 
 def test_sbatch_args_without_gpus_or_time_limit_ask_for_neither():
@@ -176,6 +197,61 @@ def test_batch_script_of_a_job_without_gpus_hides_all_gpus(tmp_path):
     s = spec(tmp_path, gpus_per_node=0, placement=(("n1", ()),), checkpoint_dir=None)
     env = run_script(batch_script(s), tmp_path)
     assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_batch_script_links_each_dataset_it_can_read_where_the_job_runs(tmp_path):
+    imagenet = tmp_path / "data" / "imagenet net"
+    imagenet.mkdir(parents=True)
+    (imagenet / "labels.txt").write_text("cat\n")
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    s = spec(tmp_path, attempt_dir=str(attempt), checkpoint_dir=None,
+             datasets=(("imagenet", str(imagenet)),))
+    env = run_script(batch_script(s), tmp_path)
+    assert env["GPUHUB_DATASETS_DIR"] == str(attempt / "datasets")
+    assert (attempt / "datasets" / "imagenet" / "labels.txt").read_text() == "cat\n"
+
+
+@pytest.mark.parametrize("make", ["missing", "a file", "unreadable"])
+def test_batch_script_of_an_unreadable_dataset_stops_before_the_command(tmp_path, make):
+    if make == "unreadable" and (os.geteuid() != 0 or shutil.which("setpriv") is None):
+        pytest.skip("a folder its owner only may read needs another account to try: run as "
+                    "root with setpriv (util-linux)")
+    base = tmp_path / "shared"  # as a shared filesystem is: others may pass through
+    base.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    folder = base / "wiki"
+    if make == "a file":
+        folder.write_text("not a folder")
+    elif make == "unreadable":
+        folder.mkdir(mode=0o700)  # its owner's only
+    attempt = base / "attempt"
+    attempt.mkdir(mode=0o777)
+    s = spec(tmp_path, attempt_dir=str(attempt), checkpoint_dir=None,
+             datasets=(("wiki", str(folder)),))
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] \
+        if os.geteuid() == 0 else []
+    out = subprocess.run([*as_nobody, "/bin/sh", "-s"], input=batch_script(s),
+                         capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert out.returncode == DATASET_UNREADABLE, out
+    assert f"dataset wiki: {folder} cannot be read on node" in out.stderr
+    assert not (attempt / "datasets" / "wiki").exists()
+
+
+@pytest.mark.parametrize("exists, warned", [(True, False), (False, True)])
+def test_batch_script_gives_the_team_space_and_says_when_it_cannot_be_written(
+        tmp_path, exists, warned):
+    team_dir = tmp_path / "teams" / "vision"
+    if exists:
+        team_dir.mkdir(parents=True)
+    script = batch_script(spec(tmp_path, checkpoint_dir=None), team_dir=str(team_dir))
+    out = subprocess.run(["/bin/sh", "-s"], input=script.replace(
+        "exec python train.py --lr 1e-3", 'echo "team=$GPUHUB_TEAM_DIR"'),
+        capture_output=True, text=True, env={"PATH": os.environ["PATH"],
+                                             "SLURMD_NODENAME": "gpu07"})
+    assert (out.returncode, out.stdout) == (0, f"team={team_dir}\n")  # the job runs on
+    assert ("team space " + str(team_dir) + " cannot be written on node gpu07" in out.stderr) \
+        == warned
 
 
 def test_batch_script_execs_the_command_with_its_arguments_quoted():
@@ -356,7 +432,7 @@ def fake(tmp_path):
 def test_start_submits_the_script_and_remembers_the_job_id(fake):
     backend, slurm, clock, tmp = fake
     s = spec(tmp, checkpoint_dir=str(tmp / "ckpt"))
-    assert backend.start(s) == "101"
+    assert backend.start(s).ref == "101"
     (argv,) = slurm.of("sbatch")
     assert argv[-1] == os.path.join(s.attempt_dir, "slurm-job.sh")
     assert "--partition=gpu" in argv and "--account=ml" in argv
@@ -581,6 +657,14 @@ def test_parse_nodes_reads_names_gpus_partitions_state_and_reason():
     assert nodes["gpu02"].reason == "bad fan [root@2026-11-29T10:00:00]"
     assert not nodes["gpu02"].healthy and not nodes["gpu03"].healthy
     assert nodes["cpu01"].gpus == 0 and nodes["orphan"].partitions == ()
+    # CPUTot and RealMemory (MB): what cons_tres gives jobs, and what the
+    # scheduler admits their --cpus-per-task and --mem against (0: not said)
+    assert (nodes["gpu01"].cpus, nodes["gpu01"].memory) == (64.0, 512000 << 20)
+    assert (nodes["gpu02"].cpus, nodes["gpu02"].memory) == (0.0, 0)
+    gpu01 = {n.name: n for n, _ in to_scheduler(parse_nodes(NODES))}["gpu01"]
+    assert (gpu01.cpus, gpu01.memory) == (64.0, 512000 << 20)
+    # cons_tres allocates whole cores: the scheduler counts requests so in Slurm pools
+    assert gpu01.whole_cpus
 
 
 @pytest.mark.parametrize("pool_from, partitions, pools", [
@@ -699,7 +783,7 @@ def test_a_lost_job_makes_the_backend_look_at_the_nodes_at_once(fake):
     slurm.nodes = "NodeName=node1 Gres=gpu:4 State=IDLE Partitions=gpu\n"
     backend.discover()
     s = spec(tmp_path)
-    job = backend.start(s)
+    job = backend.start(s).ref
     slurm.queue = f"{job}|gpuhub.wabc123.2|NODE_FAIL|None|node1|root\n"
     slurm.jobs[job] = f"JobId={job} JobName=gpuhub.wabc123.2 JobState=NODE_FAIL ExitCode=0:0\n"
     slurm.nodes = "NodeName=node1 Gres=gpu:4 State=DOWN* Partitions=gpu Reason=Not responding\n"

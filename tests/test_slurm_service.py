@@ -8,8 +8,8 @@ from sqlalchemy import select
 
 from gpuspawner.backends.slurm import SlurmBackend
 from gpuspawner.service.app import GpuHubService
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import parse_job
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import parse_job
 from gpuspawner.serving.ports import ports_below_ephemeral
 from gpuspawner.store import GpuRow, NodeRow, WorkloadRow
 from slurm_harness import GPUS, NODE, PARTITION, slurm  # noqa: F401  (the fixture)

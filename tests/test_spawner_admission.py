@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from gpuspawner.client.aio import AsyncApi
 from gpuspawner.spawner.admission import GPUSpawnerMixin
 
 H200_MIB = 144384
@@ -20,8 +21,26 @@ POOLS = [{"name": "h200", "free": 4, "teams": {}, "queued_workloads": 0, "queued
 TEAMS = [{"name": "vision", "quotas": {"h200": {"nominal": 2, "borrowing_limit": 0}}}]
 
 
+class CannedService(AsyncApi):
+    """The service's answers canned, its requests (method, path, body) kept."""
+
+    def __init__(self, sent: list):
+        self.sent = sent
+
+    async def _send(self, request):
+        self.sent.append((request.method, request.path, request.body))
+        if request.path == "/pools":
+            return {"pools": POOLS}
+        if request.path == "/teams":
+            return {"teams": TEAMS}
+        if request.method == "POST":
+            return {"id": "w1", "state": "queued"}
+        return {"id": "w1", "state": "running", "devices": [2], "device_uuids": ["GPU-2"],
+                "reason": ""}
+
+
 class RecordingSpawner(GPUSpawnerMixin):
-    """The mixin alone, with the service's answers canned and its requests kept."""
+    """The mixin alone, with the service canned."""
 
     def __init__(self):
         super().__init__()
@@ -30,24 +49,17 @@ class RecordingSpawner(GPUSpawnerMixin):
         self.name = ""
         self.sent: list[tuple[str, str, dict]] = []
 
-    async def _service(self, method, path, body=None):
-        self.sent.append((method, path, body))
-        if path == "/pools":
-            return {"pools": POOLS}
-        if path == "/teams":
-            return {"teams": TEAMS}
-        if method == "POST":
-            return {"id": "w1", "state": "queued"}
-        return {"id": "w1", "state": "running", "devices": [2], "device_uuids": ["GPU-2"],
-                "reason": ""}
+    @property
+    def gpuhub_api(self):
+        return CannedService(self.sent)
 
 
 @pytest.mark.parametrize("choice, user_options, posted", [
     ("h200:1/4", {"team": "vision", "pool": "h200", "gpus": 1, "gpu_share": "1/4"},
-     {"gpus": 1, "gpu_share": "1/4"}),
+     {"gpus_per_node": 1, "gpu_share": "1/4"}),
     ("h200:3/4", {"team": "vision", "pool": "h200", "gpus": 1, "gpu_share": "3/4"},
-     {"gpus": 1, "gpu_share": "3/4"}),
-    ("h200:2", {"team": "vision", "pool": "h200", "gpus": 2}, {"gpus": 2}),
+     {"gpus_per_node": 1, "gpu_share": "3/4"}),
+    ("h200:2", {"team": "vision", "pool": "h200", "gpus": 2}, {"gpus_per_node": 2}),
 ])
 def test_the_forms_choice_is_what_the_service_is_asked_for(choice, user_options, posted):
     s = RecordingSpawner()
@@ -62,3 +74,23 @@ def test_the_forms_choice_is_what_the_service_is_asked_for(choice, user_options,
     said = [m["message"] for m in s._progress_messages]
     want = f"{posted['gpu_share']} of one h200 GPU" if "gpu_share" in posted else "2 × h200 GPUs"
     assert said[0] == f"asked the scheduler for {want} for team vision"
+
+
+@pytest.mark.parametrize("admit_cpu_only, posts", [(True, True), (False, False)])
+def test_a_cpu_only_server_asks_the_scheduler_for_its_cpus_and_memory(admit_cpu_only, posts):
+    """A server without GPUs is a workload of 0 GPUs, so the scheduler counts
+    its CPUs and memory against its node and its team's quota (unless the
+    site turns it off: then it starts at once, uncounted)."""
+    s = RecordingSpawner()
+    s.admit_cpu_only = admit_cpu_only
+    s.user_options = {"team": "vision", "gpus": 0}
+    w = asyncio.run(s.admit())
+    bodies = [b for m, p, b in s.sent if m == "POST"]
+    if posts:
+        assert bodies == [{"kind": "notebook", "user": "alice", "team": "vision", "pool": "",
+                           "name": "", "gpus_per_node": 0}]
+        assert w["id"] == "w1" and s.workload_id == "w1"
+        said = [m["message"] for m in s._progress_messages]
+        assert said[0] == "asked the scheduler for CPUs and memory (no GPU) for team vision"
+    else:
+        assert bodies == [] and w is None and s.workload_id is None

@@ -6,8 +6,8 @@ import yaml
 
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.app import OPENAPI
-from gpuspawner.service.identity import identity_from_model
-from gpuspawner.service.specs import Limits, SpecError, parse_duration, parse_job
+from gpuspawner.service.access.identity import identity_from_model
+from gpuspawner.vocab.specs import Limits, SpecError, parse_duration, parse_job
 
 LIMITS = Limits(max_time_limit=7 * 86400, default_time_limit=86400, default_pool="a100")
 
@@ -76,12 +76,12 @@ def test_bad_specs_name_the_field(body, field):
 
 @pytest.mark.parametrize("body, expect", [
     ({"command": "python train.py"}, {"command": ("python train.py",), "shell": True,
-                                      "gpus": 1, "nodes": 1, "pool": "a100",
+                                      "gpus_per_node": 1, "nodes": 1, "pool": "a100",
                                       "time_limit": 86400}),
     ({"command": ["python", "t.py"], "gpus": 0, "time_limit": "2h"},
-     {"command": ("python", "t.py"), "shell": False, "gpus": 0, "time_limit": 7200}),
+     {"command": ("python", "t.py"), "shell": False, "gpus_per_node": 0, "time_limit": 7200}),
     ({"notebook": "t.ipynb", "parameters": {"lr": 0.1}, "pool": "h100", "gpus": 8, "nodes": 2},
-     {"notebook": "t.ipynb", "parameters": {"lr": 0.1}, "pool": "h100", "gpus": 8, "nodes": 2}),
+     {"notebook": "t.ipynb", "parameters": {"lr": 0.1}, "pool": "h100", "gpus_per_node": 8, "nodes": 2}),
     ({"command": "x", "env": {"WANDB_MODE": "offline"}, "project": "search", "priority": "best-effort"},
      {"env": {"WANDB_MODE": "offline"}, "project": "search", "priority": "best-effort"}),
     ({"command": "x", "nodes": 2}, {"topology": "none", "topology_key": "switch"}),
@@ -126,7 +126,7 @@ def test_identity_from_scopes_and_groups(scopes, groups, expect):
     (dict(admin=True), "v", "z", True, True),
 ])
 def test_who_sees_and_acts(who, owner, team, sees, acts):
-    from gpuspawner.service.identity import Identity
+    from gpuspawner.service.access.identity import Identity
     ident = Identity("u", teams=frozenset(who.get("teams", ())),
                      leads=frozenset(who.get("leads", ())), admin=who.get("admin", False))
     assert ident.sees_team(team) is sees

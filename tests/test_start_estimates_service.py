@@ -11,12 +11,12 @@ import pytest
 from gpuspawner.backends.base import EXITED, AttemptExit, Backend
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.engine import Engine, EngineConfig
-from gpuspawner.service.operations import set_team
-from gpuspawner.service.launch import LocalNode
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import parse_job
-from gpuspawner.service.views import iso
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.workloads.operations import set_team
+from gpuspawner.service.loop.launch import LocalNode
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import parse_job
+from gpuspawner.service.workloads.views import iso
 from gpuspawner.store import Store, WorkloadRow
 
 H = 3600.0
@@ -65,7 +65,7 @@ def make_engine(url, tmp_path, clock):
                     get_policy("gpuhub"), EngineConfig(data_dir=str(tmp_path)), clock=clock)
     engine.start()
     for team in ("a", "b"):
-        set_team(engine, Identity("root", admin=True), team, None,
+        set_team(engine.steering, Identity("root", admin=True), team, None,
                         {"default": Quota(nominal=2, borrowing_limit=2)})
     return engine
 
@@ -119,7 +119,7 @@ def test_learned_run_times_and_calibration_survive_a_restart(db_url, tmp_path):
     # alice's "train" jobs run a quarter of their 4 h limit, one after the other
     # behind a job that holds the rest of the pool.
     engine.submit(BOB, job(2, 100 * H, name="hold")).id
-    from gpuspawner.scheduler.calibration import MIN_SAMPLES
+    from gpuspawner.scheduler.forecast.calibration import MIN_SAMPLES
     for _ in range(MIN_SAMPLES + 1):
         first = engine.submit(ALICE, job(2, 4 * H)).id
         engine.tick()

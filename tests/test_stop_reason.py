@@ -54,7 +54,12 @@ def test_a_stop_on_request_is_recorded_and_always_stops(request_, says):
     import logging
     import types
 
+    from gpuspawner.client.aio import AsyncApi
     from gpuspawner.spawner.admission import GPUSpawnerMixin
+
+    class Service(AsyncApi):
+        async def _send(self, request):
+            return {}
 
     class Spawner(GPUSpawnerMixin):
         def __init__(self):
@@ -62,8 +67,9 @@ def test_a_stop_on_request_is_recorded_and_always_stops(request_, says):
             self.user = types.SimpleNamespace(name="alice")
             self._log_name, self.log = "alice", logging.getLogger("test")
 
-        async def _service(self, method, path, body=None):
-            return {}
+        @property
+        def gpuhub_api(self):
+            return Service()
     s, stopped = Spawner(), []
 
     async def base_stop():

@@ -129,7 +129,7 @@ def test_migration_chains_existing_entries(db_url):
 def test_prices_set_before_the_price_history_keep_applying_to_all_of_history(db_url):
     from sqlalchemy import text
 
-    from gpuspawner.service.usage import price_history
+    from gpuspawner.service.teams.usage import price_history
     from gpuspawner.store.db import make_engine
     engine = make_engine(db_url)
     migrate(engine, "0005")

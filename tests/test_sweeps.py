@@ -10,10 +10,10 @@ import os
 import pytest
 
 from gpuspawner.backends.base import EXITED, STOPPED, AttemptExit
-from gpuspawner.service import sweeps
-from gpuspawner.service.scraps import notebook_scraps, read_metric
-from gpuspawner.service.specs import SpecError, parse_job
-from gpuspawner.service.sweep_specs import best_index, expand, parse_sweep, task_spec
+from gpuspawner.service.sweeps import sweeps
+from gpuspawner.service.sweeps.scraps import notebook_scraps, read_metric
+from gpuspawner.vocab.specs import SpecError, parse_job
+from gpuspawner.vocab.sweeps import best_index, expand, parse_sweep, task_spec
 
 from test_engine_steps import ALICE, make_engine, row_of
 
@@ -162,7 +162,7 @@ def sweep_of(n, max_running=None, metric=None, after=None, gpus=1):
 
 
 def states(engine, sid):
-    return [t["state"] for t in sweeps.get(engine, ALICE, sid)["tasks"]]
+    return [t["state"] for t in sweeps.get(engine.facades, ALICE, sid)["tasks"]]
 
 
 def end(engine, wid, code=0):
@@ -171,12 +171,12 @@ def end(engine, wid, code=0):
 
 
 def task_ids(engine, sid):
-    return [t["workload_id"] for t in sweeps.get(engine, ALICE, sid)["tasks"]]
+    return [t["workload_id"] for t in sweeps.get(engine.facades, ALICE, sid)["tasks"]]
 
 
 def test_at_most_max_running_tasks_are_queued_or_running(db_url, tmp_path):
     engine = make_engine(db_url, tmp_path, gpus=4)
-    sw = sweeps.submit(engine, ALICE, sweep_of(5, max_running=2))
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(5, max_running=2))
     engine.tick()
     assert states(engine, sw.id) == ["running", "running", "waiting", "waiting", "waiting"]
     ids = task_ids(engine, sw.id)
@@ -186,7 +186,7 @@ def test_at_most_max_running_tasks_are_queued_or_running(db_url, tmp_path):
     end(engine, ids[0])
     engine.tick()
     assert states(engine, sw.id) == ["succeeded", "running", "running", "waiting", "waiting"]
-    view = sweeps.get(engine, ALICE, sw.id)
+    view = sweeps.get(engine.facades, ALICE, sw.id)
     assert (view["state"], view["total"], view["counts"]["running"],
             view["counts"]["waiting"], view["counts"]["succeeded"]) == ("running", 5, 2, 2, 1)
     assert row_of(engine, ids[2]).spec["command"] == ["true", "2"]
@@ -196,36 +196,36 @@ def test_at_most_max_running_tasks_are_queued_or_running(db_url, tmp_path):
 def test_each_task_is_admitted_against_its_teams_quota(db_url, tmp_path):
     """Without a cap, the pool (the team's quota here) bounds what runs."""
     engine = make_engine(db_url, tmp_path, gpus=2)
-    sw = sweeps.submit(engine, ALICE, sweep_of(4))
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(4))
     engine.tick()
     assert sorted(states(engine, sw.id)) == ["queued", "queued", "running", "running"]
     # Cancel-all: the queued ones end at once and leave the queue; the running ones stop.
-    sweeps.cancel(engine, ALICE, sw.id)
+    sweeps.cancel(engine.facades, ALICE, sw.id)
     assert sorted(states(engine, sw.id)) == ["cancelled", "cancelled", "stopping", "stopping"]
     assert not set(task_ids(engine, sw.id)) & set(engine.scheduler.state.pending)
 
 
 def test_cancel_all_then_retry_the_cancelled_and_failed(db_url, tmp_path):
     engine = make_engine(db_url, tmp_path, gpus=4)
-    sw = sweeps.submit(engine, ALICE, sweep_of(4, max_running=2))
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(4, max_running=2))
     engine.tick()
     first = task_ids(engine, sw.id)
     end(engine, first[0])
     end(engine, first[1], code=3)
     engine.tick()
-    sweeps.cancel(engine, ALICE, sw.id)
+    sweeps.cancel(engine.facades, ALICE, sw.id)
     assert states(engine, sw.id)[2:] == ["stopping", "stopping"]
     for wid in first[2:]:  # the test backend reports their stop
         engine.backend.exits.append(AttemptExit(wid, 0, STOPPED, -15, engine.clock()))
     engine.tick()
     engine.tick()
-    view = sweeps.get(engine, ALICE, sw.id)
+    view = sweeps.get(engine.facades, ALICE, sw.id)
     assert [t["state"] for t in view["tasks"]] == ["succeeded", "failed", "cancelled",
                                                     "cancelled"]
     assert view["state"] == "cancelled" and view["finished_at"] is not None
-    sweeps.retry(engine, ALICE, sw.id)
+    sweeps.retry(engine.facades, ALICE, sw.id)
     engine.tick()
-    view = sweeps.get(engine, ALICE, sw.id)
+    view = sweeps.get(engine.facades, ALICE, sw.id)
     again = [t["workload_id"] for t in view["tasks"]]
     assert again[0] == first[0] and not set(again[1:]) & set(first)
     assert [t["state"] for t in view["tasks"]] == ["succeeded", "running", "running", "waiting"]
@@ -237,15 +237,15 @@ def test_cancel_all_then_retry_the_cancelled_and_failed(db_url, tmp_path):
     end(engine, again[3])
     engine.tick()
     engine.tick()
-    assert sweeps.get(engine, ALICE, sw.id)["state"] == "succeeded"
+    assert sweeps.get(engine.facades, ALICE, sw.id)["state"] == "succeeded"
     with pytest.raises(Exception) as e:
-        sweeps.retry(engine, ALICE, sw.id)
+        sweeps.retry(engine.facades, ALICE, sw.id)
     assert "no failed or cancelled task" in str(e.value)
 
 
 def test_the_metric_and_the_best_task(db_url, tmp_path):
     engine = make_engine(db_url, tmp_path, gpus=4)
-    sw = sweeps.submit(engine, ALICE, sweep_of(3, metric={"name": "acc", "goal": "max"}))
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(3, metric={"name": "acc", "goal": "max"}))
     engine.tick()
     for wid, acc in zip(task_ids(engine, sw.id), (0.5, 0.9, 0.7)):
         # What the job writes in $GPUHUB_ATTEMPT_DIR (the test backend starts nothing).
@@ -255,7 +255,7 @@ def test_the_metric_and_the_best_task(db_url, tmp_path):
             json.dump({"acc": acc}, f)
         end(engine, wid)
     engine.tick()
-    view = sweeps.get(engine, ALICE, sw.id)
+    view = sweeps.get(engine.facades, ALICE, sw.id)
     assert [t["metric"] for t in view["tasks"]] == [0.5, 0.9, 0.7]
     assert view["best"] == {"index": 1, "parameters": {"x": 1}, "value": 0.9,
                             "workload_id": view["tasks"][1]["workload_id"]}
@@ -265,7 +265,7 @@ def test_the_metric_and_the_best_task(db_url, tmp_path):
 @pytest.mark.parametrize("code,state", [(0, "running"), (1, "cancelled")])
 def test_a_job_after_a_whole_sweep(db_url, tmp_path, code, state):
     engine = make_engine(db_url, tmp_path, gpus=4)
-    sw = sweeps.submit(engine, ALICE, sweep_of(2))
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(2))
     evaluate = engine.submit(ALICE, parse_job({"command": ["true"], "pool": "default",
                                                "after": [{"id": sw.id}]}))
     engine.tick()
@@ -283,11 +283,11 @@ def test_a_job_after_a_whole_sweep(db_url, tmp_path, code, state):
 def test_a_sweep_after_a_job_and_a_restart(db_url, tmp_path):
     engine = make_engine(db_url, tmp_path, gpus=4)
     prepare = engine.submit(ALICE, parse_job({"command": ["true"], "pool": "default"}))
-    sw = sweeps.submit(engine, ALICE, sweep_of(3, max_running=1,
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(3, max_running=1,
                                                after=[{"id": prepare.id}]))
     engine.tick()
     assert states(engine, sw.id) == ["waiting"] * 3
-    reasons = {t["reason"] for t in sweeps.get(engine, ALICE, sw.id)["tasks"]}
+    reasons = {t["reason"] for t in sweeps.get(engine.facades, ALICE, sw.id)["tasks"]}
     assert reasons == {f"waiting for {prepare.id} (ok)"}
     engine.on_exit(AttemptExit(prepare.id, 0, EXITED, 0, engine.clock()))
     engine.starter.close()
@@ -302,10 +302,10 @@ def test_two_thousand_tasks_queue_and_a_capped_sweep_moves_on(db_url, tmp_path):
     """At the size `gpuhub bench sweeps` times: every task of a 2,000-task
     sweep reaches the queue, and a capped one fills a freed slot with its next task."""
     engine = make_engine(db_url, tmp_path, gpus=8)
-    sw = sweeps.submit(engine, ALICE, sweep_of(2000))
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(2000))
     engine.tick()
-    assert sweeps.get(engine, ALICE, sw.id)["counts"]["queued"] == 2000 - 8
-    capped = sweeps.submit(engine, ALICE, sweep_of(2000, max_running=4))
+    assert sweeps.get(engine.facades, ALICE, sw.id)["counts"]["queued"] == 2000 - 8
+    capped = sweeps.submit(engine.facades, ALICE, sweep_of(2000, max_running=4))
     engine.tick()
     assert states(engine, capped.id)[:5] == ["queued"] * 4 + ["waiting"]
     engine.cancel(ALICE, task_ids(engine, capped.id)[0])  # its slot goes to the next task
@@ -316,7 +316,7 @@ def test_two_thousand_tasks_queue_and_a_capped_sweep_moves_on(db_url, tmp_path):
 def test_a_task_that_left_a_hostile_file_still_ends(db_url, tmp_path):
     """A metrics file nested past the JSON parser's depth: no metric, the end recorded."""
     engine = make_engine(db_url, tmp_path, gpus=1)
-    sw = sweeps.submit(engine, ALICE, sweep_of(1, metric={"name": "acc", "goal": "max"}))
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(1, metric={"name": "acc", "goal": "max"}))
     engine.tick()
     (wid,) = task_ids(engine, sw.id)
     os.makedirs(engine.launcher.attempt_dir(wid, 0))
@@ -324,23 +324,23 @@ def test_a_task_that_left_a_hostile_file_still_ends(db_url, tmp_path):
         f.write("[" * 100000 + "]" * 100000)
     end(engine, wid)
     engine.tick()
-    view = sweeps.get(engine, ALICE, sw.id)
+    view = sweeps.get(engine.facades, ALICE, sw.id)
     assert view["tasks"][0]["state"] == "succeeded" and view["tasks"][0]["metric"] is None
     assert view["state"] == "succeeded"
 
 
 def test_another_team_cannot_see_a_sweep_and_a_teammate_cannot_change_it(db_url, tmp_path):
     from gpuspawner.service.errors import Forbidden, NotFound
-    from gpuspawner.service.identity import Identity
+    from gpuspawner.service.access.identity import Identity
     engine = make_engine(db_url, tmp_path, gpus=4)
-    sw = sweeps.submit(engine, ALICE, sweep_of(3, max_running=1))
+    sw = sweeps.submit(engine.facades, ALICE, sweep_of(3, max_running=1))
     engine.tick()
     outsider = Identity("bob", teams=frozenset({"b"}), can_submit=True)
     teammate = Identity("carol", teams=frozenset({"a"}), can_submit=True)
     for act in (sweeps.get, sweeps.cancel, sweeps.retry):
         with pytest.raises(NotFound):
             act(engine, outsider, sw.id)
-    assert sweeps.get(engine, teammate, sw.id)["id"] == sw.id  # the team sees it
+    assert sweeps.get(engine.facades, teammate, sw.id)["id"] == sw.id  # the team sees it
     for act in (sweeps.cancel, sweeps.retry):
         with pytest.raises(Forbidden):
             act(engine, teammate, sw.id)

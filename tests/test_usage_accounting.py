@@ -13,14 +13,14 @@ import pytest
 from gpuspawner.backends.base import EXITED, STOPPED, AttemptExit, Backend
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service import accounting
-from gpuspawner.service import operations as ops
-from gpuspawner.service.accounting import Interval
-from gpuspawner.service.engine import Engine, EngineConfig
-from gpuspawner.service.launch import LocalNode
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.specs import parse_job
-from gpuspawner.service.usage import usage_report
+from gpuspawner.service.teams import accounting
+from gpuspawner.service.workloads import operations as ops
+from gpuspawner.service.teams.accounting import Interval
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.launch import LocalNode
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import parse_job
+from gpuspawner.service.teams.usage import usage_report
 from gpuspawner.store import PoolRow, Store
 
 H = 3600.0
@@ -68,6 +68,36 @@ def test_totals_count_overlap_with_the_window(intervals, window, keys, expected)
 def test_cost_is_gpu_hours_times_the_pools_price(intervals, prices, cost):
     [total] = accounting.totals(intervals, ["team"], 0, 10 * H, prices).values()
     assert total.cost == pytest.approx(cost)
+
+
+@pytest.mark.parametrize("cpus, memory_gib, seconds, window, prices, cpu_hours, gib_hours, cost", [
+    pytest.param(1.0, 8.0, H, (0, 10 * H), accounting.ResourcePrices(), 1.0, 8.0, 0.0,
+                 id="counted, not charged by default"),
+    pytest.param(2.0, 16.0, 2 * H, (0, 10 * H), accounting.ResourcePrices(0.05, 0.01),
+                 4.0, 32.0, 4 * 0.05 + 32 * 0.01, id="priced per CPU-hour and GiB-hour"),
+    pytest.param(0.5, 2.0, 4 * H, (H, 2 * H), accounting.ResourcePrices(0.10, 0.0),
+                 0.5, 2.0, 0.05, id="only the window's overlap"),
+    pytest.param(0.0, 0.0, H, (0, 10 * H), accounting.ResourcePrices(1.0, 1.0), 0.0, 0.0, 0.0,
+                 id="stored before requests: nothing"),
+])
+def test_cpu_hours_and_memory_gib_hours_are_counted_and_priced_beside_gpu_hours(
+        cpus, memory_gib, seconds, window, prices, cpu_hours, gib_hours, cost):
+    interval = Interval("a", "u", "", "a100", "job", 0, 0, seconds, 0.0, cpus, memory_gib)
+    table = accounting.totals([interval], ["team"], *window, prices={"a100": [(0, 2.0)]},
+                              resource_prices=prices)
+    [row] = accounting.rows(table, ["team"])
+    assert (row["gpu_hours"], row["cpu_hours"], row["memory_gib_hours"]) == \
+        (0, cpu_hours, gib_hours)
+    assert row["cost"] == pytest.approx(cost)
+
+
+def test_the_csv_has_cpu_hours_and_memory_gib_hours_columns():
+    table = accounting.totals([Interval("a", "u", "", "a100", "job", 1, 0, H, 0.0, 2.0, 8.0)],
+                              ["team"], 0, H, prices={})
+    [line] = csv.DictReader(io.StringIO(accounting.to_csv(accounting.rows(table, ["team"]),
+                                                          ["team"], "EUR")))
+    assert (line["gpu_hours"], line["cpu_hours"], line["memory_gib_hours"], line["cost_EUR"]) == \
+        ("1.0000", "2.0000", "8.0000", "0.00")
 
 
 @pytest.mark.parametrize("span, bucket", [(H, H), (2 * 86400, H), (3 * 86400, 86400),
@@ -159,7 +189,7 @@ def engine(db_url, tmp_path):
     for pool, price in (("a100", 2.40), ("t4", 0.35)):
         with store.transaction() as s:
             s.merge(PoolRow(name=pool))
-        ops.set_price(engine, ADMIN, pool, price)
+        ops.set_price(engine.steering, ADMIN, pool, price)
     yield engine
     store.close()
 
@@ -219,7 +249,7 @@ def test_a_new_price_applies_from_when_it_is_set_and_history_keeps_its_price(eng
     wid = engine.submit(alice, parse_job({"command": ["true"], "gpus": 2, "pool": "a100"})).id
     engine.tick()
     engine.clock.t = T0 + H
-    ops.set_price(engine, ADMIN, "a100", 4.00)
+    ops.set_price(engine.steering, ADMIN, "a100", 4.00)
     engine.clock.t = T0 + 2 * H
     engine.backend.finish(wid)
     engine.tick()
@@ -243,3 +273,30 @@ def test_running_attempts_count_up_to_now(engine):
     assert report["rows"][0]["gpu_seconds"] == 300
     engine.backend.finish(wid)
     engine.tick()
+
+
+def test_a_cpu_only_jobs_usage_shows_its_cpu_hours_and_memory_and_their_cost(engine):
+    """bob's 0-GPU job with 2 CPUs and 4G for half an hour: 1 CPU-hour and
+    2 GiB-hours, on the usage report and in its cost, while it runs and
+    after it ended."""
+    bob = person("bob", "vision")
+    engine.clock.t = T0
+    wid = engine.submit(bob, parse_job({"command": ["true"], "gpus": 0, "pool": "a100",
+                                        "cpus": 2, "memory": "4G"})).id
+    engine.tick()
+    prices = accounting.ResourcePrices(cpu_hour=0.10, memory_gib_hour=0.01)
+    engine.clock.t = T0 + 900
+    with engine.store.session() as s:
+        running = usage_report(s, T0, T0 + H, engine.clock(), "user", None,
+                               resource_prices=prices)
+    engine.clock.t = T0 + 1800
+    engine.backend.finish(wid)
+    engine.tick()
+    with engine.store.session() as s:
+        ended = usage_report(s, T0, T0 + H, engine.clock(), "user", None, resource_prices=prices)
+    assert (running["rows"][0]["cpu_hours"], running["rows"][0]["memory_gib_hours"]) == (0.5, 1.0)
+    [row] = ended["rows"]
+    assert (row["user"], row["gpu_hours"], row["cpu_hours"], row["memory_gib_hours"]) == \
+        ("bob", 0, 1.0, 2.0)
+    assert row["cost"] == 0.12 and ended["total_cpu_hours"] == 1.0
+    assert ended["total_memory_gib_hours"] == 2.0 and ended["cpu_hour_price"] == 0.10

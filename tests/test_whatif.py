@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from gpuspawner.cli import main
-from gpuspawner.cli_whatif import format_preview
+from gpuspawner.cli.whatif import format_preview
 from gpuspawner.scheduler.model import Node, Quota, Team
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.panel.charts_lines import lines
@@ -71,6 +71,8 @@ def test_command_line_settings(text, key, value):
     ({"team.a.default.lending_limit": 3, "team.a.default.nominal": 2},
      "team.a.default.lending_limit", "3 is more than the team's nominal quota (2)"),
     ({"team.default.default.nominal": 2}, "team.default.default.nominal", "is the default team"),
+    ({"team.a.default.cpus": -1}, "team.a.default.cpus", "a number >= 0 or none"),
+    ({"team.a.default.memory_gib": "lots"}, "team.a.default.memory_gib", "a number >= 0 or none"),
 ])
 def test_a_setting_that_cannot_be_previewed_is_named(changes, field, words):
     with pytest.raises(ChangeError) as e:
@@ -104,6 +106,14 @@ def test_changes_apply_to_teams_knobs_and_the_default_teams_share():
     assert teams["default"].quota("default") == Quota(1) and teams["default"].quota("big.pool") == Quota(4)
     assert policy.max_preemptions is None and policy.preemption_delay == 60.0
     assert cluster.nodes == CLUSTER.nodes
+
+
+def test_a_preview_may_set_or_lift_a_teams_cpu_and_memory_ceilings():
+    changes = whatif.validate_changes({"team.a.default.cpus": 8, "team.a.default.memory_gib": 32,
+                                       "team.ml.b.default.cpus": None}, CLUSTER)
+    [a, b] = whatif.team_changes(changes, CLUSTER)
+    assert (a.quotas["default"].cpus, a.quotas["default"].memory) == (8.0, 32 << 30)
+    assert b.quotas["default"].cpus is None
 
 
 def test_team_changes_are_what_saving_them_changes():

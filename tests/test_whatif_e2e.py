@@ -38,7 +38,7 @@ from gpuspawner.sim.trace import TraceJob
 from gpuspawner.store import Attempt, Store, WorkloadRow
 from gpuspawner.sim.cluster import parse_cluster
 from hub_harness import Hub, wait_for
-from test_spawn_browser import CHROMIUM, CHROMIUM_ARGS, login, shot
+from test_spawn_browser import login, shot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPUHUB = os.path.join(os.path.dirname(sys.executable), "gpuhub")
@@ -293,15 +293,6 @@ def test_the_preview_predicts_the_wait_change_of_a_real_rerun(hub, history):
         assert figures["mean_wait_s_proposed"] == r["proposed"]["teams"][e["target"]]["mean_wait_s"]
     again = admin.post(f"/whatif/{view['id']}/apply")
     assert again.status_code == 409 and "was applied by root-admin" in again.json()["error"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM}: `make test` installs it"
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def test_the_panel_previews_and_applies_a_change(hub, history, browser, tmp_path):

@@ -39,8 +39,8 @@ display({"application/scrapbook.scrap.json+json":
 EVALUATE = '''
 import json
 from gpuspawner.client import GpuHubClient
-from gpuspawner.service.scraps import notebook_scraps
-sweep = GpuHubClient.from_env().sweep(sweep_id)
+from gpuspawner.service.sweeps.scraps import notebook_scraps
+sweep = GpuHubClient.from_env().get_sweep(sweep_id)
 results = []
 for task in sweep["tasks"]:
     with open(task["output_notebook"]) as f:

@@ -23,16 +23,16 @@ from sqlalchemy.engine import Connection
 from gpuspawner.backends.base import EXITED, AttemptExit
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.deployments import parse_deploy
-from gpuspawner.service.engine import Engine, EngineConfig
-from gpuspawner.service.identity import Identity
-from gpuspawner.service.launch import LocalNode
-from gpuspawner.service.operations import hold, set_price, set_team
-from gpuspawner.service.schedules import Schedules
-from gpuspawner.service.serving_controller import ServingController
-from gpuspawner.service.specs import Limits, parse_job, parse_workload
-from gpuspawner.service import sweeps
-from gpuspawner.service.sweep_specs import parse_sweep
+from gpuspawner.service.serving.deployments import parse_deploy
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.service.loop.launch import LocalNode
+from gpuspawner.service.workloads.operations import hold, set_price, set_team
+from gpuspawner.service.schedules.schedules import Schedules
+from gpuspawner.service.wiring import serving_controller
+from gpuspawner.vocab.specs import Limits, parse_job, parse_workload
+from gpuspawner.service.sweeps import sweeps
+from gpuspawner.vocab.sweeps import parse_sweep
 from gpuspawner.service.wiring import record_nodes
 from gpuspawner.store import Store, WorkloadRow
 
@@ -73,9 +73,9 @@ def make_live_state(url: str, data_dir: str) -> dict[str, str]:
     clock = Clock(START)
     engine = make_engine(url, data_dir, clock)
     record_nodes(engine.store, list(engine.nodes.values()), "declared")
-    set_price(engine, ADMIN, "default", 2.5)
+    set_price(engine.steering, ADMIN, "default", 2.5)
     for team in ("vision", "nlp"):
-        set_team(engine, ADMIN, team, None, {"default": Quota(nominal=2, borrowing_limit=2)})
+        set_team(engine.steering, ADMIN, team, None, {"default": Quota(nominal=2, borrowing_limit=2)})
     ids: dict[str, str] = {}
     ids["succeeded"] = engine.submit(BOB, job(1, "short")).id
     ids["failed"] = engine.submit(CAROL, job(1, "crash")).id
@@ -94,15 +94,15 @@ def make_live_state(url: str, data_dir: str) -> dict[str, str]:
     clock.t += 60
     ids["queued"] = engine.submit(CAROL, job(4, "big-sweep-base")).id
     ids["held"] = engine.submit(BOB, job(2, "over-quota")).id
-    hold(engine, ADMIN, ids["held"])
+    hold(engine.steering, ADMIN, ids["held"])
     ids["cancelled"] = engine.submit(ALICE, job(1, "oops")).id
     engine.cancel(ALICE, ids["cancelled"])
-    sweep = sweeps.submit(engine, ALICE, parse_sweep(
+    sweep = sweeps.submit(engine.facades, ALICE, parse_sweep(
         {"name": "lr", "grid": {"lr": [0.1, 0.01]}, "max_running": 1,
          "template": {"command": [sys.executable, "train.py", "--lr", "{lr}"],
                       "gpus": 1, "pool": "default"}}))
     ids["sweep"] = sweep.id
-    schedules = Schedules(engine, Limits, 60.0)
+    schedules = Schedules(engine.records, engine.submissions, Limits, 60.0)
     sched = schedules.create(CAROL, {"name": "nightly", "cron": "*/5 * * * *",
                                      "spec": {"command": [sys.executable, "eval.py"],
                                               "gpus": 1, "pool": "default"}})
@@ -112,7 +112,7 @@ def make_live_state(url: str, data_dir: str) -> dict[str, str]:
     model = os.path.join(engine.launcher.workspace("alice"), "iris")
     shutil.copytree(os.path.join(ROOT, "examples", "serving", "iris"), model,
                     dirs_exist_ok=True)
-    controller = ServingController(engine)
+    controller = serving_controller(engine)
     dep, _ = controller.deployments.deploy(ALICE, parse_deploy(
         {"name": "iris", "model_dir": "iris", "gpus": 0}, "default"))
     ids["deployment"] = str(dep.id)

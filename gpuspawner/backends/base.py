@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..scheduler.model import Node
+
 # Why an attempt ended.
 EXITED = "exited"          # the command exited by itself (see returncode)
 TIME_LIMIT = "time-limit"  # killed for running past its time limit
@@ -28,10 +30,10 @@ class LaunchSpec:
     attempt_dir: str            # logs and the exit record live here
     cwd: str
     env: dict = field(default_factory=dict)
-    gpus: tuple[int, ...] = ()  # local GPU indices: GPUHUB_GPU_INDICES
+    devices: tuple[int, ...] = ()  # this host's GPU indices: GPUHUB_GPU_INDICES
     # Their UUIDs where the inventory knows them (NVML): CUDA_VISIBLE_DEVICES
     # names them so (gpu_rules.visible_devices); else by index.
-    gpu_uuids: tuple[str, ...] = ()
+    device_uuids: tuple[str, ...] = ()
     time_limit: Optional[float] = None
     grace_period: float = 30.0
     checkpoint_dir: Optional[str] = None
@@ -51,6 +53,9 @@ class LaunchSpec:
     kind: str = "job"
     cpus: Optional[float] = None
     memory: Optional[int] = None   # bytes
+    # The datasets it reads: (name, folder), each seen read-only at
+    # /datasets/<name> (a private mount namespace locally, a volume on Kubernetes).
+    datasets: tuple[tuple[str, str], ...] = ()
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -91,6 +96,16 @@ class AttemptExit:
         return self.reason == EXITED and self.returncode == 0
 
 
+@dataclass(frozen=True)
+class Started:
+    """A started attempt as its backend names it: ``ref`` is the runner's
+    process group id (local), the Job's or replica's name (Kubernetes) or
+    the batch job's id (Slurm)."""
+    workload_id: str
+    attempt: int
+    ref: str
+
+
 class BackendError(RuntimeError):
     """An attempt that could not be started (its runner, pod or batch job
     could not be launched)."""
@@ -109,28 +124,51 @@ def account_of(accounts, spec: LaunchSpec):
                            f"{spec.user!r}: {e}") from e
 
 
+# What every backend implements: a class without one of them is refused
+# when it is defined (as JupyterHub's Spawner documents its abstract methods).
+REQUIRED = ("start", "stop", "kill", "poll", "recover")
+# What a backend may be able to do, declared as class attributes (True or
+# False), never probed: the engine and the share watch read them.
+CAPABILITIES = ("starts_off_loop", "names_attempt_pids")
+
+
 class Backend:
     """What the engine asks of a backend, and nothing else: the contract
     every backend subclasses (a base class rather than a ``typing.Protocol``
-    so that the defaults below are inherited, and so that a traitlets-
-    configurable backend can subclass it: a Protocol's metaclass conflicts
-    with traitlets').
+    or an ``abc.ABC`` so that the defaults below are inherited, and so that a
+    traitlets-configurable backend can subclass it: their metaclasses
+    conflict with traitlets'; ``__init_subclass__`` refuses an incomplete one).
 
     A backend implements ``start``, ``stop``, ``kill``, ``poll`` and
-    ``recover``; the other capabilities have defaults a backend overrides
-    when it has them. The engine calls every method from the service's
-    event loop thread, except ``start`` when ``starts_off_loop`` is True:
-    then a worker thread calls it (while the loop may call ``poll``,
-    ``stop`` and ``kill`` for other attempts), so such a backend keeps its
-    start to the attempt it starts.
+    ``recover``; the other methods have defaults a backend overrides when it
+    has them, and its capabilities are class attributes. The engine calls
+    every method from the service's event loop thread, except ``start`` when
+    ``starts_off_loop`` is True: then a worker thread calls it (while the loop
+    may call ``poll``, ``stop`` and ``kill`` for other attempts), so such a
+    backend keeps its start to the attempt it starts.
     """
 
     # Its start blocks (forks, runs sbatch): the engine runs it off the loop.
     starts_off_loop: bool = False
+    # attempt_pids() names an attempt's processes on this host (the GPU
+    # shares' memory watch reads them).
+    names_attempt_pids: bool = False
 
-    def start(self, spec: LaunchSpec) -> None:
-        """Launch the attempt (on ``spec.placement``'s GPUs); raise BackendError
-        if it cannot be launched. Its exit comes through ``poll``."""
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in REQUIRED if getattr(cls, name) is getattr(Backend, name)]
+        if missing:
+            raise TypeError(f"backend {cls.__qualname__} does not implement "
+                            f"{', '.join(missing)} (the contract: backends/base.py's Backend)")
+        odd = [name for name in CAPABILITIES if not isinstance(getattr(cls, name), bool)]
+        if odd:
+            raise TypeError(f"backend {cls.__qualname__}: {', '.join(odd)} must be declared "
+                            f"True or False")
+
+    def start(self, spec: LaunchSpec) -> Started:
+        """Launch the attempt (on ``spec.placement``'s GPUs) and say what it
+        is called there; raise BackendError if it cannot be launched. Its
+        exit comes through ``poll``."""
         raise NotImplementedError
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
@@ -150,11 +188,16 @@ class Backend:
         report those that ended meanwhile (LOST if nothing says how)."""
         raise NotImplementedError
 
+    def attempt_pids(self, workload_id: str, attempt: int) -> Optional[frozenset]:
+        """The attempt's processes on this host, or None when they cannot be
+        named (a backend with ``names_attempt_pids`` names them)."""
+        return None
+
     def blocking_start(self, spec: LaunchSpec) -> bool:
         """Whether starting ``spec`` blocks (so the engine runs it off the loop)."""
         return self.starts_off_loop
 
-    def take_node_changes(self) -> list:
+    def take_node_changes(self) -> list[Node]:
         """Nodes (scheduler ``Node``) whose health or state changed since the
         last call; a cluster backend learns of those, a local host does not."""
         return []

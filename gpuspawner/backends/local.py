@@ -62,9 +62,10 @@ from ..isolation.gpu_rules import Limits, visible_devices
 from ..isolation.user_env import user_path
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
-from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of,
-                   kept_environment)
+from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, Started,
+                   account_of, kept_environment)
 from .runner import ENV_FILE, EXIT_FILE, RUNNER_FILE, proc_stat
+from ..vocab.datasets import MOUNT_ROOT as DATASETS_ROOT
 
 LAUNCH_FILE = "launch.json"
 CGROUP_FILE = "cgroup.json"
@@ -98,6 +99,7 @@ class LocalBackend(Backend):
     (runner.py) that drops to its user's account and records its exit."""
 
     starts_off_loop = True
+    names_attempt_pids = True
 
     def __init__(self, clock: Callable[[], float] = time.time,
                  enforcement: Optional[cgroups.GpuEnforcement] = None,
@@ -110,35 +112,16 @@ class LocalBackend(Backend):
     def running(self) -> set[tuple[str, int]]:
         return set(self._attempts)
 
-    def start(self, spec: LaunchSpec) -> int:
-        """Launch the attempt's runner and return its pid (= its process group id).
+    def start(self, spec: LaunchSpec) -> Started:
+        """Launch the attempt's runner; ``ref``: its pid (= its process group id).
 
         A command that cannot be executed is not an error here: the runner
         records it as an exit with returncode 127 or 126 (see runner.py).
         """
         key = (spec.workload_id, spec.attempt)
-        if key in self._attempts:
-            raise BackendError(f"attempt {key} is already running")
-        if not spec.argv:
-            raise BackendError(f"attempt {key} has no command")
-        # The runner works in spec.cwd: relative paths would resolve from there.
-        attempt_dir = os.path.abspath(spec.attempt_dir)
-        if any(os.path.exists(os.path.join(attempt_dir, f)) for f in (RUNNER_FILE, LAUNCH_FILE)):
-            # Its old exit.json would be taken for this run's.
-            raise BackendError(f"attempt directory {attempt_dir} was already used")
+        attempt_dir = self._new_attempt_dir(spec, key)
         account = account_of(self.accounts, spec)
-        env = {**kept_environment(os.environ, login=account is None),
-               **(account_env(account) if account else {}),
-               # A user's PATH (isolation/user_env.py): this environment's
-               # bin ("python" and "gpuhub" as in the notebooks), then the
-               # system's; nothing of the service's own (root-only dirs).
-               "PATH": user_path(),
-               **spec.env,
-               # Empty when no GPUs: the command sees none rather than all.
-               **visible_devices(spec.gpus, spec.gpu_uuids),
-               "GPUHUB_WORKLOAD_ID": spec.workload_id,
-               "GPUHUB_ATTEMPT": str(spec.attempt),
-               "GPUHUB_ATTEMPT_DIR": attempt_dir}
+        env = self._environment(spec, account, attempt_dir)
         if not os.path.isdir(spec.cwd):
             raise BackendError(f"attempt {key}: working directory {spec.cwd} does not exist")
         # -I: the user's cwd and PYTHON* variables must not change the runner's imports.
@@ -149,6 +132,8 @@ class LocalBackend(Backend):
         try:
             os.makedirs(attempt_dir, exist_ok=True)
             argv += self._place(spec, attempt_dir).runner_args()
+            for name, folder in spec.datasets:  # read-only at /datasets/NAME (runner.py)
+                argv += ["--dataset", f"{name}={folder}"]
             if spec.checkpoint_dir:
                 env["GPUHUB_CHECKPOINT_DIR"] = os.path.abspath(spec.checkpoint_dir)
             # The job's environment goes to the command at its exec, after the
@@ -185,7 +170,38 @@ class LocalBackend(Backend):
         if stat is not None:
             write_json(os.path.join(attempt_dir, LAUNCH_FILE),
                        {"pid": proc.pid, "pgid": proc.pid, "start_ticks": stat[1]})
-        return proc.pid
+        return Started(spec.workload_id, spec.attempt, str(proc.pid))
+
+    def _new_attempt_dir(self, spec: LaunchSpec, key: tuple[str, int]) -> str:
+        """The attempt's directory, absolute (the runner works in spec.cwd,
+        where a relative one would resolve elsewhere), refused if this
+        attempt runs or ran there already (its old exit.json would be taken
+        for this run's)."""
+        if key in self._attempts:
+            raise BackendError(f"attempt {key} is already running")
+        if not spec.argv:
+            raise BackendError(f"attempt {key} has no command")
+        attempt_dir = os.path.abspath(spec.attempt_dir)
+        if any(os.path.exists(os.path.join(attempt_dir, f)) for f in (RUNNER_FILE, LAUNCH_FILE)):
+            raise BackendError(f"attempt directory {attempt_dir} was already used")
+        return attempt_dir
+
+    @staticmethod
+    def _environment(spec: LaunchSpec, account: Optional[Account], attempt_dir: str) -> dict:
+        """What the command's environment holds: the login variables, a user's
+        PATH (isolation/user_env.py: this environment's bin, so "python" and
+        "gpuhub" as in the notebooks, then the system's; nothing of the
+        service's own root-only dirs), the job's own variables, its GPUs (none
+        visible when it has none, rather than all) and its attempt."""
+        return {**kept_environment(os.environ, login=account is None),
+                **(account_env(account) if account else {}),
+                "PATH": user_path(),
+                **spec.env,
+                **visible_devices(spec.devices, spec.device_uuids),
+                "GPUHUB_WORKLOAD_ID": spec.workload_id,
+                "GPUHUB_ATTEMPT": str(spec.attempt),
+                "GPUHUB_ATTEMPT_DIR": attempt_dir,
+                **({"GPUHUB_DATASETS_DIR": DATASETS_ROOT} if spec.datasets else {})}
 
     def _place(self, spec: LaunchSpec, attempt_dir: str) -> cgroups.Placement:
         """The attempt's cgroups (or device groups), recorded before the runner starts."""
@@ -194,7 +210,7 @@ class LocalBackend(Backend):
         digest = hashlib.sha1(attempt_dir.encode()).hexdigest()[:8]
         placement = self.enforcement.create(
             cgroups.safe_name("job", spec.workload_id, str(spec.attempt), digest),
-            spec.gpus, spec.team, spec.pool, spec.gpu_uuids, kind=spec.kind,
+            spec.devices, spec.team, spec.pool, spec.device_uuids, kind=spec.kind,
             request=Limits(spec.memory, spec.cpus))
         write_json(os.path.join(attempt_dir, CGROUP_FILE), placement.to_json())
         return placement

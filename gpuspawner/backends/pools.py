@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 from typing import Optional
 
-from .base import AttemptExit, Backend, BackendError, LaunchSpec
+from ..scheduler.model import Node
+from .base import AttemptExit, Backend, BackendError, LaunchSpec, Started
 
 
 class PoolBackends(Backend):
     def __init__(self, by_pool: dict[str, Backend]):
         self.by_pool = dict(by_pool)
         self.backends = list(dict.fromkeys(by_pool.values()))
+        # What its backends can do, one of them is enough.
+        self.names_attempt_pids = any(b.names_attempt_pids for b in self.backends)
         # (workload, attempt) -> the backend running it
         self._where: dict[tuple[str, int], Backend] = {}
 
@@ -26,11 +29,11 @@ class PoolBackends(Backend):
     def blocking_start(self, spec: LaunchSpec) -> bool:
         return self._for(spec).blocking_start(spec)
 
-    def start(self, spec: LaunchSpec) -> None:
+    def start(self, spec: LaunchSpec) -> Started:
         backend = self._for(spec)
         self._where[(spec.workload_id, spec.attempt)] = backend
         try:
-            backend.start(spec)
+            return backend.start(spec)
         except BaseException:
             self._where.pop((spec.workload_id, spec.attempt), None)
             raise
@@ -38,6 +41,14 @@ class PoolBackends(Backend):
     def _of(self, wid: str, attempt: int) -> list[Backend]:
         backend = self._where.get((wid, attempt))
         return [backend] if backend is not None else self.backends
+
+    def attempt_pids(self, workload_id: str, attempt: int) -> Optional[frozenset]:
+        for backend in self._of(workload_id, attempt):
+            pids = backend.attempt_pids(workload_id, attempt) if backend.names_attempt_pids \
+                else None
+            if pids is not None:
+                return pids
+        return None
 
     def stop(self, workload_id: str, attempt: int, grace: float) -> None:
         for backend in self._of(workload_id, attempt):  # each ignores attempts not its own
@@ -68,7 +79,7 @@ class PoolBackends(Backend):
                 exits.append(x)
         return exits
 
-    def take_node_changes(self) -> list:
+    def take_node_changes(self) -> list[Node]:
         return [node for backend in self.backends for node in backend.take_node_changes()]
 
     def node_reason(self, node: str) -> str:

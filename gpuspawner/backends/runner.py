@@ -2,7 +2,7 @@
 
     python -m gpuspawner.backends.runner --dir ATTEMPT_DIR [--cwd DIR]
         [--time-limit SECONDS] [--grace SECONDS] [--cgroup PATH]... [--groups GID,...]
-        [--user ACCOUNT [--make-dir DIR]...] -- ARGV...
+        [--user ACCOUNT [--make-dir DIR]...] [--dataset NAME=PATH]... -- ARGV...
 
 The local backend starts it as the leader of a new session, so it outlives
 the service, and its process group holds everything the attempt runs. It
@@ -40,6 +40,10 @@ the account (a checkpoint directory inside the user's workspace), and the
 command's ``--cwd`` is entered after it too: root never follows a path the
 user may have changed.
 
+Each ``--dataset`` (root only) is seen by the command, and only by it and
+what it starts, read-only at ``/datasets/NAME``: the forked child enters a
+mount namespace of its own before the drop (isolation/dataset_mounts.py).
+
 A command that cannot be executed at all ends as reason "exited" with the
 shell's codes, 127 (not found) or 126 (not executable), and a line in
 output.log saying why: to the user it is a command that failed.
@@ -65,6 +69,7 @@ from typing import Optional
 from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
 from ..isolation.attempt_pids import descendants
 from ..isolation.cgroups import Placement, enter
+from ..isolation import dataset_mounts
 from ..jsonfile import read_json, write_json
 from .base import EXITED, STOPPED, TIME_LIMIT
 
@@ -72,7 +77,7 @@ ENV_FILE = "env.json"
 RUNNER_FILE = "runner.json"
 EXIT_FILE = "exit.json"
 LOG_FILE = "output.log"
-# A job's environment: at most 256 variables of 64 KiB each (service/specs.py), and ours.
+# A job's environment: at most 256 variables of 64 KiB each (vocab/specs.py), and ours.
 MAX_ENV_FILE = 32 << 20
 
 
@@ -107,6 +112,8 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="the system account the command runs as (the runner stays root)")
     parser.add_argument("--make-dir", action="append", default=[],
                         help="a directory to create as --user before the command starts")
+    parser.add_argument("--dataset", action="append", default=[],
+                        help="NAME=PATH: a folder the command sees read-only at /datasets/NAME")
     if "--" not in argv:
         parser.error("the command must follow --")
     split = argv.index("--")
@@ -118,6 +125,10 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error("must lead its own process group (start it with setsid)")
     if args.make_dir and not args.user:
         parser.error("--make-dir goes with --user")
+    try:
+        args.dataset = dataset_mounts.parse(args.dataset)
+    except ValueError as e:
+        parser.error(str(e))
     return args, command
 
 
@@ -168,6 +179,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         _say(f"cannot start the command: no {ENV_FILE} of the service's in {args.dir}")
         _finish(args.dir, 126, EXITED)
         return
+    if args.dataset:
+        try:
+            dataset_mounts.prepare(args.dataset, "the service (and so this runner)")
+        except OSError as e:
+            _say(f"cannot start the command: {e}")
+            _finish(args.dir, 126, EXITED)
+            return
     cause.launching = True
     try:
         # stdout and stderr: the runner's own, the log.
@@ -214,6 +232,8 @@ def preexec(args: argparse.Namespace, placement: Placement):
     its working directory."""
     enter_placement = ((lambda: enter(placement))
                        if placement.cgroups or placement.gids else None)
+    if getattr(args, "dataset", None):
+        enter_placement = compose(enter_placement, dataset_mounts.mount_step(args.dataset))
     cwd = args.cwd
     go_to_cwd = (lambda: os.chdir(cwd)) if cwd else None
     if not args.user:

@@ -19,6 +19,8 @@ from collections import deque
 from typing import Awaitable, Callable, Optional
 from urllib.parse import quote
 
+from ..client.aio import AsyncApi
+from ..client.request import Request
 from ..times import from_iso
 from .decide import (Decision, Policy, PolicyRule, Server, decide, required_history,
                      resolve_policy, utcnow)
@@ -29,6 +31,16 @@ WARNING_KIND = "cull-warning"
 
 # fetch(method, url, body) -> parsed JSON (None for an empty body); raises on HTTP errors.
 Fetch = Callable[[str, str, Optional[dict]], Awaitable[object]]
+
+
+class FetchApi(AsyncApi):
+    """The service's API (the generated client) over the culler's ``fetch``."""
+
+    def __init__(self, call: Callable[..., Awaitable[object]], root: str):
+        self.call, self.root = call, root
+
+    async def _send(self, request: Request):
+        return await self.call(request.method, self.root + request.target, request.body)
 
 
 class Culler:
@@ -45,6 +57,7 @@ class Culler:
         # (user, server) -> (notice id, when warned)
         self.warned: dict[tuple[str, str], tuple[int, dt.datetime]] = {}
         self.calls = 0
+        self.service = FetchApi(self._call, self.gpuhub_api)
 
     async def _call(self, method: str, url: str, body: Optional[dict] = None):
         self.calls += 1
@@ -68,7 +81,7 @@ class Culler:
             offset = nxt["offset"]
 
     async def restore_warnings(self) -> None:
-        notices = (await self._call("GET", f"{self.gpuhub_api}/notices"))["notices"]
+        notices = (await self.service.list_notices())["notices"]
         for n in notices:
             if n["kind"] == WARNING_KIND:
                 self.warned[(n["user"], n["server"])] = (n["id"], from_iso(n["created_at"]))
@@ -93,9 +106,9 @@ class Culler:
     async def cycle(self) -> list[tuple[str, Decision]]:
         now = self.clock()
         servers = await self.hub_servers()
-        gpus = (await self._call("GET", f"{self.gpuhub_api}/gpus"))["gpus"]
-        notebooks = (await self._call(
-            "GET", f"{self.gpuhub_api}/workloads?kind=notebook&state=running&limit=1000"))["workloads"]
+        gpus = (await self.service.list_gpus())["gpus"]
+        notebooks = (await self.service.list_workloads(
+            kind="notebook", state=["running"], limit=1000))["workloads"]
         devices = self._record(gpus, now)
         by_server = {(w["user"], w["name"]): w for w in notebooks}
         decisions, actions = [], []
@@ -134,7 +147,7 @@ class Culler:
         async with self.limit:
             if d.action == "warn" and d.notify:
                 expires = (d.cull_at or self.clock()) + dt.timedelta(seconds=2 * self.cull_every)
-                n = await self._call("POST", f"{self.gpuhub_api}/notices", {
+                n = await self.service.post_notice({
                     "user": server.user, "server": server.name, "kind": WARNING_KIND,
                     "message": d.reason, "expires_at": expires.timestamp(),
                     "data": json.loads(json.dumps(d.numbers, default=str))})
@@ -158,7 +171,7 @@ class Culler:
             url, body = f"{self.hub_api}/users/{user}/server", {"reason": d.reason}
         log.warning("culling %s: %s", server.label, d.reason)
         await self._call("DELETE", url, body)
-        await self._call("POST", f"{self.gpuhub_api}/audit", {
+        await self.service.post_audit_entry({
             "action": "cull", "target": server.label,
             "detail": {"reason": d.reason, "rule": d.rule,
                        **json.loads(json.dumps(d.numbers, default=str))}})
@@ -166,4 +179,4 @@ class Culler:
     async def _clear(self, key: tuple[str, str]) -> None:
         entry = self.warned.pop(key, None)
         if entry is not None:
-            await self._call("DELETE", f"{self.gpuhub_api}/notices/{entry[0]}")
+            await self.service.delete_notice(entry[0])

@@ -1,38 +1,70 @@
 """The hub pages' banner: a user's active notices from the scheduler service
 (the culler's warnings), as JupyterHub's ``announcement`` template variable.
 
-JupyterHub calls template variables synchronously for every page, so the
-lookup is short (a loopback call with a 1 s timeout) and cached per user.
+JupyterHub calls template variables synchronously on its event loop for every
+page. A blocking call to the service from there could deadlock: the service
+checks the caller's token with the hub, which cannot answer while it waits
+(the page then came without its banner, CI's culler test saw it). So the
+page reads a snapshot in memory, and a task on the hub's loop refreshes the
+snapshot of everyone's active notices every ``refresh_seconds``, with the
+non-blocking client.
 """
 from __future__ import annotations
 
+import asyncio
 import html
-import json
-import time
-import urllib.parse
-import urllib.request
-from typing import Callable
+import logging
+from typing import Optional
+
+from ..client.aio import AsyncApi
+from ..client.errors import ApiError
+from ..client.tornado_api import TornadoApi
+
+log = logging.getLogger(__name__)
 
 
-def notice_banner(api_url: str, token: str, cache_seconds: float = 10.0,
-                  timeout: float = 1.0) -> Callable:
-    cache: dict[str, tuple[float, str]] = {}
+class NoticeBanner:
+    """``banner(user)``: the HTML of the user's notices, from the last
+    snapshot. The first call (the first page) starts the refreshing task."""
 
-    def banner(user) -> str:
+    def __init__(self, api_url: str, token: str, refresh_seconds: float = 2.0,
+                 timeout: float = 10.0, client: Optional[AsyncApi] = None):
+        self.client = client or TornadoApi(api_url, token, timeout=timeout)
+        self.refresh_seconds = refresh_seconds
+        self.messages: dict[str, list[str]] = {}
+        self._task: Optional[asyncio.Task] = None
+
+    def __call__(self, user) -> str:
+        self.start()
         if user is None:
             return ""
-        hit = cache.get(user.name)
-        if hit and hit[0] > time.monotonic():
-            return hit[1]
-        url = f"{api_url.rstrip('/')}/notices?user={urllib.parse.quote(user.name)}"
-        req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                notices = json.load(resp).get("notices", [])
-        except (OSError, ValueError):
-            notices = []  # the service is down: no banner rather than no page
-        text = "<br>".join(html.escape(n["message"]) for n in notices)
-        cache[user.name] = (time.monotonic() + cache_seconds, text)
-        return text
+        return "<br>".join(html.escape(m) for m in self.messages.get(user.name, ()))
 
-    return banner
+    def start(self) -> None:
+        """Start refreshing on the running loop (once; again if it ended)."""
+        if self._task is not None and not self._task.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on a loop (a tool rendering a template): the snapshot as it is
+        self._task = loop.create_task(self._refresh_forever())
+
+    async def refresh(self) -> None:
+        """Take a new snapshot; when the service does not answer, no banner
+        (rather than a stale warning about a server that was culled)."""
+        try:
+            answer = await self.client.list_notices()
+        except ApiError as e:
+            log.debug("no notices for the banner: %s", e)
+            self.messages = {}
+            return
+        messages: dict[str, list[str]] = {}
+        for notice in answer.get("notices", []):
+            messages.setdefault(notice["user"], []).append(notice["message"])
+        self.messages = messages
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.refresh_seconds)

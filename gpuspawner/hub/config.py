@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .banner import notice_banner
+from .banner import NoticeBanner
 
 CUSTOM_SCOPES = {
     "custom:gpuhub:submit": {"description": "Submit GPU work and manage your own workloads."},
@@ -28,7 +28,7 @@ SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_A
 # default, its spawners' 30 s poll, made a killed service's restart take 10-30 s.
 # GPUHUB_SERVICE_POLL_SECONDS changes it (scripts/bench_restart.py compares).
 SERVICE_POLL_SECONDS = int(os.environ.get("GPUHUB_SERVICE_POLL_SECONDS") or 1)
-# A job's own token (service/job_tokens.py): its user, on the service only.
+# A job's own token (service/access/job_tokens.py): its user, on the service only.
 JOB_TOKEN_SCOPES = [SERVICE_ACCESS, "custom:gpuhub:submit"]
 DEFAULT_CULLER_ARGS = ["--timeout=8h", "--gpu-timeout=1h", "--warn-before=15m", "--cull-every=5m"]
 
@@ -138,4 +138,4 @@ def configure(c, *, service: dict, service_api: str, spawner_token: str) -> None
                     "read:servers", "delete:servers", "admin:servers", SERVICE_ACCESS,
                     "custom:gpuhub:admin"]})
     # The culler's warnings (and other notices) as a banner on the hub's pages.
-    c.JupyterHub.template_vars = {"announcement": notice_banner(service_api, spawner_token)}
+    c.JupyterHub.template_vars = {"announcement": NoticeBanner(service_api, spawner_token)}

@@ -16,7 +16,7 @@ import secrets
 import shutil
 import sys
 
-from ..cli_upgrade import before_start
+from ..cli.upgrade import before_start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HUB_CONFIG = os.path.join(ROOT, "hub_config", "jupyterhub_config.py")

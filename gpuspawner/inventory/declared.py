@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Optional
 
 from ..isolation.gpu_rules import CUDA_UUID
 from .model import Gpu, InventoryError, mig_pool, pool_name
@@ -60,16 +60,7 @@ def declared_gpus(spec: list[dict]) -> list[Gpu]:
                          if mig else pool_name(model))
         if not isinstance(pool, str) or not pool.strip():
             raise InventoryError(f"{where}: 'pool' must be a non-empty string, got {pool!r}")
-        uuids = entry.get("uuids")
-        if uuids is not None and (not isinstance(uuids, list) or len(uuids) != entry["count"]
-                                  or not all(isinstance(u, str) and CUDA_UUID.fullmatch(u)
-                                             for u in uuids)):
-            raise InventoryError(f"{where}: 'uuids' must be a list of {entry['count']} CUDA "
-                                 f"UUIDs like 'GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f' "
-                                 f"(nvidia-smi -L), got {uuids!r}")
-        if mig and uuids and not all(u.startswith("MIG-") for u in uuids):
-            raise InventoryError(f"{where}: the 'uuids' of MIG devices are MIG-... UUIDs "
-                                 f"(nvidia-smi -L), got {uuids!r}")
+        uuids = _uuids(entry, where, bool(mig))
         instances = mig.pop("gpu_instances", None) or [(None, None)] * entry["count"]
         for n in range(entry["count"]):
             index = len(gpus)
@@ -79,6 +70,21 @@ def declared_gpus(spec: list[dict]) -> list[Gpu]:
             gpus.append(Gpu(index=index, uuid=uuids[n] if uuids else fallback,
                             model=model, memory_mib=entry["memory_mib"], pool=pool, **extra))
     return gpus
+
+
+def _uuids(entry: dict, where: str, mig: bool) -> Optional[list]:
+    """An entry's ``uuids``: one CUDA UUID per GPU (``MIG-...`` for MIG devices), or None."""
+    uuids = entry.get("uuids")
+    if uuids is not None and (not isinstance(uuids, list) or len(uuids) != entry["count"]
+                              or not all(isinstance(u, str) and CUDA_UUID.fullmatch(u)
+                                         for u in uuids)):
+        raise InventoryError(f"{where}: 'uuids' must be a list of {entry['count']} CUDA "
+                             f"UUIDs like 'GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f' "
+                             f"(nvidia-smi -L), got {uuids!r}")
+    if mig and uuids and not all(u.startswith("MIG-") for u in uuids):
+        raise InventoryError(f"{where}: the 'uuids' of MIG devices are MIG-... UUIDs "
+                             f"(nvidia-smi -L), got {uuids!r}")
+    return uuids
 
 
 def _mig_fields(entry: dict, where: str) -> dict:

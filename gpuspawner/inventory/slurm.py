@@ -41,6 +41,10 @@ class SlurmNode:
     state: str
     reason: str = ""
     addr: str = ""               # NodeAddr ("" when Slurm did not say)
+    # CPUTot and RealMemory (bytes): what cons_tres gives jobs' --cpus-per-task
+    # and --mem, and what the scheduler admits requests against (0: not said).
+    cpus: float = 0.0
+    memory: int = 0
 
     @property
     def healthy(self) -> bool:
@@ -94,8 +98,15 @@ def parse_nodes(text: str) -> list[SlurmNode]:
         gpus, types = parse_gres(f.get("Gres", ""))
         parts = tuple(p for p in f.get("Partitions", "").split(",") if p and p != "(null)")
         nodes.append(SlurmNode(f["NodeName"], gpus, types, parts, f.get("State", "UNKNOWN"),
-                               f.get("Reason", "").strip(), f.get("NodeAddr", "").strip()))
+                               f.get("Reason", "").strip(), f.get("NodeAddr", "").strip(),
+                               float(_whole(f.get("CPUTot"))),
+                               _whole(f.get("RealMemory")) << 20))
     return nodes
+
+
+def _whole(value: Optional[str]) -> int:
+    """A count scontrol gives (``64``); 0 when it gives none or no number."""
+    return int(value) if value and value.strip().isdigit() else 0
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
@@ -176,6 +187,7 @@ def to_scheduler(nodes: Sequence[SlurmNode], pool_from: str = "partition",
                     pool=pool, healthy=not bad, health_reason=why) for i in range(sn.gpus)]
         index += sn.gpus
         out.append((Node(sn.name, pool, sn.gpus, healthy=not bad, drained=drained,
+                         cpus=sn.cpus, memory=sn.memory, whole_cpus=True,
                          topology=dict((switches or {}).get(sn.name, {})),
                          labels={"slurm.partition": sn.partitions[0]} if sn.partitions else {}),
                     gpus))

@@ -289,7 +289,7 @@ def prepare_checkpoint(checkpoint: str, account: Account) -> bool:
 # ---- the data directory ---------------------------------------------------
 # Directories under the data directory whose entries belong to users: others
 # may pass through them (to reach their own) but not list them.
-PASSAGES = ("workspaces", "workloads", "deployments")
+PASSAGES = ("workspaces", "workloads", "deployments", "teams")
 
 
 def secure_data_dir(data_dir: str) -> None:

@@ -13,6 +13,7 @@ notebook server's), each from its own config file:
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from traitlets import Dict, Int
 from traitlets.config import Configurable
@@ -88,6 +89,23 @@ def parse_request(body: dict, default: Limits) -> Limits:
     return Limits(memory, cpus)
 
 
+def parse_ceilings(quota: dict, where: str) -> tuple[Optional[float], Optional[int]]:
+    """A team quota's ``cpus`` and ``memory`` ceilings (None or absent: no
+    limit; 0: none may be asked for). Raises LimitError naming the field
+    (``where.cpus``)."""
+    cpus, memory = quota.get("cpus"), quota.get("memory")
+    if cpus is not None:
+        cpus = 0.0 if cpus == 0 and not isinstance(cpus, bool) else parse_cpus(cpus, f"{where}.cpus")
+        if cpus > MAX_CPUS * 1024:
+            raise LimitError(f"{where}.cpus: {cpus:g} is above the maximum of {MAX_CPUS * 1024}")
+    if memory is not None:
+        memory = 0 if memory == 0 and not isinstance(memory, bool) else \
+            parse_memory(memory, f"{where}.memory")
+        if memory > MAX_MEMORY * 1024:
+            raise LimitError(f"{where}.memory: {memory} bytes is above the maximum of 64P")
+    return cpus, memory
+
+
 def stored(limits: Limits) -> dict:
     """How a request is kept in a workload's ``spec`` (``spec["resources"]``)."""
     return {"cpus": limits.cpus, "memory": limits.memory_bytes}
@@ -97,6 +115,15 @@ def from_spec(spec: dict) -> Limits:
     """A stored request; empty for a workload submitted before requests."""
     r = (spec or {}).get("resources") or {}
     return Limits(r.get("memory") or None, r.get("cpus") or None)
+
+
+def held(spec: dict, num_nodes: int = 1) -> tuple[float, float]:
+    """The CPUs and memory (GiB) a stored workload asked for on all its
+    nodes together, as usage and cost count them (0 for one submitted
+    before requests)."""
+    asked = from_spec(spec)
+    nodes = num_nodes or 1
+    return (asked.cpus or 0.0) * nodes, (asked.memory_bytes or 0) * nodes / float(1 << 30)
 
 
 def host_capacity(meminfo: str = "/proc/meminfo") -> tuple[float, int]:

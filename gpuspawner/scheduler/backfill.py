@@ -5,6 +5,11 @@ reservation: the earliest time its gang fits, given when running work must
 end at the latest (start + time limit), and the nodes it will use then.
 Later workloads may still start if they end before that time, or if they
 leave the reserved nodes enough GPUs (each reserved node's ``spare``).
+
+Where nodes count CPUs and memory and the reserved workload asks for them,
+the walk waits for those too (``node_load.RoomClock``), and the reservation
+holds them: each reserved node's ``room`` is the CPUs and memory later work
+(not ending before ``start``) may take there.
 """
 from __future__ import annotations
 
@@ -13,7 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
 
-from .model import TOPOLOGY_NONE, TOPOLOGY_REQUIRED, Node, Placement
+from .model import TOPOLOGY_NONE, TOPOLOGY_REQUIRED, Node, Placement, Workload
+from .node_load import EPS, RoomClock
 
 
 @dataclass
@@ -26,6 +32,8 @@ class Reservation:
     # ``start`` (every share on them ends by then): a share that would stay
     # past ``start`` joins one only by taking one of the node's spare GPUs.
     returning: set[tuple[str, int]] = field(default_factory=set)
+    # node -> (CPUs, memory) on it that later work may take (absent: not held).
+    room: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def limits_for(self, end: float) -> Mapping[str, int]:
         return {} if end <= self.start else self.spare
@@ -36,6 +44,24 @@ class Reservation:
         for node, gpus in placement:
             if node in self.spare:
                 self.spare[node] -= len(gpus)
+
+    def room_caps(self, w: Workload, end: float) -> dict[str, int]:
+        """Reserved nodes where ``w`` (ending at ``end``) would take CPUs or
+        memory the reserved workload needs: no GPU of theirs (cap 0)."""
+        if end <= self.start or not self.room:
+            return {}
+        return {n: 0 for n, (cpus, memory) in self.room.items()
+                if w.cpus > cpus + EPS or w.memory > memory}
+
+    def take_room(self, placement: Placement, w: Workload, end: float) -> None:
+        """``w`` (ending at ``end``) starts on ``placement``: its CPUs and
+        memory on reserved nodes come out of their room."""
+        if end <= self.start or not self.room:
+            return
+        for node, _ in placement:
+            if node in self.room:
+                cpus, memory = self.room[node]
+                self.room[node] = (cpus - w.cpus, memory - w.memory)
 
     def may_join(self, key: tuple[str, int], end: float) -> bool:
         """Whether a share ending at ``end`` may join shared GPU ``key``."""
@@ -66,6 +92,7 @@ def find_reservation(
     topology: str,
     topology_key: str,
     returned: Callable[[str, tuple[int, ...]], int],
+    room: Optional[RoomClock] = None,
 ) -> Optional[Reservation]:
     """Walk future releases in time order until the gang fits.
 
@@ -73,7 +100,10 @@ def find_reservation(
     pool's nodes matching the selector); ``releases`` yields
     ``(end, placement)`` sorted by end; ``returned(node, gpus)`` says how many
     of a node's released GPUs come back to the free pool (not unhealthy, not
-    set aside).
+    set aside). ``room`` (optional) follows the candidate nodes' free CPUs and
+    memory over the same walk: a node counts only once the workload's CPUs
+    and memory fit there too, and ``releases`` then also carries the times
+    its CPUs and memory come back (as placements of no GPUs).
     """
     free = ({n: c for n, c in free_now.items() if nodes[n].matches(selector)} if selector
             else dict(free_now))
@@ -82,8 +112,11 @@ def find_reservation(
     def domain(n: str) -> str:
         return nodes[n].topology.get(topology_key, "") if topology != TOPOLOGY_NONE else ""
 
-    for n, c in free.items():
-        if c >= gpus_per_node:
+    def ok(n: str) -> bool:
+        return free[n] >= gpus_per_node and (room is None or room.fits(n))
+
+    for n in free:
+        if ok(n):
             domains[domain(n)].add(n)
 
     def fits() -> Optional[list[str]]:
@@ -101,7 +134,8 @@ def find_reservation(
 
     def reservation(start: float, chosen: list[str]) -> Reservation:
         return Reservation(workload_id, start,
-                           {n: free[n] - gpus_per_node for n in chosen})
+                           {n: free[n] - gpus_per_node for n in chosen},
+                           room={n: room.spare(n) for n in chosen} if room is not None else {})
 
     if fits() is not None:
         # It fits now by count, so other reservations are what hold it back:
@@ -109,15 +143,18 @@ def find_reservation(
         return None
     for end, placement in releases:
         changed = False
+        touched = room.advance(end) if room is not None else []
         for node, gpus in placement:
             if node not in free:
                 continue
             back = returned(node, gpus)
             if back:
                 free[node] += back
-                if free[node] >= gpus_per_node:
-                    domains[domain(node)].add(node)
-                    changed = True
+                touched.append(node)
+        for node in touched:
+            if node in free and ok(node) and node not in domains[domain(node)]:
+                domains[domain(node)].add(node)
+                changed = True
         if changed:
             chosen = fits()
             if chosen is not None:

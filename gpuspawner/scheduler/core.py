@@ -12,8 +12,8 @@ from typing import Iterable, Optional
 from . import events as ev
 from .cycle import CycleResult, plan_cycle, plan_cycle_steps
 from .model import (TOPOLOGY_REQUIRED, Node, RunState, Team, Workload, combined_selector,
-                    selector_conflict)
-from .node_load import too_big_for_pool
+                    dataset_rules_text, selector_conflict)
+from .node_load import counted_request, too_big_for_pool
 from .policy import Policy
 from .quota import describe_ceiling, units
 from .shares import share_fits_pool
@@ -78,7 +78,7 @@ class Scheduler:
         if key not in self._shape_reasons:
             self._shape_reasons[key] = self._shape_reason(w, selector)
         if self._shape_reasons[key] is not None:
-            return self._shape_reasons[key]
+            return self._data_reason(w, team) or self._shape_reasons[key]
         if self.policy.quotas:
             quota = state.ledger.quota(w.team, w.pool)
             if w.gpu_units > quota.ceiling:
@@ -86,6 +86,14 @@ class Scheduler:
                         f"may hold at most "
                         f"{int(quota.ceiling)} ({describe_ceiling(quota)})")
         return None
+
+    def _data_reason(self, w: Workload, team: Optional[Team]) -> Optional[str]:
+        """Its datasets' residency, when that alone leaves it no nodes."""
+        if not any(w.dataset_nodes.values()):
+            return None
+        if self._shape_reason(w, combined_selector(team, w, datasets=False)) is not None:
+            return None  # no node would do even without its datasets' rule
+        return f"{dataset_rules_text(w)}: {self._shape_reason(w, combined_selector(team, w))}"
 
     def _shape_reason(self, w: Workload, selector: dict) -> Optional[str]:
         """Why no set of nodes can ever hold this shape (cached per shape)."""
@@ -115,6 +123,7 @@ class Scheduler:
     def submit(self, w: Workload, now: float) -> ev.Event:
         if w.id in self.state.pending or w.id in self.state.running:
             raise SchedulerError(f"workload {w.id} already exists")
+        w = counted_request(w, self.state.whole_cpu_pools)  # whole cores where Slurm runs it
         reason = self.validate(w)
         if reason is not None:
             return ev.Event(ev.REJECTED, w.id, now, message=reason)

@@ -7,6 +7,12 @@ capacity; its dominant share is the largest across pools, divided by its
 weight (DRF over pools). Current holdings make the order react within a
 cycle; the decayed history keeps a team that just finished a large run from
 jumping the queue again.
+
+Where a pool's nodes count CPUs and memory, they are resources of the
+dominant share too (DRF proper): the team's CPUs over the pool's CPUs, its
+memory over the pool's memory, under their own keys (``cpus@POOL``,
+``memory@POOL``) beside the pool's GPUs. A team with no nominal quota of
+them: all its use counts.
 """
 from __future__ import annotations
 
@@ -39,6 +45,38 @@ class DecayedUsage:
     def average_gpus(self, now: float, half_life: float) -> float:
         """Decayed average number of GPUs held (steady use of N GPUs -> N)."""
         return self.at(now, half_life) * math.log(2) / half_life
+
+
+def cpus_key(pool: str) -> str:
+    return f"cpus@{pool}"
+
+
+def memory_key(pool: str) -> str:
+    return f"memory@{pool}"
+
+
+def usage_deltas(w, sign: int = 1) -> list[tuple[str, float]]:
+    """What starting (sign -1: ending) ``w`` adds to its team's usage, per
+    key: its GPU units in its pool, and the CPUs and memory it asked for on
+    all its nodes (only those it asked for). Nothing without a pool."""
+    if not w.pool:
+        return []
+    out = [(w.pool, sign * w.gpu_units)]
+    if w.cpus:
+        out.append((cpus_key(w.pool), sign * w.cpus * w.num_nodes))
+    if w.memory:
+        out.append((memory_key(w.pool), sign * w.memory * w.num_nodes))
+    return out
+
+
+def add_resource_capacity(capacity: dict[str, float], node, sign: int = 1) -> None:
+    """Add (sign -1: take away) a healthy node's counted CPUs and memory to
+    ``capacity``: ``cpus@POOL`` and ``memory@POOL`` -> the pool's."""
+    if not node.healthy:
+        return
+    for key, amount in ((cpus_key(node.pool), node.cpus), (memory_key(node.pool), node.memory)):
+        if amount:
+            capacity[key] = capacity.get(key, 0.0) + sign * amount
 
 
 def dominant_share(team_usage: Mapping[str, float], capacity: Mapping[str, int],

@@ -142,7 +142,8 @@ def idle_but_waiting(state: ClusterState, policy: Policy, reservations=(),
         if wid in state.nominations or w.gpus == 0 or (w.team, w.pool) in held:
             continue
         if policy.quotas and (ledger.check(w.team, w.pool, w.gpu_units) is not None
-                              or ledger.breaks_lending(w.team, w.pool, w.gpu_units)):
+                              or ledger.breaks_lending(w.team, w.pool, w.gpu_units)
+                              or state.ledger.check_resources(w) is not None):
             continue
         # Conservative: keep every other reservation's nodes as they are, even
         # for work short enough to ignore them (misses some, invents none).

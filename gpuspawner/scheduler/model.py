@@ -5,7 +5,7 @@ objects from its database, the simulator from a trace, and tests by hand.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Mapping, Optional
 
@@ -65,6 +65,9 @@ class Node:
     setting, the same on every node of a shareable pool. ``cpus`` and
     ``memory`` (bytes) are what its workloads' CPU and memory requests are
     admitted against (0: not counted, as in traces without them).
+    ``whole_cpus``: its backend allocates whole cores (Slurm's cons_tres
+    gives ``--cpus-per-task`` in whole CPUs), so a request in its pool counts
+    rounded up to whole cores (``node_load.counted_request``).
     """
 
     name: str
@@ -78,6 +81,7 @@ class Node:
     share_units: int = 0
     cpus: float = 0.0
     memory: int = 0
+    whole_cpus: bool = False
 
     def __post_init__(self):
         if self.cpus < 0 or self.memory < 0:
@@ -106,14 +110,20 @@ class Quota:
     ``nominal + borrowing_limit`` while other teams' quota is idle
     (``None``: no limit). At most ``lending_limit`` of its idle nominal
     quota may be used by others (``None``: all of it).
+
+    ``cpus`` and ``memory`` (bytes) are the most CPUs and memory the team's
+    running work in the pool may ask for together (``None``: no limit), as
+    Kueue's nominalQuota for cpu and memory with no borrowing: a ceiling.
     """
 
     nominal: int = 0
     borrowing_limit: Optional[int] = None
     lending_limit: Optional[int] = None
+    cpus: Optional[float] = None
+    memory: Optional[int] = None
 
     def __post_init__(self):
-        for name in ("nominal", "borrowing_limit", "lending_limit"):
+        for name in ("nominal", "borrowing_limit", "lending_limit", "cpus", "memory"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"quota {name} must be >= 0, got {value}")
@@ -160,6 +170,9 @@ class Workload:
     ONE GPU, memory and compute alike (one GPU, one node); 0: whole GPUs.
     ``cpus`` and ``memory`` (bytes) are asked for on each of its nodes, as
     Kueue counts cpu and memory beside nvidia.com/gpu (0: nothing asked).
+    ``dataset_nodes``: for each dataset it reads whose residency names node
+    labels, those labels (``{"imagenet": {"region": "eu"}}``): every node it
+    runs on carries them, whatever its team's and its own selectors add.
     """
 
     id: str
@@ -184,6 +197,7 @@ class Workload:
     gpu_share: float = 0.0
     cpus: float = 0.0
     memory: int = 0
+    dataset_nodes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.cpus < 0 or self.memory < 0:
@@ -219,22 +233,54 @@ class Workload:
         return self.gpu_share if self.gpu_share else self.gpus
 
 
-def combined_selector(team: Optional[Team], w: "Workload") -> dict[str, str]:
-    """Node labels the workload must run on: its own, and its team's, which
-    a workload cannot override (data residency is the team's rule)."""
-    if team is None or not team.node_selector:
+def combined_selector(team: Optional[Team], w: "Workload", datasets: bool = True
+                      ) -> dict[str, str]:
+    """Node labels the workload must run on: its own, its datasets' and its
+    team's (all of them: a workload cannot override where its data or its
+    team may be; ``selector_conflict`` rejects rules that contradict).
+    ``datasets=False``: without its datasets' (where it could run but for them)."""
+    if not (datasets and w.dataset_nodes) and (team is None or not team.node_selector):
         return dict(w.node_selector)
-    return {**w.node_selector, **team.node_selector}
+    out = dict(w.node_selector)
+    for labels in w.dataset_nodes.values() if datasets else ():
+        out.update(labels)
+    if team is not None:
+        out.update(team.node_selector)
+    return out
+
+
+def without_datasets(w: "Workload") -> "Workload":
+    """``w`` without its datasets' node rules: where it could run but for them."""
+    return replace(w, dataset_nodes={})
+
+
+def labels_text(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def dataset_rules_text(w: "Workload") -> str:
+    """What its datasets' residency says, dataset by dataset ("" if nothing)."""
+    return "; ".join(f"dataset {name} may only be read on nodes labelled {labels_text(labels)}"
+                     for name, labels in sorted(w.dataset_nodes.items()) if labels)
 
 
 def selector_conflict(team: Optional[Team], w: "Workload") -> Optional[str]:
-    """Why the workload's own labels contradict its team's, or None."""
-    if team is None:
-        return None
-    for key, value in w.node_selector.items():
-        if key in team.node_selector and team.node_selector[key] != value:
-            return (f"asks for nodes labelled {key}={value} but team {team.name} is restricted "
-                    f"to {key}={team.node_selector[key]}")
+    """Why the workload's own labels, its datasets' and its team's contradict
+    each other (no node can satisfy them all), or None."""
+    rules = [("asks for nodes labelled", w.node_selector, "")]
+    rules += [(f"dataset {name} may only be read on nodes labelled", labels, f"dataset {name}")
+              for name, labels in sorted(w.dataset_nodes.items())]
+    if team is not None and team.node_selector:
+        rules.append((f"team {team.name} is restricted to", team.node_selector,
+                      f"team {team.name}"))
+    for i, (words, labels, _) in enumerate(rules):
+        for key, value in sorted(labels.items()):
+            for later_words, later, who in rules[i + 1:]:
+                if key in later and later[key] != value:
+                    if who.startswith("team "):
+                        return f"{words} {key}={value} but {later_words} {key}={later[key]}"
+                    return (f"{words} {key}={value} but {who} may only be read on nodes "
+                            f"labelled {key}={later[key]}: no node can serve both")
     return None
 
 

@@ -9,7 +9,9 @@ on each of its nodes.
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional
+import math
+from dataclasses import replace
+from typing import Collection, Iterable, Mapping, Optional
 
 from .model import Node, Placement, Workload
 
@@ -18,6 +20,25 @@ EPS = 1e-9
 
 def asks(w: Workload) -> bool:
     return w.cpus > 0 or w.memory > 0
+
+
+def counted_request(w: Workload, whole_cpu_pools: Collection[str]) -> Workload:
+    """``w`` as its pool's nodes allocate it: in a pool whose nodes allocate
+    whole cores (``Node.whole_cpus``: Slurm), its CPUs rounded up to whole
+    cores, as the backend asks for them (``--cpus-per-task``), so the node's
+    load, the team's quota and fair share count what is really held."""
+    if w.cpus and w.pool in whole_cpu_pools:
+        whole = float(max(1, math.ceil(w.cpus - EPS)))
+        if whole != w.cpus:
+            return replace(w, cpus=whole)
+    return w
+
+
+def holds_node(w: Workload, placement: Placement) -> bool:
+    """Whether running ``w`` holds something of a node: GPUs, or the CPUs and
+    memory of the node it was placed on (it then ends, and may be preempted,
+    like GPU work)."""
+    return bool(w.gpus) or (asks(w) and bool(placement))
 
 
 def counted(nodes: Iterable[Node]) -> bool:
@@ -103,9 +124,16 @@ def place_cpu_only(load: NodeLoad, nodes: list[Node], w: Workload) -> Optional[s
     return best
 
 
-def cpu_only_reason(load: NodeLoad, nodes: list[Node], w: Workload) -> str:
-    """Why no node has room: the request, and the node that comes closest."""
+def cpu_only_reason(load: NodeLoad, nodes: list[Node], w: Workload,
+                    kept: Iterable[str] = ()) -> str:
+    """Why no node has room: the request, and the node that comes closest
+    (or, where the room is there, that a reservation keeps it)."""
     open_nodes = [n for n in nodes if n.healthy and not n.drained]
+    held = sorted(n.name for n in open_nodes if n.name in kept and load.fits(n, w))
+    if held:
+        return (f"waiting for {request_words(w)} on a node of pool {w.pool}: the CPUs and "
+                f"memory free on {', '.join(held)} are held for a reserved start (a time "
+                f"limit ending before it would let it run)")
     closest = max(open_nodes, key=lambda n: (load.free(n), n.name))
     more = f" (and {len(open_nodes) - 1} more node(s) without room)" if len(open_nodes) > 1 else ""
     return (f"waiting for {request_words(w)} on a node of pool {w.pool}: "
@@ -126,3 +154,46 @@ def too_big_for_pool(w: Workload, nodes: Iterable[Node]) -> Optional[str]:
             return (f"asks for {show(asked)} {what} on one node but every {w.pool} node has "
                     f"at most {show(max(counting))}")
     return None
+
+
+class RoomClock:
+    """The free CPUs and memory of a pool's nodes as running work ends, for a
+    reservation's walk through future releases (``backfill.find_reservation``).
+
+    ``free`` is each node's free (CPUs, memory) now (-inf: the node takes no
+    new work); ``releases`` the (end, node, CPUs, memory) that work gives
+    back, sorted by end; ``need`` what the reserved workload asks for on
+    each of its nodes."""
+
+    def __init__(self, free: Mapping[str, tuple[float, float]],
+                 releases: list[tuple[float, str, float, float]], need: tuple[float, float]):
+        self.free = dict(free)
+        self.releases = releases
+        self.need = need
+        self.at = 0  # releases[:at] are applied
+
+    def fits(self, node: str) -> bool:
+        cpus, memory = self.free.get(node, (float("inf"), float("inf")))
+        return self.need[0] <= cpus + EPS and self.need[1] <= memory
+
+    def spare(self, node: str) -> tuple[float, float]:
+        """What is left on ``node`` beside the reserved workload's request."""
+        cpus, memory = self.free.get(node, (float("inf"), float("inf")))
+        return cpus - self.need[0], memory - self.need[1]
+
+    def advance(self, t: float) -> list[str]:
+        """Apply the releases up to ``t``: the nodes whose room grew."""
+        grew = []
+        releases = self.releases
+        while self.at < len(releases) and releases[self.at][0] <= t:
+            _, node, cpus, memory = releases[self.at]
+            self.at += 1
+            if node in self.free:
+                free_cpus, free_memory = self.free[node]
+                self.free[node] = (free_cpus + cpus, free_memory + memory)
+                grew.append(node)
+        return grew
+
+    def times(self):
+        """The releases as (end, placement of no GPUs), to merge with the GPUs'."""
+        return ((end, ((node, ()),)) for end, node, _, _ in self.releases)

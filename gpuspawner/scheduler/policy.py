@@ -80,6 +80,11 @@ class Policy:
     sweep_task_spacing: float = 60.0
     # Aged workloads that may hold a reservation at once, per pool.
     max_aged_reservations_per_pool: int = 2
+    # Reservations a pool keeps at once, the holders' included (they renew
+    # theirs first, in the order they got them); None: a holder always keeps
+    # its own, however many there are. Every reservation drains nodes and is
+    # checked by every later placement.
+    max_held_reservations_per_pool: Optional[int] = None
     priority_classes: Mapping[str, PriorityClass] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
     )

@@ -11,14 +11,21 @@ them it is stricter, which is what a lending limit is for.
 
 Amounts are GPU units: a share of a GPU counts its fraction (0.25 for a
 quarter). Shares are 1/N with N a power of two, so the sums are exact.
+
+CPUs and memory (``Quota.cpus``, ``Quota.memory``) are ceilings, checked
+beside the GPUs: the CPUs and memory a team's running work in a pool asked
+for (on each of its nodes) may not pass them. A quota without them does
+not limit them.
 """
 from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from .model import NO_QUOTA, Quota, Team
+from .model import NO_QUOTA, Quota, Team, Workload
+from .node_load import gib
 
 INF = float("inf")
+EPS = 1e-9
 
 
 def borrowed(used: float, quota: Quota) -> float:
@@ -46,10 +53,13 @@ class QuotaLedger:
     borrowing rule needs kept up to date incrementally (O(1) per charge)."""
 
     def __init__(self, capacity: Mapping[str, int], teams: Mapping[str, Team],
-                 used: Mapping[tuple[str, str], float] = ()):
+                 used: Mapping[tuple[str, str], float] = (),
+                 resources: Mapping[tuple[str, str], tuple[float, int]] = ()):
         self.capacity = dict(capacity)
         self.teams = teams
         self.used: dict[tuple[str, str], float] = {}
+        # (team, pool) -> CPUs and memory bytes its work holds.
+        self.resources: dict[tuple[str, str], tuple[float, int]] = dict(resources)
         self.nominal_total: dict[str, int] = {p: 0 for p in self.capacity}
         self.borrowed_total: dict[str, float] = {p: 0 for p in self.capacity}
         self.lendable_total: dict[str, float] = {p: 0 for p in self.capacity}
@@ -66,6 +76,7 @@ class QuotaLedger:
         new.capacity = self.capacity
         new.teams = self.teams
         new.used = dict(self.used)
+        new.resources = dict(self.resources)
         new.nominal_total = self.nominal_total
         new.borrowed_total = dict(self.borrowed_total)
         new.lendable_total = dict(self.lendable_total)
@@ -92,6 +103,37 @@ class QuotaLedger:
                                      + borrowed(after, quota) - borrowed(before, quota))
         self.lendable_total[pool] = (self.lendable_total.get(pool, 0)
                                      + lendable(after, quota) - lendable(before, quota))
+
+    def charge_workload(self, w: Workload, sign: int = 1) -> None:
+        """Charge (sign -1: give back) all a workload holds: its GPU units,
+        and the CPUs and memory it asked for on each of its nodes."""
+        self.charge(w.team, w.pool, sign * w.gpu_units)
+        if w.cpus or w.memory:
+            key = (w.team, w.pool)
+            cpus, memory = self.resources.get(key, (0.0, 0))
+            cpus += sign * w.cpus * w.num_nodes
+            memory += sign * w.memory * w.num_nodes
+            if abs(cpus) < EPS and memory == 0:
+                self.resources.pop(key, None)
+            else:
+                self.resources[key] = (cpus, memory)
+
+    def check_resources(self, w: Workload) -> Optional[str]:
+        """None when ``w``'s CPUs and memory fit its team's quota in its
+        pool beside what the team's work holds, else why not (naming CPUs
+        or memory)."""
+        quota = self.quota(w.team, w.pool)
+        if quota.cpus is None and quota.memory is None:
+            return None
+        cpus, memory = self.resources.get((w.team, w.pool), (0.0, 0))
+        asked_cpus, asked_memory = w.cpus * w.num_nodes, w.memory * w.num_nodes
+        if quota.cpus is not None and asked_cpus and cpus + asked_cpus > quota.cpus + EPS:
+            return (f"team {w.team} holds {cpus:g} of its {quota.cpus:g} {w.pool} CPUs (quota); "
+                    f"this workload asks for {asked_cpus:g} CPU{'s' if asked_cpus != 1 else ''}")
+        if quota.memory is not None and asked_memory and memory + asked_memory > quota.memory:
+            return (f"team {w.team} holds {gib(memory)} of its {gib(quota.memory)} {w.pool} "
+                    f"memory (quota); this workload asks for {gib(asked_memory)}")
+        return None
 
     def borrowing_ok(self, pool: str) -> bool:
         return self._lending_deficit(pool) <= 0

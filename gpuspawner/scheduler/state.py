@@ -12,9 +12,9 @@ import heapq
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Optional
 
-from .fairshare import DecayedUsage
+from .fairshare import DecayedUsage, add_resource_capacity, usage_deltas
 from .model import Node, Placement, Running, RunState, Team, Workload
-from .node_load import NodeLoad
+from .node_load import NodeLoad, counted_request, holds_node
 from .placement import FreeIndex
 from .quota import QuotaLedger
 from .shares import SlotIndex, open_or_join, share_key, slots_needed
@@ -40,37 +40,17 @@ class Nomination:
 SHARE_SHAPE = "share"
 
 
-class ClusterState:
-    def __init__(self, nodes: Iterable[Node] = (), teams: Iterable[Team] = (), *,
-                 queue_key: Callable[[Workload], tuple],
-                 priority_value: Callable[[str], int], group_by_team: bool = True,
-                 half_life: float = 7 * 24 * 3600.0):
+class PendingQueues:
+    """Pending work, indexed for the cycle: each group's queue (a team's, or
+    one for all), the shapes each group waits with, the oldest first for
+    aging, and counts per team, pool and kind."""
+
+    def __init__(self, teams: Mapping[str, Team], queue_key: Callable[[Workload], tuple],
+                 group_by_team: bool):
+        self.teams = teams  # ClusterState's, changed in place
         self.queue_key = queue_key
-        self.priority_value = priority_value
         self.group_by_team = group_by_team
-        self.half_life = half_life
-        self.nodes: dict[str, Node] = {}
-        self.teams: dict[str, Team] = {t.name: t for t in teams}
         self.pending: dict[str, Workload] = {}
-        self.running: dict[str, Running] = {}
-        self.nominations: dict[str, Nomination] = {}
-        # (node, gpu) -> preemptor id, for GPUs a nomination waits for.
-        self.set_aside: dict[tuple[str, int], str] = {}
-        # (node, gpu) -> id of the workload holding it.
-        self.owner: dict[tuple[str, int], str] = {}
-        self.index = FreeIndex()
-        # Shared GPUs: their used slots, and the running shares on each.
-        self.slots = SlotIndex()
-        self.sharers: dict[tuple[str, int], dict[str, int]] = {}
-        # (node, gpu) -> {preemptor id: slots} set aside on a shared GPU.
-        self.share_aside: dict[tuple[str, int], dict[str, int]] = {}
-        self.capacity: dict[str, int] = {}
-        self.usage: dict[tuple[str, str], DecayedUsage] = {}
-        self.running_by_pool: dict[str, dict[str, None]] = {}
-        # pool -> sorted [(end_estimate, start_time, id)] of running work with a bound.
-        self.ends: dict[str, list[tuple[float, float, str]]] = {}
-        # (team, pool) -> the same, for one team's work.
-        self.team_ends: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
         # group -> queue of workloads (lazy: stale entries are skipped).
         self.queues: dict[str, list[Workload]] = {}
         self._stale: dict[str, int] = {}
@@ -79,75 +59,25 @@ class ClusterState:
         # Lets a cycle skip a team once every shape it waits with cannot fit.
         self.pending_shapes: dict[str, dict[str, dict[tuple, list]]] = {}
         self.queue_keys: dict[str, tuple] = {}
+        # (team, pool, kind) -> [pending workloads, their GPU units]: kept
+        # as work comes and goes, so that what shows the queue's size (the
+        # pools, the metrics, the queue page) does not count it every time.
+        self.pending_counts: dict[tuple[str, str, str], list] = {}
         # (submit time, id, attempt) of pending work, oldest first, for aging
         # (lazy: stale entries are skipped, and dropped when they are half).
         self.by_submit: list[tuple[float, str, int]] = []
         self._by_submit_stale = 0
-        # (team, pool) -> sorted [(priority, -start, -submit, id)] of RUNNING
-        # work: eviction order, lowest priority and newest first.
-        self.eviction_order: dict[tuple[str, str], list[tuple]] = {}
-        # node -> latest end estimate of the work running on it.
-        self.node_drain: dict[str, float] = {}
-        # Workloads that hold a backfill reservation, oldest grant first.
-        self.reserved_order: list[str] = []
-        # Nodes with a GPU that is not usable.
-        self.unhealthy_nodes: set[str] = set()
-        # node -> CPUs and memory asked for by the running work on it.
-        self.node_load = NodeLoad()
-        for node in nodes:
-            self._add_node(node)
-        self.ledger = self._new_ledger()
 
-    # ---- nodes and teams -------------------------------------------------
-    def _add_node(self, node: Node) -> None:
-        self.nodes[node.name] = node
-        if len(node.usable_gpus()) < node.gpus:
-            self.unhealthy_nodes.add(node.name)
-        else:
-            self.unhealthy_nodes.discard(node.name)
-        free = [g for g in node.placeable_gpus()
-                if (node.name, g) not in self.owner and (node.name, g) not in self.set_aside
-                and (node.name, g) not in self.slots]
-        self.index.add_node(node, free)
-        self.capacity[node.pool] = self.capacity.get(node.pool, 0) + len(node.usable_gpus())
-        self.running_by_pool.setdefault(node.pool, {})
-        self.ends.setdefault(node.pool, [])
-
-    def set_node(self, node: Node) -> None:
-        """Add a node or change it (health, labels). Work on hardware that
-        became unhealthy is evicted by the next cycle."""
-        old = self.nodes.get(node.name)
-        if old is not None:
-            if old.pool != node.pool and (any(n == node.name for (n, _g) in self.owner)
-                                          or node.name in self.slots.on_node):
-                raise ValueError(f"node {node.name} has running work; drain it before moving pools")
-            self.capacity[old.pool] -= len(old.usable_gpus())
-            self.index.remove_node(node.name)
-        self._add_node(node)
-        self.ledger = self._new_ledger()
-
-    def set_team(self, team: Team) -> None:
-        self.teams[team.name] = team
-        self.ledger = self._new_ledger()
-
-    def _new_ledger(self) -> QuotaLedger:
-        charged: dict[tuple[str, str], float] = {}
-        for r in self.running.values():
-            key = (r.workload.team, r.workload.pool)
-            charged[key] = charged.get(key, 0) + r.workload.gpu_units
-        for nom in self.nominations.values():
-            w = self.pending[nom.workload_id]
-            charged[(w.team, w.pool)] = charged.get((w.team, w.pool), 0) + w.gpu_units
-        return QuotaLedger(self.capacity, self.teams, charged)
-
-    # ---- queue -----------------------------------------------------------
     def group_of(self, w: Workload) -> str:
         return w.team if self.group_by_team else ""
 
-    def add_pending(self, w: Workload) -> None:
-        if w.id in self.pending or w.id in self.running:
+    def add(self, w: Workload) -> None:
+        if w.id in self.pending:
             raise ValueError(f"workload {w.id} already exists")
         self.pending[w.id] = w
+        counted = self.pending_counts.setdefault((w.team, w.pool, w.kind), [0, 0.0])
+        counted[0] += 1
+        counted[1] += w.gpu_units
         group = self.group_of(w)
         shapes = self.pending_shapes.setdefault(group, {}).setdefault(w.pool, {})
         limit = w.time_limit if w.time_limit is not None else float("inf")
@@ -158,8 +88,14 @@ class ClusterState:
         # queues every cycle is not.
         bisect.insort(self.queues.setdefault(group, []), w, key=self.queue_key)
 
-    def _unqueue(self, w: Workload) -> None:
+    def remove(self, w: Workload) -> None:
         del self.pending[w.id]
+        key = (w.team, w.pool, w.kind)
+        counted = self.pending_counts[key]
+        counted[0] -= 1
+        counted[1] -= w.gpu_units
+        if not counted[0]:
+            del self.pending_counts[key]
         self._by_submit_stale += 1
         if self._by_submit_stale * 2 > len(self.by_submit):
             self.by_submit = [e for e in self.by_submit if self._is_pending(e)]
@@ -177,7 +113,7 @@ class ClusterState:
             if not shapes:
                 del pools[w.pool]
 
-    def oldest_pending(self, submitted_by: float) -> Iterable[Workload]:
+    def oldest(self, submitted_by: float) -> Iterable[Workload]:
         """Pending workloads submitted at or before ``submitted_by``, oldest first."""
         for submit, wid, _attempt in self.by_submit:
             if submit > submitted_by:
@@ -196,20 +132,15 @@ class ClusterState:
             heapq.heappop(heap)
         return heap[0][0] if heap else float("inf")
 
-    def remove_pending(self, wid: str) -> Workload:
-        w = self.pending[wid]
-        self._unqueue(w)
-        nom = self.nominations.pop(wid, None)
-        if nom is not None:
-            self._drop_nomination(nom, w)
-        return w
-
     def shape_class(self, w: Workload) -> tuple:
         team = self.teams.get(w.team)
-        constrained = bool(w.node_selector) or (team is not None and bool(team.node_selector))
+        constrained = bool(w.node_selector) or bool(w.dataset_nodes) or \
+            (team is not None and bool(team.node_selector))
         if w.gpu_share:
-            return (w.gpu_share, 1, SHARE_SHAPE, "", constrained)
-        return (w.gpus_per_node, w.num_nodes, w.topology, w.topology_key, constrained)
+            return (w.gpu_share, 1, SHARE_SHAPE, "", constrained, w.cpus, w.memory)
+        # The parts ``WholeGpus.shape`` keys failures by (the early exit's lookup).
+        return (w.gpus_per_node, w.num_nodes, w.topology, w.topology_key, constrained,
+                w.cpus, w.memory)
 
     def queue(self, group: str) -> list[Workload]:
         """The group's pending workloads in queue order (stale entries removed
@@ -220,6 +151,197 @@ class ClusterState:
             queue[:] = [w for w in queue if pending.get(w.id) is w]
             self._stale[group] = 0
         return queue
+
+
+class RunningOrder:
+    """Running work ordered two ways: by end (``ends`` per pool, ``team_ends``
+    per team and pool: sorted [(end_estimate, start_time, id)] of work with a
+    bound) and for eviction (``eviction_order`` per team and pool: sorted
+    [(priority, -start, -submit, id)] of RUNNING work, lowest priority and
+    newest first)."""
+
+    def __init__(self, priority_value: Callable[[str], int]):
+        self.priority_value = priority_value
+        self.ends: dict[str, list[tuple[float, float, str]]] = {}
+        self.team_ends: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+        self.eviction_order: dict[tuple[str, str], list[tuple]] = {}
+
+    def add(self, r: Running) -> None:
+        w = r.workload
+        self.add_end(r)
+        bisect.insort(self.eviction_order.setdefault((w.team, w.pool), []), self._eviction_key(r))
+
+    def add_end(self, r: Running) -> None:
+        end = r.end_estimate
+        if end != float("inf"):
+            w = r.workload
+            entry = (end, r.start_time, w.id)
+            bisect.insort(self.ends[w.pool], entry)
+            bisect.insort(self.team_ends.setdefault((w.team, w.pool), []), entry)
+
+    def remove_end(self, r: Running) -> None:
+        end = r.end_estimate
+        if end != float("inf"):
+            w = r.workload
+            entry = (end, r.start_time, w.id)
+            for ends in (self.ends[w.pool], self.team_ends.get((w.team, w.pool), [])):
+                i = bisect.bisect_left(ends, entry)
+                if i < len(ends) and ends[i] == entry:
+                    del ends[i]
+
+    def _eviction_key(self, r: Running) -> tuple:
+        w = r.workload
+        return (self.priority_value(w.priority), -r.start_time, -w.submit_time, w.id)
+
+    def remove_eviction(self, r: Running) -> None:
+        order = self.eviction_order.get((r.workload.team, r.workload.pool))
+        if order:
+            key = self._eviction_key(r)
+            i = bisect.bisect_left(order, key)
+            if i < len(order) and order[i] == key:
+                del order[i]
+
+
+class UsageMeter:
+    """Each team's decayed GPU use per pool (and CPUs and memory), for fair share."""
+
+    def __init__(self, half_life: float):
+        self.half_life = half_life
+        self.usage: dict[tuple[str, str], DecayedUsage] = {}
+
+    def advance(self, team: str, pool: str, now: float, delta: float) -> None:
+        if not pool:
+            return
+        u = self.usage.setdefault((team, pool), DecayedUsage(updated_at=now))
+        u.advance(now, self.half_life, u.rate + delta)
+
+    def team_usage(self, now: float) -> dict[str, dict[str, float]]:
+        """team -> pool -> the mean of the GPUs it holds now and the GPUs it
+        held on average (decayed over the half-life)."""
+        out: dict[str, dict[str, float]] = {}
+        for (team, pool), u in self.usage.items():
+            out.setdefault(team, {})[pool] = (u.rate + u.average_gpus(now, self.half_life)) / 2
+        return out
+
+
+class ClusterState:
+    def __init__(self, nodes: Iterable[Node] = (), teams: Iterable[Team] = (), *,
+                 queue_key: Callable[[Workload], tuple],
+                 priority_value: Callable[[str], int], group_by_team: bool = True,
+                 half_life: float = 7 * 24 * 3600.0):
+        self.queue_key = queue_key
+        self.priority_value = priority_value
+        self.group_by_team = group_by_team
+        self.half_life = half_life
+        self.nodes: dict[str, Node] = {}
+        self.teams: dict[str, Team] = {t.name: t for t in teams}
+        self.running: dict[str, Running] = {}
+        self.nominations: dict[str, Nomination] = {}
+        # (node, gpu) -> preemptor id, for GPUs a nomination waits for.
+        self.set_aside: dict[tuple[str, int], str] = {}
+        # (node, gpu) -> id of the workload holding it.
+        self.owner: dict[tuple[str, int], str] = {}
+        self.index = FreeIndex()
+        # Shared GPUs: their used slots, and the running shares on each.
+        self.slots = SlotIndex()
+        self.sharers: dict[tuple[str, int], dict[str, int]] = {}
+        # (node, gpu) -> {preemptor id: slots} set aside on a shared GPU.
+        self.share_aside: dict[tuple[str, int], dict[str, int]] = {}
+        self.capacity: dict[str, int] = {}
+        # cpus@POOL, memory@POOL -> the pools' counted CPUs and memory (fair share's).
+        self.resource_capacity: dict[str, float] = {}
+        self.whole_cpu_pools: set[str] = set()  # pools whose nodes allocate whole cores
+        self.meter = UsageMeter(half_life)  # ``usage``
+        self.running_by_pool: dict[str, dict[str, None]] = {}
+        # Running work by end and in eviction order (``RunningOrder``); the same dicts here.
+        self.order = RunningOrder(priority_value)
+        self.ends, self.team_ends = self.order.ends, self.order.team_ends
+        self.eviction_order = self.order.eviction_order
+        # Pending work and its queues (``PendingQueues``); the same dicts here.
+        self.waiting = PendingQueues(self.teams, queue_key, group_by_team)
+        self.queues, self.pending_shapes = self.waiting.queues, self.waiting.pending_shapes
+        self.queue_keys, self.pending_counts = self.waiting.queue_keys, self.waiting.pending_counts
+        self.pending: dict[str, Workload] = self.waiting.pending
+        w = self.waiting  # its reads, as the cycle and the service ask them of the state
+        self.group_of, self.queue, self.shape_class = w.group_of, w.queue, w.shape_class
+        self.oldest_pending, self.shortest_limit = w.oldest, w.shortest_limit
+        # node -> latest end estimate of the work running on it.
+        self.node_drain: dict[str, float] = {}
+        # Workloads that hold a backfill reservation, oldest grant first.
+        self.reserved_order: list[str] = []
+        # Nodes with a GPU that is not usable.
+        self.unhealthy_nodes: set[str] = set()
+        # node -> CPUs and memory asked for by the running work on it.
+        self.node_load = NodeLoad()
+        for node in nodes:
+            self._add_node(node)
+        self.ledger = self._new_ledger()
+
+    @property
+    def usage(self) -> dict[tuple[str, str], DecayedUsage]:
+        return self.meter.usage
+
+    @usage.setter
+    def usage(self, value: dict[tuple[str, str], DecayedUsage]) -> None:
+        self.meter.usage = value  # the service's rebuild replays it from the database
+
+    # ---- nodes and teams -------------------------------------------------
+    def _add_node(self, node: Node) -> None:
+        self.nodes[node.name] = node
+        if len(node.usable_gpus()) < node.gpus:
+            self.unhealthy_nodes.add(node.name)
+        else:
+            self.unhealthy_nodes.discard(node.name)
+        free = [g for g in node.placeable_gpus()
+                if (node.name, g) not in self.owner and (node.name, g) not in self.set_aside
+                and (node.name, g) not in self.slots]
+        self.index.add_node(node, free)
+        self.capacity[node.pool] = self.capacity.get(node.pool, 0) + len(node.usable_gpus())
+        add_resource_capacity(self.resource_capacity, node)
+        if node.whole_cpus:
+            self.whole_cpu_pools.add(node.pool)
+        self.running_by_pool.setdefault(node.pool, {})
+        self.ends.setdefault(node.pool, [])
+
+    def set_node(self, node: Node) -> None:
+        """Add a node or change it (health, labels). Work on hardware that
+        became unhealthy is evicted by the next cycle."""
+        old = self.nodes.get(node.name)
+        if old is not None:
+            if old.pool != node.pool and (any(n == node.name for (n, _g) in self.owner)
+                                          or node.name in self.slots.on_node):
+                raise ValueError(f"node {node.name} has running work; drain it before moving pools")
+            self.capacity[old.pool] -= len(old.usable_gpus())
+            add_resource_capacity(self.resource_capacity, old, -1)
+            self.index.remove_node(node.name)
+        self._add_node(node)
+        self.ledger = self._new_ledger()
+
+    def set_team(self, team: Team) -> None:
+        self.teams[team.name] = team
+        self.ledger = self._new_ledger()
+
+    def _new_ledger(self) -> QuotaLedger:
+        ledger = QuotaLedger(self.capacity, self.teams)
+        for r in self.running.values():
+            ledger.charge_workload(r.workload)
+        for nom in self.nominations.values():
+            ledger.charge_workload(self.pending[nom.workload_id])
+        return ledger
+
+    # ---- queue (PendingQueues) ---------------------------------------------
+    def add_pending(self, w: Workload) -> None:
+        if w.id in self.running:
+            raise ValueError(f"workload {w.id} already exists")
+        self.waiting.add(counted_request(w, self.whole_cpu_pools))
+
+    def remove_pending(self, wid: str) -> Workload:
+        w = self.pending[wid]
+        self.waiting.remove(w)
+        nom = self.nominations.pop(wid, None)
+        if nom is not None:
+            self._drop_nomination(nom, w)
+        return w
 
     # ---- running ---------------------------------------------------------
     def start(self, wid: str, placement: Placement, now: float) -> Running:
@@ -252,8 +374,8 @@ class ClusterState:
                 open_or_join(self.index, self.slots, self.nodes[node], g, w)
             else:
                 self.index.take_placement(placement)
-            self.ledger.charge(w.team, w.pool, w.gpu_units)
-        self._unqueue(w)
+            self.ledger.charge_workload(w)
+        self.waiting.remove(w)
         if w.gpu_share:
             key = share_key(placement)
             self.sharers.setdefault(key, {})[wid] = slots_needed(
@@ -264,37 +386,26 @@ class ClusterState:
                     self.owner[(node, g)] = wid
         r = Running(workload=w, placement=placement, start_time=now)
         self.running[wid] = r
-        self.node_load.add(placement, w)
+        if nom is None:  # a nominee's CPUs and memory were booked when it was nominated
+            self.node_load.add(placement, w)
         for node, _ in placement:
             self.node_drain[node] = max(self.node_drain.get(node, float("-inf")), r.end_estimate)
-        self._advance_usage(w.team, w.pool, now, w.gpu_units)
+        for key, delta in usage_deltas(w):
+            self.meter.advance(w.team, key, now, delta)
         if w.gpus:
             self.running_by_pool.setdefault(w.pool, {})[wid] = None
-            self._index_end(r)
-            bisect.insort(self.eviction_order.setdefault((w.team, w.pool), []),
-                          self._eviction_key(r))
+        if holds_node(w, placement):  # by end and eviction order (CPU-only work on a node too)
+            self.order.add(r)
         return r
-
-    def _eviction_key(self, r: Running) -> tuple:
-        w = r.workload
-        return (self.priority_value(w.priority), -r.start_time, -w.submit_time, w.id)
-
-    def _unindex_eviction(self, r: Running) -> None:
-        order = self.eviction_order.get((r.workload.team, r.workload.pool))
-        if order:
-            key = self._eviction_key(r)
-            i = bisect.bisect_left(order, key)
-            if i < len(order) and order[i] == key:
-                del order[i]
 
     def preempt(self, victim_id: str, preemptor_id: Optional[str], kill_at: float) -> None:
         r = self.running[victim_id]
-        self._unindex_end(r)
-        self._unindex_eviction(r)
+        self.order.remove_end(r)
+        self.order.remove_eviction(r)
         r.state = RunState.TERMINATING
         r.preempted_for = preemptor_id
         r.kill_at = kill_at
-        self._index_end(r)
+        self.order.add_end(r)
         self._redrain(node for node, _ in r.placement)
 
     def nominate(self, wid: str, placement: Placement, victims: Iterable[str]) -> None:
@@ -320,7 +431,10 @@ class ClusterState:
                 else:
                     self.index.take(node, (g,))
         self.nominations[wid] = nom
-        self.ledger.charge(w.team, w.pool, w.gpu_units)
+        self.ledger.charge_workload(w)
+        # Its CPUs and memory are booked now: work that comes while its
+        # victims leave may not take them.
+        self.node_load.add(nom.placement, w)
 
     def release(self, wid: str, now: float) -> Running:
         """A running workload stopped: its GPUs go back (or to a nominee)."""
@@ -341,16 +455,18 @@ class ClusterState:
                     give.append(g)
             if give:
                 self.index.give(node, give)
-        self.ledger.charge(w.team, w.pool, -w.gpu_units)
-        self._advance_usage(w.team, w.pool, now, -w.gpu_units)
+        self.ledger.charge_workload(w, -1)
+        for key, delta in usage_deltas(w, -1):
+            self.meter.advance(w.team, key, now, delta)
         for nom in self.nominations.values():
             nom.victims.discard(wid)
         self._redrain(node for node, _ in r.placement)
         if w.gpus:
             self.running_by_pool[w.pool].pop(wid, None)
-            self._unindex_end(r)
+        if holds_node(w, r.placement):
+            self.order.remove_end(r)
             if r.state is RunState.RUNNING:
-                self._unindex_eviction(r)
+                self.order.remove_eviction(r)
         return r
 
     def _release_share(self, wid: str, key: tuple[str, int]) -> None:
@@ -400,7 +516,8 @@ class ClusterState:
                 for g in gpus:
                     del self.set_aside[(node, g)]
         give_back_set_aside(self.index, self.slots, nom, share_slots, self.placeable)
-        self.ledger.charge(w.team, w.pool, -w.gpu_units)
+        self.ledger.charge_workload(w, -1)
+        self.node_load.add(nom.placement, w, -1)
 
     def drop_nomination(self, wid: str) -> None:
         nom = self.nominations.pop(wid)
@@ -433,38 +550,8 @@ class ClusterState:
                     out.update(self.holders(name, g))
         return sorted(out)
 
-    def _index_end(self, r: Running) -> None:
-        end = r.end_estimate
-        if end != float("inf"):
-            w = r.workload
-            entry = (end, r.start_time, w.id)
-            bisect.insort(self.ends[w.pool], entry)
-            bisect.insort(self.team_ends.setdefault((w.team, w.pool), []), entry)
-
-    def _unindex_end(self, r: Running) -> None:
-        end = r.end_estimate
-        if end != float("inf"):
-            w = r.workload
-            entry = (end, r.start_time, w.id)
-            for ends in (self.ends[w.pool], self.team_ends.get((w.team, w.pool), [])):
-                i = bisect.bisect_left(ends, entry)
-                if i < len(ends) and ends[i] == entry:
-                    del ends[i]
-
-    # ---- fair-share usage ------------------------------------------------
-    def _advance_usage(self, team: str, pool: str, now: float, delta: float) -> None:
-        if not pool:
-            return
-        u = self.usage.setdefault((team, pool), DecayedUsage(updated_at=now))
-        u.advance(now, self.half_life, u.rate + delta)
-
     def team_usage(self, now: float) -> dict[str, dict[str, float]]:
-        """team -> pool -> the mean of the GPUs it holds now and the GPUs it
-        held on average (decayed over the half-life)."""
-        out: dict[str, dict[str, float]] = {}
-        for (team, pool), u in self.usage.items():
-            out.setdefault(team, {})[pool] = (u.rate + u.average_gpus(now, self.half_life)) / 2
-        return out
+        return self.meter.team_usage(now)
 
     # ---- requeue ---------------------------------------------------------
     def requeue(self, wid: str, now: float, preempted_by: Optional[str] = None) -> Workload:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import os
 import signal
 import socket
@@ -17,137 +18,68 @@ from typing import Optional
 from urllib.parse import urlparse
 
 import yaml
-from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.services.auth import HubOAuth
 from sqlalchemy import select
 from tornado import ioloop, web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
-from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode, default
-from traitlets.config import Application
 
-from ..backends.slurm import SlurmBackend
-from ..hub.lifeline import exit_with_parent
-from ..inventory import Inventory
-from ..isolation import identity
-from .db_exposure import exposure_warning
-from ..isolation.cgroups import GpuEnforcement
-from ..isolation.identity import HubIdentity
-from ..isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS
-from ..isolation.resources import KINDS as RESOURCE_KINDS, WorkloadResources
-from ..isolation.resources import node_capacity, stored as resource_spec
-from ..isolation.share_memory import MemoryWatch
-from ..isolation.workspaces import hand_over_all, listed_users
-from ..isolation.accounts import (NOT_ISOLATED, Accounts, isolating,
+from gpuspawner.backends.slurm import SlurmBackend
+from gpuspawner.hub.lifeline import exit_with_parent
+from gpuspawner.inventory import Inventory
+from gpuspawner.isolation import identity
+from gpuspawner.service.access.db_exposure import exposure_warning
+from gpuspawner.isolation.cgroups import GpuEnforcement
+from gpuspawner.isolation.identity import HubIdentity
+from gpuspawner.isolation.gpu_rules import CGROUP_V1, DEVICE_GROUPS
+from gpuspawner.isolation.resources import KINDS as RESOURCE_KINDS, WorkloadResources
+from gpuspawner.isolation.resources import parse_ceilings, stored as resource_spec
+from gpuspawner.isolation.share_memory import MemoryWatch
+from gpuspawner.isolation.workspaces import hand_over_all, listed_users
+from gpuspawner.isolation.accounts import (NOT_ISOLATED, Accounts, isolating,
                                   private_file, secure_data_dir)
-from ..scheduler.model import Quota
-from ..scheduler.policy import get_policy
-from ..store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, TeamRow, WorkloadRow
-from ..store.db import open_store
-from . import admin_api, endpoints, schedules_api, sweeps_api, whatif_api
-from . import handlers as h
-from ..backends.kubernetes.config import KubernetesJobs
-from .engine import Engine, EngineConfig
-from .launch import LocalNode
-from .hub_api import HubApi
-from .membership import HubMembership
-from .identity import Identity, identity_from_model
-from .kinds import KINDS
-from .states import HOLDING_STATES
-from .job_tokens import JobTokens
-from .metrics import ServiceMetrics
-from .panel.base import environment as panel_environment
-from .panel.pages import PANEL_ROUTES, OverviewPage
-from .schedules import Schedules
-from .share_specs import parse_mps, parse_sharing
-from .share_watch import ShareWatch
-from .serving_controller import ServingController
-from .specs import Limits
-from .wiring import ENFORCED_ELSEWHERE, FACTORIES, combine, record_inventory
-from .whatif import Previews
+from gpuspawner.scheduler.model import Quota
+from gpuspawner.scheduler.policy import get_policy
+from gpuspawner.store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, TeamRow, WorkloadRow
+from gpuspawner.store.db import open_store
+from gpuspawner.backends.kubernetes.config import KubernetesJobs
+from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.driver import CycleDriver
+from gpuspawner.service.loop.lag import probe as lag_probe
+from gpuspawner.service.loop.launch import LocalNode
+from gpuspawner.service.access.hub_api import HubApi
+from gpuspawner.service.schedules.membership import HubMembership
+from gpuspawner.service.access.identity import Identity, identity_from_model
+from gpuspawner.scheduler.kinds import KINDS
+from gpuspawner.vocab.states import HOLDING_STATES
+from gpuspawner.service.access.job_tokens import JobTokens
+from gpuspawner.service.metrics import ServiceMetrics
+from gpuspawner.service.panel.base import environment as panel_environment
+from gpuspawner.service.schedules.schedules import Schedules
+from gpuspawner.vocab.shares import parse_mps, parse_sharing
+from gpuspawner.vocab.specs import Limits
+from gpuspawner.service.api.routes import API_ROUTES, route_regex, service_routes
+from gpuspawner.service.settings import ServiceSettings
+from gpuspawner.service.teams.spaces import SpaceSync, space_root
+from gpuspawner.service.teams.storage import StorageLedger
+from gpuspawner.service.teams.storage_quotas import StorageQuotas
+from gpuspawner.service.datasets.registry import Datasets
+from gpuspawner.isolation.team_spaces import TeamSpaces
+from gpuspawner.isolation.gpu_rules import LimitError, parse_memory
+from gpuspawner.service.wiring import (ENFORCED_ELSEWHERE, FACTORIES, combine, record_inventory,
+                                       serving_controller, share_watch)
+from gpuspawner.service.whatif.previews import Previews
+from gpuspawner.service.workloads import operations
 
-OPENAPI = os.path.join(os.path.dirname(__file__), "openapi.yaml")
+OPENAPI = os.path.join(os.path.dirname(__file__), "api", "openapi.yaml")
 # Kinds the hub's spawner runs: the hub says whether they still exist.
 HUB_KINDS = tuple(k.name for k in KINDS.values() if not k.run_by_backend)
-# A cycle gives the event loop back at least this often (seconds).
-CYCLE_SLICE = 0.005
 
 
-# The REST API, as the OpenAPI document names its paths.
-API_ROUTES = [
-    ("/me", h.MeHandler),
-    ("/workloads", h.WorkloadsHandler),
-    ("/workloads/{id}", h.WorkloadHandler),
-    ("/workloads/{id}/cancel", h.CancelHandler),
-    ("/workloads/{id}/release", h.ReleaseHandler),
-    ("/workloads/{id}/events", h.EventsHandler),
-    ("/workloads/{id}/hold", admin_api.HoldHandler),
-    ("/workloads/{id}/unhold", admin_api.UnholdHandler),
-    ("/workloads/{id}/priority", admin_api.PriorityHandler),
-    ("/workloads/{id}/logs", h.LogsHandler),
-    ("/sweeps", sweeps_api.SweepsHandler),
-    ("/sweeps/{id}", sweeps_api.SweepHandler),
-    ("/sweeps/{id}/cancel", sweeps_api.SweepCancelHandler),
-    ("/sweeps/{id}/retry", sweeps_api.SweepRetryHandler),
-    ("/pools", h.PoolsHandler),
-    ("/pools/{name}", admin_api.PoolHandler),
-    ("/nodes/{name}", admin_api.NodeHandler),
-    ("/nodes/{name}/gpus/{index}", admin_api.NodeGpuHandler),
-    ("/deployments", endpoints.DeploymentsHandler),
-    ("/deployments/{team}/{name}", endpoints.DeploymentHandler),
-    ("/deployments/{team}/{name}/metrics", endpoints.DeploymentMetricsHandler),
-    ("/deployments/{team}/{name}/promote", endpoints.PromoteHandler),
-    ("/deployments/{team}/{name}/rollback", endpoints.RollbackHandler),
-    ("/deployments/{team}/{name}/traffic", endpoints.TrafficHandler),
-    ("/deployments/{team}/{name}/scale", endpoints.ScaleHandler),
-    ("/teams", h.TeamsHandler),
-    ("/teams/{name}", h.TeamHandler),
-    ("/usage", h.UsageHandler),
-    ("/gpus", h.GpusHandler),
-    ("/notices", h.NoticesHandler),
-    ("/notices/{nid}", h.NoticeHandler),
-    ("/audit", h.AuditHandler),
-    ("/history/trace", whatif_api.TraceExportHandler),
-    ("/whatif", whatif_api.PreviewsHandler),
-    ("/whatif/{id}", whatif_api.PreviewHandler),
-    ("/whatif/{id}/cancel", whatif_api.PreviewCancelHandler),
-    ("/whatif/{id}/apply", whatif_api.PreviewApplyHandler),
-    ("/schedules", schedules_api.SchedulesHandler),
-    ("/schedules/{id}", schedules_api.ScheduleHandler),
-    ("/schedules/{id}/pause", schedules_api.PauseHandler),
-    ("/schedules/{id}/resume", schedules_api.ResumeHandler),
-    ("/schedules/{id}/run", schedules_api.RunHandler),
-    ("/openapi.json", h.OpenAPIHandler),
-    ("/health", h.HealthHandler),
-]
 # Who the service is when it acts by itself (reconciliation).
 SERVICE_IDENTITY = Identity("gpuhub-service", admin=True, can_submit=True)
-PATH_PARAMS = {"{id}": r"([A-Za-z0-9_-]{1,32})", "{name}": r"([A-Za-z0-9._-]{1,128})",
-               "{nid}": r"([0-9]{1,12})", "{index}": r"([0-9]{1,4})",
-               "{team}": r"([A-Za-z0-9._-]{1,128})", "{deployment}": r"([a-z0-9-]{1,63})",
-               "{path}": r"(.*)", "{rest}": r".*"}
 
-
-def route_regex(path: str) -> str:
-    out = path.replace(".", r"\.")
-    for param, regex in PATH_PARAMS.items():
-        out = out.replace(param, regex)
-    return out
-
-
-def service_routes() -> list[tuple[str, type]]:
-    """Every route of the service, under its prefix, with its path
-    parameters named as in PATH_PARAMS (``make_app`` turns them into
-    regexes; tests fill them in to try each route)."""
-    return ([("api/v1" + path, handler) for path, handler in API_ROUTES]
-            + [("api/v1/{rest}", h.NoRouteHandler),
-               ("oauth_callback", HubOAuthCallbackHandler),
-               ("metrics", h.MetricsHandler)]
-            + [("admin/" + path, handler) for path, handler in PANEL_ROUTES]
-            + [("endpoints/{team}/{deployment}/{path}", endpoints.EndpointHandler),
-               ("", OverviewPage)])
-
-
-class GpuHubService(Application):
+class GpuHubService(ServiceSettings):
     name = "gpuhub-service"
     description = "GPU Hub scheduler service"
     classes = [Inventory, KubernetesJobs, SlurmBackend, GpuEnforcement, HubIdentity,
@@ -156,397 +88,10 @@ class GpuHubService(Application):
     flags = {"generate-config": ({"GpuHubService": {"generate_config": True}},
                                  "print a config file with every option and its help, then exit")}
 
-    config_file = Unicode("gpuhub_config.py", help="""
-        The traitlets config file to load (Python). It sits next to the hub's
-        ``jupyterhub_config.py``. Example: ``-f /etc/gpuhub/gpuhub_config.py``.
-        """).tag(config=True)
-
-    data_dir = Unicode(help="""
-        Where the service keeps its state: the SQLite database (by default),
-        job logs and exit records, checkpoints and user workspaces.
-
-        Example::
-
-            c.GpuHubService.data_dir = "/var/lib/gpuhub"
-        """).tag(config=True)
-
-    @default("data_dir")
-    def _data_dir_default(self):
-        return os.environ.get("GPUHUB_DATA_DIR", os.path.abspath("gpuhub-data"))
-
-    db_url = Unicode(help="""
-        SQLAlchemy URL of the database. SQLite in ``data_dir`` by default; use
-        PostgreSQL in production. Migrations run at every start.
-
-        Example::
-
-            c.GpuHubService.db_url = "postgresql://gpuhub@db.internal/gpuhub"
-        """).tag(config=True)
-
-    @default("db_url")
-    def _db_url_default(self):
-        return os.environ.get("GPUHUB_DB_URL") or f"sqlite:///{self.data_dir}/gpuhub.sqlite"
-
-    policy = Unicode("gpuhub", help="""
-        The scheduling policy: "gpuhub" (quotas, borrowing, fair share,
-        backfill, preemption) or a baseline ("fifo", "backfill", "quota-fifo")
-        for comparison. See docs/scheduler.md.
-        """).tag(config=True)
-
-    preemption_delay = Float(300.0, help="""
-        Seconds a batch job waits for GPUs to free up by themselves before it
-        may preempt (reclaim borrowed GPUs, or evict lower priority work).
-        Notebooks and deployments preempt at once. Shorter: lenders get their
-        quota back sooner; longer: fewer jobs are interrupted.
-        """).tag(config=True)
-
-    sweep_task_spacing = Float(60.0, help="""
-        Seconds between the places of a sweep's tasks in their team's queue:
-        task k is ordered as if submitted k times this after the sweep, so a
-        big sweep interleaves with the team's other work instead of going
-        first whole (0: all at the sweep's submit time). See docs/workflows.md.
-        """).tag(config=True)
-
-    team_group_prefix = Unicode("team-", help="""
-        A team is a JupyterHub group whose name starts with this prefix; the
-        team's name is the rest. Groups without it are not teams.
-
-        Example: the group "team-vision" is the team "vision".
-        """).tag(config=True)
-
-    teams = Dict(help="""
-        Teams and quotas to create at first start. Afterwards the database is
-        the truth: admins change quotas through the API (``PUT
-        /api/v1/teams/NAME``) and a restart does not undo them. A team named
-        here that is not yet in the database is created at the next start.
-
-        Example::
-
-            c.GpuHubService.teams = {
-                "vision": {"weight": 2, "quotas": {"a100": {"nominal": 4, "borrowing_limit": 4}}},
-                "nlp": {"quotas": {"a100": {"nominal": 4, "lending_limit": 2}}},
-            }
-        """).tag(config=True)
-
-    default_team = Unicode("", help="""
-        A team for everyone in no other team, so that a first start gives the
-        first admin (and every user an admin adds) GPUs before any team is
-        made. Created at the first start when the database has no team and
-        ``teams`` names none; its nominal quota in each pool is what the other
-        teams do not own (the whole pool at first, less as admins give teams
-        quotas on the admin panel's Teams & quotas page). Empty: no such team;
-        a user in no team gets no GPU. The embedded hub sets "default".
-
-        Example::
-
-            c.GpuHubService.default_team = "default"
-        """).tag(config=True)
-
-    gpu_hour_prices = Dict(help="""
-        The price of one GPU-hour per pool, for the admin panel's usage and
-        cost page and its CSV export. Applied at start to pools that have no
-        price yet; afterwards admins change prices on that page (audited).
-
-        Example::
-
-            c.GpuHubService.gpu_hour_prices = {"a100": 2.40, "t4": 0.35}
-        """).tag(config=True)
-
-    currency = Unicode("USD", help="""
-        The currency of ``gpu_hour_prices``, shown next to every cost.
-        """).tag(config=True)
-
-    default_quota = Dict({"nominal": 0, "borrowing_limit": None, "lending_limit": None}, help="""
-        The quota, in every pool, of a team that first appears through a
-        submission (its group exists in the hub but no quota was declared).
-        The default (nominal 0, no borrowing limit) lets such a team use idle
-        GPUs only, first to be reclaimed.
-        """).tag(config=True)
-
-    cycle_interval = Float(1.0, help="""
-        Seconds between scheduling cycles. A submission, cancellation or exit
-        also wakes the loop at once, so this mostly bounds how late a time
-        limit or a grace period is noticed.
-        """).tag(config=True)
-
-    default_time_limit = Float(24 * 3600.0, allow_none=True, help="""
-        Time limit, in seconds, of a job submitted without one. Backfill can
-        only plan around jobs with a limit; None allows unbounded jobs.
-        """).tag(config=True)
-
-    max_time_limit = Float(7 * 24 * 3600.0, help="""
-        The longest time limit a job may ask for, in seconds; longer requests
-        are refused with 400.
-        """).tag(config=True)
-
-    default_grace_period = Float(30.0, help="""
-        Seconds between SIGTERM and SIGKILL when a job is preempted or
-        cancelled, unless the job asks for its own ``grace_period``.
-        """).tag(config=True)
-
-    default_pool = Unicode("", help="""
-        The pool of a job that names none. Empty: the only pool when there is
-        one, otherwise jobs must name theirs.
-        """).tag(config=True)
-
-    max_body_size = Integer(1024 * 1024, help="""
-        Largest request body accepted, in bytes; larger ones get 413, whether
-        sent with a Content-Length or with Transfer-Encoding: chunked.
-        """).tag(config=True)
-
-    log_follow_timeout = Float(3600.0, help="""
-        Longest a ``logs?follow=true`` stream stays open, in seconds; clients
-        reconnect with Last-Event-ID to go on.
-        """).tag(config=True)
-
-    node_name = Unicode(help="""
-        Name of this host's node in the scheduler (default: the host name).
-        """).tag(config=True)
-
-    @default("node_name")
-    def _node_name_default(self):
-        return socket.gethostname() or "localhost"
-
-    node_resources = Dict(help="""
-        This host's CPUs and memory, which the scheduler admits every
-        workload's CPU and memory request against: ``{"cpus": 14, "memory":
-        "120G"}`` (to keep some for the system), ``{"cpus": 0}`` to not count
-        CPUs. Left out: the host's (its CPUs, MemTotal).
-        """).tag(config=True)
-
-    def node_capacity(self) -> tuple[float, int]:
-        return node_capacity(dict(self.node_resources), "GpuHubService.node_resources")
-
-    workspace_root = Unicode("{data_dir}/workspaces/{username}", help="""
-        A user's workspace: where jobs run when they name no working_dir, and
-        what a relative working_dir starts from. ``{username}`` and
-        ``{data_dir}`` are filled in. With a notebook spawner that runs users
-        in their home directories, point this at them.
-
-        Example::
-
-            c.GpuHubService.workspace_root = "/home/{username}"
-        """).tag(config=True)
-
-    user_accounts = Bool(help="""
-        Run every job and model replica of the local backend as its user's
-        own system account (``account_prefix`` + the hub name), created with
-        useradd at the first submission, with the workspace handed to it
-        (mode 0700); the data directory is kept out of users' reach. With the
-        Slurm backend, every job runs as its user's cluster account
-        (``sbatch --uid``; where the accounts come from:
-        ``SlurmBackend.accounts_from``). Needs root; the default is on
-        exactly when the service runs as root.
-        Started as another user, the service says at start, in ``/health``
-        and on the admin panel that users are not isolated.
-        """).tag(config=True)
-
-    @default("user_accounts")
-    def _user_accounts_default(self):
-        return isolating()
-
-    account_prefix = Unicode(help="""
-        What a hub user's system account name starts with: ``alice`` runs as
-        ``gpuhub-<hub tag>-alice`` (the tag: ``HubIdentity.name``, else a hash
-        of the data directory). A hub name that is not a valid account name is
-        sanitised and gets a short hash (see docs/service.md). The hub's
-        ``LocalGPUSpawner.account_prefix`` must be the same. Default:
-        ``$GPUHUB_ACCOUNT_PREFIX`` (the embedded hub passes its own), else
-        "gpuhub-<hub tag>-".
-        """).tag(config=True)
-
-    @default("account_prefix")
-    def _account_prefix_default(self):
-        return os.environ.get("GPUHUB_ACCOUNT_PREFIX") or identity.account_prefix(self.hub_tag)
-
-    @property
-    def hub_tag(self) -> str:
-        """This hub's tag (isolation/identity.py): in its cgroups and accounts."""
-        return HubIdentity(parent=self).tag(self.data_dir)
-
-    notebook_gpu_limits = Dict(help="""
-        The most GPUs one notebook server may hold, per team and pool, apart
-        from the team's quota (which bounds all its work together). Keys are
-        team names and pool names, "*" for any. The spawn form offers no more;
-        a larger request is refused with 400.
-
-        Example (everyone at most 2 GPUs per notebook; vision 1 on a100)::
-
-            c.GpuHubService.notebook_gpu_limits = {"*": {"*": 2}, "vision": {"a100": 1}}
-        """).tag(config=True)
-
-    gpu_sharing = Dict(help="""
-        Pools whose GPUs several notebooks (or jobs) may share, and in how
-        many equal slots each GPU is split (2, 4, 8 or 16). A request then
-        asks for ``gpu_share`` ("1/4") or ``gpu_memory`` ("35GiB"), rounded up
-        to whole slots; a k/N share has k/N of the GPU's memory and counts
-        k/N of a GPU against quota, fair share and cost. Whole-GPU work is
-        never placed on a shared GPU. Memory is watched and a share above
-        its part is stopped; compute is time-sliced unless an MPS daemon runs
-        (docs/gpus.md, "Sharing a GPU"). Only for this host's GPUs (the
-        local backend): on Kubernetes, share with the device plugin's
-        time-slicing (``nvidia.com/gpu.shared``) instead. Change a pool's
-        slots only while none of its GPUs is shared.
-
-        ``mps_pipe_directory`` names where each GPU's MPS control daemon
-        listens (``{uuid}``: the GPU's UUID; GPU Hub starts no daemon): a
-        share is then an MPS client, held to its part of the SMs and of the
-        memory, while every other share on its GPU is the same user's (one
-        MPS server serves one user at a time); else it is time-sliced.
-
-        Example (H200s in quarters, 35 GiB each; an MPS daemon per GPU)::
-
-            c.GpuHubService.gpu_sharing = {
-                "h200": {"share_units": 4, "mps_pipe_directory": "/run/gpuhub-mps/{uuid}"}}
-        """).tag(config=True)
-
-    share_watch_interval = Float(5.0, help="""
-        Seconds between looks at the memory each share of a shared GPU uses
-        (NVML's per-process accounting): how long a share may run above its
-        memory before it is first warned.
-        """).tag(config=True)
-
-    share_memory_grace = Float(30.0, help="""
-        Seconds a share may stay above its GPU memory after its warning
-        before it is stopped (a job fails, a server is stopped) with the
-        reason. Above 1.1 times its memory, or while the GPU is full, it is
-        stopped at once: the next allocation of any share there would fail.
-        """).tag(config=True)
-
-    max_lost_attempts = Integer(3, help="""
-        A job whose process vanishes without an exit record (the host
-        rebooted, someone killed the supervisor) is requeued; after this many
-        such losses it fails instead, so a job that kills its own supervisor
-        cannot loop forever.
-        """).tag(config=True)
-
-    reconcile_interval = Float(60.0, help="""
-        Seconds between checks that every notebook server holding GPUs still
-        exists in the hub. A server that stopped while the service was down
-        (a crash, or a JupyterHub that stops its services first) could not
-        report it; this check releases its GPUs. 0 turns it off.
-        """).tag(config=True)
-
-    reconcile_grace = Float(120.0, help="""
-        A notebook workload younger than this (seconds since it was admitted)
-        is left alone by the reconciliation: its server may still be starting.
-        """).tag(config=True)
-
-    replica_unready_seconds = Float(30.0, help="""
-        A model replica that served and then is not ready for this long (its
-        model was unloaded, its runtime stopped answering ready while its
-        server runs) is stopped and placed again as its next attempt, as a
-        replica that crashed. 0 turns it off: such a replica only gets no
-        requests.
-        """).tag(config=True)
-
-    group_cache_seconds = Float(10.0, help="""
-        How long a user's JupyterHub groups (their teams) are cached.
-        """).tag(config=True)
-
-    token_cache_seconds = Integer(5, help="""
-        How long the hub's answer about a token (whose it is, its scopes) is
-        cached. It bounds how long a revoked token, or the token of a deleted
-        user, keeps working here: JupyterHub's own default is 300 seconds.
-        Each token is checked with the hub at most once per period.
-        """).tag(config=True)
-
-    job_token_max_follow_ups = Integer(10, help="""
-        How many follow-up jobs one attempt of a job may submit with its own
-        token (``GPUHUB_TOKEN``; pipelines submit their next steps so). Counted
-        in the database: each follow-up's spec records the attempt that
-        submitted it. A job's token can do nothing else but read its own
-        workload and its follow-ups (service/job_scope.py).
-        """).tag(config=True)
-
-    job_token_max_pipeline = Integer(100, help="""
-        How many follow-ups a pipeline may hold in all: follow-ups of
-        follow-ups count against the job that began it, so jobs that each
-        submit their limit cannot multiply without bound.
-        """).tag(config=True)
-
-    hub_watch_interval = Float(1.0, help="""
-        Seconds between checks that the hub that started this service is still
-        there. A hub killed without stopping its services (``kill -9``) leaves
-        this service behind; it then exits, the jobs run on, and the next hub's
-        service adopts them. 0 turns the check off (a service not started by
-        the hub does not check anyway).
-        """).tag(config=True)
-
-    start_threads = Integer(2, help="""
-        Threads that start jobs and replicas, off the event loop: a local start
-        forks a supervisor and writes its cgroups, a Slurm one runs sbatch,
-        and API requests would wait behind each. 0 starts them in the
-        scheduling loop itself.
-        """).tag(config=True)
-
-    bind_wait_seconds = Float(20.0, help="""
-        How long to wait for the service's port when another process holds it
-        (the service of a hub that was killed, exiting), before giving up.
-        The port is taken before the database is touched, so two services
-        never schedule at once.
-        """).tag(config=True)
-
-    whatif_max_running = Integer(2, help="""
-        How many what-if previews (the history replayed under proposed
-        quotas, admin panel's Teams & quotas page) may run at once; each runs
-        in a process of its own at a lower CPU priority. One more is refused
-        with 409 until one ends or is cancelled.
-        """).tag(config=True)
-
-    whatif_max_days = Float(30.0, help="""
-        The longest period, in days, a what-if preview replays and
-        ``GET /api/v1/history/trace`` exports. A replay's time grows with the
-        number of workloads in the period.
-        """).tag(config=True)
-
-    whatif_restart_cost = Float(60.0, help="""
-        Seconds a job preempted in a what-if replay loses at each restart
-        (starting again, and the work since its last checkpoint).
-        """).tag(config=True)
-
-    schedule_check_interval = Float(1.0, help="""
-        Seconds between checks for schedules that are due (``/schedules``):
-        about how late, at most, a firing is submitted.
-        """).tag(config=True)
-
-    schedule_late_grace = Float(60.0, help="""
-        A schedule's firing found due at most this many seconds late is run
-        as usual. Later than that, the service was down when it was due: a
-        schedule with ``catch_up="once"`` runs its latest missed firing once
-        (however many it missed), one with ``catch_up="skip"`` runs none and
-        waits for the next.
-        """).tag(config=True)
-
-    generate_config = Bool(False, help="Print the default config file and exit.").tag(config=True)
-
-    backend = Enum(["local", "kubernetes", "slurm"], "local", help="""
-        Where jobs run. ``local``: processes on this host under a supervisor,
-        on the GPUs NVML (or ``Inventory.declared``) reports. ``kubernetes``:
-        batch/v1 Jobs on the cluster the service runs in (or $KUBECONFIG's),
-        on the GPU nodes the cluster reports; configure with
-        ``c.KubernetesJobs`` (docs/kubernetes-jobs.md). ``slurm``: batch jobs
-        on a Slurm cluster, whose GPU nodes come from ``scontrol show node``;
-        configure with ``c.SlurmBackend`` (docs/deploy-slurm.md).
-
-        Example::
-
-            c.GpuHubService.backend = "slurm"
-            c.SlurmBackend.partitions = {"a100": "gpu"}
-        """).tag(config=True)
-
-    backends = List(Enum(["local", "kubernetes", "slurm"]), help="""
-        Several backends at once (instead of ``backend``), each with the pools
-        its nodes make up: work in a pool runs on that pool's backend. The
-        hybrid a platform team runs: notebooks and serving on this host or on
-        Kubernetes, large training on Slurm. A pool that two backends both
-        report stops the start.
-
-        Example::
-
-            c.GpuHubService.backends = ["local", "slurm"]
-            c.SlurmBackend.partitions = {"a100": "gpu"}
-        """).tag(config=True)
+    def _classes_with_config_traits(self, classes=None):
+        """The options are declared on ``ServiceSettings`` but are this class's:
+        help, ``--generate-config`` and config files name ``GpuHubService``."""
+        return (c for c in super()._classes_with_config_traits(classes) if c is not ServiceSettings)
 
     # ---- start -----------------------------------------------------------
     def initialize(self, argv=None) -> None:
@@ -565,6 +110,22 @@ class GpuHubService(Application):
         self.store = open_store(self.db_url, self.log)
         if accounts is not None:
             self._hand_over_workspaces(accounts)
+        self.engine = self._engine(accounts)
+        self.engine.metrics = ServiceMetrics(self.engine)
+        self.driver = CycleDriver(self.engine, self.cycle_interval, self.reasons_interval)
+        self.engine.start()
+        if self.engine.config.job_tokens is not None:
+            # Tokens of attempts that ended while the service was down go now.
+            self.engine.config.job_tokens.revoke_ended()
+        self._features()
+        self.storage_quotas = StorageQuotas(self.engine.store, self._storage_quotas())
+        self.storage_ledger = StorageLedger(self.engine.store)
+        self.space_sync = self._team_spaces(accounts)
+        self.datasets = self._datasets()
+        self._storage_price()
+
+    def _engine(self, accounts) -> Engine:
+        """The backends, their nodes and the engine that schedules on them."""
         self.inventory = Inventory(parent=self)
         wired = [FACTORIES[name](self, accounts) for name in self.backend_names]
         for w in wired:
@@ -583,7 +144,7 @@ class GpuHubService(Application):
         self._seed_teams()
         policy = replace(get_policy(self.policy), preemption_delay=self.preemption_delay,
                          sweep_task_spacing=self.sweep_task_spacing)
-        self.engine = Engine(self.store, backend, nodes, policy,
+        return Engine(self.store, backend, nodes, policy,
                              EngineConfig(data_dir=self.data_dir,
                                           team_prefix=self.team_group_prefix,
                                           default_quota=Quota(**self.default_quota),
@@ -599,21 +160,70 @@ class GpuHubService(Application):
                                           mps_pipe_directories=parse_mps(self.gpu_sharing),
                                           share_watch=MemoryWatch(grace_s=self.share_memory_grace),
                                           share_watch_interval=self.share_watch_interval))
-        self.engine.metrics = ServiceMetrics(self.engine)
-        self.engine.start()
-        self.serving = ServingController(self.engine,
+
+    def _features(self) -> None:
+        """What runs beside the loop: serving, the hub's API, what-if previews, schedules."""
+        self.serving = serving_controller(self.engine,
                                          unready_seconds=self.replica_unready_seconds)
         self.serving.replica_resources = resource_spec(self.limits().requests["deployment"])
         self.engine.metrics.watch_serving(self.serving)
         self.hub = HubApi(self.group_cache_seconds)
-        self.previews = Previews(self.engine, default_team=self.default_team,
+        self.previews = Previews(self.engine.records, self.engine.cluster,
+                                 functools.partial(operations.set_team, self.engine.steering),
+                                 default_team=self.default_team,
                                  max_running=self.whatif_max_running,
                                  longest_s=self.whatif_max_days * 86400,
                                  restart_cost_s=self.whatif_restart_cost)
         self.previews.recover()
-        self.schedules = Schedules(self.engine, self.limits, self.schedule_late_grace)
+        self.schedules = Schedules(self.engine.records, self.engine.submissions, self.limits, self.schedule_late_grace)
         self.schedules.membership = HubMembership(self.hub.call, self.team_group_prefix,
                                                   self.default_team)
+
+    def _team_spaces(self, accounts) -> Optional[SpaceSync]:
+        """Each team's shared folder (service/teams/spaces.py), where users have
+        accounts of their own (local backend) and ``team_spaces`` is on."""
+        if not (self.team_spaces and isinstance(accounts, Accounts)):
+            return None
+        sync = SpaceSync(TeamSpaces(space_root(self.data_dir), self.hub_tag), accounts,
+                         lambda team: self.hub.group_members(self.team_group_prefix + team,
+                                                             strict=True),
+                         lambda: [t for t in self.engine.teams.names() if t != self.default_team],
+                         self.storage_ledger, self.storage_quotas.of)
+        self.engine.launcher.team_dir = sync.team_dir
+        self.engine.submitting.storage_refusal = sync.refusal
+        self.engine.storage_view = sync.storage_view
+        return sync
+
+    def _datasets(self) -> Datasets:
+        """Datasets (service/datasets/): checked at submit and at each start,
+        mounted read-only, each use in the audit log."""
+        datasets = Datasets(self.engine.records, self.engine.cluster, self.engine.teams.names,
+                            self.engine.launcher.workspace_path, self.dataset_roots,
+                            self.space_sync.team_dir if self.space_sync else lambda team: None,
+                            self.storage_ledger)
+        self.engine.submitting.dataset_check = datasets.check
+        self.engine.submitting.dataset_nodes = datasets.node_rules
+        self.engine.launcher.dataset_mounts = datasets.mounts
+        return datasets
+
+    def _storage_price(self) -> None:
+        """Record ``storage_price_per_gb_month`` from now if it changed."""
+        if self.storage_price_per_gb_month < 0:
+            raise SystemExit(f"GPU Hub: GpuHubService.storage_price_per_gb_month must not be "
+                             f"negative, got {self.storage_price_per_gb_month}")
+        if self.datasets.ledger.set_price(self.storage_price_per_gb_month, self.engine.clock()):
+            self.log.info("storage: %s %s per GB-month from now on",
+                          self.storage_price_per_gb_month, self.currency)
+
+    def _storage_quotas(self) -> dict[str, int]:
+        """team -> its storage quota in bytes (``team_storage_quotas``), checked
+        at start; the default of a team an admin gave none (teams/storage_quotas.py)."""
+        try:
+            quotas = {team: parse_memory(size, f"GpuHubService.team_storage_quotas[{team!r}]")
+                      for team, size in self.team_storage_quotas.items()}
+        except LimitError as e:
+            raise SystemExit(f"GPU Hub: {e}")
+        return quotas
 
     def _listen(self) -> list[socket.socket]:
         """Bind the service's port, waiting up to ``bind_wait_seconds`` for a
@@ -698,7 +308,7 @@ class GpuHubService(Application):
         if not (hub_api and token):
             return None
         url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101").rstrip("/")
-        return JobTokens(hub_api, token, url + self.service_prefix)
+        return JobTokens(hub_api, token, url + self.service_prefix, store=self.store)
 
     def workspace_path(self, user: str) -> str:
         return self.workspace_root.format(data_dir=self.data_dir, username=user)
@@ -752,9 +362,11 @@ class GpuHubService(Application):
                               weight=float(spec.get("weight", 1.0)), created_at=now))
                 s.flush()
                 for pool, q in (spec.get("quotas") or {}).items():
+                    cpus, memory = parse_ceilings(q, f"GpuHubService.teams.{name}.quotas.{pool}")
                     s.add(QuotaRow(team=name, pool=pool, nominal=q.get("nominal", 0),
                                    borrowing_limit=q.get("borrowing_limit"),
-                                   lending_limit=q.get("lending_limit")))
+                                   lending_limit=q.get("lending_limit"),
+                                   cpus=cpus, memory=memory))
 
     users_isolated: Optional[bool] = None  # set at start (_accounts)
     database_warnings: list[str] = []  # set at start (_database_warnings)
@@ -853,6 +465,7 @@ class GpuHubService(Application):
                   for path, handler in service_routes()]
         return web.Application(routes, engine=self.engine, gpuhub=self, serving=self.serving,
                                panel_templates=panel_environment(),
+                               api_routes={cls: path for path, cls in API_ROUTES},
                                cookie_secret=self.cookie_secret, xsrf_cookies=False)
 
     async def _reconcile_loop(self) -> None:
@@ -870,8 +483,8 @@ class GpuHubService(Application):
         loop: NVML and /proc reads may take a while on a big host."""
         if not self.sharing:
             return
-        watch = ShareWatch(self.engine, self.inventory.processes, self.enforcement,
-                           self.engine.config.share_watch)
+        watch = share_watch(self.engine, self.inventory.processes, self.enforcement,
+                            watch=self.engine.config.share_watch)
         while True:
             await asyncio.sleep(self.share_watch_interval)
             try:
@@ -889,49 +502,10 @@ class GpuHubService(Application):
                 self.log.exception("firing schedules failed")
             await asyncio.sleep(self.schedule_check_interval)
 
-    _cycled: Optional[asyncio.Event] = None
-
     async def cycle_done(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) for the next scheduling cycle to end:
         long polls answer as soon as a cycle changed what they wait on."""
-        if self._cycled is None:
-            self._cycled = asyncio.Event()
-        try:
-            await asyncio.wait_for(self._cycled.wait(), max(0.0, timeout))
-        except asyncio.TimeoutError:
-            pass
-
-    async def _loop(self) -> None:
-        wake = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        self.engine.wake = wake.set
-        self.engine.backend.set_wake(wake.set)   # a watch event that ends an attempt
-        # Starts finish in worker threads: they wake the loop through it.
-        self.engine.starter.wake = lambda: loop.call_soon_threadsafe(wake.set)
-        while True:
-            try:
-                await self._cycle()
-            except Exception:
-                self.log.exception("scheduling cycle failed")
-            if self._cycled is not None:
-                self._cycled.set()  # wakes every waiter; the next ones wait anew
-                self._cycled = None
-            try:
-                await asyncio.wait_for(wake.wait(), self.cycle_interval)
-            except asyncio.TimeoutError:
-                pass
-            wake.clear()
-            # Let a burst of requests land before the next cycle.
-            await asyncio.sleep(0.02)
-
-    async def _cycle(self) -> None:
-        """One scheduling cycle in slices of at most ``CYCLE_SLICE`` seconds,
-        with API requests, log streams and the router served in between."""
-        until = time.perf_counter() + CYCLE_SLICE
-        for _ in self.engine.tick_steps():
-            if time.perf_counter() > until:
-                await asyncio.sleep(0)
-                until = time.perf_counter() + CYCLE_SLICE
+        await self.driver.cycle_done(timeout)
 
     def _configure_hub_auth(self) -> None:
         """The handlers' HubOAuth (one per process) caches tokens for
@@ -968,9 +542,14 @@ class GpuHubService(Application):
         self.log.info("GPU enforcement: %s; limits: %s%s", report["gpu_enforcement"],
                       report["limits"], "".join(f"; {n}" for n in report["notes"]))
         loop = ioloop.IOLoop.current()
-        loop.add_callback(self._loop)
+        loop.add_callback(self.driver.run)
+        loop.add_callback(lag_probe, self.engine.metrics.loop_lag.observe)
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self._schedule_loop)
+        if self.space_sync is not None:
+            loop.add_callback(self.space_sync.run, self.team_space_sync_interval,
+                              self.team_space_measure_interval)
+        loop.add_callback(self.datasets.run, self.team_space_measure_interval)
         loop.add_callback(self._share_watch_loop)
         loop.add_callback(self.serving.run)
         loop.add_callback(exit_with_parent, loop.stop, self.hub_watch_interval)
@@ -983,6 +562,7 @@ class GpuHubService(Application):
             # A clean stop gives the device nodes back as they were.
             GpuEnforcement.restore_device_groups(self.device_groups_file)
         self.engine.starter.close(wait=False)
+        self.driver.close()
         self.store.close()
 
 

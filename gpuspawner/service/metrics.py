@@ -29,11 +29,7 @@ class StateCollector:
             held.add_metric([team, pool], n)
         queued = GaugeMetricFamily("gpuhub_queued_workloads", "Workloads waiting for GPUs",
                                    labels=["team", "pool", "kind"])
-        counts: dict[tuple, int] = {}
-        for w in state.pending.values():
-            key = (w.team, w.pool, w.kind)
-            counts[key] = counts.get(key, 0) + 1
-        for key, n in sorted(counts.items()):
+        for key, (n, _gpus) in sorted(state.pending_counts.items()):
             queued.add_metric(list(key), n)
         yield from (capacity, free, held, queued)
 
@@ -60,14 +56,30 @@ class ReplicaCollector:
         yield replicas
 
 
+CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.5,
+                 0.75, 1, 2.5, 5)
+LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+               0.5, 1, 2, 5)
+
+
 class ServiceMetrics:
     def __init__(self, engine):
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(engine))
         self.cycle_seconds = Histogram(
             "gpuhub_cycle_seconds", "Time of one scheduling cycle, persisting included",
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            buckets=CYCLE_BUCKETS, registry=self.registry)
+        self.cycle_plan_seconds = Histogram(
+            "gpuhub_cycle_plan_seconds", "Time to plan a cycle (in a worker thread, off the "
+            "event loop)", buckets=CYCLE_BUCKETS, registry=self.registry)
+        self.cycle_apply_seconds = Histogram(
+            "gpuhub_cycle_apply_seconds", "Time a cycle's decisions held the event loop "
+            "(persisted in one transaction, applied, carried out)", buckets=CYCLE_BUCKETS,
             registry=self.registry)
+        self.loop_lag = Histogram(
+            "gpuhub_event_loop_lag_seconds", "How late the event loop ran a callback that asked "
+            "to run every 10 ms (loop/lag.py): every request waits that long too",
+            buckets=LAG_BUCKETS, registry=self.registry)
         self.events = Counter("gpuhub_scheduler_events", "Scheduler decisions by type",
                               ["type"], registry=self.registry)
         self.queue_wait = Histogram(

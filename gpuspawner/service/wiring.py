@@ -11,18 +11,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..backends.base import Backend
-from ..backends.kubernetes.config import KubernetesJobs
-from ..backends.kubernetes.status import nodes_from_k8s
-from ..backends.kubernetes.api import KubeApi
-from ..backends.kubernetes.backend import KubernetesBackend
-from ..backends.local import LocalBackend
-from ..backends.pools import PoolBackends
-from ..isolation.accounts import isolating
-from ..isolation.cgroups import GpuEnforcement
-from ..isolation.gpu_rules import DEVICE_GROUPS
-from ..store import GpuRow, NodeRow, PoolRow, Store
-from .launch import LocalNode, local_nodes
+from gpuspawner.backends.base import Backend
+from gpuspawner.backends.kubernetes.config import KubernetesJobs
+from gpuspawner.backends.kubernetes.status import nodes_from_k8s
+from gpuspawner.backends.kubernetes.api import KubeApi
+from gpuspawner.backends.kubernetes.backend import KubernetesBackend
+from gpuspawner.backends.local import LocalBackend
+from gpuspawner.backends.pools import PoolBackends
+from gpuspawner.isolation.accounts import isolating
+from gpuspawner.isolation.cgroups import GpuEnforcement
+from gpuspawner.isolation.gpu_rules import DEVICE_GROUPS
+from gpuspawner.store import GpuRow, NodeRow, PoolRow, Store
+from gpuspawner.service.loop.launch import LocalNode, local_nodes
+from gpuspawner.service.serving.controller import ReplicaHost, ServingController
+from gpuspawner.service.sharing.watch import ShareHost, ShareWatch
 
 # Said of GPUs and limits a cluster backend holds by its own means.
 ENFORCED_ELSEWHERE = {
@@ -146,3 +148,24 @@ def record_inventory(store: Store, w: Wired) -> None:
                     continue
                 gr.uuid, gr.model, gr.memory_mib = g.uuid, g.model, g.memory_mib
                 gr.healthy, gr.health_reason = g.healthy, g.health_reason
+
+
+def serving_controller(engine, **options) -> ServingController:
+    """The serving controller on the engine's facades, with the two things
+    of the loop it needs besides them (``ReplicaHost``)."""
+    return ServingController(engine.facades, ReplicaHost(
+        address=lambda wid, attempt, port: engine.backend.replica_address(wid, attempt, port),
+        replace=engine.replace_replica), **options)
+
+
+def share_watch(engine, read_processes, enforcement=None, **options) -> ShareWatch:
+    """The memory watch of shared GPUs on the engine's facades; its readings
+    go where the views read them (``engine.share_memory``, ``share_activity``)."""
+    def attempt_pids(wid: str, attempt: int):
+        backend = engine.backend
+        return backend.attempt_pids(wid, attempt) if backend.names_attempt_pids else None
+
+    def publish(memory: dict, activity: dict) -> None:
+        engine.share_memory, engine.share_activity = memory, activity
+    return ShareWatch(engine.facades, ShareHost(attempt_pids, engine.stop_for, publish),
+                      read_processes, enforcement, **options)

@@ -27,10 +27,9 @@ import tempfile
 import time
 
 import joblib
-import requests
 
-from ..bench_api import measure, start_temporary_hub
-from ..client import GpuHubError
+from ..bench.api import measure, start_temporary_hub
+from ..client import GpuHubClient, GpuHubError
 from .guard import ReplicaKeys
 
 BODY = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64",
@@ -65,11 +64,10 @@ def _write_slow(path: str, model_ms: float) -> None:
         f.write(SLOW_PREDICTOR.format(seconds=model_ms / 1000))
 
 
-def _wait_ready(api: str, token: str, timeout: float = 180) -> None:
+def _wait_ready(client: GpuHubClient, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        d = requests.get(f"{api}/deployments/bench/iris", timeout=10,
-                         headers={"Authorization": f"token {token}"}).json()
+        d = client.get_deployment("bench", "iris")
         if d["revisions"] and d["revisions"][0]["ready_replicas"]:
             return
         time.sleep(0.5)
@@ -91,11 +89,9 @@ def run(requests_per_row: int = 400, concurrencies=(1, 16, 64), progress=None,
                 spec["runtime"] = "predictor"
             else:
                 _train(model_dir)
-            r = requests.post(f"{hub.api}/deployments", headers={"Authorization": f"token {token}"},
-                              json=spec, timeout=30)
-            if r.status_code != 201:
-                raise GpuHubError(f"deploy failed: {r.text}")
-            _wait_ready(hub.api, token)
+            with GpuHubClient(hub.api, token) as client:
+                client.deploy(spec)
+                _wait_ready(client)
             [settings] = glob.glob(os.path.join(hub.data_dir, "deployments", "bench", "iris",
                                                 "r1", "*", "settings.json"))
             port = json.load(open(settings))["http_port"]

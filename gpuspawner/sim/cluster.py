@@ -68,6 +68,24 @@ def _int(where: str, value: Any, minimum: int = 0) -> int:
     return value
 
 
+GIB = 1 << 30
+
+
+def _number(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ClusterError(f"{where} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _size(where: str, spec: dict, default: tuple[float, int] = (0.0, 0)) -> tuple[float, int]:
+    """A node's (or a pool's, for its nodes) ``cpus`` and ``memory_gib``
+    (left out: ``default``; 0: not counted)."""
+    cpus = _number(f"{where}.cpus", spec["cpus"]) if "cpus" in spec else default[0]
+    memory = round(_number(f"{where}.memory_gib", spec["memory_gib"]) * GIB) \
+        if "memory_gib" in spec else default[1]
+    return cpus, memory
+
+
 def parse_cluster(data: Any, source: str = "cluster") -> Cluster:
     if not isinstance(data, dict) or not isinstance(data.get("pools"), list) or not data["pools"]:
         raise ClusterError(f"{source}: needs a non-empty 'pools' list")
@@ -85,13 +103,16 @@ def parse_cluster(data: Any, source: str = "cluster") -> Cluster:
         units = _int(f"{where}.share_units", pool.get("share_units", 0))
         if units == 1:
             raise ClusterError(f"{where}.share_units must be 0 (GPUs not shared) or >= 2, got 1")
+        pool_size = _size(where, pool)
         if isinstance(pool.get("nodes"), list):
             for j, spec in enumerate(pool["nodes"]):
+                cpus, memory = _size(f"{where}.nodes[{j}]", spec, pool_size)
                 nodes.append(Node(
                     name=str(spec.get("name", f"{name}-{j:04d}")), pool=name,
                     gpus=_int(f"{where}.nodes[{j}].gpus", spec.get("gpus"), 1),
                     topology={k: str(v) for k, v in (spec.get("topology") or {}).items()},
-                    labels={**labels, **(spec.get("labels") or {})}, share_units=units))
+                    labels={**labels, **(spec.get("labels") or {})}, share_units=units,
+                    cpus=cpus, memory=memory))
             continue
         count = _int(f"{where}.nodes", pool.get("nodes"), 1)
         gpus = _int(f"{where}.gpus_per_node", pool.get("gpus_per_node"), 1)
@@ -100,31 +121,39 @@ def parse_cluster(data: Any, source: str = "cluster") -> Cluster:
         for j in range(count):
             topology = {level: f"{name}-{level}{j // size}" for level, size in levels.items()}
             nodes.append(Node(f"{name}-{j:04d}", name, gpus, topology, labels,
-                              share_units=units))
-    teams = []
-    for i, spec in enumerate(data.get("teams") or []):
-        where = f"{source}: teams[{i}]"
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-            raise ClusterError(f"{where} needs a 'name'")
-        quotas = {}
-        for pool, q in (spec.get("quota") or {}).items():
-            if pool not in pool_names:
-                raise ClusterError(f"{where}.quota names unknown pool {pool!r}")
-            q = q or {}
-            quotas[pool] = Quota(
-                nominal=_int(f"{where}.quota.{pool}.nominal", q.get("nominal", 0)),
-                borrowing_limit=None if q.get("borrowing_limit") is None else
-                _int(f"{where}.quota.{pool}.borrowing_limit", q["borrowing_limit"]),
-                lending_limit=None if q.get("lending_limit") is None else
-                _int(f"{where}.quota.{pool}.lending_limit", q["lending_limit"]))
-        weight = spec.get("weight", 1)
-        if not isinstance(weight, (int, float)) or weight <= 0:
-            raise ClusterError(f"{where}.weight must be a number > 0, got {weight!r}")
-        allowed = spec.get("allowed_pools")
-        teams.append(Team(spec["name"], quotas, float(weight),
-                          frozenset(allowed) if allowed is not None else None,
-                          dict(spec.get("node_selector") or {})))
+                              share_units=units, cpus=pool_size[0], memory=pool_size[1]))
+    teams = [_team(f"{source}: teams[{i}]", spec, pool_names)
+             for i, spec in enumerate(data.get("teams") or [])]
     return Cluster(nodes, teams)
+
+
+def _team(where: str, spec: Any, pool_names: set[str]) -> Team:
+    """One team of the file: its quotas per pool, weight and restrictions."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise ClusterError(f"{where} needs a 'name'")
+    quotas = {}
+    for pool, q in (spec.get("quota") or {}).items():
+        if pool not in pool_names:
+            raise ClusterError(f"{where}.quota names unknown pool {pool!r}")
+        quotas[pool] = _quota(f"{where}.quota.{pool}", q or {})
+    weight = spec.get("weight", 1)
+    if not isinstance(weight, (int, float)) or weight <= 0:
+        raise ClusterError(f"{where}.weight must be a number > 0, got {weight!r}")
+    allowed = spec.get("allowed_pools")
+    return Team(spec["name"], quotas, float(weight),
+                frozenset(allowed) if allowed is not None else None,
+                dict(spec.get("node_selector") or {}))
+
+
+def _quota(where: str, q: dict) -> Quota:
+    def optional(name: str, parse):
+        return None if q.get(name) is None else parse(f"{where}.{name}", q[name])
+    memory_gib = optional("memory_gib", _number)
+    return Quota(nominal=_int(f"{where}.nominal", q.get("nominal", 0)),
+                 borrowing_limit=optional("borrowing_limit", _int),
+                 lending_limit=optional("lending_limit", _int),
+                 cpus=optional("cpus", _number),
+                 memory=None if memory_gib is None else round(memory_gib * GIB))
 
 
 def cluster_document(cluster: Cluster) -> dict:
@@ -136,6 +165,10 @@ def cluster_document(cluster: Cluster) -> dict:
         if n.share_units:
             units[n.pool] = n.share_units
         node: dict[str, Any] = {"name": n.name, "gpus": n.gpus}
+        if n.cpus:
+            node["cpus"] = n.cpus
+        if n.memory:
+            node["memory_gib"] = n.memory / GIB
         if n.labels:
             node["labels"] = dict(n.labels)
         if n.topology:
@@ -146,9 +179,11 @@ def cluster_document(cluster: Cluster) -> dict:
         quota = {}
         for pool, q in sorted(t.quotas.items()):
             limits = {"nominal": q.nominal}
-            for name in ("borrowing_limit", "lending_limit"):
+            for name in ("borrowing_limit", "lending_limit", "cpus"):
                 if getattr(q, name) is not None:
                     limits[name] = getattr(q, name)
+            if q.memory is not None:
+                limits["memory_gib"] = q.memory / GIB
             quota[pool] = limits
         team: dict[str, Any] = {"name": t.name, "weight": t.weight, "quota": quota}
         if t.allowed_pools is not None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..scheduler.calibration import Calibration
+from ..scheduler.forecast.calibration import Calibration
 from ..scheduler.forecast import forecast
-from ..scheduler.runtimes import RuntimeModel, workload_keys
+from ..scheduler.forecast.runtimes import RuntimeModel, workload_keys
 from .metrics import percentile, size_bucket
 
 WAITED = 600.0

@@ -80,6 +80,9 @@ class PastWorkload:
     sweep: Optional[str] = None
     after: tuple[tuple[str, str], ...] = ()
     gpu_share: float = 0.0  # its share of one GPU; 0: whole GPUs
+    # CPUs and memory (bytes) it asked for on each node; 0: not recorded.
+    cpus: float = 0.0
+    memory: int = 0
 
     @property
     def gpus(self) -> int:
@@ -165,7 +168,8 @@ def history_trace(workloads: Iterable[PastWorkload], since: float, until: float,
             num_gpus=w.gpus, duration_s=max(ran, SHORTEST_RUN_S), time_limit_s=w.time_limit,
             gpu_type=w.pool, priority=w.priority or None,
             num_nodes=w.num_nodes if w.num_nodes > 1 else None,
-            kind=None if w.kind == "job" else w.kind, gpu_share=w.gpu_share or None))
+            kind=None if w.kind == "job" else w.kind, gpu_share=w.gpu_share or None,
+            cpus=w.cpus or None, memory_gib=w.memory / (1 << 30) if w.memory else None))
         out.outcomes[w.id] = Outcome(w.id, w.team, w.gpus, w.submitted_at - since,
                                      held[0][0], held, w.preemptions)
     out.jobs = with_dependencies(out.jobs, {w.id: w for w in workloads})
@@ -247,7 +251,7 @@ def cluster_of(nodes: Iterable[Node], teams: Iterable[Team]) -> Cluster:
         usable = len(n.usable_gpus())
         if usable:
             kept.append(Node(n.name, n.pool, usable, dict(n.topology), dict(n.labels),
-                             share_units=n.share_units))
+                             share_units=n.share_units, cpus=n.cpus, memory=n.memory))
     return Cluster(kept, list(teams))
 
 

@@ -8,7 +8,7 @@ lists what it waits for, ``TARGET[:ok|any|failed]`` separated by spaces or
 scheduler (it holds nothing) until its dependencies are met, when it is
 submitted with its own submit time, as the service does; one that can never
 be met is cancelled. The rules are the service's
-(scheduler/dependencies.py). The replay reports each sweep's makespan (its
+(scheduler/workflow/dependencies.py). The replay reports each sweep's makespan (its
 first submit to its last end) and each pipeline's (a set of jobs and sweeps
 linked by ``after``).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from ..scheduler.dependencies import (CANCELLED, CONDITIONS, MET, NEVER, OK, find_cycle, resolve,
+from gpuspawner.scheduler.workflow.dependencies import (CANCELLED, CONDITIONS, MET, NEVER, OK, find_cycle, resolve,
                                       sweep_outcome)
 
 if TYPE_CHECKING:

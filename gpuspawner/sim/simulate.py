@@ -25,7 +25,7 @@ from ..scheduler.invariants import check_all
 from ..scheduler.policy import Policy
 from ..scheduler.quota import QuotaLedger
 from .cluster import Cluster
-from ..scheduler.dependencies import FAILED, STOPPED, SUCCEEDED
+from gpuspawner.scheduler.workflow.dependencies import FAILED, STOPPED, SUCCEEDED
 from .metrics import JobRecord, SharingMeter, summarize
 from .pipelines import Pipelines, sweep_indices
 from .trace import TraceJob
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .estimates import StartEstimates
 
 SUBMIT, EXIT, LEAVE = 0, 1, 2  # ties at one instant: submissions first
+GIB = 1 << 30
 
 
 class SimulationError(ValueError):
@@ -118,7 +119,8 @@ def to_workload(job: TraceJob, cluster: Cluster, sweep_index: Optional[int] = No
         gpus_per_node=job.num_gpus // nodes, num_nodes=nodes,
         submit_time=job.submit_time_s, priority=job.priority or "",
         time_limit=job.time_limit_s, topology="preferred" if nodes > 1 else "none",
-        sweep_index=sweep_index, gpu_share=(job.gpu_share or 0.0) if sharing else 0.0)
+        sweep_index=sweep_index, gpu_share=(job.gpu_share or 0.0) if sharing else 0.0,
+        cpus=job.cpus or 0.0, memory=round((job.memory_gib or 0.0) * GIB))
 
 
 def _asks_at_least(pending: Iterable[Workload], idle: float) -> bool:

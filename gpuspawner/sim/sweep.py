@@ -52,6 +52,7 @@ from .cluster import Cluster
 from .metrics import SIZE_BUCKETS
 from .simulate import simulate
 from .trace import generate_philly_trace
+from .verdict import misses_32, quota_promise
 from .whatif import KNOBS, ChangeError, check_knob
 
 QUOTA_MODES = ("proportional", "skewed")
@@ -131,6 +132,11 @@ class Sweep:
     candidate: str = "gpuhub"
     goals: dict[str, float] = field(default_factory=lambda: dict(GOALS))
     variants: dict[str, Policy] = field(default_factory=dict)
+    # Every trace also replayed at these multiples of its arrival rate (the
+    # same jobs, submitted that much closer together): [1.0, 1.25] is issue 32's.
+    scale: list[float] = field(default_factory=lambda: [1.0])
+    # Which goals set the exit status: "issue19" (GOALS) or "issue32" (verdict.GOALS_32).
+    verdict: str = "issue19"
 
     def policy(self, name: str) -> Policy:
         return self.variants[name] if name in self.variants else get_policy(name)
@@ -155,22 +161,7 @@ def parse_sweep(data: Any, source: str = "sweep") -> Sweep:
     unknown = set(data) - set(Sweep.__dataclass_fields__)
     if unknown:
         raise SweepError(f"{source}: unknown field(s) {', '.join(sorted(unknown))}")
-
-    def number(name, value, minimum, integer=False):
-        ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok or value < minimum:
-            kind = "an integer" if integer else "a number"
-            raise SweepError(f"{source}: {name} must be {kind} >= {minimum}, got {value!r}")
-        return value
-
-    def listed(name, check):
-        value = data.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not value:
-            raise SweepError(f"{source}: {name} must be a non-empty list, got {value!r}")
-        return [check(f"{name}[{i}]", v) for i, v in enumerate(value)]
-
+    number, listed = _number(source), _listed(data, source)
     if "loads" not in data:
         raise SweepError(f"{source}: loads is required (offered loads, e.g. [0.8, 1.3])")
     sweep = Sweep(loads=listed("loads", lambda n, v: float(number(n, v, 0.01))))
@@ -180,7 +171,10 @@ def parse_sweep(data: Any, source: str = "sweep") -> Sweep:
             setattr(sweep, name, number(name, data[name], minimum, integer=True))
     if "restart_cost_s" in data:
         sweep.restart_cost_s = float(number("restart_cost_s", data["restart_cost_s"], 0))
-
+    sweep.scale = listed("scale", lambda n, v: float(number(n, v, 0.01))) or sweep.scale
+    if data.get("verdict", "issue19") not in ("issue19", "issue32"):
+        raise SweepError(f"{source}: verdict is {data['verdict']!r}; one of issue19, issue32")
+    sweep.verdict = data.get("verdict", "issue19")
     sweep.variants = parse_variants(data.get("variants"), source)
 
     def policy(name, value):
@@ -208,39 +202,68 @@ def parse_sweep(data: Any, source: str = "sweep") -> Sweep:
     for name in (sweep.baseline, sweep.candidate):
         if name not in sweep.policies:
             sweep.policies.append(name)
-    if "limits" in data:
-        limits = data["limits"]
-        if not isinstance(limits, dict) or not limits:
-            raise SweepError(f"{source}: limits must map a name to {{factor: [low, high], "
-                             f"blanket_share: 0..1}}, got {limits!r}")
-        sweep.limits = {}
-        for name, spec in limits.items():
-            where = f"limits.{name}"
-            if not isinstance(spec, dict) or set(spec) - {"factor", "blanket_share"}:
-                raise SweepError(f"{source}: {where} takes factor and blanket_share, got {spec!r}")
-            factor = spec.get("factor", [1.2, 3.0])
-            if not (isinstance(factor, list) and len(factor) == 2
-                    and all(isinstance(f, (int, float)) for f in factor)
-                    and 1 <= factor[0] <= factor[1]):
-                raise SweepError(f"{source}: {where}.factor must be [low, high] with "
-                                 f"1 <= low <= high, got {factor!r}")
-            share = spec.get("blanket_share", 0.0)
-            if isinstance(share, bool) or not isinstance(share, (int, float)) \
-                    or not 0 <= share <= 1:
-                raise SweepError(f"{source}: {where}.blanket_share must be in [0, 1], "
-                                 f"got {share!r}")
-            sweep.limits[str(name)] = {"factor": (float(factor[0]), float(factor[1])),
-                                       "blanket_share": float(share)}
-    else:
-        sweep.limits = {"exact": {"factor": (1.0, 1.0), "blanket_share": 0.0}}
-    goals = data.get("goals") or {}
+    sweep.limits = parse_limits(data.get("limits"), source)
+    sweep.goals.update(parse_goals(data.get("goals"), source, number))
+    return sweep
+
+
+def _number(source: str):
+    def number(name, value, minimum, integer=False):
+        ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok or value < minimum:
+            kind = "an integer" if integer else "a number"
+            raise SweepError(f"{source}: {name} must be {kind} >= {minimum}, got {value!r}")
+        return value
+    return number
+
+
+def _listed(data: dict, source: str):
+    def listed(name, check):
+        value = data.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not value:
+            raise SweepError(f"{source}: {name} must be a non-empty list, got {value!r}")
+        return [check(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return listed
+
+
+def parse_limits(limits: Any, source: str) -> dict[str, dict]:
+    """``limits:``: name -> {factor: [low, high], blanket_share: 0..1}."""
+    if limits is None:
+        return {"exact": {"factor": (1.0, 1.0), "blanket_share": 0.0}}
+    if not isinstance(limits, dict) or not limits:
+        raise SweepError(f"{source}: limits must map a name to {{factor: [low, high], "
+                         f"blanket_share: 0..1}}, got {limits!r}")
+    out = {}
+    for name, spec in limits.items():
+        where = f"limits.{name}"
+        if not isinstance(spec, dict) or set(spec) - {"factor", "blanket_share"}:
+            raise SweepError(f"{source}: {where} takes factor and blanket_share, got {spec!r}")
+        factor = spec.get("factor", [1.2, 3.0])
+        if not (isinstance(factor, list) and len(factor) == 2
+                and all(isinstance(f, (int, float)) for f in factor)
+                and 1 <= factor[0] <= factor[1]):
+            raise SweepError(f"{source}: {where}.factor must be [low, high] with "
+                             f"1 <= low <= high, got {factor!r}")
+        share = spec.get("blanket_share", 0.0)
+        if isinstance(share, bool) or not isinstance(share, (int, float)) \
+                or not 0 <= share <= 1:
+            raise SweepError(f"{source}: {where}.blanket_share must be in [0, 1], "
+                             f"got {share!r}")
+        out[str(name)] = {"factor": (float(factor[0]), float(factor[1])),
+                          "blanket_share": float(share)}
+    return out
+
+
+def parse_goals(goals: Any, source: str, number) -> dict[str, float]:
+    goals = goals or {}
     if not isinstance(goals, dict):
         raise SweepError(f"{source}: goals must be a mapping, got {goals!r}")
-    for name, value in goals.items():
+    for name in goals:
         if name not in GOALS:
             raise SweepError(f"{source}: goals.{name} is unknown; known: {', '.join(GOALS)}")
-        sweep.goals[name] = float(number(f"goals.{name}", value, 0))
-    return sweep
+    return {name: float(number(f"goals.{name}", value, 0)) for name, value in goals.items()}
 
 
 def parse_variants(data: Any, source: str) -> dict[str, Policy]:
@@ -302,6 +325,15 @@ class Case:
     quotas: str
     limits: str
     seed: int
+    scale: float = 1.0
+
+
+def scaled(trace: list, factor: float) -> list:
+    """The same jobs at ``factor`` times the arrival rate (submitted
+    ``factor`` times closer together)."""
+    if factor == 1.0:
+        return trace
+    return [replace(job, submit_time_s=job.submit_time_s / factor) for job in trace]
 
 
 def cases(sweep: Sweep):
@@ -317,10 +349,12 @@ def cases(sweep: Sweep):
         demand: dict[str, float] = {}
         for job in trace:
             demand[job.team] = demand.get(job.team, 0.0) + job.num_gpus * job.duration_s
-        for mode in sweep.quotas:
+        for mode, factor in itertools.product(sweep.quotas, sweep.scale):
             name = f"load {load:g} · {teams} teams · {mode} · {limits}" + \
-                (f" · seed {seed}" if len(seeds) > 1 else "")
-            yield Case(name, load, teams, mode, limits, seed), trace, build_cluster(sweep, demand, mode)
+                (f" · seed {seed}" if len(seeds) > 1 else "") + \
+                (f" · ×{factor:g}" if factor != 1.0 else "")
+            yield (Case(name, load, teams, mode, limits, seed, factor), scaled(trace, factor),
+                   build_cluster(sweep, demand, mode))
 
 
 def run_sweep(sweep: Sweep, *, check: bool = False,
@@ -329,23 +363,44 @@ def run_sweep(sweep: Sweep, *, check: bool = False,
     (``simulate``'s keys) and ``invariant_problems``."""
     rows = []
     for case, trace, cluster in cases(sweep):
+        nominal = {t.name: float(sum(q.nominal for q in t.quotas.values()))
+                   for t in cluster.teams}
         for name in sweep.policies:
             policy = sweep.policy(name)
-            result = simulate(trace, cluster, policy, restart_cost_s=sweep.restart_cost_s,
-                              check=check)
+            result = simulate(trace, cluster, policy, restart_cost_s=sweep.restart_cost_s)
             row = {"case": case.name, "load": case.load, "teams": case.teams,
                    "quotas": case.quotas, "limits": case.limits, "seed": case.seed,
-                   **result.metrics,
-                   "invariant_problems": len(result.problems)}
+                   "scale": case.scale, **result.metrics,
+                   "quota_promise_p99_s": quota_promise(result.records, nominal),
+                   "invariant_problems": 0}
+            if check:
+                # The figures (and the replay time) are the plain replay's; the
+                # checked one must vouch for it: the same per-job records.
+                checked = simulate(trace, cluster, policy, restart_cost_s=sweep.restart_cost_s,
+                                   check=True)
+                row["invariant_problems"] = len(checked.problems)
+                row["records_differ"] = sum(1 for a, b in zip(result.records, checked.records)
+                                            if _outcome(a) != _outcome(b))
             rows.append(row)
             if progress:
                 progress(f"{case.name}: {name} {result.metrics['wall_s']:.1f} s")
     return rows
 
 
+def _outcome(r) -> tuple:
+    return (r.job_id, r.first_start, r.finish, r.run_time, r.preemptions, r.rejected)
+
+
 def judge(rows: list[dict], sweep: Sweep, restated: bool = False) -> list[str]:
-    """The goals the candidate misses, one line each naming the case and the figure."""
-    return [line for _goal, line in misses(rows, sweep, sweep.candidate, restated)]
+    """The goals the candidate misses, one line each naming the case and the figure
+    (issue 32's with ``verdict: issue32``, unless ``restated``)."""
+    return [line for _goal, line in _misses(rows, sweep, sweep.candidate, restated)]
+
+
+def _misses(rows: list[dict], sweep: Sweep, candidate: str, restated: bool):
+    if sweep.verdict == "issue32" and not restated:
+        return misses_32(rows, sweep.baseline, candidate)
+    return misses(rows, sweep, candidate, restated)
 
 
 def tally(rows: list[dict], sweep: Sweep, restated: bool = False) -> dict[str, dict[str, int]]:
@@ -355,7 +410,7 @@ def tally(rows: list[dict], sweep: Sweep, restated: bool = False) -> dict[str, d
     for name in sweep.policies:
         if name != sweep.baseline:
             counts: dict[str, int] = {}
-            for goal, _line in misses(rows, sweep, name, restated):
+            for goal, _line in _misses(rows, sweep, name, restated):
                 counts[goal] = counts.get(goal, 0) + 1
             out[name] = counts
     return out

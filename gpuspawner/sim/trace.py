@@ -4,8 +4,9 @@ A trace is what the simulator replays: when each job is submitted, by whom, how 
 and how long it really runs (``duration_s``, unknown to the scheduler) versus what the user declared
 (``time_limit_s``, which backfill relies on). The CSV has one row per job with the columns named in
 ``REQUIRED_COLUMNS`` and, optionally, ``OPTIONAL_COLUMNS`` (``sweep`` and ``after``: sweeps and
-dependencies, sim/pipelines.py; ``gpu_share``: a share of one GPU, 0 < s < 1, with ``num_gpus`` 1);
-an empty optional cell means "not given".
+dependencies, sim/pipelines.py; ``gpu_share``: a share of one GPU, 0 < s < 1, with ``num_gpus`` 1;
+``cpus`` and ``memory_gib``: what it asks for besides GPUs on each of its nodes, which nodes and team
+quotas that count them admit against); an empty optional cell means "not given".
 Unknown extra columns are ignored so traces exported from other tools can be replayed as they are.
 
 Synthetic traces (``generate_philly_trace``) follow the Microsoft Philly cluster as characterised by
@@ -77,6 +78,9 @@ class TraceJob:
     after: str | None = None
     # A share of one GPU (0 < s < 1, with num_gpus 1); None: whole GPUs.
     gpu_share: float | None = None
+    # CPUs and memory (GiB) it asks for on each of its nodes; None: not counted.
+    cpus: float | None = None
+    memory_gib: float | None = None
 
 
 class TraceError(ValueError):
@@ -85,7 +89,7 @@ class TraceError(ValueError):
 
 REQUIRED_COLUMNS = ("job_id", "team", "user", "submit_time_s", "num_gpus", "duration_s")
 OPTIONAL_COLUMNS = ("time_limit_s", "gpu_type", "priority", "num_nodes", "kind", "sweep", "after",
-                    "gpu_share")
+                    "gpu_share", "cpus", "memory_gib")
 KINDS = ("job", "notebook", "deployment")
 
 
@@ -303,39 +307,49 @@ def _parse_row(cells: dict[str, str], path: Path, line: int) -> TraceJob:
     def given(column: str) -> bool:
         return bool(cells.get(column))
 
+    def optional(column: str, parse, ok, requirement: str):
+        """The column's value, checked, if the cell is given; else None."""
+        if not given(column):
+            return None
+        value = parse(column)
+        check(column, ok(value), requirement)
+        return value
+
     submit, gpus, duration = number("submit_time_s"), integer("num_gpus"), number("duration_s")
     check("submit_time_s", submit >= 0, ">= 0")
     check("num_gpus", gpus >= 1, ">= 1")
     check("duration_s", duration > 0, "> 0")
-    time_limit = number("time_limit_s") if given("time_limit_s") else None
-    if time_limit is not None:
-        check("time_limit_s", time_limit > 0, "> 0")
-    num_nodes = integer("num_nodes") if given("num_nodes") else None
-    if num_nodes is not None:
-        check("num_nodes", num_nodes >= 1, ">= 1")
-    kind = cells["kind"] if given("kind") else None
-    if kind is not None:
-        check("kind", kind in KINDS, f"one of {', '.join(KINDS)}")
-    gpu_share = number("gpu_share") if given("gpu_share") else None
+    time_limit = optional("time_limit_s", number, lambda v: v > 0, "> 0")
+    num_nodes = optional("num_nodes", integer, lambda v: v >= 1, ">= 1")
+    kind = optional("kind", text, lambda v: v in KINDS, f"one of {', '.join(KINDS)}")
+    gpu_share = optional("gpu_share", number, lambda v: 0 < v < 1,
+                         "between 0 and 1 (a share of one GPU)")
     if gpu_share is not None:
-        check("gpu_share", 0 < gpu_share < 1, "between 0 and 1 (a share of one GPU)")
         check("num_gpus", gpus == 1, "1 for a share of one GPU")
         if num_nodes is not None:
             check("num_nodes", num_nodes == 1, "1 for a share of one GPU")
-    after = cells["after"] if given("after") else None
-    if after is not None:
-        try:
-            parse_after_cell(after)
-        except ValueError as e:
-            raise _error(path, line, "after", str(e)) from None
+    cpus = optional("cpus", number, lambda v: v > 0, "> 0 (CPUs on each of its nodes)")
+    memory_gib = optional("memory_gib", number, lambda v: v > 0, "> 0 (GiB on each of its nodes)")
+    after = _after(cells, path, line)
     return TraceJob(
         job_id=text("job_id"), team=text("team"), user=text("user"), submit_time_s=submit,
         num_gpus=gpus, duration_s=duration, time_limit_s=time_limit,
         gpu_type=cells["gpu_type"] if given("gpu_type") else None,
         priority=cells["priority"] if given("priority") else None,
         num_nodes=num_nodes, kind=kind, sweep=cells["sweep"] if given("sweep") else None,
-        after=after, gpu_share=gpu_share,
+        after=after, gpu_share=gpu_share, cpus=cpus, memory_gib=memory_gib,
     )
+
+
+def _after(cells: dict[str, str], path: Path, line: int) -> str | None:
+    """The ``after`` cell (what the job waits for), checked; None if empty."""
+    after = cells.get("after") or None
+    if after is not None:
+        try:
+            parse_after_cell(after)
+        except ValueError as e:
+            raise _error(path, line, "after", str(e)) from None
+    return after
 
 
 def _error(path: Path, line: int, column: str, problem: str) -> TraceError:

@@ -35,7 +35,8 @@ from .metrics import percentile
 from .simulate import SimResult, simulate
 from .trace import TraceJob
 
-QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
+QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit", "cpus", "memory_gib")
+GIB = 1 << 30
 MAX_WEIGHT = 1000.0
 MAX_GPUS = 1_000_000
 DAY = 86400.0
@@ -179,6 +180,10 @@ def _check_value(key: str, k: Key, value: Any, capacity: Mapping[str, int]) -> A
         return float(value)
     if value is None and k.field != "nominal":
         return None
+    if k.field in ("cpus", "memory_gib"):  # a CPU or memory ceiling (none: no limit)
+        if not number or not math.isfinite(value) or value < 0:
+            raise ChangeError(key, f"must be a number >= 0 or none (no limit), got {value!r}")
+        return float(value)
     if not number or value != int(value) or not 0 <= value <= MAX_GPUS:
         raise ChangeError(key, f"must be a whole number of GPUs"
                                f"{'' if k.field == 'nominal' else ' or none (no limit)'}, "
@@ -247,7 +252,11 @@ def team_changes(changes: Mapping[str, Any], cluster: Cluster) -> list[TeamChang
             change.weight = value
         else:
             quota = change.quotas.get(k.pool, teams[k.name].quota(k.pool))
-            change.quotas[k.pool] = replace(quota, **{k.field: value})
+            if k.field == "memory_gib":
+                change.quotas[k.pool] = replace(
+                    quota, memory=None if value is None else round(value * GIB))
+            else:
+                change.quotas[k.pool] = replace(quota, **{k.field: value})
     return [out[name] for name in sorted(out)]
 
 

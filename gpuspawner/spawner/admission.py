@@ -5,20 +5,27 @@ the spawner asks the scheduler service for them (on the user's behalf, with
 the spawner's own token), waits in the queue while the progress page says
 why, and starts the server on exactly the GPUs it was given. When the server
 stops, crashes or is culled, the spawner releases the workload (the service
-makes that idempotent, so it happens once). CPU-only servers skip all this.
+makes that idempotent, so it happens once). A CPU-only server is a
+workload too (0 GPUs): the scheduler admits its CPUs and memory against its
+node and its team's quota, and usage counts them
+(``GPUSpawnerMixin.admit_cpu_only``).
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-from typing import Any, Optional
+from typing import Optional
 
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from traitlets import Float, Unicode, default
+from traitlets import Bool, Float, Unicode, default
 from traitlets.config import Configurable
 
+from ..client.aio import AsyncApi
+from ..client.errors import ApiError
+from ..client.tornado_api import TornadoApi
+from ..vocab.datasets import MOUNT_ROOT
+
+from .datasets import parse_datasets, readable, refusal, render_choices
 from .options import GpuRequest, OptionsError, offers, parse_options, render_form
 from .stop_reason import StopReasonMixin, exit_reason, note_stop_requests, requested_reason
 
@@ -27,10 +34,6 @@ QUEUED = "queued"
 
 
 note_stop_requests()  # the hub's stops then say by whom (stop_reason.py)
-
-
-class ServiceError(RuntimeError):
-    pass
 
 
 class GPUSpawnerMixin(StopReasonMixin, Configurable):
@@ -77,6 +80,14 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
         waits (1 to 5).
         """).tag(config=True)
 
+    admit_cpu_only = Bool(True, help="""
+        A server without GPUs asks the scheduler too (a workload of 0 GPUs),
+        so its CPUs and memory (``WorkloadResources.notebook``) count
+        against its node's capacity and its team's CPU and memory quota, and
+        show in usage; it may wait in the queue when they are full. False:
+        CPU-only servers start at once, uncounted.
+        """).tag(config=True)
+
     # ---- state that belongs to one spawn ------------------------------
     workload_id: Optional[str] = None
     devices: Optional[list] = None
@@ -85,6 +96,9 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
     # What a share's processes are told of it (its memory, MPS): the
     # service's share_env, read at admission for the server's start.
     share_env: Optional[dict] = None
+    # The datasets this server reads: (name, folder), as the service gave
+    # them at its start (checked again there, the use audited).
+    datasets: tuple = ()
 
     def load_state(self, state):
         super().load_state(state)
@@ -109,34 +123,16 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
         self.device_uuids = None
         self.gpu_request = None
         self.share_env = None
+        self.datasets = ()
         self._progress_messages = []
 
     # ---- talking to the service ---------------------------------------
-    async def _service(self, method: str, path: str, body: Any = None) -> Any:
+    @property
+    def gpuhub_api(self) -> AsyncApi:
+        """The service's API (the generated client, over tornado's HTTP client)."""
         if not self.gpuhub_api_url:
-            raise ServiceError("GPUSpawnerMixin.gpuhub_api_url is not set")
-        req = HTTPRequest(self.gpuhub_api_url.rstrip("/") + path, method=method,
-                          headers={"Authorization": f"token {self.gpuhub_token}",
-                                   "Content-Type": "application/json"},
-                          body=None if body is None else json.dumps(body),
-                          allow_nonstandard_methods=True, request_timeout=30)
-        try:
-            resp = await AsyncHTTPClient().fetch(req)
-        except OSError as e:  # the service is down (a hub shutdown stops it first)
-            err = ServiceError(f"the scheduler service is not reachable: {e}")
-            err.status = None
-            raise err
-        except HTTPClientError as e:
-            detail = ""
-            if e.response is not None and e.response.body:
-                try:
-                    detail = json.loads(e.response.body).get("error", "")
-                except ValueError:
-                    detail = e.response.body[:200].decode("utf-8", "replace")
-            err = ServiceError(detail or str(e))
-            err.status = e.code
-            raise err
-        return json.loads(resp.body) if resp.body else None
+            raise ApiError(0, "GPUSpawnerMixin.gpuhub_api_url is not set")
+        return TornadoApi(self.gpuhub_api_url, self.gpuhub_token)
 
     def _teams(self) -> list[str]:
         prefix = self.team_group_prefix
@@ -144,8 +140,9 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
                       if g.name.startswith(prefix) and len(g.name) > len(prefix))
 
     async def _offers(self):
-        pools = (await self._service("GET", "/pools"))["pools"]
-        every = (await self._service("GET", "/teams"))["teams"]
+        api = self.gpuhub_api
+        pools = (await api.list_pools())["pools"]
+        every = (await api.list_teams())["teams"]
         # In no team: the service's default team (c.GpuHubService.default_team), if any.
         mine = set(self._teams()) or {t["name"] for t in every if t.get("default")}
         teams = [t for t in every if t["name"] in mine]
@@ -160,8 +157,17 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
         self._offers_seen = await self._offers()
         # The admin panel's Teams & quotas page, under the hub's base URL.
         base = self.hub.base_url[:-len("hub/")] if self.hub.base_url.endswith("hub/") else "/"
-        return render_form(self._offers_seen, admin_fix_url=(
+        form = render_form(self._offers_seen, admin_fix_url=(
             f"{base}services/gpuhub/admin/teams" if self.user.admin else ""))
+        # The spawner's token lists every dataset: those the user's teams may read.
+        teams = list(self._offers_seen)
+        try:
+            every = (await self.gpuhub_api.list_datasets())["datasets"]
+        except ApiError as e:  # the form still starts servers, without datasets to pick
+            self.log.warning("spawn form: no datasets listed: %s", e)
+            every = []
+        self._datasets_seen = readable(every, teams)
+        return form + render_choices(self._datasets_seen, teams)
 
     @default("options_form")
     def _options_form_default(self):
@@ -178,10 +184,16 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
             return formdata  # checked in start(), against fresh numbers
         try:
             request = parse_options(formdata, offered)
+            datasets = parse_datasets(formdata)
         except OptionsError as e:
             raise ValueError(e.message if e.field == "gpus" else str(e))
+        # Refused on the form, with the service's words (it checks again at the submit).
+        why = refusal(datasets, getattr(self, "_datasets_seen", []), request.team, request.pool)
+        if why:
+            raise web.HTTPError(403, f"datasets: {why}")
         return {"team": request.team, "pool": request.pool, "gpus": request.gpus,
-                **({"gpu_share": str(request.share)} if request.share else {})}
+                **({"gpu_share": str(request.share)} if request.share else {}),
+                **({"datasets": list(datasets)} if datasets else {})}
 
     # ---- admission ---------------------------------------------------------
     def _say(self, message: str, progress: int = 10) -> None:
@@ -195,16 +207,16 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
         self._stop_request = None
         try:
             request = parse_options(self.user_options or {}, await self._offers())
+            datasets = parse_datasets(self.user_options or {})
         except OptionsError as e:
             raise web.HTTPError(400, str(e))
         self.gpu_request = request
-        if request.cpu_only:
+        # Datasets are checked by the service: a server with any is a workload.
+        if request.cpu_only and not self.admit_cpu_only and not datasets:
             self.devices, self.device_uuids = [], []
             return None
-        w = await self._service("POST", "/workloads", {
-            "kind": "notebook", "user": self.user.name, "team": request.team,
-            "pool": request.pool, "gpus": request.gpus, "name": self.name,
-            **({"gpu_share": str(request.share)} if request.share else {})})
+        api = self.gpuhub_api
+        w = await self._submit(api, request, datasets)
         self.workload_id = w["id"]
         want = request.wanted()
         self._say(f"asked the scheduler for {want} for team {request.team}")
@@ -214,10 +226,10 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
             while True:
                 # A long poll: the service answers when the scheduler admits it
                 # (or after the poll interval), not a poll interval late.
-                wait = "" if first else \
-                    f"?wait_while=queued&timeout={min(5, max(1, int(self.queue_poll_interval)))}"
+                wait = {} if first else {"wait_while": QUEUED, "timeout": min(
+                    5, max(1, int(self.queue_poll_interval)))}
                 first = False
-                w = await self._service("GET", f"/workloads/{self.workload_id}{wait}")
+                w = await api.get_workload(self.workload_id, **wait)
                 if w["state"] == RUNNING:
                     break
                 if w["state"] != QUEUED:
@@ -231,6 +243,8 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
                 if msg != last:
                     self._say(msg, 20)
                     last = msg
+            if datasets:
+                self.datasets = await self._dataset_folders()
         except BaseException:
             await self.release("the spawn was cancelled or failed while queued")
             raise
@@ -238,9 +252,35 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
         self.device_uuids = w.get("device_uuids", [])
         self.share_env = dict(w.get("share_env") or {})
         held = w.get("share_enforcement")
-        self._say(f"got {want} (devices {', '.join(map(str, self.devices))})"
+        devices = f" (devices {', '.join(map(str, self.devices))})" if self.devices else ""
+        self._say(f"got {want}{devices}"
                   + (f"; compute {held['compute']}" if held else "") + "; starting the server", 50)
         return w
+
+    async def _submit(self, api: AsyncApi, request: GpuRequest, datasets: tuple) -> dict:
+        """The server's workload, queued; the service's refusal (a dataset
+        the team may not read, say) is the spawn's, as the service says it."""
+        try:
+            return await api.submit_workload({
+                "kind": "notebook", "user": self.user.name, "team": request.team,
+                "pool": request.pool, "gpus_per_node": request.gpus, "name": self.name,
+                **({"gpu_share": str(request.share)} if request.share else {}),
+                **({"datasets": list(datasets)} if datasets else {})})
+        except ApiError as e:
+            if not 400 <= e.status < 500:
+                raise
+            raise web.HTTPError(e.status, f"the scheduler refused this server: {e}") from None
+
+    async def _dataset_folders(self) -> tuple:
+        """The running workload's datasets as (name, folder): the service
+        checks them again (a share revoked while it waited) and audits the use."""
+        try:
+            answer = await self.gpuhub_api.mount_server_datasets(self.workload_id)
+        except ApiError as e:
+            if not 400 <= e.status < 500:
+                raise
+            raise web.HTTPError(e.status, f"the server cannot start: {e}") from None
+        return tuple((d["name"], d["path"]) for d in answer["datasets"])
 
     async def release(self, reason: str, wid: Optional[str] = None) -> None:
         """Give the workload's GPUs back (``wid``: one remembered by a caller
@@ -251,11 +291,11 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
             return
         self.log.info("releasing %s's workload %s: %s", self._log_name, wid, reason)
         try:
-            await self._service("POST", f"/workloads/{wid}/release", {"reason": reason})
-        except ServiceError as e:
+            await self.gpuhub_api.release_workload(wid, {"reason": reason})
+        except ApiError as e:
             # The server is gone either way; the service finds such workloads
             # itself (GpuHubService.reconcile_interval) and releases them.
-            if getattr(e, "status", None) != 404:
+            if e.status != 404:
                 self.log.error("could not release workload %s now: %s", wid, e)
 
     async def workload_lost(self) -> Optional[str]:
@@ -263,9 +303,9 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
         if not self.workload_id:
             return None
         try:
-            w = await self._service("GET", f"/workloads/{self.workload_id}")
-        except ServiceError as e:
-            if getattr(e, "status", None) == 404:
+            w = await self.gpuhub_api.get_workload(self.workload_id)
+        except ApiError as e:
+            if e.status == 404:
                 return "its workload is gone"
             return None  # the service is down: keep the server
         if w["state"] == RUNNING:
@@ -281,6 +321,8 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
         if self.gpu_request is not None:
             env["GPUHUB_TEAM"] = self.gpu_request.team
         env.update(self.share_env or {})
+        if self.datasets:
+            env["GPUHUB_DATASETS_DIR"] = MOUNT_ROOT
         if self.gpuhub_public_url:
             env["GPUHUB_URL"] = self.gpuhub_public_url
         return env

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from kubespawner import KubeSpawner
@@ -26,6 +27,7 @@ from tornado import web
 from traitlets import Bool, Dict, Integer, TraitError, Unicode, default, validate
 
 from ..backends.kubernetes.labels import label_value
+from ..backends.kubernetes.manifests import KubeSettings, dataset_mounts, team_claim
 from .admission import GPUSpawnerMixin
 from .options import GpuRequest
 
@@ -41,6 +43,8 @@ GPU_TRAITS = (
     "priority_class_name",
     "extra_labels",
     "extra_annotations",
+    "volumes",          # a server's datasets (dataset_volumes) and team space
+    "volume_mounts",
 )
 
 def _template_literal(text: str) -> str:
@@ -156,6 +160,53 @@ class KubeGPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 "interactive": "gpuhub-interactive",
                 "production": "gpuhub-production",
             }
+        """).tag(config=True)
+
+    workspace_claim = Unicode("", help="""
+        The users' workspaces' claim (ReadWriteMany), as the service's
+        ``KubernetesBackend.workspace_claim``: a server's dataset whose
+        folder is in a workspace is a read-only subPath of it at
+        /datasets/NAME, as a job's is. "" for none.
+
+        Example: ``c.KubeGPUSpawner.workspace_claim = "gpuhub-workspaces"``
+        """).tag(config=True)
+
+    workspace_mount = Unicode("/home", help="""
+        Where the service mounts ``workspace_claim`` (its
+        ``KubernetesBackend.workspace_mount``): the datasets' registered
+        paths start there.
+        """).tag(config=True)
+
+    dataset_claim = Unicode("", help="""
+        The claim of datasets kept outside the workspaces, as the service's
+        ``KubernetesBackend.dataset_claim`` (mounted read-only in the pod
+        when a dataset of it is asked for). "" for none.
+
+        Example: ``c.KubeGPUSpawner.dataset_claim = "gpuhub-datasets"``
+        """).tag(config=True)
+
+    dataset_mount = Unicode("/datasets-store", help="""
+        Where the service mounts ``dataset_claim`` (its
+        ``KubernetesBackend.dataset_mount``).
+        """).tag(config=True)
+
+    team_space_claim = Unicode("", help="""
+        Each team's space: a ReadWriteMany claim per team, with ``{team}``
+        for its name, in the namespace the notebook pods run in. A server
+        started for a team mounts that team's claim read-write at
+        ``team_space_mount`` and gets it as ``$GPUHUB_TEAM_DIR``, as the
+        team's jobs do (the service's ``KubernetesBackend.team_space_claim``
+        names the same claims; ``gpuhub kube-manifests`` prints them). A
+        pod can mount only a claim of its own namespace: with the service's
+        ``team_namespaces``, the claims live in the teams' namespaces and
+        this stays "" (docs/storage.md). "" (the default): none.
+
+        Example: ``c.KubeGPUSpawner.team_space_claim = "gpuhub-team-{team}"``
+        """).tag(config=True)
+
+    team_space_mount = Unicode("/team", help="""
+        Where a server sees its team's space (``team_space_claim``), as the
+        service's ``KubernetesBackend.team_space_mount`` puts it in jobs.
         """).tag(config=True)
 
     pod_start_timeout = Integer(600, help="""
@@ -289,6 +340,50 @@ class KubeGPUSpawner(GPUSpawnerMixin, KubeSpawner):
         if s.get("priority_class_name"):
             self.priority_class_name = s["priority_class_name"]
 
+    def dataset_volumes(self, datasets) -> tuple[list[dict], list[dict]]:
+        """The volumes and read-only mounts that show each of ``datasets``
+        ((name, folder), as the service gave them) at /datasets/NAME: the
+        jobs' manifests' own (backends/kubernetes/manifests.py)."""
+        settings = KubeSettings(workspace_claim=self.workspace_claim,
+                                workspace_mount=self.workspace_mount,
+                                dataset_claim=self.dataset_claim, dataset_mount=self.dataset_mount)
+        mounts = dataset_mounts(SimpleNamespace(datasets=tuple(datasets)), settings)
+        claims = {"workspaces": self.workspace_claim, "datasets": self.dataset_claim}
+        volumes = [{"name": f"gpuhub-{v}", "persistentVolumeClaim": {
+            "claimName": claims[v], "readOnly": True}}
+            for v in sorted({m["name"] for m in mounts})]
+        return volumes, [dict(m, name=f"gpuhub-{m['name']}") for m in mounts]
+
+    def apply_datasets(self, datasets) -> None:
+        """Add ``dataset_volumes`` to the configured volumes (on copies)."""
+        if not datasets:
+            return
+        try:
+            volumes, mounts = self.dataset_volumes(datasets)
+        except ValueError as e:
+            raise web.HTTPError(500, f"cannot start the server with its datasets: {e}") from e
+        self.volumes = list(self._sorted_dict_values(copy.deepcopy(self.volumes)) or []) + volumes
+        self.volume_mounts = (list(self._sorted_dict_values(copy.deepcopy(self.volume_mounts))
+                                   or []) + mounts)
+
+    def team_space_volume(self, team: str) -> tuple[list[dict], list[dict]]:
+        """The volume and read-write mount of ``team``'s space claim (none
+        without ``team_space_claim``), named as the jobs' manifests name it."""
+        claim = team_claim(team, KubeSettings(team_space_claim=self.team_space_claim))
+        if not claim:
+            return [], []
+        return ([{"name": "gpuhub-team-space", "persistentVolumeClaim": {"claimName": claim}}],
+                [{"name": "gpuhub-team-space", "mountPath": self.team_space_mount}])
+
+    def apply_team_space(self, team: str) -> None:
+        """Add ``team_space_volume`` to the configured volumes (on copies)."""
+        volumes, mounts = self.team_space_volume(team)
+        if volumes:
+            self.volumes = list(self._sorted_dict_values(copy.deepcopy(self.volumes)) or []) \
+                + volumes
+            self.volume_mounts = list(self._sorted_dict_values(
+                copy.deepcopy(self.volume_mounts)) or []) + mounts
+
     # ---- lifecycle ---------------------------------------------------------
     @contextmanager
     def _pod_timeouts(self):
@@ -310,6 +405,8 @@ class KubeGPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 self.apply_gpu_settings(self.gpu_settings(self.gpu_request, workload))
             except ValueError as e:
                 raise web.HTTPError(500, f"cannot start the server: {e}")
+            self.apply_datasets(self.datasets)
+            self.apply_team_space(self.gpu_request.team if self.gpu_request else "")
             with self._pod_timeouts():
                 future = super().start()
                 self._pod_starting = True
@@ -323,6 +420,8 @@ class KubeGPUSpawner(GPUSpawnerMixin, KubeSpawner):
         # The device plugin gives the container its GPUs, numbered from 0:
         # the scheduler's host device indices mean nothing inside it.
         env.update(self.gpu_env())
+        if self.gpu_request is not None and self.team_space_volume(self.gpu_request.team)[0]:
+            env["GPUHUB_TEAM_DIR"] = self.team_space_mount
         if self.gpu_request is not None and self.gpu_request.cpu_only:
             # With the NVIDIA runtime as the default, a CUDA image's own
             # NVIDIA_VISIBLE_DEVICES=all would show a CPU-only pod every GPU

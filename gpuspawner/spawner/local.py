@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import signal
 import time
-from functools import partial
 from typing import Optional
 
 from jupyterhub.spawner import SimpleLocalProcessSpawner
+from tornado import web
 from traitlets import Bool, Unicode, default
 
-from ..isolation import cgroups, identity, user_env
+from ..isolation import cgroups, dataset_mounts, identity, user_env
 from ..isolation.gpu_rules import visible_devices
+from ..isolation.team_spaces import HOME_LINKS
 from ..isolation.accounts import (DEFAULT_PREFIX, Accounts, account_env, compose,
                                   drop_privileges, isolating)
 from .admission import GPUSpawnerMixin
@@ -90,12 +92,24 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
                 self.account = Accounts(self.account_prefix, lambda _: self.home_dir,
                                         tag=self.hub_tag,
                                         legacy_prefix=identity.LEGACY_PREFIX).ensure(self.user.name)
+            self._check_datasets()
             self._place()
             return await super().start()
         except BaseException:
             self._unplace("the server failed to start")
             await self.release("the server failed to start")
             raise
+
+    def _check_datasets(self) -> None:
+        """Before the fork: the datasets can be mounted (the same checks as
+        the runner's for a job): the hub runs as root, each folder is still
+        the registered one."""
+        if not self.datasets:
+            return
+        try:
+            dataset_mounts.prepare(self.datasets, "the hub")
+        except OSError as e:
+            raise web.HTTPError(500, f"cannot start the server with its datasets: {e}") from e
 
     def _place(self) -> None:
         request = self.gpu_request
@@ -129,12 +143,15 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
 
     def make_preexec_fn(self, name):
         """What the forked server process does before it executes, in order:
-        join its cgroup (the placement), become the account keeping the
+        join its cgroup (the placement), mount its datasets read-only in a
+        mount namespace of its own (as root), become the account keeping the
         placement's device groups (or the base class's step), go to the
         workspace."""
         placement = self.placement
         enter = ((lambda: cgroups.enter(placement))
                  if placement is not None and (placement.cgroups or placement.gids) else None)
+        if self.datasets:
+            enter = compose(enter, dataset_mounts.mount_step(self.datasets))
         if not self.user_accounts:
             return compose(enter, super().make_preexec_fn(name))
         home = self.home_dir
@@ -157,6 +174,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         env = user_env.for_user(super().get_env(), keep=self.environment)
         env.update(self.gpu_env())
         env.update(visible_devices(self.devices or [], self.device_uuids or []))
+        team = self.gpu_request.team if self.gpu_request else ""
+        team_dir = os.path.join(self.home_dir, HOME_LINKS, team) if team else ""
+        if team_dir and os.path.isdir(team_dir):  # its team's space (service/teams/spaces.py)
+            env["GPUHUB_TEAM_DIR"] = team_dir
         return env
 
     def get_args(self):
@@ -186,8 +207,26 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     async def stop(self, now=False):
         self.log.info("stopping %s (pid %s)%s", self._log_name, self.pid,
                       " at once" if now else "")
-        await self.stop_and_release(partial(super().stop, now=now))
+        await self.stop_and_release(self._terminate)
         self._unplace("the server was stopped")
+
+    async def _terminate(self) -> None:
+        """SIGTERM, then SIGKILL after ``term_timeout``. Jupyter Server stops
+        cleanly on SIGTERM (its kernels and terminals shut down) with or
+        without a terminal; JupyterHub's SIGINT first only raises
+        KeyboardInterrupt, which code running on the server's loop can
+        swallow, and CI saw a server outlive it for the whole 10 s
+        ``interrupt_timeout`` before its SIGTERM."""
+        if await self.poll() is not None:
+            return
+        await self._signal(signal.SIGTERM)
+        if await self.wait_for_death(self.term_timeout):
+            return
+        self.log.warning("%s did not stop within %s s of SIGTERM: killing it",
+                         self._log_name, self.term_timeout)
+        await self._signal(signal.SIGKILL)
+        if not await self.wait_for_death(self.kill_timeout):
+            self.log.warning("%s (pid %s) never died", self._log_name, self.pid)
 
     async def wait_for_death(self, timeout=10):
         """Whether the server exited within ``timeout`` seconds, looked at

@@ -13,8 +13,8 @@ from fractions import Fraction
 from typing import Any, Optional
 
 # The service's own rules for a share, so the form refuses what it would.
-from ..service.share_specs import PoolSharing, parse_share, resolve_share
-from ..service.specs import SpecError
+from gpuspawner.vocab.shares import PoolSharing, parse_share, resolve_share
+from gpuspawner.vocab.specs import SpecError
 
 # Said of a sharing pool whose service does not say how it enforces shares:
 # what the local backend does without an MPS daemon.
@@ -47,6 +47,8 @@ class GpuRequest:
 
     def wanted(self) -> str:
         """"1/4 of one h200 GPU", "2 × h200 GPUs": the progress page's words."""
+        if not self.gpus:
+            return "CPUs and memory (no GPU)"
         if self.share:
             return f"{self.share} of one {self.pool} GPU"
         return f"{self.gpus} × {self.pool} GPU{'s' if self.gpus > 1 else ''}"
@@ -330,33 +332,8 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
                  '<span class="small text-secondary">no GPU; starts at once</span>'
                  '</div></label>')
     for team in names:
-        for offer in teams[team]:
-            if offer.most < 1:
-                continue
-            who = f' <span class="badge text-bg-secondary">{esc(team)}</span>' \
-                if len(names) > 1 else ""
-            choices = choices_of(offer)
-            picked = start if team == start_team and any(
-                v == start for v, _, _ in choices) else None
-            options = "".join(
-                f'<option value="{esc(value)}"{" selected" if value == picked else ""}>'
-                f'{esc(text)}'
-                f'{" — " + esc(offer.note(units)) if offer.note(units) else ""}</option>'
-                for value, text, units in choices)
-            shared = (f'<div class="small text-secondary w-100 gpuhub-sharing">Shared GPUs: '
-                      f'from {offer.shares()[0]} of a GPU; {esc(offer.enforcement)}.</div>'
-                      if offer.shares() else "")
-            parts.append(
-                f'<label class="card gpuhub-profile mb-2" data-team="{esc(team)}" '
-                f'data-pool="{esc(offer.pool)}"><div class="card-body py-2 d-flex gap-3 '
-                f'align-items-center flex-wrap">'
-                f'<input type="radio" name="gpu_choice" value="{esc(picked or choices[0][0])}"'
-                f'{" checked" if picked else ""}>'
-                f'<span><b>{esc(offer.model)} ({offer.memory_mib // 1024} GiB)</b> '
-                f'<span class="small text-secondary">pool {esc(offer.pool)}</span>{who}</span>'
-                f'<select class="form-select form-select-sm w-auto gpuhub-gpus" '
-                f'aria-label="GPUs in pool {esc(offer.pool)}">{options}</select>{shared}'
-                f'</div></label>')
+        parts += [_pool_card(team, offer, start if team == start_team else None,
+                             len(names) > 1) for offer in teams[team] if offer.most >= 1]
     parts.append("</div>")
     # A card's select sets (and picks) the card's choice.
     parts.append("<script>document.querySelectorAll('.gpuhub-profile select').forEach(s => "
@@ -364,3 +341,30 @@ def render_form(teams: dict[str, list[PoolOffer]], chosen_team: Optional[str] = 
                  ".querySelector('input[type=radio]'); r.value = s.value; r.checked = true; }));"
                  "</script>")
     return "\n".join(parts)
+
+
+def _pool_card(team: str, offer: PoolOffer, start: Optional[str], show_team: bool) -> str:
+    """One pool's card: its GPU model, and a select of GPU counts with what
+    each costs the team's quota (``start``: the choice preselected, if it is one)."""
+    esc = html.escape
+    who = f' <span class="badge text-bg-secondary">{esc(team)}</span>' if show_team else ""
+    choices = choices_of(offer)
+    picked = start if any(v == start for v, _, _ in choices) else None
+    options = "".join(
+        f'<option value="{esc(value)}"{" selected" if value == picked else ""}>'
+        f'{esc(text)}'
+        f'{" — " + esc(offer.note(units)) if offer.note(units) else ""}</option>'
+        for value, text, units in choices)
+    shared = (f'<div class="small text-secondary w-100 gpuhub-sharing">Shared GPUs: '
+              f'from {offer.shares()[0]} of a GPU; {esc(offer.enforcement)}.</div>'
+              if offer.shares() else "")
+    return (f'<label class="card gpuhub-profile mb-2" data-team="{esc(team)}" '
+            f'data-pool="{esc(offer.pool)}"><div class="card-body py-2 d-flex gap-3 '
+            f'align-items-center flex-wrap">'
+            f'<input type="radio" name="gpu_choice" value="{esc(picked or choices[0][0])}"'
+            f'{" checked" if picked else ""}>'
+            f'<span><b>{esc(offer.model)} ({offer.memory_mib // 1024} GiB)</b> '
+            f'<span class="small text-secondary">pool {esc(offer.pool)}</span>{who}</span>'
+            f'<select class="form-select form-select-sm w-auto gpuhub-gpus" '
+            f'aria-label="GPUs in pool {esc(offer.pool)}">{options}</select>{shared}'
+            f'</div></label>')

@@ -30,7 +30,9 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
 def make_engine(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
-    engine = create_engine(url, future=True, pool_pre_ping=True)
+    # A server's connection may have dropped; a SQLite file's does not (and
+    # the ping would cost every request a statement).
+    engine = create_engine(url, future=True, pool_pre_ping=not url.startswith("sqlite"))
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from sqlalchemy import (JSON, Boolean, Float, ForeignKey, ForeignKeyConstraint, Index, Integer,
-                        String, Text)
+from sqlalchemy import (JSON, BigInteger, Boolean, Float, ForeignKey, ForeignKeyConstraint, Index,
+                        Integer, String, Text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -73,6 +73,9 @@ class TeamRow(Base):
     group: Mapped[str] = mapped_column(String(255))
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    # The team's storage quota (bytes) an admin set; None: the configuration's
+    # (``GpuHubService.team_storage_quotas``) applies.
+    storage_quota: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
 
 
 class QuotaRow(Base):
@@ -82,6 +85,10 @@ class QuotaRow(Base):
     nominal: Mapped[int] = mapped_column(Integer, default=0)
     borrowing_limit: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
     lending_limit: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # Ceilings on the CPUs and memory (bytes) the team's running work in the
+    # pool asks for; None: no limit.
+    cpus: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    memory: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
 
 
 class WorkloadRow(Base):
@@ -138,8 +145,19 @@ class WorkloadRow(Base):
         Index("ix_workloads_sweep", "sweep_id", "state"),
         Index("ix_workloads_state", "state"),
         Index("ix_workloads_schedule", "schedule_id"),
-        Index("ix_workloads_team_state", "team", "state"),
         Index("ix_workloads_user", "user"),
+        # The lists, newest first (the API, the Jobs panel, ``gpuhub ls``):
+        # read from an index, not sorted from the whole table (migration 0014).
+        Index("ix_workloads_submitted", "submitted_at", "id"),
+        Index("ix_workloads_team_submitted", "team", "submitted_at", "id"),
+        Index("ix_workloads_user_submitted", "user", "submitted_at", "id"),
+        # A state's workloads (all, or a team's) oldest first by the keyset of
+        # the queue page's cursors (migration 0021).
+        Index("ix_workloads_state_submitted", "state", "submitted_at", "id"),
+        Index("ix_workloads_team_state_submitted", "team", "state", "submitted_at", "id"),
+        # The serving controller's replicas (kind, then queued/running/stopping),
+        # not a walk of every queued job (migration 0017).
+        Index("ix_workloads_kind_state", "kind", "state"),
     )
 
 
@@ -193,7 +211,9 @@ class EventRow(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
-    __table_args__ = (Index("ix_events_workload", "workload_id", "id"),)
+    __table_args__ = (Index("ix_events_workload", "workload_id", "id"),
+                      # the queue page's recent preemptions (migration 0022)
+                      Index("ix_events_type_time", "type", "time"))
 
 
 class UsageRow(Base):
@@ -213,8 +233,26 @@ class UsageRow(Base):
     gpu_seconds: Mapped[float] = mapped_column(Float)
     # GPU-seconds of it that ran on borrowed quota.
     borrowed_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    # What it asked for besides GPUs, over its run (on all its nodes).
+    cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_gib_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
     __table_args__ = (Index("ix_usage_team_end", "team", "ended_at"),)
+
+
+class JobTokenRow(Base):
+    """The hub token made for one job attempt (service/access/job_tokens.py):
+    which token to revoke when the attempt ends, kept across restarts. The
+    token itself is never stored, only its SHA-256."""
+
+    __tablename__ = "job_tokens"
+    workload_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user: Mapped[str] = mapped_column(String(255))
+    token_id: Mapped[str] = mapped_column(String(64))
+    token_sha256: Mapped[str] = mapped_column(String(64))
+    issued_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
 
 
 class AuditEntry(Base):
@@ -306,7 +344,7 @@ class RevisionRow(Base):
 
 
 class PreviewRow(Base):
-    """A what-if preview (service/whatif.py): the period's history replayed
+    """A what-if preview (service/whatif/previews.py): the period's history replayed
     under the settings of ``baseline`` and with ``changes``; ``result`` once
     done (sim/whatif.py's figures)."""
 
@@ -413,3 +451,67 @@ class FiringRow(Base):
     workload_id: Mapped[str] = mapped_column(String(32))
     # "cron", "catch-up" (the one run of firings missed while down) or "manual"
     cause: Mapped[str] = mapped_column(String(16), default="cron")
+
+
+class DatasetRow(Base):
+    """A folder registered under a name by a lead of its team (service/datasets/):
+    workloads that ask for it see it read-only at ``/datasets/<name>``."""
+
+    __tablename__ = "datasets"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team: Mapped[str] = mapped_column(String(128))
+    # The folder, resolved (no link in it) when it was registered.
+    path: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[float] = mapped_column(Float)
+    # Residency: the pools its readers' workloads may run in ([]: any).
+    pools: Mapped[list[Any]] = mapped_column(default=list)
+    # Residency: node labels every node its readers' workloads run on must
+    # carry ({}: any node), migration 0019.
+    node_labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class DatasetShareRow(Base):
+    """A team other than the dataset's own that may read it."""
+
+    __tablename__ = "dataset_shares"
+    dataset: Mapped[str] = mapped_column(ForeignKey("datasets.name", ondelete="CASCADE"),
+                                         primary_key=True)
+    team: Mapped[str] = mapped_column(String(128), primary_key=True)
+    granted_by: Mapped[str] = mapped_column(String(255))
+    granted_at: Mapped[float] = mapped_column(Float)
+    __table_args__ = (Index("ix_dataset_shares_team", "team"),)
+
+
+class StorageRow(Base):
+    """What a team space or a dataset held (service/teams/storage.py): ``bytes``
+    and ``files`` as measured from ``since`` until the item's next row (the
+    usage report charges them for that long), last found unchanged at
+    ``checked_at``. A row is added only when the numbers change, so an
+    unchanged space costs one row however often it is measured."""
+
+    __tablename__ = "storage_measurements"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))       # "space" or "dataset"
+    name: Mapped[str] = mapped_column(String(128))      # the team, or the dataset
+    team: Mapped[str] = mapped_column(String(128))      # who is charged
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[int] = mapped_column(BigInteger)
+    seconds: Mapped[float] = mapped_column(Float)       # how long the last walk took
+    since: Mapped[float] = mapped_column(Float)
+    checked_at: Mapped[float] = mapped_column(Float)
+    # False: a dataset inside its team's space, counted there already.
+    charged: Mapped[bool] = mapped_column(Boolean, default=True)
+    __table_args__ = (Index("ix_storage_measurements_item", "kind", "name", "id"),
+                      Index("ix_storage_measurements_since", "since"))
+
+
+class StoragePriceRow(Base):
+    """The price of one GB-month of storage from ``since`` until the next
+    row's (``GpuHubService.storage_price_per_gb_month``, recorded at start
+    when it changed): a new price never reprices storage held before it."""
+
+    __tablename__ = "storage_prices"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    since: Mapped[float] = mapped_column(Float)
+    price_per_gb_month: Mapped[float] = mapped_column(Float)

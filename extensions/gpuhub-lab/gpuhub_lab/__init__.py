@@ -16,7 +16,7 @@ def _jupyter_server_extension_points():
 
 def _load_jupyter_server_extension(server_app):
     from .config import GpuHubLab
-    from .handlers import setup_handlers
+    from .routes import setup_handlers
     from .service import ServiceClient
 
     config = GpuHubLab(parent=server_app)

@@ -7,19 +7,14 @@ from __future__ import annotations
 import tornado.web
 from jupyter_server.utils import url_path_join
 
-from . import deployspec
+from . import deployspec, jobspec
 from .handlers import GpuHubHandler
-from .service import seg
-
-
-def _path(team: str, name: str, *rest: str) -> str:
-    return "/".join(["/deployments", seg(team), seg(name), *rest])
 
 
 class DeploymentsHandler(GpuHubHandler):
     @tornado.web.authenticated
     async def get(self):
-        listed = (await self.service.call("GET", "/deployments"))["deployments"]
+        listed = (await self.service.list_deployments())["deployments"]
         self.write_json({"deployments": [deployspec.describe(d, self.service_root)
                                          for d in listed]})
 
@@ -28,7 +23,7 @@ class DeploymentsHandler(GpuHubHandler):
         """Deploy a model directory of this server's files (a new deployment,
         or a new revision of one, with ``canary_percent``)."""
         body = deployspec.build_body(self.json_body(), self.root_dir, self.service_root)
-        created = await self.service.call("POST", "/deployments", body=body)
+        created = await self.service.deploy(body)
         self.log.info("gpuhub_lab: deployed %s/%s from %s", created.get("team"),
                       created.get("name"), body["model_dir"])
         self.write_json(deployspec.describe(created, self.service_root), status=201)
@@ -37,12 +32,12 @@ class DeploymentsHandler(GpuHubHandler):
 class DeploymentHandler(GpuHubHandler):
     @tornado.web.authenticated
     async def get(self, team: str, name: str):
-        view = await self.service.call("GET", _path(team, name))
+        view = await self.service.get_deployment(team, name)
         self.write_json(deployspec.describe(view, self.service_root))
 
     @tornado.web.authenticated
     async def delete(self, team: str, name: str):
-        self.write_json(await self.service.call("DELETE", _path(team, name)))
+        self.write_json(await self.service.delete_deployment(team, name))
 
 
 class MetricsHandler(GpuHubHandler):
@@ -52,8 +47,10 @@ class MetricsHandler(GpuHubHandler):
     @tornado.web.authenticated
     async def get(self, team: str, name: str):
         seconds = self.get_argument("seconds", None)
-        params = [] if seconds is None else [("seconds", seconds)]
-        self.write_json(await self.service.call("GET", _path(team, name, "metrics"), params))
+        if seconds is not None and not seconds.isdigit():
+            raise jobspec.FormError("seconds", "must be a whole number of seconds")
+        self.write_json(await self.service.get_deployment_metrics(
+            team, name, seconds=None if seconds is None else int(seconds)))
 
 
 class ActionHandler(GpuHubHandler):
@@ -62,10 +59,25 @@ class ActionHandler(GpuHubHandler):
 
     @tornado.web.authenticated
     async def post(self, team: str, name: str, action: str):
-        # The service reads no body for promote and rollback, but tornado's
-        # client sends no POST without one: an empty object stands in.
         body = self.json_body() if self.request.body else {}
-        view = await self.service.call("POST", _path(team, name, seg(action)), body=body)
+        if action in ("promote", "rollback"):  # no body
+            view = await getattr(self.service, f"{action}_deployment")(team, name)
+        elif action in ("traffic", "scale"):
+            act = {"traffic": self.service.set_deployment_traffic,
+                   "scale": self.service.scale_deployment}[action]
+            view = await act(team, name, body)
+        else:
+            raise tornado.web.HTTPError(404, f"a deployment has no action {action!r}; known: "
+                                             "promote, rollback, traffic, scale")
+        self.write_json(deployspec.describe(view, self.service_root))
+
+
+class RevisionCancelHandler(GpuHubHandler):
+    """Cancel a waiting revision: it never rolls out, the deployment serves on."""
+
+    @tornado.web.authenticated
+    async def post(self, team: str, name: str, number: str):
+        view = await self.service.cancel_revision(team, name, int(number))
         self.write_json(deployspec.describe(view, self.service_root))
 
 
@@ -76,5 +88,7 @@ def routes(base: str) -> list[tuple]:
         (deployment, DeploymentHandler),
         # before the actions: "metrics" is a GET of its own, not an action
         (url_path_join(deployment, "metrics"), MetricsHandler),
+        (url_path_join(deployment, "revisions", r"(?P<number>[0-9]{1,9})", "cancel"),
+         RevisionCancelHandler),
         (url_path_join(deployment, r"(?P<action>[^/]+)"), ActionHandler),
     ]

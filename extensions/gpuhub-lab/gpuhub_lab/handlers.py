@@ -13,10 +13,15 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.iostream import StreamClosedError
 
+from gpuspawner.client.errors import ApiError
+from gpuspawner.client.operations import Unsent
+
 from . import deployspec, jobspec, outputs
-from .service import ServiceClient, ServiceError, seg
+from .service import ServiceClient
 
 SCOPES = ("mine", "team")
+# The Jobs panel's first page, and the most it lists (the service's own page limit).
+JOBS_PAGE, JOBS_MAX = 50, 500
 
 
 class GpuHubHandler(APIHandler):
@@ -41,7 +46,7 @@ class GpuHubHandler(APIHandler):
         fault, and the status the service gave (not a 500)."""
         exc = kwargs.get("exc_info", (None, None, None))[1]
         body: dict[str, Any] = {}
-        if isinstance(exc, (ServiceError, jobspec.FormError)):
+        if isinstance(exc, (ApiError, jobspec.FormError)):
             status_code = error_status(exc)
             self.set_status(status_code)
             body["error"] = exc.message
@@ -58,7 +63,7 @@ class GpuHubHandler(APIHandler):
 
     def log_exception(self, typ, value, tb) -> None:
         # A refused form or a service's 4xx is an answer, not a server fault.
-        if isinstance(value, (ServiceError, jobspec.FormError)):
+        if isinstance(value, (ApiError, jobspec.FormError)):
             self.log.info("gpuhub_lab: %s %s: %d %s", self.request.method, self.request.path,
                           error_status(value), value)
         else:
@@ -80,19 +85,20 @@ class GpuHubHandler(APIHandler):
     async def me(self) -> dict:
         cache = self.settings.setdefault("gpuhub_me", {})
         if "me" not in cache:
-            cache["me"] = await self.service.call("GET", "/me")
+            cache["me"] = await self.service.get_me()
         return cache["me"]
 
 
 class PassThroughHandler(GpuHubHandler):
-    """GET of a service endpoint as it is (/me, /teams, /pools, /notices)."""
+    """GET of a service endpoint as it is (/me, /teams, /pools, /notices, /datasets):
+    ``operation`` names the client's method."""
 
-    def initialize(self, path: str) -> None:
-        self.path = path
+    def initialize(self, operation: str) -> None:
+        self.operation = operation
 
     @tornado.web.authenticated
     async def get(self):
-        self.write_json(await self.service.call("GET", self.path))
+        self.write_json(await getattr(self.service, self.operation)())
 
 
 class WorkloadsHandler(GpuHubHandler):
@@ -103,11 +109,23 @@ class WorkloadsHandler(GpuHubHandler):
             raise jobspec.FormError("scope", f"must be one of {', '.join(SCOPES)}")
         # detail=1: attempts, queue position and output notebook in the same call;
         # a sweep's tasks are not listed one by one (GET sweeps has them, by sweep)
-        params = [("kind", "job"), ("sweep_id", "none"), ("limit", "200"), ("detail", "1")]
-        if scope == "mine":
-            params.append(("user", (await self.me())["name"]))
-        listed = (await self.service.call("GET", "/workloads", params))["workloads"]
-        self.write_json({"workloads": [self.describe(w) for w in listed]})
+        user = (await self.me())["name"] if scope == "mine" else None
+        # cursor: the next page (an earlier answer's next_cursor), read as the
+        # service's list pages: by what it returns, whatever was submitted since
+        page = await self.service.list_workloads(kind="job", sweep_id=["none"],
+                                                 limit=self.limit(), detail=1, user=user,
+                                                 cursor=self.get_argument("cursor", None))
+        self.write_json({"workloads": [self.describe(w) for w in page["workloads"]],
+                         "next_cursor": page.get("next_cursor")})
+
+    def limit(self) -> int:
+        """How many jobs (newest first): what the panel shows, which grows by
+        a page at each "Show more", so a poll's cost follows what is shown
+        (200 detailed rows took the service 0.9 s with 10,000 queued)."""
+        text = self.get_argument("limit", str(JOBS_PAGE))
+        if not text.isdigit() or not 1 <= int(text) <= JOBS_MAX:
+            raise jobspec.FormError("limit", f"must be a whole number from 1 to {JOBS_MAX}")
+        return int(text)
 
     @tornado.web.authenticated
     async def post(self):
@@ -115,7 +133,7 @@ class WorkloadsHandler(GpuHubHandler):
         spec, make_dirs = jobspec.build_spec(form, self.root_dir, self.service_root)
         for folder in make_dirs:
             os.makedirs(os.path.join(self.root_dir, folder), exist_ok=True)
-        created = await self.service.call("POST", "/workloads", body=spec)
+        created = await self.service.submit_workload(spec)
         self.log.info("gpuhub_lab: submitted %s (%s)", created.get("id"), form.get("path"))
         self.write_json(self.describe(created), status=201)
 
@@ -123,12 +141,12 @@ class WorkloadsHandler(GpuHubHandler):
 class WorkloadHandler(GpuHubHandler):
     @tornado.web.authenticated
     async def get(self, wid: str):
-        w = await self.service.call("GET", f"/workloads/{seg(wid)}")
+        w = await self.service.get_workload(wid)
         self.write_json(self.describe(w))
 
     @tornado.web.authenticated
     async def delete(self, wid: str):
-        w = await self.service.call("DELETE", f"/workloads/{seg(wid)}")
+        w = await self.service.cancel_workload(wid)
         self.write_json(self.describe(w), status=202)
 
 
@@ -145,10 +163,9 @@ class LogsHandler(GpuHubHandler):
         attempt = self.get_argument("attempt", None)
         if attempt is not None and not attempt.isdigit():
             raise jobspec.FormError("attempt", "must be an attempt number (0, 1, …)")
-        params = [] if attempt is None else [("attempt", attempt)]
-        path = f"/workloads/{seg(wid)}/logs"
+        attempt = None if attempt is None else int(attempt)
         if self.get_argument("follow", "false").lower() not in ("1", "true", "yes"):
-            text = await self.service.call("GET", path, params)
+            text = await self.service.get_workload_logs(wid, attempt=attempt)
             self.finish(text, set_content_type="text/plain; charset=UTF-8")
             return
         started = False
@@ -165,8 +182,9 @@ class LogsHandler(GpuHubHandler):
 
         if self._client_gone:
             return
+        request = Unsent().get_workload_logs(wid, attempt=attempt, follow=True)
         self._upstream = asyncio.ensure_future(self.service.stream(
-            path, params, forward, self.request.headers.get("Last-Event-ID")))
+            request, forward, self.request.headers.get("Last-Event-ID")))
         try:
             await self._upstream
         except asyncio.CancelledError:
@@ -192,8 +210,7 @@ class OutputsHandler(GpuHubHandler):
 
     @tornado.web.authenticated
     async def get(self, wid: str):
-        w = jobspec.describe(await self.service.call("GET", f"/workloads/{seg(wid)}"),
-                             self.service_root)
+        w = jobspec.describe(await self.service.get_workload(wid), self.service_root)
         paths = [p for p in (w.get("output_dir_path"), w.get("output_path")) if p]
         if not paths:
             raise tornado.web.HTTPError(404, "this job has no outputs in this server's files")
@@ -230,29 +247,23 @@ class ParametersHandler(GpuHubHandler):
 
 
 def error_status(exc: Exception) -> int:
-    if isinstance(exc, ServiceError):
+    if isinstance(exc, ApiError):  # status 0: the service could not be reached
         return exc.status if 400 <= exc.status < 600 else 502
     return 400
 
 
-def setup_handlers(web_app, service: ServiceClient, *, root_dir: str, service_root: str) -> None:
-    from . import deploy_handlers, workflow_handlers  # they build on GpuHubHandler above
-
-    web_app.settings.update(gpuhub_service=service, gpuhub_root_dir=os.path.abspath(root_dir),
-                            gpuhub_service_root=service_root)
-    base = url_path_join(web_app.settings["base_url"], "gpuhub")
+def routes(base: str) -> list:
+    """The workloads' routes under ``base`` (``routes.py`` adds the others)."""
     wid = r"(?P<wid>[^/]+)"
-    routes = [
-        (url_path_join(base, "me"), PassThroughHandler, {"path": "/me"}),
-        (url_path_join(base, "teams"), PassThroughHandler, {"path": "/teams"}),
-        (url_path_join(base, "pools"), PassThroughHandler, {"path": "/pools"}),
-        (url_path_join(base, "notices"), PassThroughHandler, {"path": "/notices"}),
+    return [
+        (url_path_join(base, "me"), PassThroughHandler, {"operation": "get_me"}),
+        (url_path_join(base, "teams"), PassThroughHandler, {"operation": "list_teams"}),
+        (url_path_join(base, "pools"), PassThroughHandler, {"operation": "list_pools"}),
+        (url_path_join(base, "notices"), PassThroughHandler, {"operation": "list_notices"}),
+        (url_path_join(base, "datasets"), PassThroughHandler, {"operation": "list_datasets"}),
         (url_path_join(base, "workloads"), WorkloadsHandler),
         (url_path_join(base, "workloads", wid), WorkloadHandler),
         (url_path_join(base, "workloads", wid, "logs"), LogsHandler),
         (url_path_join(base, "workloads", wid, "outputs"), OutputsHandler),
         (url_path_join(base, "parameters"), ParametersHandler),
-        *deploy_handlers.routes(base),
-        *workflow_handlers.routes(base),
     ]
-    web_app.add_handlers(".*$", routes)

@@ -16,9 +16,9 @@ from typing import Any, Optional
 # How scripts run; the interpreter is looked up on the job's PATH.
 INTERPRETERS = {".py": "python", ".sh": "bash"}
 NOTEBOOK = ".ipynb"
-KNOWN_FIELDS = {"path", "name", "team", "pool", "gpus", "nodes", "time_limit", "priority",
+KNOWN_FIELDS = {"path", "name", "team", "pool", "gpus_per_node", "gpus", "nodes", "time_limit", "priority",
                 "parameters", "env", "output_dir", "checkpoint_dir", "project", "after",
-                "gpu_share"}
+                "gpu_share", "datasets"}
 # How a workload may wait for another (or a sweep): its success, its end, its failure.
 CONDITIONS = ("ok", "any", "failed")
 # The job finds its output directory here (GPUHUB_* names are the service's).
@@ -60,13 +60,6 @@ def _optional_text(form: dict, key: str, max_len: int = 255) -> Optional[str]:
     if not isinstance(value, str) or len(value) > max_len:
         raise FormError(key, f"must be text of at most {max_len} characters")
     return value.strip()
-
-
-def _integer(form: dict, key: str, default: int, low: int, high: int) -> int:
-    value = form.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise FormError(key, f"must be a whole number from {low} to {high}")
-    return value
 
 
 def dependencies(value: Any) -> list[dict]:
@@ -128,11 +121,17 @@ def build_spec(form: Any, root_dir: str, service_root: str,
         "working_dir": working_dir,
         # Counts and their limits are the service's to check (its refusal names
         # the field): the extension checks what only it can, the file paths.
-        "gpus_per_node": form.get("gpus", 1),
+        # "gpus" is the older name, read for one more release.
+        "gpus_per_node": form.get("gpus_per_node", form.get("gpus", 1)),
         "nodes": form.get("nodes", 1),
     }
     if form.get("gpu_share") not in (None, ""):  # part of one GPU ("1/4"), the service's to check
         spec["gpu_share"] = form["gpu_share"]
+    datasets = form.get("datasets") or []
+    if not isinstance(datasets, list) or not all(isinstance(d, str) and d for d in datasets):
+        raise FormError("datasets", "must be a list of dataset names")
+    if datasets:  # which exist and which the team may read is the service's to say
+        spec["datasets"] = datasets
     for key in ("team", "pool", "priority", "project"):
         value = _optional_text(form, key, 64)
         if value:

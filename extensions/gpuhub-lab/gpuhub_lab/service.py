@@ -1,75 +1,37 @@
-"""An asynchronous client of the scheduler service's REST API, for the
-handlers: tornado's HTTP client for calls, httpx for log streams, so a slow
-service never blocks the server."""
+"""The server extension's client of the scheduler service: the generated
+client (``gpuspawner.client``) over tornado's HTTP client for calls, httpx
+for log streams, so a slow service never blocks the server. Every error is
+the client's ``ApiError`` (status 0: the service could not be reached)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, Callable, Optional
-from urllib.parse import quote, urlencode
 
 import httpx
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from gpuspawner.client import API_PATH
-
-
-class ServiceError(Exception):
-    """The service refused a request (its own status and message), or could
-    not be reached (502)."""
-
-    def __init__(self, status: int, message: str, field: Optional[str] = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.field = field
+from gpuspawner.client.errors import ApiError, error_of
+from gpuspawner.client.request import API_PATH, Request
+from gpuspawner.client.tornado_api import TornadoApi
 
 
-def seg(value: str) -> str:
-    return quote(str(value), safe="")
+class ServiceClient(TornadoApi):
+    """``url``: the service's base (``…/services/gpuhub``)."""
 
-
-class ServiceClient:
     def __init__(self, url: str, token: str, *, timeout: float = 30.0):
+        super().__init__(url + API_PATH, token, timeout=timeout)
         self.url = url
-        self.api = url + API_PATH
-        self.token = token
-        self.timeout = timeout
 
-    def _request(self, method: str, path: str, params=(), body: Any = None,
-                 **kw) -> HTTPRequest:
-        url = self.api + path + (f"?{urlencode(list(params))}" if params else "")
-        headers = {"Authorization": f"token {self.token}", "Accept": "application/json"}
-        headers.update(kw.pop("headers", {}))
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        return HTTPRequest(url, method=method, headers=headers,
-                           body=None if body is None else json.dumps(body),
-                           request_timeout=kw.pop("request_timeout", self.timeout),
-                           connect_timeout=min(self.timeout, 10.0), **kw)
-
-    async def call(self, method: str, path: str, params=(), body: Any = None) -> Any:
-        """JSON of the answer; ``ServiceError`` with the service's message."""
+    async def _send(self, request: Request) -> Any:
         if not self.token:
-            raise ServiceError(503, "this server has no token for the GPU Hub service "
-                                    "(JUPYTERHUB_API_TOKEN is not set)")
-        request = self._request(method, path, params, body)
-        try:
-            response = await AsyncHTTPClient().fetch(request)
-        except HTTPClientError as e:
-            raise error_from(e) from None
-        except OSError as e:
-            raise ServiceError(502, f"cannot reach the GPU Hub service at {self.api}: {e}")
-        text = response.body.decode("utf-8", "replace")
-        if response.headers.get("Content-Type", "").startswith("application/json"):
-            return json.loads(text)
-        return text
+            raise ApiError(503, "this server has no token for the GPU Hub service "
+                                "(JUPYTERHUB_API_TOKEN is not set)")
+        return await super()._send(request)
 
-    async def stream(self, path: str, params, on_chunk: Callable[[bytes], None],
+    async def stream(self, request: Request, on_chunk: Callable[[bytes], None],
                      last_event_id: Optional[str] = None, timeout: float = 3600.0) -> None:
         """A server-sent event stream, chunk by chunk, as the service sends
         it, for at most ``timeout`` seconds. An error answer is not streamed:
-        it raises ``ServiceError``. Cancelling the call closes the connection
+        it raises ``ApiError``. Cancelling the call closes the connection
         to the service at once: a quiet stream (a queued attempt) is not held
         open for a browser that went away. (httpx, not tornado's client:
         a tornado fetch cannot be cancelled, and every open stream would
@@ -78,16 +40,17 @@ class ServiceClient:
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
         started = False
+        url = self.api + request.path
 
         async def follow() -> None:
             nonlocal started
             limits = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0), read=None)
             async with httpx.AsyncClient(timeout=limits) as client:
-                async with client.stream("GET", self.api + path, params=list(params),
+                async with client.stream(request.method, url, params=list(request.params),
                                          headers=headers) as response:
                     if response.status_code >= 400:
-                        raise error_of(response.status_code, response.reason_phrase,
-                                       await response.aread())
+                        raise error_of(response.status_code, await response.aread(),
+                                       f"{request.method} {url}", response.reason_phrase)
                     async for chunk in response.aiter_bytes():
                         started = True
                         on_chunk(chunk)
@@ -98,26 +61,5 @@ class ServiceClient:
             return  # long enough: the browser's EventSource asks again from its last event
         except httpx.TransportError as e:
             if not started:
-                raise ServiceError(502, f"cannot reach the GPU Hub service at {self.api}: {e}")
+                raise ApiError(0, f"cannot reach the GPU Hub service at {self.api}: {e}")
             # the service went away mid-stream: the stream ends, the browser asks again
-
-
-def error_of(code: int, reason: str, body: Optional[bytes]) -> ServiceError:
-    """The service's own error ({status, error, field}), or a description."""
-    data = None
-    if body:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-    if isinstance(data, dict) and isinstance(data.get("error"), str):
-        return ServiceError(code, data["error"], data.get("field"))
-    if isinstance(data, dict) and isinstance(data.get("message"), str):  # the hub's errors
-        return ServiceError(code, data["message"])
-    return ServiceError(code, f"the GPU Hub service answered {code} {reason}")
-
-
-def error_from(e: HTTPClientError) -> ServiceError:
-    if e.code == 599:
-        return ServiceError(502, f"the GPU Hub service did not answer: {e}")
-    return error_of(e.code, e.message, e.response.body if e.response is not None else None)

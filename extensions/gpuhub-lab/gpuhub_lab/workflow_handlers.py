@@ -12,7 +12,6 @@ from jupyter_server.utils import url_path_join
 
 from . import jobspec, workflowspec
 from .handlers import SCOPES, GpuHubHandler
-from .service import seg
 
 SWEEP_ACTIONS = ("cancel", "retry")
 SCHEDULE_ACTIONS = ("pause", "resume", "run")
@@ -44,7 +43,7 @@ class WorkflowHandler(GpuHubHandler):
 class SweepsHandler(WorkflowHandler):
     @tornado.web.authenticated
     async def get(self):
-        listed = (await self.service.call("GET", "/sweeps"))["sweeps"]
+        listed = (await self.service.list_sweeps())["sweeps"]
         self.write_json({"sweeps": [self.sweep(s) for s in await self.scoped(listed)]})
 
     @tornado.web.authenticated
@@ -52,7 +51,7 @@ class SweepsHandler(WorkflowHandler):
         form = self.json_body()
         body, folders = workflowspec.build_sweep(form, self.root_dir, self.service_root)
         self.make_dirs(folders)
-        created = await self.service.call("POST", "/sweeps", body=body)
+        created = await self.service.submit_sweep(body)
         self.log.info("gpuhub_lab: submitted sweep %s of %s tasks (%s)", created.get("id"),
                       created.get("total"), form.get("path"))
         self.write_json(self.sweep(created), status=201)
@@ -61,7 +60,7 @@ class SweepsHandler(WorkflowHandler):
 class SweepHandler(WorkflowHandler):
     @tornado.web.authenticated
     async def get(self, sid: str):
-        self.write_json(self.sweep(await self.service.call("GET", f"/sweeps/{seg(sid)}")))
+        self.write_json(self.sweep(await self.service.get_sweep(sid)))
 
 
 class SweepActionHandler(WorkflowHandler):
@@ -72,14 +71,14 @@ class SweepActionHandler(WorkflowHandler):
         if action not in SWEEP_ACTIONS:
             raise tornado.web.HTTPError(404, f"a sweep has no action {action!r}; "
                                              f"known: {', '.join(SWEEP_ACTIONS)}")
-        sweep = await self.service.call("POST", f"/sweeps/{seg(sid)}/{action}", body={})
+        sweep = await getattr(self.service, f"{action}_sweep")(sid)
         self.write_json(self.sweep(sweep), status=202)
 
 
 class SchedulesHandler(WorkflowHandler):
     @tornado.web.authenticated
     async def get(self):
-        listed = (await self.service.call("GET", "/schedules"))["schedules"]
+        listed = (await self.service.list_schedules())["schedules"]
         self.write_json({"schedules": [self.schedule(s) for s in await self.scoped(listed)]})
 
     @tornado.web.authenticated
@@ -87,7 +86,7 @@ class SchedulesHandler(WorkflowHandler):
         form = self.json_body()
         body, folders = workflowspec.build_schedule(form, self.root_dir, self.service_root)
         self.make_dirs(folders)
-        created = await self.service.call("POST", "/schedules", body=body)
+        created = await self.service.create_schedule(body)
         self.log.info("gpuhub_lab: created schedule %s (%s, %s)", created.get("id"),
                       body["cron"], form.get("path"))
         self.write_json(self.schedule(created), status=201)
@@ -96,17 +95,16 @@ class SchedulesHandler(WorkflowHandler):
 class ScheduleHandler(WorkflowHandler):
     @tornado.web.authenticated
     async def get(self, cid: str):
-        self.write_json(self.schedule(await self.service.call("GET", f"/schedules/{seg(cid)}")))
+        self.write_json(self.schedule(await self.service.get_schedule(cid)))
 
     @tornado.web.authenticated
     async def patch(self, cid: str):
         body = workflowspec.schedule_patch(self.json_body())
-        self.write_json(self.schedule(await self.service.call(
-            "PATCH", f"/schedules/{seg(cid)}", body=body)))
+        self.write_json(self.schedule(await self.service.edit_schedule(cid, body)))
 
     @tornado.web.authenticated
     async def delete(self, cid: str):
-        await self.service.call("DELETE", f"/schedules/{seg(cid)}")
+        await self.service.delete_schedule(cid)
         self.set_status(204)
         self.finish()
 
@@ -119,7 +117,7 @@ class ScheduleActionHandler(WorkflowHandler):
         if action not in SCHEDULE_ACTIONS:
             raise tornado.web.HTTPError(404, f"a schedule has no action {action!r}; "
                                              f"known: {', '.join(SCHEDULE_ACTIONS)}")
-        answer = await self.service.call("POST", f"/schedules/{seg(cid)}/{action}", body={})
+        answer = await getattr(self.service, f"{action}_schedule")(cid)
         if action == "run":
             self.write_json(self.describe(answer), status=201)
         else:

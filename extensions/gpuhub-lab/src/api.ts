@@ -6,6 +6,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import {
+  IDataset,
   IDeployment,
   IDeploymentMetrics,
   IDeployRequest,
@@ -22,10 +23,17 @@ import {
   IWorkload
 } from './types';
 import { ApiError, errorFrom, xsrfToken } from './errors';
+import type { ISchedulePatch } from './scheduleedit';
 
 export { ApiError };
 
 export type JobScope = 'mine' | 'team';
+
+/** A page of the Jobs panel: the jobs, newest first, and whether older ones exist. */
+export interface IJobsPage {
+  workloads: IWorkload[];
+  more: boolean;
+}
 
 export class GpuHubApi {
   constructor(
@@ -50,15 +58,21 @@ export class GpuHubApi {
     return (await this.request<{ pools: IPool[] }>('pools')).pools;
   }
 
+  /** The datasets the user's teams may read (the submit dialog's choices). */
+  async datasets(): Promise<IDataset[]> {
+    return (await this.request<{ datasets: IDataset[] }>('datasets')).datasets;
+  }
+
   async notices(): Promise<INotice[]> {
     return (await this.request<{ notices: INotice[] }>('notices')).notices;
   }
 
-  async jobs(scope: JobScope): Promise<IWorkload[]> {
-    const r = await this.request<{ workloads: IWorkload[] }>('workloads', {
-      query: { scope }
+  /** The newest ``limit`` jobs of the scope, and whether there are more. */
+  async jobs(scope: JobScope, limit: number): Promise<IJobsPage> {
+    const r = await this.request<{ workloads: IWorkload[]; next_cursor?: string | null }>('workloads', {
+      query: { scope, limit: String(limit) }
     });
-    return r.workloads;
+    return { workloads: r.workloads, more: Boolean(r.next_cursor) };
   }
 
   job(id: string): Promise<IWorkload> {
@@ -140,6 +154,11 @@ export class GpuHubApi {
     return this.request(`schedules/${encodeURIComponent(id)}/${action}`, { method: 'POST', body: '{}' });
   }
 
+  /** Change a schedule's name, cron expression, time zone or catch-up (PATCH: only what is sent). */
+  updateSchedule(id: string, patch: ISchedulePatch): Promise<ISchedule> {
+    return this.request(`schedules/${encodeURIComponent(id)}`, { method: 'PATCH', body: JSON.stringify(patch) });
+  }
+
   deleteSchedule(id: string): Promise<unknown> {
     return this.request(`schedules/${encodeURIComponent(id)}`, { method: 'DELETE', text: true });
   }
@@ -162,6 +181,11 @@ export class GpuHubApi {
       method: 'POST',
       body: JSON.stringify(body)
     });
+  }
+
+  /** Cancel a waiting revision (the deployment serves on as it does). */
+  cancelRevision(d: IDeployment, revision: number): Promise<IDeployment> {
+    return this.request(`${deploymentPath(d)}/revisions/${revision}/cancel`, { method: 'POST', body: '{}' });
   }
 
   deleteDeployment(d: IDeployment): Promise<unknown> {

@@ -87,6 +87,22 @@ export class Deployer {
     return existing ? withDeploymentSettings(values, existing) : values;
   }
 
+  /** Cancel a waiting revision, once asked; false when kept or refused (the panel shows why). */
+  async cancelRevision(d: IDeployment, revision: number): Promise<boolean> {
+    const r = d.revisions.find(x => x.number === revision);
+    const serving = Object.keys(d.traffic).length
+      ? `${d.name} keeps serving ${Object.keys(d.traffic)
+          .map(n => `revision ${n}`)
+          .join(' and ')} as now.`
+      : `${d.name} has no other revision: it serves nothing until you deploy again.`;
+    const answer = await showDialog({
+      title: 'Cancel revision',
+      body: `Cancel revision ${revision} of ${d.team}/${d.name}${r?.reason ? ` (${r.reason})` : ''}? It will never roll out; ${serving}`,
+      buttons: [Dialog.cancelButton({ label: 'Keep waiting' }), Dialog.warnButton({ label: 'Cancel revision' })]
+    });
+    return answer.button.accept ? this.model.act(d, 'cancel-revision', { revision }) : false;
+  }
+
   /** An action of the panel; false when it was cancelled or refused (the panel shows why). */
   async run(d: IDeployment, action: DeploymentAction): Promise<boolean> {
     if (action === 'promote' || action === 'rollback') {

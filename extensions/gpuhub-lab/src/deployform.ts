@@ -7,7 +7,7 @@ import { IDeployment, IDeployRequest, IWorkload } from './types';
 
 export const RUNTIMES = ['sklearn', 'predictor'];
 
-/** The service's rule for a deployment name (a DNS label; gpuspawner/service/deployments.py). */
+/** The service's rule for a deployment name (a DNS label; gpuspawner/service/serving/deployments.py). */
 const NAME_RULE = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 const PREDICTOR_RULE = /^[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*$/;
 

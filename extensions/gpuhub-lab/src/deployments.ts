@@ -61,6 +61,7 @@ export function setupDeployments(options: {
       Notification.info(`Copied ${endpointUrl(d)}`, { autoClose: 3000 });
     },
     run: (d, action) => void deployer.run(d, action),
+    cancelRevision: (d, revision) => void deployer.cancelRevision(d, revision),
     open: d => void app.commands.execute(CommandIDs.openDeployment, { team: d.team, name: d.name })
   };
   const panel: DeploymentsPanel = new DeploymentsPanel(model, {

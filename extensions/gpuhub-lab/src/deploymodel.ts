@@ -55,6 +55,8 @@ export class DeploymentsModel extends PolledModel {
     try {
       if (action === 'delete') {
         await this.api.deleteDeployment(d);
+      } else if (action === 'cancel-revision') {
+        await this.api.cancelRevision(d, (body as { revision: number }).revision);
       } else {
         await this.api.deploymentAction(d, action, body);
       }

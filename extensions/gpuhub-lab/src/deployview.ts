@@ -49,7 +49,8 @@ export interface IActionState {
 
 /** The actions of a deployment's card, each with why it is (not) available. */
 export function actionStates(d: IDeployment): IActionState[] {
-  const numbers = d.revisions.map(r => r.number);
+  // Only deployed revisions take traffic: waiting, failed and cancelled ones never did.
+  const numbers = d.revisions.filter(r => (r.state ?? 'ready') === 'ready').map(r => r.number);
   const earlier = numbers.filter(n => n < d.stable_revision);
   const canary = d.canary_revision;
   const rollbackTo = canary !== null ? d.stable_revision : earlier.length ? Math.max(...earlier) : null;
@@ -72,6 +73,57 @@ export function actionStates(d: IDeployment): IActionState[] {
     { action: 'scale', enabled: true, title: 'Set the minimum and maximum replicas' },
     { action: 'delete', enabled: true, title: 'Stop every replica and delete the deployment' }
   ];
+}
+
+export type RevisionPhase = 'waiting' | 'rolling out' | 'serving' | 'idle' | 'failed' | 'cancelled';
+
+export interface IRevisionStatus {
+  phase: RevisionPhase;
+  /** The phase in words, with the service's reason where it gives one. */
+  text: string;
+}
+
+/**
+ * Where a revision stands: waiting for its `after` (with what it waits
+ * for), rolling out (it has traffic but no ready replica yet), serving,
+ * idle (deployed, no traffic), failed or cancelled (never deployed: why).
+ */
+export function revisionStatus(d: IDeployment, r: IRevision): IRevisionStatus {
+  const reason = r.reason?.trim() ?? '';
+  switch (r.state) {
+    case 'waiting':
+      // The service's reason says it already ("waiting for w1a2b3c4d5e6 (ok)").
+      return { phase: 'waiting', text: !reason ? 'waiting' : reason.startsWith('waiting') ? reason : `waiting: ${reason}` };
+    case 'failed':
+      return { phase: 'failed', text: `failed: ${reason || 'no reason given'}` };
+    case 'cancelled':
+      return { phase: 'cancelled', text: reason || 'cancelled' };
+  }
+  if (!d.traffic[String(r.number)]) {
+    return { phase: 'idle', text: r.replicas.length ? 'no traffic (replicas stopping)' : 'no traffic' };
+  }
+  if (r.ready_replicas > 0 || (d.min_replicas === 0 && r.replicas.length === 0)) {
+    return { phase: 'serving', text: r.ready_replicas > 0 ? 'serving' : 'serving (no replica while idle)' };
+  }
+  return { phase: 'rolling out', text: `rolling out: ${r.ready_replicas}/${r.replicas.length} replicas ready` };
+}
+
+/**
+ * The revisions a card lists, newest first: those with traffic or replicas,
+ * every waiting one, and the newest if it failed or was cancelled (so one
+ * sees why it never served).
+ */
+export function listedRevisions(d: IDeployment): IRevision[] {
+  const newest = Math.max(...d.revisions.map(r => r.number));
+  return d.revisions
+    .filter(
+      r =>
+        d.traffic[String(r.number)] ||
+        r.replicas.length ||
+        r.state === 'waiting' ||
+        (r.number === newest && (r.state === 'failed' || r.state === 'cancelled'))
+    )
+    .sort((a, b) => b.number - a.number);
 }
 
 /** "1/2" ready of running replicas. */

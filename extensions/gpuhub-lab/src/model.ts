@@ -6,7 +6,7 @@
  */
 import { ISignal, Signal } from '@lumino/signaling';
 
-import type { GpuHubApi, JobScope } from './api';
+import type { GpuHubApi, IJobsPage, JobScope } from './api';
 import { PolledModel } from './polled';
 import { IJobNote, IJobSnapshot, jobNotes, pollInterval, snapshot } from './transitions';
 import { IMe, INotice, IPool, ISchedule, ISweep, ITeam, IWorkload } from './types';
@@ -19,6 +19,9 @@ export interface IPollSettings {
   /** Longest wait after failures (backoff). */
   maxInterval: number;
 }
+
+/** Jobs the panel lists at first, and the more each "Show more" adds. */
+export const JOBS_PAGE = 50;
 
 export class JobsModel extends PolledModel {
   constructor(
@@ -40,6 +43,10 @@ export class JobsModel extends PolledModel {
   pools: IPool[] = [];
   error = '';
   scope: JobScope = 'mine';
+  /** How many jobs of each scope are listed (a poll asks for that many). */
+  readonly limits: Record<JobScope, number> = { mine: JOBS_PAGE, team: JOBS_PAGE };
+  /** Whether each scope has older jobs than those listed. */
+  readonly more: Record<JobScope, boolean> = { mine: false, team: false };
   /** Sweeps and schedules of the scope: fetched only while the Jobs panel is shown. */
   sweeps: ISweep[] = [];
   schedules: ISchedule[] = [];
@@ -72,6 +79,12 @@ export class JobsModel extends PolledModel {
   setScope(scope: JobScope): void {
     this.scope = scope;
     this._changed.emit();
+    void this.refreshNow();
+  }
+
+  /** List a page more of the scope's older jobs. */
+  showMore(): void {
+    this.limits[this.scope] += JOBS_PAGE;
     void this.refreshNow();
   }
 
@@ -117,9 +130,10 @@ export class JobsModel extends PolledModel {
         this.me = await this.api.me();
       }
       const shown = this.shown();
-      const [mine, team, teams, pools, notices, workflows] = await Promise.all([
-        this.api.jobs('mine'),
-        this.scope === 'team' ? this.api.jobs('team') : Promise.resolve(this.team),
+      const kept: IJobsPage = { workloads: this.team, more: this.more.team };
+      const [minePage, teamPage, teams, pools, notices, workflows] = await Promise.all([
+        this.api.jobs('mine', this.limits.mine),
+        this.scope === 'team' ? this.api.jobs('team', this.limits.team) : Promise.resolve(kept),
         this.api.teams(),
         this.api.pools(),
         this.api.notices(),
@@ -128,6 +142,8 @@ export class JobsModel extends PolledModel {
       if (generation !== this.generation) {
         return;
       }
+      const [mine, team] = [minePage.workloads, teamPage.workloads];
+      Object.assign(this.more, { mine: minePage.more, team: teamPage.more });
       const notes = jobNotes(this.seen, mine);
       this.seen = snapshot(mine);
       Object.assign(this, { mine, team, teams, pools, error: '', ...workflows });

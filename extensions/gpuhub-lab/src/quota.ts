@@ -114,3 +114,46 @@ export function poolBreakdown(teams: ITeam[], pools: IPool[], team: string): IQu
     .sort()
     .map(pool => quotaView(teams, pools, team, pool)!);
 }
+
+export interface IStorageLine {
+  text: string;
+  state: 'ok' | 'warn' | 'full';
+  percent: number | null;
+}
+
+function bytesText(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+/** The team's space (and its datasets outside it) against its storage quota
+ * (docs/storage.md); null without a space. */
+export function storageLine(teams: ITeam[], team: string): IStorageLine | null {
+  const storage = teams.find(x => x.name === team)?.storage;
+  if (!storage) {
+    return null;
+  }
+  const used =
+    bytesText(storage.used_bytes) +
+    (storage.datasets_bytes ? ` (${bytesText(storage.datasets_bytes)} in datasets)` : '');
+  if (!storage.quota_bytes) {
+    return { text: `team space: ${used} (no storage quota)`, state: 'ok', percent: null };
+  }
+  const percent = Math.min(100, Math.floor((100 * storage.used_bytes) / storage.quota_bytes));
+  const why =
+    storage.state === 'full'
+      ? ': full, new jobs are refused until files are removed'
+      : storage.state === 'warn'
+        ? ': over 90 %'
+        : '';
+  return {
+    text: `team space: ${used} of ${bytesText(storage.quota_bytes)} (${percent} %)${why}`,
+    state: storage.state,
+    percent
+  };
+}

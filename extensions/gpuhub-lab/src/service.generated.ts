@@ -12,28 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /** Who the caller is, their teams and what they may do */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The caller */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Me"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["getMe"];
         put?: never;
         post?: never;
         delete?: never;
@@ -50,76 +29,10 @@ export interface paths {
             cookie?: never;
         };
         /** List workloads of the caller's teams (all for admins), newest first */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description repeat to match several */
-                    state?: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
-                    team?: string;
-                    user?: string;
-                    kind?: "job" | "notebook" | "deployment";
-                    pool?: string;
-                    project?: string;
-                    /** @description the tasks of this sweep; none: workloads that are no sweep's task (repeat to match several) */
-                    sweep_id?: string;
-                    /** @description the workloads this schedule's firings made; none: those no schedule made (repeat to match several) */
-                    schedule_id?: string;
-                    limit?: number;
-                    /** @description 1: each workload as GET /workloads/{id} has it (attempts, queue_position, output_notebook) */
-                    detail?: 0 | 1;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Workloads */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            workloads?: components["schemas"]["Workload"][];
-                        };
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listWorkloads"];
         put?: never;
         /** Submit a job (users), or ask for a notebook server's GPUs (the hub's spawner) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["JobSpec"] | components["schemas"]["ServerRequest"];
-                };
-            };
-            responses: {
-                /** @description Queued */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["submitWorkload"];
         delete?: never;
         options?: never;
         head?: never;
@@ -139,65 +52,11 @@ export interface paths {
          * One workload with its attempts
          * @description With `wait_while`, a long poll: the answer comes once the workload is no longer in that state (the scheduling cycle that admitted it, say) or after `timeout` seconds (at most 5), whichever is first. The spawner waits for a notebook server's GPUs so.
          */
-        get: {
-            parameters: {
-                query?: {
-                    wait_while?: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
-                    /** @description seconds, with wait_while */
-                    timeout?: number;
-                };
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The workload */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        get: operations["getWorkload"];
         put?: never;
         post?: never;
         /** Cancel a workload (queued ones at once; running ones get SIGTERM, then SIGKILL after the grace period) */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Cancelled or stopping */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
-        };
+        delete: operations["cancelWorkload"];
         options?: never;
         head?: never;
         patch?: never;
@@ -215,32 +74,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Same as DELETE /workloads/{id}, for clients that cannot send DELETE */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Cancelled or stopping */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
-        };
+        post: operations["cancelWorkloadByPost"];
         delete?: never;
         options?: never;
         head?: never;
@@ -259,40 +93,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** The hub's spawner reports a notebook server stopped: its GPUs go back (idempotent; admin scope) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: {
-                content: {
-                    "application/json": {
-                        reason?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Stopped */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["releaseWorkload"];
         delete?: never;
         options?: never;
         head?: never;
@@ -309,33 +110,7 @@ export interface paths {
             cookie?: never;
         };
         /** Every state change of the workload, oldest first */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Events */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            events?: components["schemas"]["Event"][];
-                        };
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        get: operations["listWorkloadEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -356,32 +131,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Hold a queued job (it keeps its submit time but is not considered until released; owner, team lead or admin) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Held */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
-        };
+        post: operations["holdWorkload"];
         delete?: never;
         options?: never;
         head?: never;
@@ -400,32 +150,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Release a held job back into the queue at its old place */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Queued again */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
-        };
+        post: operations["unholdWorkload"];
         delete?: never;
         options?: never;
         head?: never;
@@ -443,44 +168,7 @@ export interface paths {
         };
         get?: never;
         /** Change the priority class of a queued or held workload (team lead or admin; audited) */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description a priority class of the default policy
-                         * @enum {string}
-                         */
-                        priority: "production" | "interactive" | "batch" | "best-effort";
-                    };
-                };
-            };
-            responses: {
-                /** @description The workload */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        put: operations["setWorkloadPriority"];
         post?: never;
         delete?: never;
         options?: never;
@@ -506,45 +194,7 @@ export interface paths {
          *     A notebook server (kind notebook) is run by the hub's spawner: its
          *     output is in the server's own log, and this answers 409.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description default the latest; at most the workload's latest attempt (400 otherwise) */
-                    attempt?: number;
-                    follow?: boolean;
-                };
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The log */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/plain": string;
-                        "text/event-stream": {
-                            /** @enum {string} */
-                            event: "log" | "end";
-                            /** @description a JSON object */
-                            data: string;
-                            /** @description the byte offset, for Last-Event-ID */
-                            id?: string;
-                        };
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
-        };
+        get: operations["getWorkloadLogs"];
         put?: never;
         post?: never;
         delete?: never;
@@ -561,70 +211,13 @@ export interface paths {
             cookie?: never;
         };
         /** Sweeps of the caller's teams (all for admins), newest first, without their tasks */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description repeat to match several */
-                    team?: string;
-                    /** @description repeat to match several */
-                    state?: "running" | "succeeded" | "failed" | "cancelled";
-                    limit?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Sweeps */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            sweeps?: components["schemas"]["Sweep"][];
-                        };
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listSweeps"];
         put?: never;
         /**
          * Submit one job over a parameter grid or list, as one workload per task
          * @description Every task is a job of the sweep's team, admitted against its quota like any other. Tasks start `waiting`; at most `max_running` of them are queued or running at once, the rest hold no reservation and no quota. A notebook template gets each task's parameters merged into its papermill `parameters`; a command template gets each as the environment variable `GPUHUB_PARAM_<NAME>` (upper case) and in place of `{name}` in its arguments. `GPUHUB_SWEEP_ID` and `GPUHUB_SWEEP_INDEX` are set for both.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["SweepRequest"];
-                };
-            };
-            responses: {
-                /** @description Submitted */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sweep"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["submitSweep"];
         delete?: never;
         options?: never;
         head?: never;
@@ -641,31 +234,7 @@ export interface paths {
             cookie?: never;
         };
         /** One sweep with its tasks, their metric and the best one */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The sweep */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sweep"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        get: operations["getSweep"];
         put?: never;
         post?: never;
         delete?: never;
@@ -686,31 +255,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Cancel every task of the sweep that has not ended (running ones are stopped) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Cancelling */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sweep"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        post: operations["cancelSweep"];
         delete?: never;
         options?: never;
         head?: never;
@@ -729,32 +274,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Run each failed or cancelled task again, as a new workload with the same index and parameters */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Resubmitted */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sweep"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
-        };
+        post: operations["retrySweep"];
         delete?: never;
         options?: never;
         head?: never;
@@ -769,30 +289,7 @@ export interface paths {
             cookie?: never;
         };
         /** GPU pools with capacity, free GPUs, queue and per-team use */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Pools */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            pools?: components["schemas"]["Pool"][];
-                        };
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listPools"];
         put?: never;
         post?: never;
         delete?: never;
@@ -817,39 +314,7 @@ export interface paths {
         options?: never;
         head?: never;
         /** Set a pool's price per GPU-hour (admins; audited) */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        price_per_gpu_hour: number;
-                    };
-                };
-            };
-            responses: {
-                /** @description The new price */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": Record<string, never>;
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        patch: operations["editPool"];
         trace?: never;
     };
     "/nodes/{name}": {
@@ -868,40 +333,7 @@ export interface paths {
         options?: never;
         head?: never;
         /** Drain a node (no new work; running work runs to its end) or undrain it (admins; audited) */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        drained: boolean;
-                        reason?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description The node */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": Record<string, never>;
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        patch: operations["editNode"];
         trace?: never;
     };
     "/nodes/{name}/gpus/{index}": {
@@ -921,41 +353,7 @@ export interface paths {
         options?: never;
         head?: never;
         /** Take a GPU out of service (work on it is requeued; a reason is required) or put it back (admins; audited) */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    name: components["parameters"]["Name"];
-                    index: number;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        in_service: boolean;
-                        reason?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description The GPU */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": Record<string, never>;
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        patch: operations["editGpu"];
         trace?: never;
     };
     "/deployments": {
@@ -966,60 +364,10 @@ export interface paths {
             cookie?: never;
         };
         /** Deployments of the caller's teams (all for admins) with revisions, traffic, replicas and live numbers */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Deployments */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            deployments?: components["schemas"]["Deployment"][];
-                        };
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listDeployments"];
         put?: never;
         /** Deploy a model directory (a new deployment, or a new revision of one; canary_percent sends only part of the traffic to it) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["Deploy"];
-                };
-            };
-            responses: {
-                /** @description The deployment */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Deployment"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["deploy"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1037,61 +385,11 @@ export interface paths {
             cookie?: never;
         };
         /** One deployment */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    team: components["parameters"]["Team"];
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The deployment */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Deployment"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        get: operations["getDeployment"];
         put?: never;
         post?: never;
         /** Delete a deployment (its replicas stop) */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    team: components["parameters"]["Team"];
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Deleted */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": Record<string, never>;
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        delete: operations["deleteDeployment"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1110,40 +408,7 @@ export interface paths {
             cookie?: never;
         };
         /** The live charts' data: per revision, one point per 5 s bucket (oldest first, empty buckets included) with requests, rps, error_rate, p50_ms, p99_ms, ready_replicas, in_flight */
-        get: {
-            parameters: {
-                query?: {
-                    seconds?: number;
-                };
-                header?: never;
-                path: {
-                    team: components["parameters"]["Team"];
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Points per revision */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            interval?: number;
-                            revisions?: {
-                                [key: string]: Record<string, never>[];
-                            };
-                        };
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        get: operations["getDeploymentMetrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1165,35 +430,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** The canary revision takes all traffic (audited) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    team: components["parameters"]["Team"];
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The deployment */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Deployment"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["promoteDeployment"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1213,35 +450,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** All traffic back to the stable (or the previous) revision (audited) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    team: components["parameters"]["Team"];
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The deployment */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Deployment"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["rollbackDeployment"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1261,44 +470,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Split the traffic between revisions (whole percents adding up to 100; audited) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    team: components["parameters"]["Team"];
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description revision number (digits) to percent, e.g. {"1": 80, "2": 20} */
-                        traffic: {
-                            [key: string]: number;
-                        };
-                    };
-                };
-            };
-            responses: {
-                /** @description The deployment */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Deployment"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["setDeploymentTraffic"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1318,43 +490,28 @@ export interface paths {
         get?: never;
         put?: never;
         /** New replica bounds, and for a CPU deployment the idle seconds before it scales to zero (audited) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    team: components["parameters"]["Team"];
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
+        post: operations["scaleDeployment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/deployments/{team}/{name}/revisions/{revision}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+                revision: number;
             };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        min_replicas?: number;
-                        max_replicas?: number;
-                        scale_to_zero_after?: number | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description The deployment */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Deployment"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
+            cookie?: never;
         };
+        get?: never;
+        put?: never;
+        /** Cancel a waiting revision (its owner, a lead of its team, an admin; audited); it never rolls out and the deployment serves on as it did */
+        post: operations["cancelRevision"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1369,30 +526,7 @@ export interface paths {
             cookie?: never;
         };
         /** Teams the caller belongs to (all for admins) with quotas and use */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Teams */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            teams?: components["schemas"]["Team"][];
-                        };
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listTeams"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1411,99 +545,15 @@ export interface paths {
             cookie?: never;
         };
         /** One team */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The team */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Team"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
-        /** Create a team or change its weight and quotas (admins only; audited) */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["TeamChange"];
-                };
-            };
-            responses: {
-                /** @description The team after the change */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Team"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        get: operations["getTeam"];
+        /** Create a team or change its weight, quotas and storage quota (admins only; audited) */
+        put: operations["setTeam"];
         post?: never;
         delete?: never;
         options?: never;
         head?: never;
         /** Same as PUT (fields left out are kept) */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    name: components["parameters"]["Name"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["TeamChange"];
-                };
-            };
-            responses: {
-                /** @description The team after the change */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Team"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        patch: operations["editTeam"];
         trace?: never;
     };
     "/usage": {
@@ -1514,40 +564,7 @@ export interface paths {
             cookie?: never;
         };
         /** GPU-hours and cost in a time window (finished attempts plus running ones up to now) */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description UNIX seconds or an ISO date/time (UTC unless it says otherwise), up to 9999-12-31; default 30 days ago */
-                    from?: string;
-                    /** @description UNIX seconds or an ISO date/time, not before from; default now */
-                    to?: string;
-                    /** @description comma-separated keys of team, user, project, pool, kind */
-                    group_by?: string;
-                    /** @description add GPU-hours per time bucket per value of this key (a window of at most 3650 days) */
-                    series_by?: "team" | "user" | "project" | "pool" | "kind";
-                    format?: "json" | "csv";
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Usage */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Usage"];
-                        "text/csv": string;
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["getUsage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1564,63 +581,7 @@ export interface paths {
             cookie?: never;
         };
         /** Every GPU of the service's nodes: utilization now and the workload holding it (admins; the culler uses it) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description GPUs */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: date-time */
-                            sampled_at?: string;
-                            gpus?: {
-                                node?: string;
-                                gpu?: number;
-                                device?: number;
-                                pool?: string;
-                                utilization_pct?: number | null;
-                                memory_used_mib?: number | null;
-                                /** @description the whole-GPU workload holding it (null on a shared GPU) */
-                                workload?: Record<string, never> | null;
-                                /** @description in a sharing pool: the slots this GPU is split into */
-                                share_units?: number;
-                                /** @description in a sharing pool: how this GPU's shares are held to their part (MPS is decided per GPU) */
-                                enforcement?: {
-                                    memory?: string;
-                                    /** @example time-sliced (advisory) */
-                                    compute?: string;
-                                };
-                                /** @description in a sharing pool: the shares running on it */
-                                shares?: {
-                                    /** @description id, kind, user, team, name */
-                                    workload: Record<string, never>;
-                                    /** @example 0.25 */
-                                    share: number;
-                                    /** @example 1/4 */
-                                    label: string;
-                                    memory_limit_mib: number;
-                                    /** @description its processes' GPU memory (null: unknown) */
-                                    memory_used_mib: number | null;
-                                    /** @description its processes' GPU utilisation (null: unknown) */
-                                    utilization_pct?: number | null;
-                                }[];
-                            }[];
-                        };
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listGpus"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1637,72 +598,10 @@ export interface paths {
             cookie?: never;
         };
         /** Active notices (such as the culler's warnings): your own, or anyone's for admins (?user=) */
-        get: {
-            parameters: {
-                query?: {
-                    user?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Notices */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            notices?: components["schemas"]["Notice"][];
-                        };
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listNotices"];
         put?: never;
         /** Post a notice for a user's server (admins; audited) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        user: string;
-                        server?: string | null;
-                        /** @example cull-warning */
-                        kind: string;
-                        message: string;
-                        /** @description UNIX seconds */
-                        expires_at?: number | null;
-                        data?: Record<string, never> | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description Posted */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Notice"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["postNotice"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1722,31 +621,7 @@ export interface paths {
         put?: never;
         post?: never;
         /** Clear a notice (admins) */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    nid: number;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Cleared */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Notice"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        delete: operations["deleteNotice"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1760,70 +635,10 @@ export interface paths {
             cookie?: never;
         };
         /** The append-only audit log, newest first (admins) */
-        get: {
-            parameters: {
-                query?: {
-                    limit?: number;
-                    action?: string;
-                    actor?: string;
-                    target?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Entries */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            entries?: components["schemas"]["AuditEntry"][];
-                        };
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listAudit"];
         put?: never;
         /** Append an entry (admins; e.g. the culler recording a cull with its numbers) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        action: string;
-                        target?: string | null;
-                        detail?: Record<string, never> | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description Appended */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["AuditEntry"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["postAuditEntry"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1841,48 +656,7 @@ export interface paths {
          * The cluster's own submissions of a period as a simulator trace (admins): jobs, notebook sessions and deployment replicas with their real run times
          * @description CSV in the format `gpuhub simulate` reads (job_id,team,user,submit_time_s,num_gpus,duration_s, time_limit_s,gpu_type,priority,num_nodes,kind; times in seconds from the period's start), or as JSON with the cluster file of the current pools, nodes and quotas. Work that never started, asked for no GPU or ran on a pool that is gone is left out and counted.
          */
-        get: {
-            parameters: {
-                query: {
-                    /** @description how far back: 14d, 36h, 90m, or the start as an ISO date/time or UNIX seconds (at most GpuHubService.whatif_max_days) */
-                    since: string;
-                    /** @description rename teams, users, workloads and nodes (team-1, user-1, job-000001, node-1) for sharing */
-                    pseudonymise?: "true" | "false" | "1" | "0";
-                    format?: "csv" | "json";
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The trace */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/csv": string;
-                        "application/json": {
-                            /** Format: date-time */
-                            since?: string;
-                            /** Format: date-time */
-                            until?: string;
-                            jobs?: Record<string, never>[];
-                            /** @description the cluster file (CLUSTER.yaml) as an object: pools with their nodes, teams with weights and quotas */
-                            cluster?: Record<string, never>;
-                            /** @description why -> how many workloads of the period are not in the trace */
-                            left_out?: {
-                                [key: string]: number;
-                            };
-                        };
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["getHistoryTrace"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1904,35 +678,7 @@ export interface paths {
          * Start a what-if preview: the period's history replayed under the current settings and with the proposed ones (admins; a team lead for their own team's settings)
          * @description Runs in a worker process; poll GET /whatif/{id} for its progress and result. Setting keys: team.TEAM.POOL.nominal, team.TEAM.POOL.borrowing_limit, team.TEAM.POOL.lending_limit (null: no limit), team.TEAM.weight, policy.KNOB (preemption_delay, default_grace_period, min_runtime, age_protection, max_preemptions, aging_after, reserve_for_borrowers_after, usage_half_life, backfill, preemption, fair_share). 409 when GpuHubService.whatif_max_running previews run already.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["PreviewRequest"];
-                };
-            };
-            responses: {
-                /** @description Started */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Preview"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["startPreview"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1949,31 +695,7 @@ export interface paths {
             cookie?: never;
         };
         /** A preview, its progress and, once done, its figures (its creator and admins; a lead sees their teams' figures) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The preview */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Preview"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        get: operations["getPreview"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1994,32 +716,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Cancel a running preview (its worker process is killed) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The cancelled preview */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Preview"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
-        };
+        post: operations["cancelPreview"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2041,37 +738,7 @@ export interface paths {
          * Save a finished preview's team settings through PUT /teams/{name}'s path (admins; audited as set-team with the preview's figures)
          * @description 409 when the preview is not done, was applied already, changes policy knobs (those are the service's configuration), or the settings it compared with changed since.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Applied */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            id?: string;
-                            /** @description the teams changed */
-                            applied?: string[];
-                            warnings?: string[];
-                        };
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
-        };
+        post: operations["applyPreview"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2086,66 +753,13 @@ export interface paths {
             cookie?: never;
         };
         /** Schedules of the caller's teams and their own (all for admins), newest first */
-        get: {
-            parameters: {
-                query?: {
-                    team?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Schedules */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            schedules: components["schemas"]["Schedule"][];
-                        };
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-            };
-        };
+        get: operations["listSchedules"];
         put?: never;
         /**
          * Create a schedule: its spec is submitted as a normal workload of its team at each firing of cron in timezone
          * @description cron has five fields (minute hour day-of-month month day-of-week; ranges, steps, lists, names such as MON or JAN) or a shortcut (@hourly, @daily, @weekly, @monthly, @yearly). A wall time that a daylight-saving change skips fires once at the end of the gap; one it repeats fires once, at its first occurrence. catch_up "once": after the service was down, the latest missed firing runs once; "skip": none does. A bad cron or timezone is a 400 naming the field and the problem ("cron: cron minute field: 61 is out of 0-59").
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["ScheduleRequest"];
-                };
-            };
-            responses: {
-                /** @description Created */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Schedule"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        post: operations["createSchedule"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2162,91 +776,15 @@ export interface paths {
             cookie?: never;
         };
         /** A schedule, its next firing and its last ten */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The schedule */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Schedule"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        get: operations["getSchedule"];
         put?: never;
         post?: never;
         /** Delete a schedule; the workloads it made stay */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Deleted */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        delete: operations["deleteSchedule"];
         options?: never;
         head?: never;
         /** Change a schedule (its user, a lead of its team, or an admin); a new cron or timezone sets the next firing anew */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["ScheduleEdit"];
-                };
-            };
-            responses: {
-                /** @description The changed schedule */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Schedule"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                413: components["responses"]["Error"];
-            };
-        };
+        patch: operations["editSchedule"];
         trace?: never;
     };
     "/schedules/{id}/pause": {
@@ -2261,31 +799,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Pause a schedule (nothing fires until it is resumed) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The paused schedule */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Schedule"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        post: operations["pauseSchedule"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2304,31 +818,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Resume a schedule; firings while it was paused are not run, the next one after now is */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The resumed schedule */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Schedule"];
-                    };
-                };
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-            };
-        };
+        post: operations["resumeSchedule"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2347,33 +837,91 @@ export interface paths {
         get?: never;
         put?: never;
         /** Fire a schedule now (paused or not), without changing its next firing */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["WorkloadId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The workload it made */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Workload"];
-                    };
-                };
-                400: components["responses"]["Error"];
-                401: components["responses"]["Error"];
-                403: components["responses"]["Error"];
-                404: components["responses"]["Error"];
-                409: components["responses"]["Error"];
-            };
+        post: operations["runSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/datasets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
         };
+        /** The datasets the caller may read (their teams' own and those shared with them; all for admins), by name */
+        get: operations["listDatasets"];
+        put?: never;
+        /**
+         * Register a folder as a named dataset of a team (a lead of the team, or an admin)
+         * @description path must be a folder in the caller's workspace (a relative path starts there), in the team's space, or under one of the admin's GpuHubService.dataset_roots; it is stored resolved. A workload that asks for the dataset sees it read-only at /datasets/NAME. 400: a bad field; 403: not a lead of the team; 404: no such team; 409: the name is taken.
+         */
+        post: operations["createDataset"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/datasets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        /** A dataset the caller may read (404 for one they may not) */
+        get: operations["getDataset"];
+        put?: never;
+        post?: never;
+        /** Unregister a dataset (a lead of its team, or an admin): its files stay; a queued workload that asks for it no longer starts */
+        delete: operations["deleteDataset"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/datasets/{name}/shares/{team}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+                team: components["parameters"]["Team"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /** Let another team's workloads read the dataset (read-only; a lead of its team, or an admin) */
+        put: operations["shareDataset"];
+        post?: never;
+        /** Take a team's read access away: its workloads that have not started no longer start */
+        delete: operations["unshareDataset"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workloads/{id}/datasets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The hub's spawner starts a notebook server that asked for datasets: their folders, checked again and the use audited (admin scope)
+         * @description 403 when the server's team may no longer read one (a share revoked since the spawn was asked for), 409 when the workload is not running.
+         */
+        post: operations["mountServerDatasets"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2388,26 +936,7 @@ export interface paths {
             cookie?: never;
         };
         /** This document */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description OpenAPI 3 document */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": Record<string, never>;
-                    };
-                };
-            };
-        };
+        get: operations["getOpenapi"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2424,39 +953,7 @@ export interface paths {
             cookie?: never;
         };
         /** Liveness (the database answers), how GPUs and limits are enforced, and whether users are isolated */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description OK */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            status?: "ok";
-                            /** @description How a server, job or replica is kept to its GPUs: "cgroup-v1 devices", "device groups" or "advisory" (CUDA_VISIBLE_DEVICES only) on the local backend; where Kubernetes or Slurm enforce it, which of them does */
-                            gpu_enforcement?: string;
-                            /** @description How memory/CPU limits are enforced ("cgroup-v1 memory, cpu" or "not enforced") */
-                            limits?: string;
-                            /** @description why a mode is weaker than it could be */
-                            notes?: string[];
-                            /** @description true: every job and model replica runs as its user's own system account (local backend, service run as root); false: all run as the service's account and can read each other's files (started without root); null: the Slurm or Kubernetes backend isolates jobs its own way */
-                            users_isolated?: boolean | null;
-                            /** @description Found at start with users isolated: the database accepts a TCP login without a password as a superuser, so every local account can take it over (empty: no such login) */
-                            database_warnings?: string[];
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getHealth"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2575,6 +1072,8 @@ export interface components {
             team?: string;
             /** @description what it waits for (state `waiting`, holding no reservation and no quota); once a dependency can no longer be met it ends `cancelled` with the reason */
             after?: components["schemas"]["Dependency"][];
+            /** @description datasets it reads, each seen read-only at /datasets/NAME ($GPUHUB_DATASETS_DIR): 404 for an unknown one, 403 when its team may not read one or its pool is not one the dataset's residency allows; a dataset's node labels restrict the nodes it runs on (400 when no node of its pool carries them or they contradict its team's) */
+            datasets?: string[];
         } & (unknown | unknown);
         Dependency: {
             /** @description a workload id, or a sweep id */
@@ -2779,6 +1278,8 @@ export interface components {
             /** @default interactive */
             priority: string;
             project?: string;
+            /** @description datasets the server reads, each seen read-only at /datasets/NAME: checked as a job's are (404, 403) */
+            datasets?: string[];
         };
         Workload: {
             /** @description what it waits for ([] when nothing) */
@@ -2996,6 +1497,14 @@ export interface components {
             lending_limit: number | null;
             /** @description GPU units held (a 1/4 share: 0.25) */
             used: number;
+            /** @description most CPUs the team's running work in the pool may ask for together (null: no limit) */
+            cpus?: number | null;
+            /** @description most memory, in bytes, the team's running work in the pool may ask for together (null: no limit) */
+            memory?: number | null;
+            /** @description CPUs its running work asked for */
+            used_cpus?: number;
+            /** @description bytes of memory its running work asked for */
+            used_memory?: number;
         };
         Quota: {
             nominal?: number;
@@ -3003,6 +1512,10 @@ export interface components {
             borrowing_limit?: number | null;
             /** @description null: all idle quota may be lent */
             lending_limit?: number | null;
+            /** @description ceiling on the CPUs the team's running work in the pool asks for together (null or left out: no limit) */
+            cpus?: number | null;
+            /** @description ceiling on the memory the team's running work in the pool asks for together: bytes or a size like 256G (null or left out: no limit) */
+            memory?: (number | string) | null;
         };
         Team: {
             name: string;
@@ -3017,15 +1530,82 @@ export interface components {
             notebook_gpu_limits: {
                 [key: string]: number;
             };
+            storage?: components["schemas"]["TeamStorage"];
+            /** @description the storage quota (bytes) an admin set (PUT storage_quota); null: GpuHubService.team_storage_quotas holds */
+            storage_quota?: number | null;
             /** @description after a change: what it may cause (the sum of nominal quotas above capacity) */
             warnings?: string[];
         };
+        DatasetRequest: {
+            /** @description a slug: lower-case letters, digits and '-' */
+            name: string;
+            /** @description the folder (relative: in the caller's workspace) */
+            path: string;
+            /** @description default the one team the caller leads */
+            team?: string;
+            /** @description residency: the pools its readers' workloads may run in (empty: any) */
+            pools?: string[];
+            /** @description residency: node labels every node its readers' workloads run on must carry, as Kubernetes spells labels ({"region": "eu"}; empty: any node); combined with the team's own rules, a workload waits for such a node and its reason says so */
+            node_labels?: {
+                [key: string]: string;
+            };
+            /** @description other teams that may read it */
+            shared_with?: string[];
+        };
+        Dataset: {
+            name: string;
+            /** @description the team that owns it */
+            team: string;
+            /** @description the folder, resolved */
+            path: string;
+            /** @description where a workload that asks for it sees it, read-only: /datasets/NAME */
+            mount: string;
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** @description teams that may read it besides its own */
+            shared_with: string[];
+            /** @description residency: the pools its readers may run in (empty: any) */
+            pools: string[];
+            /** @description residency: labels every node its readers run on carries (empty: any node) */
+            node_labels: {
+                [key: string]: string;
+            };
+            /** @description on disk, as du counts; null until measured */
+            size_bytes: number | null;
+            files: number | null;
+            /** Format: date-time */
+            measured_at: string | null;
+        };
+        /** @description the team's space (docs/storage.md) as last measured; null: it has none */
+        TeamStorage: {
+            path: string;
+            /** @description what counts against the quota: space_bytes + datasets_bytes, on disk as du counts */
+            used_bytes: number;
+            /** @description the team space, as last measured */
+            space_bytes: number;
+            /** @description the team's datasets outside its space (each folder once), as last measured */
+            datasets_bytes: number;
+            /** @description the quota that holds: the one an admin set (storage_quota), else GpuHubService.team_storage_quotas; null: none */
+            quota_bytes: number | null;
+            /** @description null until first measured */
+            files: number | null;
+            /** @description UNIX seconds */
+            measured_at: number | null;
+            /**
+             * @description warn from 90 % of the quota; full: the team's new jobs are refused
+             * @enum {string}
+             */
+            state: "ok" | "warn" | "full";
+        } | null;
         TeamChange: {
             /** @description null or left out: unchanged */
             weight?: number | null;
             quotas?: {
                 [key: string]: components["schemas"]["Quota"];
             };
+            /** @description the team's storage quota (audited; docs/storage.md): bytes or a size like 200G or 1.5T; 0, "none", "" or null removes it (GpuHubService.team_storage_quotas holds again); left out: unchanged. Holds from the next submit: at 100 % the team's new jobs are refused, nothing is deleted */
+            storage_quota?: (number | string) | null;
         };
         Deploy: {
             name: string;
@@ -3080,11 +1660,11 @@ export interface components {
             /** @description who deployed this revision: its replicas run as this user's account and its model_dir is in their workspace */
             created_by?: string;
             /**
-             * @description ready: deployed (it may take traffic); waiting for `after`; failed: never deployed (`reason`)
+             * @description ready: deployed (it may take traffic); waiting for `after`; failed: never deployed (`reason`); cancelled while it waited (POST .../revisions/{revision}/cancel)
              * @enum {string}
              */
-            state?: "ready" | "waiting" | "failed";
-            /** @description what it waits for ("waiting for w1a2b3c4d5e6 (ok)"), or why it failed */
+            state?: "ready" | "waiting" | "failed" | "cancelled";
+            /** @description what it waits for ("waiting for w1a2b3c4d5e6 (ok)"), why it failed, or who cancelled it ("cancelled by alice") */
             reason?: string;
             after?: components["schemas"]["Dependency"][];
             replicas?: string[];
@@ -3146,7 +1726,16 @@ export interface components {
             to?: string;
             group_by?: string[];
             total_gpu_seconds?: number;
+            /** @description CPUs asked for × hours held, all rows */
+            total_cpu_hours?: number;
+            /** @description GiB of memory asked for × hours held, all rows */
+            total_memory_gib_hours?: number;
+            /** @description the rows' compute cost plus storage.total_cost */
             total_cost?: number;
+            /** @description GpuHubService.cpu_hour_price (0: CPUs not charged) */
+            cpu_hour_price?: number;
+            /** @description GpuHubService.memory_gib_hour_price (0: memory not charged) */
+            memory_gib_hour_price?: number;
             currency?: string;
             /** @description price per GPU-hour per pool */
             prices?: {
@@ -3154,6 +1743,21 @@ export interface components {
             };
             /** @description admins: culls in the window, GPU servers culled, idle GPU-hours they ended */
             culler?: Record<string, never>;
+            /** @description team spaces and datasets, per team (docs/storage.md): each measurement's bytes held until the next, up to now */
+            storage?: {
+                /** @description GpuHubService.storage_price_per_gb_month now (GB: 10^9 bytes; month: 30 days) */
+                price_per_gb_month?: number;
+                total_gb_months?: number;
+                total_cost?: number;
+                rows?: {
+                    team?: string;
+                    gb_months?: number;
+                    /** @description at the price in force when the storage was held */
+                    cost?: number;
+                    /** @description what the team's spaces and datasets held at the window's end, as last measured */
+                    bytes?: number;
+                }[];
+            };
             series?: {
                 by?: string;
                 bucket_seconds?: number;
@@ -3166,6 +1770,13 @@ export interface components {
                 gpu_seconds?: number;
                 gpu_hours?: number;
                 borrowed_gpu_seconds?: number;
+                cpu_hours?: number;
+                memory_gib_hours?: number;
+                /** @description grouped by team alone: the team's storage */
+                storage_gb_months?: number;
+                /** @description grouped by team alone: the storage's cost, part of cost */
+                storage_cost?: number;
+                /** @description GPU-hours at the pool's price when used, plus CPU-hours and memory GiB-hours at their prices (grouped by team alone: plus storage_cost) */
                 cost?: number;
             }[];
         };
@@ -3196,4 +1807,1892 @@ export interface components {
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getMe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    listWorkloads: {
+        parameters: {
+            query?: {
+                /** @description repeat to match several */
+                state?: ("waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped")[];
+                team?: string;
+                user?: string;
+                kind?: "job" | "notebook" | "deployment";
+                pool?: string;
+                project?: string;
+                /** @description the tasks of this sweep; none: workloads that are no sweep's task (repeat to match several) */
+                sweep_id?: string[];
+                /** @description the workloads this schedule's firings made; none: those no schedule made (repeat to match several) */
+                schedule_id?: string[];
+                limit?: number;
+                /** @description 1: each workload as GET /workloads/{id} has it (attempts, queue_position, output_notebook) */
+                detail?: 0 | 1;
+                /** @description the next page: a previous answer's next_cursor, as it is (the same filters); work submitted meanwhile does not shift the pages */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Workloads, newest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        workloads?: components["schemas"]["Workload"][];
+                        /** @description pass as cursor for the next page; null: this was the last page */
+                        next_cursor?: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    submitWorkload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["JobSpec"] | components["schemas"]["ServerRequest"];
+            };
+        };
+        responses: {
+            /** @description Queued */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getWorkload: {
+        parameters: {
+            query?: {
+                wait_while?: "waiting" | "queued" | "held" | "running" | "stopping" | "succeeded" | "failed" | "cancelled" | "stopped";
+                /** @description seconds, with wait_while */
+                timeout?: number;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The workload */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    cancelWorkload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cancelled or stopping */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    cancelWorkloadByPost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cancelled or stopping */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    releaseWorkload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    reason?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Stopped */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    listWorkloadEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Events */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        events?: components["schemas"]["Event"][];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    holdWorkload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Held */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    unholdWorkload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Queued again */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    setWorkloadPriority: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description a priority class of the default policy
+                     * @enum {string}
+                     */
+                    priority: "production" | "interactive" | "batch" | "best-effort";
+                };
+            };
+        };
+        responses: {
+            /** @description The workload */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getWorkloadLogs: {
+        parameters: {
+            query?: {
+                /** @description default the latest; at most the workload's latest attempt (400 otherwise) */
+                attempt?: number;
+                follow?: boolean;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The log */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                    "text/event-stream": {
+                        /** @enum {string} */
+                        event: "log" | "end";
+                        /** @description a JSON object */
+                        data: string;
+                        /** @description the byte offset, for Last-Event-ID */
+                        id?: string;
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    listSweeps: {
+        parameters: {
+            query?: {
+                /** @description repeat to match several */
+                team?: string[];
+                /** @description repeat to match several */
+                state?: ("running" | "succeeded" | "failed" | "cancelled")[];
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Sweeps */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        sweeps?: components["schemas"]["Sweep"][];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    submitSweep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SweepRequest"];
+            };
+        };
+        responses: {
+            /** @description Submitted */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sweep"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getSweep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sweep */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sweep"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    cancelSweep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cancelling */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sweep"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    retrySweep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Resubmitted */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sweep"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    listPools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Pools */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        pools?: components["schemas"]["Pool"][];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    editPool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    price_per_gpu_hour: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The new price */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    editNode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    drained: boolean;
+                    reason?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The node */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    editGpu: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    in_service: boolean;
+                    reason?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The GPU */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    listDeployments: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deployments */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        deployments?: components["schemas"]["Deployment"][];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    deploy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Deploy"];
+            };
+        };
+        responses: {
+            /** @description The deployment */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deployment */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    deleteDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    getDeploymentMetrics: {
+        parameters: {
+            query?: {
+                seconds?: number;
+            };
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Points per revision */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        interval?: number;
+                        revisions?: {
+                            [key: string]: Record<string, never>[];
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    promoteDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deployment */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    rollbackDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deployment */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    setDeploymentTraffic: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description revision number (digits) to percent, e.g. {"1": 80, "2": 20} */
+                    traffic: {
+                        [key: string]: number;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description The deployment */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    scaleDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    min_replicas?: number;
+                    max_replicas?: number;
+                    scale_to_zero_after?: number | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The deployment */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    cancelRevision: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                team: components["parameters"]["Team"];
+                name: components["parameters"]["Name"];
+                revision: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deployment, the revision `cancelled` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    listTeams: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Teams */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        teams?: components["schemas"]["Team"][];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    getTeam: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The team */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Team"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    setTeam: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TeamChange"];
+            };
+        };
+        responses: {
+            /** @description The team after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Team"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    editTeam: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TeamChange"];
+            };
+        };
+        responses: {
+            /** @description The team after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Team"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description UNIX seconds or an ISO date/time (UTC unless it says otherwise), up to 9999-12-31; default 30 days ago */
+                from?: string;
+                /** @description UNIX seconds or an ISO date/time, not before from; default now */
+                to?: string;
+                /** @description comma-separated keys of team, user, project, pool, kind */
+                group_by?: string;
+                /** @description add GPU-hours per time bucket per value of this key (a window of at most 3650 days) */
+                series_by?: "team" | "user" | "project" | "pool" | "kind";
+                format?: "json" | "csv";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Usage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Usage"];
+                    "text/csv": string;
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    listGpus: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description GPUs */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: date-time */
+                        sampled_at?: string;
+                        gpus?: {
+                            node?: string;
+                            gpu?: number;
+                            device?: number;
+                            pool?: string;
+                            utilization_pct?: number | null;
+                            memory_used_mib?: number | null;
+                            /** @description the whole-GPU workload holding it (null on a shared GPU) */
+                            workload?: Record<string, never> | null;
+                            /** @description in a sharing pool: the slots this GPU is split into */
+                            share_units?: number;
+                            /** @description in a sharing pool: how this GPU's shares are held to their part (MPS is decided per GPU) */
+                            enforcement?: {
+                                memory?: string;
+                                /** @example time-sliced (advisory) */
+                                compute?: string;
+                            };
+                            /** @description in a sharing pool: the shares running on it */
+                            shares?: {
+                                /** @description id, kind, user, team, name */
+                                workload: Record<string, never>;
+                                /** @example 0.25 */
+                                share: number;
+                                /** @example 1/4 */
+                                label: string;
+                                memory_limit_mib: number;
+                                /** @description its processes' GPU memory (null: unknown) */
+                                memory_used_mib: number | null;
+                                /** @description its processes' GPU utilisation (null: unknown) */
+                                utilization_pct?: number | null;
+                            }[];
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    listNotices: {
+        parameters: {
+            query?: {
+                user?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Notices */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        notices?: components["schemas"]["Notice"][];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    postNotice: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    user: string;
+                    server?: string | null;
+                    /** @example cull-warning */
+                    kind: string;
+                    message: string;
+                    /** @description UNIX seconds */
+                    expires_at?: number | null;
+                    data?: Record<string, never> | null;
+                };
+            };
+        };
+        responses: {
+            /** @description Posted */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Notice"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    deleteNotice: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                nid: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cleared */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Notice"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    listAudit: {
+        parameters: {
+            query?: {
+                limit?: number;
+                action?: string;
+                actor?: string;
+                target?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Entries */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        entries?: components["schemas"]["AuditEntry"][];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    postAuditEntry: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    action: string;
+                    target?: string | null;
+                    detail?: Record<string, never> | null;
+                };
+            };
+        };
+        responses: {
+            /** @description Appended */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditEntry"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getHistoryTrace: {
+        parameters: {
+            query: {
+                /** @description how far back: 14d, 36h, 90m, or the start as an ISO date/time or UNIX seconds (at most GpuHubService.whatif_max_days) */
+                since: string;
+                /** @description rename teams, users, workloads and nodes (team-1, user-1, job-000001, node-1) for sharing */
+                pseudonymise?: "true" | "false" | "1" | "0";
+                format?: "csv" | "json";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The trace */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
+                    "application/json": {
+                        /** Format: date-time */
+                        since?: string;
+                        /** Format: date-time */
+                        until?: string;
+                        jobs?: Record<string, never>[];
+                        /** @description the cluster file (CLUSTER.yaml) as an object: pools with their nodes, teams with weights and quotas */
+                        cluster?: Record<string, never>;
+                        /** @description why -> how many workloads of the period are not in the trace */
+                        left_out?: {
+                            [key: string]: number;
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    startPreview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreviewRequest"];
+            };
+        };
+        responses: {
+            /** @description Started */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preview"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getPreview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The preview */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preview"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    cancelPreview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The cancelled preview */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preview"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    applyPreview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Applied */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id?: string;
+                        /** @description the teams changed */
+                        applied?: string[];
+                        warnings?: string[];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query?: {
+                team?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Schedules */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        schedules: components["schemas"]["Schedule"][];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    createSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    editSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleEdit"];
+            };
+        };
+        responses: {
+            /** @description The changed schedule */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    pauseSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The paused schedule */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    resumeSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The resumed schedule */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    runSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The workload it made */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    listDatasets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Datasets */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        datasets: components["schemas"]["Dataset"][];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    createDataset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DatasetRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Dataset"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    getDataset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The dataset */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Dataset"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    deleteDataset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    shareDataset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+                team: components["parameters"]["Team"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The dataset */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Dataset"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    unshareDataset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["Name"];
+                team: components["parameters"]["Team"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    mountServerDatasets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["WorkloadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Each dataset's folder and where the server sees it, read-only */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        datasets: {
+                            name: string;
+                            /** @description the registered folder */
+                            path: string;
+                            /** @description /datasets/NAME */
+                            mount: string;
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    getOpenapi: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OpenAPI 3 document */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+        };
+    };
+    getHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        status?: "ok";
+                        /** @description How a server, job or replica is kept to its GPUs: "cgroup-v1 devices", "device groups" or "advisory" (CUDA_VISIBLE_DEVICES only) on the local backend; where Kubernetes or Slurm enforce it, which of them does */
+                        gpu_enforcement?: string;
+                        /** @description How memory/CPU limits are enforced ("cgroup-v1 memory, cpu" or "not enforced") */
+                        limits?: string;
+                        /** @description why a mode is weaker than it could be */
+                        notes?: string[];
+                        /** @description true: every job and model replica runs as its user's own system account (local backend, service run as root); false: all run as the service's account and can read each other's files (started without root); null: the Slurm or Kubernetes backend isolates jobs its own way */
+                        users_isolated?: boolean | null;
+                        /** @description Found at start with users isolated: the database accepts a TCP login without a password as a superuser, so every local account can take it over (empty: no such login) */
+                        database_warnings?: string[];
+                    };
+                };
+            };
+        };
+    };
+}

@@ -5,7 +5,7 @@
 import type { CronKind } from './cron';
 import { shareFraction } from './format';
 import { quotaView, requestFit } from './quota';
-import { IDependency, IPool, ISubmission, ITeam, IWorkload } from './types';
+import { IDataset, IDependency, IPool, ISubmission, ITeam, IWorkload } from './types';
 
 export const SUBMITTABLE = ['.ipynb', '.py', '.sh'];
 
@@ -30,6 +30,8 @@ export interface IFormValues {
   env: string;
   outputDir: string;
   checkpointDir: string;
+  /** Names of the datasets the job reads (read-only at /datasets/NAME). */
+  datasets: string[];
   /** "Run after": a job or sweep id ("" for none) and the condition. */
   afterId: string;
   afterCondition: string;
@@ -73,6 +75,7 @@ export const EMPTY_FORM: IFormValues = {
   env: '',
   outputDir: '',
   checkpointDir: '',
+  datasets: [],
   afterId: '',
   afterCondition: 'ok',
   mode: 'job',
@@ -123,6 +126,7 @@ export const FIELD_LABELS: Record<keyof IFormValues, string> = {
   env: 'Environment',
   outputDir: 'Output directory',
   checkpointDir: 'Checkpoint directory',
+  datasets: 'Datasets',
   afterId: 'Run after',
   afterCondition: 'Run after',
   mode: 'Kind',
@@ -200,6 +204,34 @@ export function impossibleRequest(values: IFormValues, teams: ITeam[], pools: IP
   }
   const fit = requestFit(view, gpus);
   return fit.kind === 'over' ? fit.message : null;
+}
+
+/** One dataset as the form offers it: whether the chosen team and pool may read it, and why not. */
+export interface IDatasetChoice {
+  name: string;
+  /** "team vision's, shared with nlp; only in pool eu". */
+  about: string;
+  /** Why a job of this team in this pool would be refused it ("" when it would not). */
+  refusal: string;
+}
+
+/**
+ * The datasets the form offers (those the user's teams may read), each
+ * with what the service would say of it for the chosen team and pool: the
+ * service's own rules (its team's or shared with the team; its residency).
+ */
+export function datasetChoices(datasets: IDataset[], team: string, pool: string): IDatasetChoice[] {
+  return datasets.map(d => {
+    const shared = d.shared_with.length ? `, shared with ${d.shared_with.join(', ')}` : '';
+    const where = d.pools.length ? `; only in pool${d.pools.length > 1 ? 's' : ''} ${d.pools.join(', ')}` : '';
+    let refusal = '';
+    if (team && d.team !== team && !d.shared_with.includes(team)) {
+      refusal = `team ${team} may not read it`;
+    } else if (pool && d.pools.length && !d.pools.includes(pool)) {
+      refusal = `not readable in pool ${pool}`;
+    }
+    return { name: d.name, about: `team ${d.team}'s${shared}${where}`, refusal };
+  });
 }
 
 export class FormError extends Error {
@@ -290,7 +322,7 @@ export function toSubmission(values: IFormValues): ISubmission {
   }
   const submission: ISubmission = {
     path: values.path,
-    gpus: wholeNumber('gpus', values.gpus),
+    gpus_per_node: wholeNumber('gpus', values.gpus),
     nodes: wholeNumber('nodes', values.nodes),
     parameters: parseParameters(values.parameters),
     env: parseEnv(values.env)
@@ -311,6 +343,9 @@ export function toSubmission(values: IFormValues): ISubmission {
   }
   if (values.gpuShare.trim()) {
     submission.gpu_share = values.gpuShare.trim();
+  }
+  if (values.datasets.length) {
+    submission.datasets = [...values.datasets];
   }
   if (values.afterId.trim()) {
     submission.after = [{ id: values.afterId.trim(), condition: values.afterCondition as IDependency['condition'] }];

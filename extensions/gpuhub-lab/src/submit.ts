@@ -74,6 +74,8 @@ export class Submitter {
     let error: { field?: string; message: string } | null = null;
     const { teams, pools } = this.model;
     const recent = this.model.recentTargets();
+    // Read once a dialog: datasets change seldom (a service without them: none offered).
+    const datasets = await this.model.api.datasets().catch(() => []);
     for (;;) {
       // Submit is disabled while the hint says the GPU count can never fit;
       // its label says what it makes (a job, a sweep of N tasks, a schedule).
@@ -88,7 +90,7 @@ export class Submitter {
           }
         }
       };
-      const body = new SubmitFormWidget({ initial: values, teams, pools, error, params, recent }, block);
+      const body = new SubmitFormWidget({ initial: values, teams, pools, error, params, recent, datasets }, block);
       dialog = new Dialog({
         title: 'Submit as job',
         body,

@@ -1,6 +1,6 @@
 /**
  * What the server extension (/gpuhub/...) answers: the scheduler service's
- * objects (gpuspawner/service/openapi.yaml), plus the paths the server
+ * objects (gpuspawner/service/api/openapi.yaml), plus the paths the server
  * extension maps into this server's file tree.
  */
 
@@ -26,6 +26,8 @@ export type IQuota = Schemas['Quota'];
 export type ITeam = Schemas['Team'];
 export type IPool = Schemas['Pool'];
 export type INotice = Schemas['Notice'];
+/** A dataset the user's teams may read (GET /datasets): a job asks for it by name. */
+export type IDataset = Schemas['Dataset'];
 
 export type IWorkload = Schemas['Workload'] & {
   /** Added by the server extension: paths relative to this server's root. */
@@ -85,9 +87,9 @@ export interface ISubmission {
   name?: string;
   team?: string;
   pool?: string;
-  gpus: number;
+  gpus_per_node: number;
   nodes: number;
-  /** Part of one GPU ("1/4") in a pool that shares its GPUs; gpus is then 1. */
+  /** Part of one GPU ("1/4") in a pool that shares its GPUs; gpus_per_node is then 1. */
   gpu_share?: string;
   time_limit?: string;
   priority?: string;
@@ -96,7 +98,11 @@ export interface ISubmission {
   output_dir?: string;
   checkpoint_dir?: string;
   after?: IDependency[];
+  /** Datasets the job reads, each read-only at /datasets/NAME. */
+  datasets?: string[];
 }
+
+export type RevisionState = 'ready' | 'waiting' | 'failed' | 'cancelled';
 
 /** One revision of a deployment: its model and what the router measured (last minute). */
 export interface IRevision {
@@ -108,6 +114,12 @@ export interface IRevision {
   predictor: string;
   created_at: string;
   created_by: string;
+  /** ready: deployed (it may take traffic); waiting for its `after`; failed: never deployed; cancelled before its rollout. */
+  state?: RevisionState;
+  /** What a waiting revision waits for ("waiting for w1a2b3c4d5e6 (ok)"), or why it failed or was cancelled. */
+  reason?: string;
+  /** What a waiting revision waits for. */
+  after?: IDependency[];
   replicas: string[];
   ready_replicas: number;
   in_flight: number;

@@ -5,7 +5,12 @@ import { DeploymentCard, IDeploymentActions } from '../src/components/Deployment
 import { IMetricPoint } from '../src/types';
 import { deployment, revision, withCanary } from './fixtures';
 
-const actions: IDeploymentActions = { copyEndpoint: () => undefined, run: () => undefined, open: () => undefined };
+const actions: IDeploymentActions = {
+  copyEndpoint: () => undefined,
+  run: () => undefined,
+  open: () => undefined,
+  cancelRevision: () => undefined
+};
 const URL = 'http://hub/services/gpuhub/endpoints/vision/iris/v2/models/iris/infer';
 
 function card(d = withCanary(), points: Record<string, IMetricPoint[]> = {}, error = ''): string {
@@ -72,5 +77,37 @@ describe('a deployment in the Deployments panel', () => {
     expect(html.match(/class="gpuhub-Spark"/g)).toHaveLength(3);
     expect(html).toContain('data-peak="1"');
     expect(html).toContain('0 needs scale_to_zero_after');
+  });
+});
+
+describe("a revision's state on its card", () => {
+  it('shows a waiting revision with what it waits for and a Cancel button, the serving one as serving', () => {
+    const d = deployment({
+      message: 'revision 2 is waiting for w0123456789ab (ok)',
+      revisions: [
+        revision(),
+        revision({ number: 2, state: 'waiting', reason: 'waiting for w0123456789ab (ok)', replicas: [], ready_replicas: 0 })
+      ]
+    });
+    const html = card(d);
+    expect(revisions(html)).toEqual(['2', '1']);
+    expect(html).toContain('data-phase="waiting"');
+    expect(html).toContain('waiting for w0123456789ab (ok)');
+    expect(html).toMatch(/<button[^>]*gpuhub-Revision-cancel[^>]*data-revision="2"[^>]*>Cancel revision<\/button>/);
+    expect(html).toContain('data-phase="serving"');
+    expect(html.match(/Cancel revision<\/button>/g)).toHaveLength(1); // the serving one has none
+    // A waiting revision 1 of a new deployment is not called "stable".
+    const fresh = card(deployment({ traffic: {}, revisions: [revision({ state: 'waiting', reason: 'waiting', replicas: [], ready_replicas: 0 })] }));
+    expect(fresh).not.toContain('gpuhub-Revision-role');
+  });
+
+  it('shows a failed newest revision with why, and no Cancel button', () => {
+    const d = deployment({
+      revisions: [revision(), revision({ number: 2, state: 'failed', reason: "model_dir: 'models/best' is not a directory", replicas: [] })]
+    });
+    const html = card(d);
+    expect(html).toContain('data-phase="failed"');
+    expect(html).toContain('failed: model_dir: &#x27;models/best&#x27; is not a directory');
+    expect(html).not.toContain('Cancel revision');
   });
 });

@@ -6,7 +6,12 @@ import { DeploymentDetail, deploymentViewId } from '../src/components/Deployment
 import { IMetricPoint } from '../src/types';
 import { revision, withCanary } from './fixtures';
 
-const actions: IDeploymentActions = { copyEndpoint: () => undefined, run: () => undefined, open: () => undefined };
+const actions: IDeploymentActions = {
+  copyEndpoint: () => undefined,
+  run: () => undefined,
+  open: () => undefined,
+  cancelRevision: () => undefined
+};
 const URL = 'https://hub.example.org/services/gpuhub/endpoints/vision/iris/v2/models/iris/infer';
 
 function point(rps: number): IMetricPoint {

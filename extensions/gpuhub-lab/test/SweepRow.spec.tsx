@@ -7,7 +7,7 @@ import { ISchedule, ISweep } from '../src/types';
 import { job } from './fixtures';
 
 const noop = () => undefined;
-const actions = { toggleSweep: noop, sweepAction: noop, openPath: noop, scheduleAction: noop, deleteSchedule: noop };
+const actions = { toggleSweep: noop, sweepAction: noop, openPath: noop, scheduleAction: noop, deleteSchedule: noop, editSchedule: noop };
 
 function buttons(html: string): string[] {
   return Array.from(html.matchAll(/<button[^>]*>([^<]*)<\/button>/g)).map(m => m[1]);
@@ -136,7 +136,7 @@ describe('the Schedules section', () => {
     expect(html).toMatch(/next in (59m|1h)/);
     expect(html).toContain('not run yet');
     expect(html).toMatch(/last run [^<]* ago: succeeded/);
-    expect(buttons(html)).toEqual(['Pause', 'Run now', 'Delete', 'Resume', 'Run now', 'Delete']);
+    expect(buttons(html)).toEqual(['Pause', 'Run now', 'Edit…', 'Delete', 'Resume', 'Run now', 'Edit…', 'Delete']);
   });
 
   it("says why the last firing failed, until one succeeds", () => {

@@ -3,10 +3,12 @@ import {
   DialogError,
   isStarting,
   latencyText,
+  listedRevisions,
   parseScale,
   parseTraffic,
   percentText,
   revisionRole,
+  revisionStatus,
   trafficSegments
 } from '../src/deployview';
 import { deployment, revision, withCanary } from './fixtures';
@@ -103,5 +105,73 @@ describe('the traffic and scale dialogs', () => {
     expect(parseScale('0', '2', '120')).toEqual({ min_replicas: 0, max_replicas: 2, scale_to_zero_after: 120 });
     expect(parseScale('1', '2', '120')).toEqual({ min_replicas: 1, max_replicas: 2 });
     expect(() => parseScale('0', '2', '5')).toThrow('scale to zero after');
+  });
+});
+
+describe("a revision's state, as the panel words it", () => {
+  const waiting = revision({
+    number: 2,
+    state: 'waiting',
+    reason: 'waiting for w0123456789ab (ok)',
+    replicas: [],
+    ready_replicas: 0
+  });
+  // [what the revision is, in which deployment, phase, words]
+  const cases: [string, ReturnType<typeof deployment>, number, string, string][] = [
+    ['waiting for its job', deployment({ revisions: [revision(), waiting] }), 2, 'waiting', 'waiting for w0123456789ab (ok)'],
+    [
+      'failed: its job failed',
+      deployment({ revisions: [revision(), revision({ number: 2, state: 'failed', reason: 'w0123456789ab failed', replicas: [] })] }),
+      2,
+      'failed',
+      'failed: w0123456789ab failed'
+    ],
+    [
+      'cancelled by its owner',
+      deployment({ revisions: [revision(), revision({ number: 2, state: 'cancelled', reason: 'cancelled by alice', replicas: [] })] }),
+      2,
+      'cancelled',
+      'cancelled by alice'
+    ],
+    ['serving, with a ready replica', deployment(), 1, 'serving', 'serving'],
+    [
+      'rolling out: traffic, no ready replica yet',
+      deployment({ revisions: [revision({ ready_replicas: 0 })] }),
+      1,
+      'rolling out',
+      'rolling out: 0/1 replicas ready'
+    ],
+    [
+      'scaled to zero while idle',
+      deployment({ min_replicas: 0, revisions: [revision({ replicas: [], ready_replicas: 0 })] }),
+      1,
+      'serving',
+      'serving (no replica while idle)'
+    ],
+    ['an old revision without traffic', deployment({ revisions: [revision({ number: 0, replicas: [] }), revision()] }), 0, 'idle', 'no traffic']
+  ];
+  it.each(cases)('%s', (_what, d, number, phase, text) => {
+    const r = d.revisions.find(x => x.number === number)!;
+    expect(revisionStatus(d, r)).toEqual({ phase, text });
+  });
+
+  it('a card lists a waiting revision and a newest one that never deployed, not old idle ones', () => {
+    const d = deployment({
+      revisions: [
+        revision({ number: 0, replicas: [] }),
+        revision(),
+        revision({ number: 2, state: 'cancelled', reason: 'cancelled by alice', replicas: [] }),
+        revision({ number: 3, state: 'waiting', reason: 'waiting for s0123456789ab (ok)', replicas: [] })
+      ]
+    });
+    expect(listedRevisions(d).map(r => r.number)).toEqual([3, 1]);
+    d.revisions.pop();
+    expect(listedRevisions(d).map(r => r.number)).toEqual([2, 1]);
+  });
+
+  it('a waiting revision takes no traffic: no traffic dialog, no rollback to it', () => {
+    const d = deployment({ revisions: [revision(), revision({ number: 2, state: 'waiting', replicas: [] })] });
+    const traffic = actionStates(d).find(a => a.action === 'traffic');
+    expect(traffic).toEqual({ action: 'traffic', enabled: false, title: 'Only one revision' });
   });
 });

@@ -1,5 +1,5 @@
 import type { GpuHubApi } from '../src/api';
-import { JobsModel } from '../src/model';
+import { JOBS_PAGE, JobsModel } from '../src/model';
 import { IJobNote } from '../src/transitions';
 import { INotice, IWorkload } from '../src/types';
 import { job, POOLS, TEAMS } from './fixtures';
@@ -13,17 +13,19 @@ class FakeApi {
   /** While set, answers (as of when they were asked) wait for it. */
   gate: Promise<void> | null = null;
   me = async () => ({ name: 'alice', teams: ['vision'], leads: [], admin: false, can_submit: true });
-  jobs = async (scope: string) => {
+  limits: string[] = [];
+  jobs = async (scope: string, limit: number) => {
     this.calls++;
+    this.limits.push(`${scope} ${limit}`);
     if (this.failing) {
       throw new Error('cannot reach the GPU Hub service');
     }
-    const answer = scope === 'mine' ? this.mine : [...this.mine, job({ id: 'w2', user: 'bob' })];
+    const all = scope === 'mine' ? this.mine : [...this.mine, job({ id: 'w2', user: 'bob' })];
     const gate = this.gate;
     if (gate) {
       await gate;
     }
-    return answer;
+    return { workloads: all.slice(0, limit), more: all.length > limit };
   };
   teams = async () => TEAMS;
   pools = async () => POOLS;
@@ -106,6 +108,27 @@ describe('the jobs model', () => {
     m.setScope('team');
     await m.refreshNow();
     expect(m.team.map(j => j.user)).toEqual(['alice', 'bob']);
+    m.dispose();
+  });
+
+  it('lists a page of jobs, a page more at each "Show more", and polls for what it shows', async () => {
+    const api = new FakeApi();
+    api.mine = Array.from({ length: 120 }, (_, k) => job({ id: `w${k}` }));
+    const m = model(api);
+    m.start();
+    await m.refreshNow();
+    expect([m.mine.length, m.more.mine]).toEqual([JOBS_PAGE, true]);
+    m.showMore();
+    await m.refreshNow();
+    expect([m.mine.length, m.more.mine]).toEqual([2 * JOBS_PAGE, true]);
+    m.showMore();
+    await m.refreshNow();
+    expect([m.mine.length, m.more.mine]).toEqual([120, false]);
+    // the team's scope keeps its own page
+    m.setScope('team');
+    await m.refreshNow();
+    expect([m.team.length, m.more.team]).toEqual([JOBS_PAGE, true]);
+    expect(api.limits.slice(-2)).toEqual([`mine ${3 * JOBS_PAGE}`, `team ${JOBS_PAGE}`]);
     m.dispose();
   });
 

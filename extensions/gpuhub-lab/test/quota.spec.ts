@@ -1,4 +1,4 @@
-import { poolBreakdown, quotaView, requestFit, statusText } from '../src/quota';
+import { poolBreakdown, quotaView, requestFit, statusText, storageLine } from '../src/quota';
 import { POOLS, TEAMS, teamDefaults } from './fixtures';
 
 describe('the status bar text', () => {
@@ -84,5 +84,44 @@ describe('a team holding shares of GPUs', () => {
     expect(fit.kind).toBe('borrows');
     expect(fit.borrow).toBe(0.75);
     expect(fit.message).toContain('would borrow 0.75 GPU above');
+  });
+});
+
+describe("the team space's line in the popover", () => {
+  const withSpace = (used: number, quota: number | null, state: 'ok' | 'warn' | 'full', datasets = 0) => [
+    {
+      ...teamDefaults('vision'),
+      quotas: {},
+      storage: {
+        path: '/data/teams/vision',
+        used_bytes: used,
+        space_bytes: used - datasets,
+        datasets_bytes: datasets,
+        quota_bytes: quota,
+        files: 10,
+        measured_at: 1,
+        state
+      }
+    }
+  ];
+  const GIB = 2 ** 30;
+
+  it.each([
+    [GIB, 2 * GIB, 'ok', 'team space: 1.0 GiB of 2.0 GiB (50 %)'],
+    [1.9 * GIB, 2 * GIB, 'warn', 'team space: 1.9 GiB of 2.0 GiB (95 %): over 90 %'],
+    [3 * GIB, 2 * GIB, 'full', 'team space: 3.0 GiB of 2.0 GiB (100 %): full, new jobs are refused until files are removed'],
+    [512, null, 'ok', 'team space: 512 B (no storage quota)']
+  ] as const)('says %s of %s (%s) as people read it', (used, quota, state, text) => {
+    expect(storageLine(withSpace(used, quota, state), 'vision')?.text).toBe(text);
+  });
+
+  it("counts the team's datasets outside its space, and says how much of it they are", () => {
+    expect(storageLine(withSpace(1.9 * GIB, 2 * GIB, 'warn', 1.5 * GIB), 'vision')?.text).toBe(
+      'team space: 1.9 GiB (1.5 GiB in datasets) of 2.0 GiB (95 %): over 90 %'
+    );
+  });
+
+  it('is absent for a team without a space', () => {
+    expect(storageLine(TEAMS, 'vision')).toBeNull();
   });
 });

@@ -46,7 +46,7 @@ describe('the submission', () => {
       name: 'train',
       team: 'vision',
       pool: 'a100',
-      gpus: 2,
+      gpus_per_node: 2,
       nodes: 1,
       time_limit: '2h',
       priority: 'batch',
@@ -57,7 +57,7 @@ describe('the submission', () => {
 
   it('leaves how many GPUs and nodes may be asked for to the service', () => {
     // It refuses with the field named, which the form then marks (formProblem).
-    expect(toSubmission({ ...values, gpus: '65', nodes: '0' })).toMatchObject({ gpus: 65, nodes: 0 });
+    expect(toSubmission({ ...values, gpus: '65', nodes: '0' })).toMatchObject({ gpus_per_node: 65, nodes: 0 });
   });
 
   it.each([
@@ -134,7 +134,7 @@ describe('resubmitting', () => {
       outputDir: 'outputs/x'
     });
     // What the form shows goes back as the same job.
-    expect(toSubmission(values)).toMatchObject({ parameters: { epochs: 3, name: 'vit' }, gpus: 2, nodes: 2 });
+    expect(toSubmission(values)).toMatchObject({ parameters: { epochs: 3, name: 'vit' }, gpus_per_node: 2, nodes: 2 });
   });
 });
 
@@ -182,7 +182,7 @@ describe('a share of one GPU', () => {
   });
 
   it('goes to the server extension as gpu_share, and whole GPUs without it', () => {
-    expect(toSubmission({ ...form, gpuShare: '1/4' })).toMatchObject({ gpus: 1, gpu_share: '1/4' });
+    expect(toSubmission({ ...form, gpuShare: '1/4' })).toMatchObject({ gpus_per_node: 1, gpu_share: '1/4' });
     expect(toSubmission(form)).not.toHaveProperty('gpu_share');
   });
 

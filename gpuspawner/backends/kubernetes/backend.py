@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Optional
 
 from ...scheduler.model import Node
-from ..base import EXITED, AttemptExit, Backend, LaunchSpec
+from ..base import EXITED, AttemptExit, Backend, LaunchSpec, Started
 from .api import KINDS
 from .logs import PodLogs
 from .manifests import KubeSettings, job_manifest, job_name, namespace_for, rendezvous_service
@@ -81,18 +81,19 @@ class KubernetesBackend(Backend):
         self._tasks: set[asyncio.Task] = set()
 
     # ---- the Backend contract ------------------------------------------------------------
-    def start(self, spec: LaunchSpec) -> str:
+    def start(self, spec: LaunchSpec) -> Started:
+        """Create the attempt's Job (or replica); its ``ref`` is their name."""
         key = (spec.workload_id, spec.attempt)
         if key in self._attempts:
             raise ValueError(f"attempt {key} is already running")
         if spec.serving:
-            return self._start_replica(spec)
+            return Started(spec.workload_id, spec.attempt, self._start_replica(spec))
         job = job_manifest(spec, self.settings)  # ValueError on a pool it cannot run
         service = rendezvous_service(spec, self.settings)
         self._track(_Attempt(spec, job["metadata"]["namespace"], self._clock(),
                              gang=service is not None))
         self._spawn(self._create(self._attempts[key], [m for m in (service, job) if m]))
-        return job["metadata"]["name"]
+        return Started(spec.workload_id, spec.attempt, job["metadata"]["name"])
 
     def _start_replica(self, spec: LaunchSpec) -> str:
         manifests = replica_manifests(spec, self.settings)

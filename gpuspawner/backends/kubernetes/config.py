@@ -72,6 +72,38 @@ class KubernetesJobs(LoggingConfigurable):
     workspace_mount = Unicode("/home", help="Where ``workspace_claim`` is mounted (the "
                               "same path as in the service's pod).").tag(config=True)
 
+    dataset_claim = Unicode("", help="""
+        The claim holding datasets that are not in the users' workspaces (the
+        service mounts it at ``dataset_mount`` and ``GpuHubService.dataset_roots``
+        names folders there): a job that asks for a dataset gets its folder
+        read-only at ``/datasets/NAME``, a subPath of this claim or of
+        ``workspace_claim``. Empty: datasets only from the workspaces.
+        """).tag(config=True)
+
+    dataset_mount = Unicode("/datasets-store", help="Where ``dataset_claim`` is mounted in "
+                            "the service's pod.").tag(config=True)
+
+    team_space_claim = Unicode("", help="""
+        Each team's shared folder (docs/storage.md): the ReadWriteMany
+        PersistentVolumeClaim, ``{team}`` filled in, mounted in every job of
+        the team at ``team_space_mount`` (``$GPUHUB_TEAM_DIR``).
+        ``gpuhub kube-manifests`` prints one claim per team (in its namespace,
+        of ``team_space_size`` or its ``GpuHubService.team_storage_quotas``).
+        Empty: no team spaces. Example: ``"gpuhub-team-{team}"``.
+        """).tag(config=True)
+
+    team_space_mount = Unicode("/team", help="Where ``team_space_claim`` is mounted."
+                               ).tag(config=True)
+
+    team_space_class = Unicode("", help="""
+        The StorageClass of the team spaces' claims (one with ReadWriteMany:
+        NFS, CephFS, EFS, Filestore). Empty: the cluster's default.
+        """).tag(config=True)
+
+    team_space_size = Unicode("100Gi", help="""
+        The size a team space's claim asks for when its team has no storage quota.
+        """).tag(config=True)
+
     service_account = Unicode("", help="""
         The service account of the jobs' pods (empty: the namespace's default).
         """).tag(config=True)
@@ -138,6 +170,12 @@ class KubernetesJobs(LoggingConfigurable):
                             checkpoint_mount=self.checkpoint_mount,
                             workspace_claim=self.workspace_claim,
                             workspace_mount=self.workspace_mount,
+                            team_space_claim=self.team_space_claim,
+                            team_space_mount=self.team_space_mount,
+                            team_space_class=self.team_space_class,
+                            team_space_size=self.team_space_size,
+                            dataset_claim=self.dataset_claim,
+                            dataset_mount=self.dataset_mount,
                             service_account=self.service_account,
                             team_namespaces=self.team_namespaces,
                             hub_namespace=self.hub_namespace, kueue=self.kueue)

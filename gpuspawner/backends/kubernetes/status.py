@@ -1,9 +1,13 @@
 """What the Kubernetes API says, in the scheduler's terms: how an attempt's
 Job ended, and the GPU nodes (from node capacity and the GPU feature
-discovery labels). Pure functions over the API's JSON."""
+discovery labels, with their allocatable CPUs and memory). Pure functions
+over the API's JSON."""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
+import math
+import re
 from typing import Optional
 
 from ...inventory.model import pool_name
@@ -78,6 +82,38 @@ def attempt_exit(workload_id: str, attempt: int, job: Optional[dict], pods: list
     return AttemptExit(workload_id, attempt, EXITED if code is not None else LOST, code, at)
 
 
+# Kubernetes quantity suffixes (apimachinery resource.Quantity): binary, decimal, and milli.
+_SUFFIXES = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50,
+             "Ei": 2 ** 60, "n": decimal.Decimal("1e-9"), "u": decimal.Decimal("1e-6"),
+             "m": decimal.Decimal("1e-3"), "": 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9,
+             "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+
+
+def parse_quantity(text) -> decimal.Decimal:
+    """A Kubernetes quantity as a number: ``"15900m"`` -> 15.9 (CPUs),
+    ``"64Gi"`` -> 68719476736 and ``"131072Ki"`` -> 134217728 (bytes),
+    ``"1e3"`` -> 1000. Raises ValueError naming the text it cannot read."""
+    m = _QUANTITY.match(str(text).strip())
+    if m is None:
+        raise ValueError(f"not a Kubernetes quantity: {text!r} (expected e.g. 16, 15900m, "
+                         f"64Gi, 131072Ki)")
+    number, exponent, suffix = m.groups()
+    value = decimal.Decimal(number)
+    if exponent:
+        return value * decimal.Decimal(10) ** int(exponent[1:])
+    return value * decimal.Decimal(_SUFFIXES[suffix or ""])
+
+
+def node_resources(allocatable: dict) -> tuple[float, int]:
+    """A node's allocatable (CPUs, memory bytes) for the scheduler (0: not
+    stated, not counted). Memory rounds down to whole bytes."""
+    cpus = allocatable.get("cpu")
+    memory = allocatable.get("memory")
+    return (float(parse_quantity(cpus)) if cpus is not None else 0.0,
+            int(math.floor(parse_quantity(memory))) if memory is not None else 0)
+
+
 def _ready(node: dict) -> bool:
     return _condition(node, "Ready") is not None
 
@@ -106,6 +142,10 @@ def nodes_from_k8s(items: list[dict]) -> list[Node]:
     cordoned one is drained; GPUs in capacity but not allocatable (the
     device plugin's verdict on XID errors) are unhealthy slots, the
     highest-numbered ones: Kubernetes does not say which device failed.
+    Each carries the node's allocatable ``cpu`` and ``memory`` (what the
+    kubelet offers pods, after system reservations), so the scheduler admits
+    on them; a node split into several (MIG profiles beside whole GPUs)
+    divides them evenly, so the hub never promises a node more than it has.
     Nodes without GPUs are left out."""
     out = []
     for item in items:
@@ -119,6 +159,7 @@ def nodes_from_k8s(items: list[dict]) -> list[Node]:
                     if v in labels}
         common = dict(topology=topology, labels=labels, healthy=_ready(item),
                       drained=bool(spec.get("unschedulable")))
+        views = []
         for resource, count in sorted(allocatable.items()):
             kind = gpu_kind(product, resource)
             if kind is None:
@@ -129,8 +170,11 @@ def nodes_from_k8s(items: list[dict]) -> list[Node]:
             # capacity keeps counting it. The missing ones are unhealthy slots.
             total = max(int(count), int(capacity.get(resource, count)))
             if total > 0:
-                out.append(Node(name, pool, total,
-                                unhealthy_gpus=frozenset(range(int(count), total)), **common))
+                views.append((name, pool, total, int(count)))
+        cpus, memory = node_resources(allocatable)
+        for name, pool, total, count in views:
+            out.append(Node(name, pool, total, unhealthy_gpus=frozenset(range(count, total)),
+                            cpus=cpus / len(views), memory=memory // len(views), **common))
     return out
 
 

@@ -15,8 +15,10 @@ from ...isolation.accounts import (Account, AccountError, Accounts, DirectoryAcc
                                    prepare_checkpoint)
 from ...jsonfile import read_json, write_json
 from ...safefiles import create_own
+from ...scheduler.model import Node
 from ...serving.replica import bind_to
-from ..base import LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, account_of
+from ..base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, Started,
+                    account_of)
 from .commands import (JOB_FILE, LOG_FILE, SACCT_FIELDS, SCRIPT_FILE, SQUEUE_FORMAT, JobInfo,
                        Runner, SlurmError, batch_script, exit_from_state,
                        job_name, parse_job_name, parse_sacct, parse_scontrol_job, parse_squeue,
@@ -84,6 +86,20 @@ class SlurmBackend(LoggingConfigurable, Backend):
         extended by that grace. A job that exits on this SIGTERM (after writing
         its checkpoint) ends with its own exit code rather than "time-limit".
         Slurm may send the signal up to a minute early.
+        """).tag(config=True)
+
+    team_space_path = Unicode("", help="""
+        Each team's shared folder on the cluster's shared filesystem, with
+        ``{team}`` for the team's name: a job gets it as ``$GPUHUB_TEAM_DIR``
+        (the team it runs for). The site makes each folder, owned by the
+        team's Unix group (from its directory service) and mode 2770, so
+        that members read and write it and nobody else reaches it; a job
+        whose node cannot write its team's folder says so in its log and
+        runs on (docs/storage.md). Empty (the default): no team space.
+
+        Example::
+
+            c.SlurmBackend.team_space_path = "/shared/teams/{team}"
         """).tag(config=True)
 
     slurm_conf = Unicode("", help="""
@@ -236,7 +252,7 @@ class SlurmBackend(LoggingConfigurable, Backend):
                 self._switches = {}
         return self._switches
 
-    def take_node_changes(self) -> list:
+    def take_node_changes(self) -> list[Node]:
         """Nodes whose health or drain changed since the last look (at most
         one ``scontrol`` per ``node_refresh_interval``), for the engine."""
         if self._clock() - self._nodes_read_at < self.node_refresh_interval:
@@ -252,8 +268,13 @@ class SlurmBackend(LoggingConfigurable, Backend):
                 (before[name].healthy, before[name].drained) != (n.healthy, n.drained)]
 
     # ---- the Backend contract ----------------------------------------------
-    def start(self, spec: LaunchSpec) -> str:
-        """Submit the attempt; returns its Slurm job id."""
+    def team_dir(self, team: str) -> str:
+        """The team's folder (``team_space_path``), or "" for none."""
+        return self.team_space_path.replace("{team}", team) if self.team_space_path and team \
+            else ""
+
+    def start(self, spec: LaunchSpec) -> Started:
+        """Submit the attempt; its ``ref`` is its Slurm job id."""
         key = (spec.workload_id, spec.attempt)
         if key in self._jobs:
             raise BackendError(f"attempt {key} is already running")
@@ -269,7 +290,7 @@ class SlurmBackend(LoggingConfigurable, Backend):
             os.makedirs(attempt_dir, exist_ok=True)
             script = os.path.join(attempt_dir, SCRIPT_FILE)
             with os.fdopen(create_own(script, 0o600), "w") as f:  # it holds the job's token
-                f.write(batch_script(spec, account, self._addrs))
+                f.write(batch_script(spec, account, self._addrs, self.team_dir(spec.team)))
             self._prepare(spec, attempt_dir, account)
             if spec.serving:
                 # A replica listens on its node's address, where the router reaches it.
@@ -295,7 +316,7 @@ class SlurmBackend(LoggingConfigurable, Backend):
         write_json(os.path.join(attempt_dir, JOB_FILE),
                     {"job_id": job_id, "name": job_name(*key), "submitted_at": self._clock()})
         self.log.info("attempt %s/%s is Slurm job %s", *key, job_id)
-        return job_id
+        return Started(spec.workload_id, spec.attempt, job_id)
 
     @staticmethod
     def _prepare(spec: LaunchSpec, attempt_dir: str, account: Optional[Account]) -> None:

@@ -112,6 +112,7 @@ def sbatch_args(spec: LaunchSpec, partitions: dict, extra: Sequence[str] = (),
         args += [f"--uid={account.uid}", f"--gid={account.gid}"]
     if per_node:
         args.append(f"--gres=gpu:{per_node}")
+    args += cpu_memory_args(spec)
     partition = partitions.get(spec.pool, spec.pool)
     if partition:
         args.append(f"--partition={partition}")
@@ -124,6 +125,20 @@ def sbatch_args(spec: LaunchSpec, partitions: dict, extra: Sequence[str] = (),
         else:
             args.append(f"--time={time_limit_minutes(spec.time_limit)}")
     return args + list(extra)
+
+
+def cpu_memory_args(spec: LaunchSpec) -> list[str]:
+    """What the workload asked for besides GPUs, per node as cons_tres
+    counts it (one task per node): ``--cpus-per-task`` in whole CPUs,
+    rounded up (Slurm allocates whole cores), and ``--mem`` in MiB, rounded
+    up. None: an attempt stored before requests, Slurm's defaults. A site's
+    own ``SlurmBackend.sbatch_args`` come later and win."""
+    args = []
+    if spec.cpus:
+        args.append(f"--cpus-per-task={max(1, math.ceil(spec.cpus - 1e-9))}")
+    if spec.memory:
+        args.append(f"--mem={max(1, -(-spec.memory // (1 << 20)))}M")
+    return args
 
 
 def job_comment(spec: LaunchSpec) -> str:
@@ -148,7 +163,7 @@ RENDEZVOUS_PORT_BASE = 20000  # a gang's MASTER_PORT: this + its Slurm job id % 
 
 
 def batch_script(spec: LaunchSpec, account: Optional[Account] = None,
-                 addresses: Optional[dict] = None) -> str:
+                 addresses: Optional[dict] = None, team_dir: str = "") -> str:
     """A POSIX sh script that sets the job's environment and execs its command.
 
     exec: the command *is* the batch step, so ``--signal=B:TERM`` and
@@ -159,8 +174,11 @@ def batch_script(spec: LaunchSpec, account: Optional[Account] = None,
     A gang (several nodes) execs ``srun`` instead, one task per node, each
     with its rank (``gang_rank_script``); ``addresses`` ({node: NodeAddr})
     gives MASTER_ADDR, the address of the placement's first node (rank 0).
+    ``team_dir``: the team's shared folder (``$GPUHUB_TEAM_DIR``), "" for none.
     """
     env = {**(account_env(account) if account is not None else {}), **job_env(spec)}
+    if team_dir:
+        env["GPUHUB_TEAM_DIR"] = team_dir
     if len(spec.placement) > 1:
         env.update(gang_env(spec, addresses or {}))
     lines = ["#!/bin/sh", f"# GPU Hub workload {spec.workload_id}, attempt {spec.attempt}"]
@@ -170,6 +188,11 @@ def batch_script(spec: LaunchSpec, account: Optional[Account] = None,
         lines.append("export CUDA_VISIBLE_DEVICES=")
     if spec.checkpoint_dir:
         lines.append('mkdir -p "$GPUHUB_CHECKPOINT_DIR"')
+    if team_dir:
+        lines.append('[ -d "$GPUHUB_TEAM_DIR" ] && [ -w "$GPUHUB_TEAM_DIR" ] || echo "gpuhub: the '
+                     'team space $GPUHUB_TEAM_DIR cannot be written on node '
+                     '${SLURMD_NODENAME:-$(hostname)} (is the account in the team\'s group?)" >&2')
+    lines += dataset_lines(spec)
     if len(spec.placement) > 1:
         lines.append(f'export MASTER_PORT=$(({RENDEZVOUS_PORT_BASE} + SLURM_JOB_ID % 10000))')
         lines.append('export GPUHUB_MASTER_PORT="$MASTER_PORT"')
@@ -182,6 +205,33 @@ def batch_script(spec: LaunchSpec, account: Optional[Account] = None,
     else:
         lines.append("exec " + shlex.join(spec.argv))
     return "\n".join(lines) + "\n"
+
+
+# The exit status of a job whose dataset cannot be read where it runs
+# (sysexits' EX_NOINPUT: an input file did not exist or was not readable).
+DATASET_UNREADABLE = 66
+
+
+def dataset_lines(spec: LaunchSpec) -> list[str]:
+    """Slurm mounts nothing for a job: each dataset is checked on the node
+    where the job starts (its registered folder is there, on the shared
+    filesystem, and the account may list and read it), then linked at
+    ``$GPUHUB_DATASETS_DIR/NAME`` (in the attempt's directory) so that jobs
+    find their datasets the same way on every platform. A dataset that fails
+    the check ends the job before its command, with a line in its log that
+    names it, the folder and the node."""
+    if not spec.datasets:
+        return []
+    lines = ['export GPUHUB_DATASETS_DIR="$GPUHUB_ATTEMPT_DIR/datasets"',
+             'mkdir -p "$GPUHUB_DATASETS_DIR"']
+    for name, folder in spec.datasets:
+        q = shlex.quote(folder)
+        why = shlex.quote(f"gpuhub: dataset {name}: {folder} cannot be read on node ")
+        lines.append(f'if [ -d {q} ] && [ -r {q} ] && [ -x {q} ]; then '
+                     f'ln -sfn {q} "$GPUHUB_DATASETS_DIR"/{shlex.quote(name)}; '
+                     f'else echo {why}"${{SLURMD_NODENAME:-$(hostname)}}" >&2; '
+                     f'exit {DATASET_UNREADABLE}; fi')
+    return lines
 
 
 def gang_env(spec: LaunchSpec, addresses: dict) -> dict:

@@ -21,20 +21,21 @@ from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
 from tornado import web
 
-from ...store import AuditEntry
-from .. import job_scope
-from ..errors import Conflict, Forbidden, NotFound
-from ..handlers import INVOKE_ONLY_REFUSAL, ServiceAccess, hub_user
-from ..identity import Identity
-from ..specs import SpecError
-from .units import gpus_text, units_text
+from gpuspawner.store import AuditEntry
+from gpuspawner.service.access import job_scope
+from gpuspawner.service.errors import Conflict, Forbidden, NotFound
+from gpuspawner.service.api.base import INVOKE_ONLY_REFUSAL, ServiceAccess, hub_user
+from gpuspawner.service.access.identity import Identity
+from gpuspawner.vocab.specs import SpecError
+from gpuspawner.isolation.resources import human_memory
+from gpuspawner.service.panel.units import gpus_text, units_text
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 HUB_TEMPLATES = os.path.join(DATA_FILES_PATH, "templates")
 # (path under the panel, title, who may see it: "admin" or "lead")
 PAGES = [("cluster", "Cluster", "admin"), ("teams", "Teams & quotas", "lead"),
          ("queue", "Queue", "lead"), ("usage", "Usage & cost", "lead"),
-         ("audit", "Audit", "admin")]
+         ("datasets", "Datasets", "lead"), ("audit", "Audit", "admin")]
 # Set once per browser session: the panel login is audited once, not per page.
 SESSION_COOKIE = "gpuhub-panel-session"
 FORM_ERRORS = {SpecError: 400, Forbidden: 403, NotFound: 404, Conflict: 409}
@@ -49,7 +50,7 @@ def environment() -> jinja2.Environment:
             jinja2.PrefixLoader({"hub": jinja2.FileSystemLoader(HUB_TEMPLATES)}),
         ]),
         autoescape=True)
-    env.filters.update(units=units_text, gpus=gpus_text)
+    env.filters.update(units=units_text, gpus=gpus_text, memory=human_memory)
     return env
 
 
@@ -87,13 +88,14 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         self.scopes = model.get("scopes") or []
         if self.identity.invoke_only:  # a client's token: it shows no page at all
             raise web.HTTPError(403, INVOKE_ONLY_REFUSAL)
-        if await self.gpuhub.hub.job_of_token(model) is not None:  # no page for a job's token
+        token = self.hub_auth.get_token(self)
+        if await self.gpuhub.hub.job_of_token(model, token) is not None:  # no page for a job's token
             raise web.HTTPError(403, job_scope.refusal(self.request.method, None))
         if not self.allowed(self.audience):
             raise web.HTTPError(403, self.refusal())
         if self.audience != "user" and not self.get_secure_cookie(SESSION_COOKIE):
-            with self.engine.store.transaction() as s:
-                s.add(AuditEntry(time=self.engine.clock(), actor=self.identity.name,
+            with self.facades.records.store.transaction() as s:
+                s.add(AuditEntry(time=self.facades.records.clock(), actor=self.identity.name,
                                  action="panel-login", target=self.request.path,
                                  detail={"ip": self.request.remote_ip,
                                          "view": "admin" if self.identity.admin else

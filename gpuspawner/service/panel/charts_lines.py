@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Callable, Collection, Mapping, Optional, Sequence
 
-from .charts import _fmt, _nice_max, close, colours_for, frame
+from gpuspawner.service.panel.charts import _fmt, _nice_max, close, colours_for, frame
 
 
 def lines(labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]], *,

@@ -4,7 +4,7 @@ JupyterHub, so a GPU host can render the heat map without a hub
 (scripts/gpu_panel_check.py)."""
 from __future__ import annotations
 
-from . import charts
+from gpuspawner.service.panel import charts
 
 # What a sharing pool's heat map says when the service gives no labels of its
 # own: what the local backend does without an MPS daemon.

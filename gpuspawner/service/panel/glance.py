@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterable, Optional
 
-from ...store import DeploymentRow, WorkloadRow
-from .. import views
-from ..endpoints import endpoint_path
+from gpuspawner.store import DeploymentRow, WorkloadRow
+from gpuspawner.service.workloads import views
+from gpuspawner.service.serving.endpoints import endpoint_path
 
 # Jobs that ended within this many seconds are shown, at most RECENT_JOBS of them.
 RECENT_SECONDS = 24 * 3600.0

@@ -16,21 +16,29 @@ from markupsafe import Markup
 from sqlalchemy import func, select
 from tornado.httpclient import HTTPClientError
 
-from ...scheduler.model import JOB, Quota
-from ...sim.whatif import KNOBS
-from ...store import Attempt, AuditEntry, DeploymentRow, EventRow, QuotaRow, WorkloadRow
-from ...store.audit import verify
-from .. import operations as ops
-from .. import journal, queries, views
-from ..accounting import GROUPS
-from ..errors import Conflict, Forbidden
-from ..handlers import parse_time
-from ..states import HELD, QUEUED, RUNNING, STOPPING
-from ..specs import SpecError
-from ..usage import culls, usage_report
-from . import charts, glance, whatif_pages
-from .base import FORM_ERRORS, PanelHandler
-from .cluster import cluster_model
+from gpuspawner.isolation.gpu_rules import LimitError
+from gpuspawner.isolation.resources import parse_ceilings
+from gpuspawner.scheduler.model import JOB, Quota
+from gpuspawner.sim.whatif import KNOBS
+from gpuspawner.store import Attempt, AuditEntry, DeploymentRow, QuotaRow, WorkloadRow
+from gpuspawner.store.audit import verify
+from gpuspawner.service.workloads import operations as ops
+from gpuspawner.service.loop import journal
+from gpuspawner.service.workloads import queries
+from gpuspawner.service.workloads import views
+from gpuspawner.service.teams.accounting import GROUPS
+from gpuspawner.service.teams import storage_quotas
+from gpuspawner.service.teams.storage_quotas import parse_storage_quota
+from gpuspawner.service.errors import Conflict, Forbidden
+from gpuspawner.vocab.times import parse_time
+from gpuspawner.vocab.states import HELD, QUEUED, RUNNING, STOPPING, WAITING
+from gpuspawner.vocab.specs import SpecError
+from gpuspawner.service.teams.usage import culls, usage_report
+from gpuspawner.service.panel import charts, glance, whatif_pages
+from gpuspawner.service.panel.base import FORM_ERRORS, PanelHandler
+from gpuspawner.service.panel.cluster import cluster_model
+from gpuspawner.service.panel.queue_rows import (PAGED, QUEUE_PAGE_ROWS, page_cursor,
+                                                 queue_rows, queued_count, recent_preemptions)
 
 DAY = 86400.0
 
@@ -55,8 +63,9 @@ class ClusterPage(PanelHandler):
         await self.show()
 
     async def show(self, status: int = 200, **extra):
-        model = cluster_model(queries.pools_view(self.engine, self.identity),
-                              queries.gpus_view(self.engine, self.gpuhub.gpu_sample()))
+        sample = self.gpuhub.gpu_sample()
+        model = cluster_model(queries.pools_view(self.cluster, self.store, self.identity),
+                              queries.gpus_view(self.cluster, self.store, sample))
         template = "_heatmap.html" if self.get_argument("fragment", "") else "cluster.html"
         self.render_page(template, status, pools=model,
                          enforcement=self.gpuhub.enforcement_report(), **extra)
@@ -67,13 +76,13 @@ class ClusterPage(PanelHandler):
 
         def act():
             if action in ("drain", "undrain"):
-                ops.set_drained(self.engine, self.identity, node, action == "drain", reason)
+                ops.set_drained(self.steering, self.identity, node, action == "drain", reason)
                 return f"node {node} {action}ed"
             if action in ("gpu-out", "gpu-in"):
                 index = self.form("gpu", "")
                 if not index.isdigit():
                     raise SpecError("gpu", "must be a GPU number")
-                ops.set_gpu_in_service(self.engine, self.identity, node, int(index),
+                ops.set_gpu_in_service(self.steering, self.identity, node, int(index),
                                        action == "gpu-in", reason)
                 return f"GPU {node}/{index} " + ("back in service" if action == "gpu-in"
                                                  else "out of service")
@@ -85,6 +94,8 @@ class ClusterPage(PanelHandler):
 # ---- teams ---------------------------------------------------------------------------------
 
 QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
+# Ceilings on what the team's work asks for besides GPUs (empty: no limit).
+RESOURCE_FIELDS = ("cpus", "memory")
 
 
 def parse_quota_form(pools: list[str], values: dict[str, str], weight_only: bool = False
@@ -114,8 +125,23 @@ def parse_quota_form(pools: list[str], values: dict[str, str], weight_only: bool
                                 f"{'' if name == 'nominal' else ' or empty (no limit)'}, "
                                 f"got {text!r}")
             numbers[name] = int(text)
-        quotas[pool] = Quota(**numbers)
+        ceilings = {f: values.get(f"{pool}.{f}", "").strip() or None for f in RESOURCE_FIELDS}
+        try:
+            cpus, memory = parse_ceilings(
+                {**ceilings, "cpus": _number(ceilings["cpus"])}, f"quotas.{pool}")
+        except LimitError as e:
+            field_name, _, message = str(e).partition(": ")
+            raise SpecError(field_name, message) from None
+        quotas[pool] = Quota(**numbers, cpus=cpus, memory=memory)
     return weight, quotas
+
+
+def _number(text: Optional[str]):
+    """A number typed in a form (left as typed when it is none: the check names it)."""
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return text
 
 
 TEAM_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -133,17 +159,17 @@ class TeamsPage(PanelHandler):
         await self.show()
 
     async def show(self, status: int = 200, **extra):
-        teams = queries.teams_view(self.engine, self.identity)
+        teams = self.teams_view()
         for t in teams:
             t["members"] = [] if t["default"] else await self.gpuhub.hub.group_members(t["group"])
-        capacity = dict(self.engine.scheduler.state.capacity)
-        with self.engine.store.session() as s:
+        capacity = dict(self.facades.cluster.state.capacity)
+        with self.facades.records.store.session() as s:
             nominal = dict(s.execute(select(QuotaRow.pool, func.sum(QuotaRow.nominal))
                                      .group_by(QuotaRow.pool)).all())
         self.render_page("teams.html", status, teams=teams, pools=sorted(capacity),
-                         capacity=capacity, nominal=nominal, fields=QUOTA_FIELDS,
+                         capacity=capacity, nominal=nominal, fields=QUOTA_FIELDS + RESOURCE_FIELDS,
                          warnings=self.get_arguments("warning"), periods=whatif_pages.PERIODS,
-                         knobs=KNOBS,
+                         knobs=KNOBS, storage_default=self.gpuhub.storage_quotas.default,
                          recent=self.gpuhub.previews.recent(self.identity),
                          typed=extra.pop("typed", {}), **extra)
 
@@ -156,14 +182,14 @@ class TeamsPage(PanelHandler):
             await self.show(error_team=team, typed=typed, **kw)
 
         if action == "save":
-            pools = sorted(self.engine.scheduler.state.capacity)
+            pools = sorted(self.facades.cluster.state.capacity)
             warnings: list[tuple[str, str]] = []
             is_default = team == self.gpuhub.default_team
 
             def act():
                 weight, quotas = parse_quota_form(pools, typed, weight_only=is_default)
                 warnings.extend(("warning", w) for w in
-                                ops.set_team(self.engine, self.identity, team, weight, quotas))
+                                ops.set_team(self.steering, self.identity, team, weight, quotas))
                 return f"team {team} saved; the next scheduling cycle uses it"
 
             await self.form_action(act, again, warnings)
@@ -178,6 +204,8 @@ class TeamsPage(PanelHandler):
             self.redirect(f"{self.panel_url}whatif/{pid}", status=303)
         elif action in ("create", "add-member", "remove-member"):
             await self.form_action(lambda: self.change_team(action, team), again)
+        elif action == "storage-quota":
+            await self.form_action(lambda: self.set_storage_quota(team), again)
         else:
             await again(status=400, error=f"action: unknown action {action!r}",
                         error_field="action")
@@ -193,14 +221,14 @@ class TeamsPage(PanelHandler):
             if not TEAM_NAME.fullmatch(team):
                 raise SpecError("team", "a team name is 1 to 63 lowercase letters, digits, '.', "
                                         "'_' or '-', starting with a letter or digit")
-            if any(t["name"] == team for t in queries.teams_view(self.engine, self.identity)):
+            if any(t["name"] == team for t in self.teams_view()):
                 raise Conflict(f"team {team} exists already")
             try:
                 await self.gpuhub.hub.call("POST", f"/groups/{quote(group)}")
             except HTTPClientError as e:
                 if e.code != 409:  # the group may exist without a team
                     raise Conflict(f"the hub did not create group {group}: {_hub_error(e)}")
-            ops.set_team(self.engine, self.identity, team, None, None)
+            ops.set_team(self.steering, self.identity, team, None, None)
             self._audit("create-team", team, {"group": group})
             return (f"team {team} created (hub group {group}); add its members and give it a "
                     f"nominal quota below")
@@ -208,7 +236,7 @@ class TeamsPage(PanelHandler):
         if not USER_NAME.fullmatch(user):
             raise SpecError("user", "name the user to add or remove")
         if team == self.gpuhub.default_team or not any(
-                t["name"] == team for t in queries.teams_view(self.engine, self.identity)):
+                t["name"] == team for t in self.teams_view()):
             raise SpecError("team", f"{team!r} is not a team whose members can change")
         method = "POST" if action == "add-member" else "DELETE"
         try:
@@ -224,9 +252,18 @@ class TeamsPage(PanelHandler):
         return (f"{user} added to team {team}" if action == "add-member"
                 else f"{user} removed from team {team}")
 
+    def set_storage_quota(self, team: str) -> str:
+        """The team's own storage quota (teams/storage_quotas.py), audited."""
+        quotas = self.gpuhub.storage_quotas
+        typed = self.form("storage_quota", "")
+        size = parse_storage_quota("none" if typed.lower() == "none" else typed)
+        quota = quotas.set(self.steering, self.identity, team, size)
+        return storage_quotas.saved(team, quota, size is not None,
+                                    self.facades.cluster.storage_view(team))
+
     def _audit(self, action: str, target: str, detail: dict) -> None:
-        with self.engine.store.transaction() as s:
-            journal.audit(s, self.engine.clock(), self.identity.name, action, target, detail)
+        with self.facades.records.store.transaction() as s:
+            journal.audit(s, self.facades.records.clock(), self.identity.name, action, target, detail)
 
 
 def _hub_error(e: HTTPClientError) -> str:
@@ -245,29 +282,30 @@ class QueuePage(PanelHandler):
         await self.show()
 
     async def show(self, status: int = 200, **extra):
-        now = self.engine.clock()
+        now = self.facades.records.clock()
         teams = self.teams
-        with self.engine.store.session() as s:
-            q = select(WorkloadRow).where(WorkloadRow.state.in_((QUEUED, HELD, RUNNING, STOPPING)))
-            if teams is not None:
-                q = q.where(WorkloadRow.team.in_(teams))
-            rows = s.scalars(q.order_by(WorkloadRow.submitted_at)).all()
+        # Each paged section's cursor as the page's links carry it ("": its first page).
+        cursors = {state: self.get_argument(arg, "") for state, arg in PAGED.items()}
+        after = {state: page_cursor(PAGED[state], raw) for state, raw in cursors.items() if raw}
+        with self.facades.records.store.session() as s:
+            rows, counts, next_cursors = queue_rows(s, teams, {QUEUED: queued_count(
+                self.facades.cluster.state, teams)}, after)
             attempts = {(a.workload_id, a.number): a for a in s.scalars(
                 select(Attempt).where(Attempt.workload_id.in_([r.id for r in rows]),
                                       Attempt.state == "running"))}
-            pq = (select(EventRow, WorkloadRow).join(WorkloadRow, WorkloadRow.id == EventRow.workload_id)
-                  .where(EventRow.type == "preempted", EventRow.time >= now - 7 * DAY))
-            if teams is not None:
-                pq = pq.where(WorkloadRow.team.in_(teams))
             preemptions = [{"time": views.iso(e.time), "ago": ago(now - e.time), "id": w.id,
                             "name": w.name, "team": w.team, "user": w.user,
                             "message": e.message}
-                           for e, w in s.execute(pq.order_by(EventRow.id.desc()).limit(50))]
-        queued, held, running = [], [], []
+                           for e, w in recent_preemptions(s, teams, now - 7 * DAY)]
+        waiting, queued, held, running = [], [], [], []
+        positions = queries.queue_positions(self.facades.cluster.state,
+                                            {r.id for r in rows if r.state == QUEUED})
         for r in rows:
             item = {**views.workload(r), "waited": ago(now - r.submitted_at)}
-            if r.state == QUEUED:
-                item["position"] = queries.queue_position(self.engine.scheduler.state, r.id)
+            if r.state == WAITING:  # for other work (after) or its sweep's cap: no GPUs yet
+                waiting.append(item)
+            elif r.state == QUEUED:
+                item["position"] = positions.get(r.id)
                 queued.append(item)
             elif r.state == HELD:
                 held.append(item)
@@ -278,26 +316,39 @@ class QueuePage(PanelHandler):
                 item["ran"] = ago(now - (a.started_at if a else r.started_at or now))
                 running.append(item)
         queued.sort(key=lambda w: (w["team"], w["position"] or 1 << 30))
-        self.render_page("queue.html", status, queued=queued, held=held, running=running,
+        self.render_page("queue.html", status, waiting=waiting, queued=queued, held=held,
+                         running=running, counts=counts, shown=QUEUE_PAGE_ROWS,
+                         paging=self.paging(cursors, next_cursors),
                          preemptions=preemptions,
-                         priorities=sorted(self.engine.policy.priority_classes), **extra)
+                         priorities=sorted(self.facades.cluster.policy.priority_classes), **extra)
+
+    def paging(self, cursors: dict[str, str], next_cursors: dict[str, Optional[str]]) -> dict:
+        """Each paged section's links: its next page (None: this is its last)
+        and its first (None: this is it), the other sections' pages kept."""
+        def url(state: str, cursor: Optional[str]) -> str:
+            query = {PAGED[k]: v for k, v in {**cursors, state: cursor}.items() if v}
+            return f"{self.panel_url}queue" + (f"?{urlencode(query)}" if query else "")
+
+        return {state: {"next": next_cursors[state] and url(state, next_cursors[state]),
+                        "first": cursors[state] and url(state, None)}
+                for state in PAGED}
 
     async def post(self):
         action, wid = self.form("action", ""), self.form("id", "")
 
         def act():
             if action == "cancel":
-                self.engine.cancel(self.identity, wid)
+                self.facades.submissions.cancel(self.identity, wid)
                 return f"{wid} cancelled"
             if action == "hold":
-                ops.hold(self.engine, self.identity, wid)
+                ops.hold(self.steering, self.identity, wid)
                 return f"{wid} held"
             if action == "unhold":
-                ops.release_hold(self.engine, self.identity, wid)
+                ops.release_hold(self.steering, self.identity, wid)
                 return f"{wid} released into the queue"
             if action == "priority":
                 priority = self.form("priority", "")
-                ops.set_priority(self.engine, self.identity, wid, priority)
+                ops.set_priority(self.steering, self.identity, wid, priority)
                 return f"{wid} now has priority {priority}"
             raise SpecError("action", f"unknown action {action!r}")
 
@@ -318,7 +369,7 @@ class UsagePage(PanelHandler):
         await self.show()
 
     async def show(self, status: int = 200, **extra):
-        now = self.engine.clock()
+        now = self.facades.records.clock()
         try:
             start = parse_time(self.get_argument("from", None), "from", day_start(now) - 6 * DAY)
             to_arg = self.get_argument("to", None)
@@ -335,8 +386,9 @@ class UsagePage(PanelHandler):
             extra.update(error=str(e), error_field=e.field)
             status = 400
         end = min(end, now)
-        with self.engine.store.session() as s:
-            report = usage_report(s, start, end, now, group_by, self.teams, series_by=group_by)
+        with self.facades.records.store.session() as s:
+            report = usage_report(s, start, end, now, group_by, self.teams, series_by=group_by,
+                                  resource_prices=self.gpuhub.resource_prices())
             cull = culls(s, start, end) if self.identity.admin else None
         series = report["series"]
         labels = [t[5:16].replace("T", " ") if series["bucket_seconds"] < DAY else t[:10]
@@ -355,7 +407,7 @@ class UsagePage(PanelHandler):
             bars=Markup(charts.bars(bar_items, note=costs, colours=colours,
                                     title=f"GPU-hours per {group_by}")),
             csv_url=f"{self.gpuhub.api_prefix}usage?{urlencode({**query, 'format': 'csv'})}",
-            culls=cull, prices=report["prices"], **extra)
+            culls=cull, prices=report["prices"], per_team=group_by == "team", **extra)
 
     async def post(self):
         pool, raw = self.form("pool", ""), self.form("price", "").strip()
@@ -365,7 +417,7 @@ class UsagePage(PanelHandler):
                 price = float(raw)
             except ValueError:
                 raise SpecError("price_per_gpu_hour", f"must be a number, got {raw!r}")
-            ops.set_price(self.engine, self.identity, pool, price)
+            ops.set_price(self.steering, self.identity, pool, price)
             return f"pool {pool} now costs {price:g} {self.gpuhub.currency} per GPU-hour"
 
         await self.form_action(act, self.show)
@@ -403,7 +455,7 @@ class AuditPage(PanelHandler):
             q, error = select(AuditEntry), str(e)
         else:
             error = ""
-        with self.engine.store.session() as s:
+        with self.facades.records.store.session() as s:
             entries = s.scalars(q.order_by(AuditEntry.id.desc()).limit(int(limit))).all()
             problem = verify(s.scalars(select(AuditEntry).order_by(AuditEntry.id)))
             actions = sorted(set(s.scalars(select(AuditEntry.action).distinct())))
@@ -424,10 +476,10 @@ class AuditExport(PanelHandler):
     page, audience = "audit", "admin"
 
     def get(self):
-        with self.engine.store.session() as s:
+        with self.facades.records.store.session() as s:
             entries = s.scalars(audit_query(self).order_by(AuditEntry.id)).all()
         self.set_header("Content-Type", "application/x-ndjson; charset=UTF-8")
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.engine.clock()))
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.facades.records.clock()))
         self.set_header("Content-Disposition", f'attachment; filename="gpuhub-audit-{stamp}.jsonl"')
         for e in entries:
             self.write(json.dumps({**views.audit(e), "hash": e.hash}, sort_keys=True) + "\n")
@@ -445,10 +497,10 @@ class OverviewPage(PanelHandler):
 
     def get(self):
         who = self.identity
-        teams = [t for t in queries.teams_view(self.engine, who) if t["name"] in who.teams]
-        now = self.engine.clock()
+        teams = [t for t in self.teams_view(who) if t["name"] in who.teams]
+        now = self.facades.records.clock()
         serving = self.settings["serving"]
-        with self.engine.store.session() as s:
+        with self.facades.records.store.session() as s:
             rows = s.scalars(select(WorkloadRow).where(
                 WorkloadRow.user == who.name,
                 WorkloadRow.state.in_((QUEUED, HELD, RUNNING, STOPPING)))
@@ -469,7 +521,7 @@ class OverviewPage(PanelHandler):
         self.render_page(template, title="Overview", teams=teams, workloads=mine,
                          gpus=sum(w["gpu_share"] or w["gpus"] for w in mine
                                   if w["state"] == RUNNING),
-                         finished=glance.finished_jobs(ended, self.engine.launcher.workspace_path(who.name),
+                         finished=glance.finished_jobs(ended, self.facades.paths.workspace_path(who.name),
                                                        now, ago),
                          deployments=glance.deployments(deps, replicas, self.gpuhub.service_prefix),
                          origin=f"{self.request.protocol}://{self.request.host}",

@@ -9,11 +9,11 @@ import datetime as dt
 
 from markupsafe import Markup
 
-from ...sim.whatif import ChangeError, duration, parse_setting, percent
-from ..specs import SpecError
-from . import charts
-from .base import PanelHandler
-from .charts_lines import lines
+from gpuspawner.sim.whatif import ChangeError, duration, parse_setting, percent
+from gpuspawner.vocab.specs import SpecError
+from gpuspawner.service.panel import charts
+from gpuspawner.service.panel.base import PanelHandler
+from gpuspawner.service.panel.charts_lines import lines
 
 # The periods the form offers (any other is typed in the API or the CLI).
 PERIODS = (("1d", "last day"), ("7d", "last 7 days"), ("14d", "last 14 days"),

@@ -11,7 +11,9 @@ import {
   latencyText,
   percentText,
   replicasText,
+  listedRevisions,
   revisionRole,
+  revisionStatus,
   rpsText,
   trafficSegments
 } from '../deployview';
@@ -23,6 +25,8 @@ export interface IDeploymentActions {
   run: (d: IDeployment, action: DeploymentAction) => void;
   /** The deployment in a main-area tab (full-size charts, every revision). */
   open: (d: IDeployment) => void;
+  /** Cancel a waiting revision: it never rolls out, the deployment serves on as it does. */
+  cancelRevision: (d: IDeployment, revision: number) => void;
 }
 
 const ACTION_LABELS: Record<DeploymentAction, string> = {
@@ -51,15 +55,51 @@ export function TrafficBar(props: { d: IDeployment }): JSX.Element {
   );
 }
 
-function RevisionRow(props: { d: IDeployment; r: IRevision; points: IMetricPoint[] }): JSX.Element {
+/** A revision's state in words, and a waiting one's Cancel button. */
+export function RevisionState(props: { d: IDeployment; r: IRevision; actions: IDeploymentActions }): JSX.Element {
+  const { d, r, actions } = props;
+  const status = revisionStatus(d, r);
+  return (
+    <div className={`gpuhub-Revision-state gpuhub-mod-${status.phase.replace(' ', '-')}`} data-phase={status.phase}>
+      <span className="gpuhub-Revision-stateText" title={r.after?.length ? `after ${r.after.map(a => `${a.id} (${a.condition})`).join(', ')}` : ''}>
+        {status.text}
+      </span>
+      {status.phase === 'waiting' && (
+        <button
+          className="jp-mod-styled gpuhub-Revision-cancel"
+          data-revision={r.number}
+          title={`Cancel revision ${r.number}: it never rolls out; the deployment serves on as it does now`}
+          onClick={() => actions.cancelRevision(d, r.number)}
+        >
+          Cancel revision
+        </button>
+      )}
+    </div>
+  );
+}
+
+function RevisionRow(props: {
+  d: IDeployment;
+  r: IRevision;
+  points: IMetricPoint[];
+  actions: IDeploymentActions;
+}): JSX.Element {
   const { d, r, points } = props;
   const role = revisionRole(d, r.number);
   const share = d.traffic[String(r.number)] ?? 0;
+  const deployed = (r.state ?? 'ready') === 'ready';
   return (
-    <li className={`gpuhub-Revision gpuhub-mod-${role}`} data-revision={r.number} data-ready={r.ready_replicas}>
+    <li
+      className={`gpuhub-Revision gpuhub-mod-${role}`}
+      data-revision={r.number}
+      data-ready={r.ready_replicas}
+      data-state={r.state ?? 'ready'}
+    >
       <div className="gpuhub-Revision-head">
         <span className="gpuhub-Revision-number">r{r.number}</span>
-        {role !== 'other' && <span className={`gpuhub-Revision-role gpuhub-mod-${role}`}>{role}</span>}
+        {deployed && role !== 'other' && (
+          <span className={`gpuhub-Revision-role gpuhub-mod-${role}`}>{role}</span>
+        )}
         <span title="share of the requests">{share}%</span>
         <span className="gpuhub-Revision-replicas" title="ready / running replicas">
           {replicasText(r)} ready
@@ -68,15 +108,18 @@ function RevisionRow(props: { d: IDeployment; r: IRevision; points: IMetricPoint
           {r.model_path ?? r.model_dir}
         </span>
       </div>
-      <div className="gpuhub-Revision-stats" title="the last minute">
-        <span className="gpuhub-Revision-requests">{r.requests} req</span>
-        <span>{rpsText(r.rps)}</span>
-        <span>
-          p50 {latencyText(r.p50_ms)} · p99 {latencyText(r.p99_ms)}
-        </span>
-        <span>errors {percentText(r.error_rate)}</span>
-      </div>
-      {points.length > 0 && (
+      <RevisionState d={d} r={r} actions={props.actions} />
+      {deployed && (
+        <div className="gpuhub-Revision-stats" title="the last minute">
+          <span className="gpuhub-Revision-requests">{r.requests} req</span>
+          <span>{rpsText(r.rps)}</span>
+          <span>
+            p50 {latencyText(r.p50_ms)} · p99 {latencyText(r.p99_ms)}
+          </span>
+          <span>errors {percentText(r.error_rate)}</span>
+        </div>
+      )}
+      {deployed && points.length > 0 && (
         <div className="gpuhub-Revision-charts">
           <Sparkline points={points} series="rps" label="rps" format={rpsText} minTop={1} />
           <Sparkline points={points} series="p99_ms" label="p99" format={latencyText} minTop={10} />
@@ -96,9 +139,7 @@ export function DeploymentCard(props: {
 }): JSX.Element {
   const { d, actions } = props;
   // Revisions that serve or still run, newest first; idle old ones are summed up.
-  const shown = d.revisions
-    .filter(r => d.traffic[String(r.number)] || r.replicas.length)
-    .sort((a, b) => b.number - a.number);
+  const shown = listedRevisions(d);
   const hidden = d.revisions.length - shown.length;
   return (
     <li className="gpuhub-Deployment" data-deployment={`${d.team}/${d.name}`}>
@@ -131,12 +172,12 @@ export function DeploymentCard(props: {
       <TrafficBar d={d} />
       <ul className="gpuhub-Revisions">
         {shown.map(r => (
-          <RevisionRow key={r.number} d={d} r={r} points={props.points[String(r.number)] ?? []} />
+          <RevisionRow key={r.number} d={d} r={r} points={props.points[String(r.number)] ?? []} actions={actions} />
         ))}
       </ul>
       {hidden > 0 && (
         <div className="gpuhub-Deployment-older">
-          {hidden} older revision{hidden > 1 ? 's' : ''} without traffic
+          {hidden} older revision{hidden > 1 ? 's' : ''} without traffic (open the deployment for all)
         </div>
       )}
       {props.error && <div className="gpuhub-Deployment-error">{props.error}</div>}

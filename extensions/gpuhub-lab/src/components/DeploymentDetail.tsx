@@ -8,7 +8,7 @@ import * as React from 'react';
 import { deploymentKey } from '../deploymodel';
 import { latencyText, percentText, replicasText, revisionRole, rpsText } from '../deployview';
 import { IDeployment, IMetricPoint } from '../types';
-import { ActionButtons, IDeploymentActions, TrafficBar } from './DeploymentCard';
+import { ActionButtons, IDeploymentActions, RevisionState, TrafficBar } from './DeploymentCard';
 import { Sparkline } from './Sparkline';
 
 const CHART_HEIGHT = 90;
@@ -89,6 +89,7 @@ export function DeploymentDetail(props: {
               <th>Revision</th>
               <th>Role</th>
               <th>Traffic</th>
+              <th>State</th>
               <th>Ready</th>
               <th>Requests (1 min)</th>
               <th>Rate</th>
@@ -104,8 +105,11 @@ export function DeploymentDetail(props: {
             {newestFirst.map(r => (
               <tr key={r.number} data-revision={r.number}>
                 <td>r{r.number}</td>
-                <td>{revisionRole(d, r.number)}</td>
+                <td>{(r.state ?? 'ready') === 'ready' ? revisionRole(d, r.number) : ''}</td>
                 <td>{d.traffic[String(r.number)] ?? 0}%</td>
+                <td className="gpuhub-DeploymentDetail-state">
+                  <RevisionState d={d} r={r} actions={actions} />
+                </td>
                 <td title="ready / running replicas">{replicasText(r)}</td>
                 <td>{r.requests}</td>
                 <td>{rpsText(r.rps)}</td>

@@ -43,7 +43,12 @@ abstract class FieldsWidget extends ReactWidget {
 export class TrafficFormWidget extends FieldsWidget {
   constructor(d: IDeployment, values: Record<string, string> | null, error: string) {
     super(
-      values ?? Object.fromEntries(d.revisions.map(r => [String(r.number), String(d.traffic[String(r.number)] ?? 0)])),
+      values ??
+        Object.fromEntries(
+          d.revisions
+            .filter(r => (r.state ?? 'ready') === 'ready')
+            .map(r => [String(r.number), String(d.traffic[String(r.number)] ?? 0)])
+        ),
       error
     );
   }

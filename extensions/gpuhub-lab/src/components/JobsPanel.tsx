@@ -5,7 +5,7 @@ import * as React from 'react';
 import type { Message } from '@lumino/messaging';
 
 import { JobScope } from '../api';
-import { JobsModel } from '../model';
+import { JOBS_PAGE, JobsModel } from '../model';
 import { groupBySweep } from '../sweep';
 import { IJobActions, JobRow } from './JobRow';
 import { IScheduleActions, ScheduleList } from './Schedules';
@@ -61,6 +61,11 @@ function JobList(props: { model: JobsModel; actions: IPanelActions }): JSX.Eleme
           )
         )}
       </ul>
+      {model.more[model.scope] && (
+        <button className="gpuhub-Jobs-more" onClick={() => model.showMore()}>
+          Show {JOBS_PAGE} more (older jobs)
+        </button>
+      )}
     </div>
   );
 }

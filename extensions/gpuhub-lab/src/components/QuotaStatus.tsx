@@ -4,7 +4,7 @@ import * as React from 'react';
 
 import { gpuUnits } from '../format';
 import { JobsModel } from '../model';
-import { poolBreakdown, statusText } from '../quota';
+import { poolBreakdown, statusText, storageLine } from '../quota';
 
 export function QuotaBreakdown(props: { model: JobsModel }): JSX.Element {
   const { model } = props;
@@ -12,7 +12,8 @@ export function QuotaBreakdown(props: { model: JobsModel }): JSX.Element {
   return (
     <div className="gpuhub-QuotaPopover">
       {teams.map(team => (
-        <table key={team}>
+        <React.Fragment key={team}>
+        <table>
           <caption>Team {team}</caption>
           <thead>
             <tr>
@@ -35,8 +36,22 @@ export function QuotaBreakdown(props: { model: JobsModel }): JSX.Element {
             ))}
           </tbody>
         </table>
+        <StorageLine line={storageLine(model.teams, team)} />
+        </React.Fragment>
       ))}
     </div>
+  );
+}
+
+function StorageLine(props: { line: ReturnType<typeof storageLine> }): JSX.Element | null {
+  const { line } = props;
+  if (!line) {
+    return null;
+  }
+  return (
+    <p className={`gpuhub-Storage gpuhub-Storage-${line.state}`}>
+      {line.percent !== null && <progress max={100} value={line.percent} />} {line.text}
+    </p>
   );
 }
 
@@ -48,6 +63,11 @@ export class QuotaPopoverBody extends ReactWidget {
   render(): JSX.Element {
     return <UseSignal signal={this.model.changed}>{() => <QuotaBreakdown model={this.model} />}</UseSignal>;
   }
+}
+
+/** " · space 95 %" in the status bar once the team's space is over 90 % of its quota. */
+function spaceBadge(line: ReturnType<typeof storageLine>): string {
+  return line && line.state !== 'ok' ? ` · space ${line.percent} %` : '';
 }
 
 export class QuotaStatus extends ReactWidget {
@@ -65,6 +85,7 @@ export class QuotaStatus extends ReactWidget {
         {() => (
           <span className="jp-StatusBar-TextItem" title="GPUs your team uses against its quota" onClick={() => this.onOpen(this)}>
             {statusText(this.model.teams, this.model.pools, this.model.primaryTeam) || 'GPU Hub'}
+            {spaceBadge(storageLine(this.model.teams, this.model.primaryTeam))}
           </span>
         )}
       </UseSignal>

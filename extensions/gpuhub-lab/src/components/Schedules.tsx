@@ -8,6 +8,8 @@ import { ISchedule } from '../types';
 export interface IScheduleActions {
   scheduleAction: (schedule: ISchedule, action: 'pause' | 'resume' | 'run') => void;
   deleteSchedule: (schedule: ISchedule) => void;
+  /** Change its name, cron expression, time zone or catch-up in a dialog. */
+  editSchedule: (schedule: ISchedule) => void;
 }
 
 function Button(props: { label: string; title: string; onClick: () => void }): JSX.Element {
@@ -53,6 +55,7 @@ function ScheduleRow(props: { schedule: ISchedule; showUser: boolean; actions: I
           <Button label="Pause" title="No runs until resumed" onClick={() => actions.scheduleAction(s, 'pause')} />
         )}
         <Button label="Run now" title="Make a job from it now" onClick={() => actions.scheduleAction(s, 'run')} />
+        <Button label="Edit…" title="Change its name, when it runs, its time zone" onClick={() => actions.editSchedule(s)} />
         <Button label="Delete" title="Delete the schedule (the jobs it made stay)" onClick={() => actions.deleteSchedule(s)} />
       </div>
     </li>

@@ -8,8 +8,9 @@ import * as React from 'react';
 
 import { gpuUnits } from '../format';
 import { quotaView, requestFit } from '../quota';
-import { FormMode, IFormValues, requestUnits, shareChoices } from '../submission';
-import { IParameter, IPool, ITeam } from '../types';
+import { datasetChoices, FormMode, IFormValues, requestUnits, shareChoices } from '../submission';
+import { IDataset, IParameter, IPool, ITeam } from '../types';
+import { DatasetPicker } from './DatasetPicker';
 import { Field } from './Field';
 import { ScheduleTab, SweepTab } from './WorkflowTabs';
 
@@ -25,6 +26,8 @@ export interface ISubmitFormProps {
   params?: IParameter[];
   /** Recent jobs and sweeps to run after: id → what the picker says. */
   recent?: { id: string; label: string }[];
+  /** The datasets the user's teams may read (GET /datasets). */
+  datasets?: IDataset[];
 }
 
 const MODES: { mode: FormMode; label: string }[] = [
@@ -144,6 +147,12 @@ export function SubmitForm(props: ISubmitFormProps): JSX.Element {
           {input('checkpointDir', { placeholder: 'one per job' })}
         </Field>
       </div>
+      <DatasetPicker
+        choices={datasetChoices(props.datasets ?? [], values.team, values.pool)}
+        chosen={values.datasets}
+        invalid={invalid('datasets')}
+        onChange={datasets => set({ datasets })}
+      />
       <div className="gpuhub-SubmitForm-row">
         {mode !== 'sweep' && (
           <Field

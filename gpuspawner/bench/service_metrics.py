@@ -1,0 +1,108 @@
+"""What the service says of itself while a benchmark runs, from its
+Prometheus metrics (``/services/gpuhub/metrics``, an admin's token): its
+cycle's timing (whole, planning in the worker, applying on the event loop)
+and the event loop's stalls (``gpuhub_event_loop_lag_seconds``, from the
+service's loop-lag probe), as differences between two scrapes.
+
+Quantiles come from the histograms' buckets: each is the upper bound of the
+bucket it falls in (so "p99 ≤ 75 ms"), never an interpolation.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import requests
+
+_BUCKET = re.compile(r'^(gpuhub_\w+)_bucket\{le="([^"]+)"\} ([0-9.e+-]+)$', re.M)
+_SUM = re.compile(r'^(gpuhub_\w+)_sum ([0-9.e+-]+)$', re.M)
+HISTOGRAMS = ("gpuhub_cycle_seconds", "gpuhub_cycle_plan_seconds", "gpuhub_cycle_apply_seconds",
+              "gpuhub_event_loop_lag_seconds")
+STALL_MS = 50.0
+
+
+@dataclass
+class Histogram:
+    buckets: list[tuple[float, float]]  # (upper bound, cumulative count), ascending
+    total: float = 0.0
+
+    @property
+    def count(self) -> float:
+        return self.buckets[-1][1] if self.buckets else 0.0
+
+    def minus(self, before: "Histogram") -> "Histogram":
+        old = dict(before.buckets)
+        return Histogram([(le, n - old.get(le, 0.0)) for le, n in self.buckets],
+                         self.total - before.total)
+
+    def quantile(self, q: float) -> float:
+        """The upper bound (seconds) of the bucket holding the q-quantile (0..1)."""
+        if not self.count:
+            return 0.0
+        want = q * self.count
+        for le, n in self.buckets:
+            if n >= want:
+                return le
+        return math.inf
+
+    def longest(self) -> float:
+        """The upper bound (seconds) of the highest bucket that got any."""
+        longest, below = 0.0, 0.0
+        for le, n in self.buckets:
+            if n > below:
+                longest = le
+            below = n
+        return longest
+
+    def over(self, seconds: float) -> float:
+        """How many observations exceeded ``seconds`` (a bucket bound)."""
+        within = max((n for le, n in self.buckets if le <= seconds), default=0.0)
+        return self.count - within
+
+
+def parse(text: str) -> dict[str, Histogram]:
+    out: dict[str, Histogram] = {}
+    for name, le, n in _BUCKET.findall(text):
+        if name in HISTOGRAMS:
+            out.setdefault(name, Histogram([])).buckets.append(
+                (math.inf if le == "+Inf" else float(le), float(n)))
+    for name, total in _SUM.findall(text):
+        if name in out:
+            out[name].total = float(total)
+    for h in out.values():
+        h.buckets.sort()
+    return out
+
+
+def scrape(hub_url: str, token: str) -> dict[str, Histogram]:
+    r = requests.get(f"{hub_url}/services/gpuhub/metrics",
+                     headers={"Authorization": f"token {token}"}, timeout=30)
+    r.raise_for_status()
+    return parse(r.text)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1) if math.isfinite(seconds) else math.inf
+
+
+def summary(name: str, before: dict[str, Histogram], after: dict[str, Histogram]) -> dict:
+    """A row: the cycles and the loop's stalls between two scrapes."""
+    empty = Histogram([])
+    d = {k: after.get(k, empty).minus(before.get(k, empty)) for k in HISTOGRAMS}
+    cycle, plan = d["gpuhub_cycle_seconds"], d["gpuhub_cycle_plan_seconds"]
+    apply, lag = d["gpuhub_cycle_apply_seconds"], d["gpuhub_event_loop_lag_seconds"]
+    return {"name": name, "cycles": int(cycle.count),
+            "cycle_mean_ms": _ms(cycle.total / cycle.count) if cycle.count else 0.0,
+            "cycle_p50_ms": _ms(cycle.quantile(0.5)), "cycle_p99_ms": _ms(cycle.quantile(0.99)),
+            "plan_p99_ms": _ms(plan.quantile(0.99)), "apply_p99_ms": _ms(apply.quantile(0.99)),
+            "loop_stall_max_ms": _ms(lag.longest()),
+            "loop_stalls_over_50ms": int(lag.over(STALL_MS / 1000))}
+
+
+def format_summary(r: dict) -> str:
+    return (f"{r['name']:<44} {r['cycles']} cycles, mean {r['cycle_mean_ms']:.1f} ms, "
+            f"p50 ≤ {r['cycle_p50_ms']:g} ms, p99 ≤ {r['cycle_p99_ms']:g} ms "
+            f"(planning p99 ≤ {r['plan_p99_ms']:g}, on the loop p99 ≤ {r['apply_p99_ms']:g}); "
+            f"event loop's longest stall ≤ {r['loop_stall_max_ms']:g} ms, "
+            f"{r['loop_stalls_over_50ms']} over {STALL_MS:g} ms")

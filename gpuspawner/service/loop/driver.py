@@ -1,0 +1,140 @@
+"""The scheduling loop, off the event loop.
+
+Each cycle is planned in a worker thread on the core as it stands: the plan
+only reads the core, and the requests served meanwhile keep their changes to
+it waiting (``Engine.change``), so the plan sees one consistent state. Its
+decisions are then applied on the event loop: one transaction for all of
+them, the core, the changes that waited, the backend. The waiting reasons
+and start estimates, which scale with the queue, are made in the worker
+again. What stays on the event loop scales with the cycle's decisions, not
+with the queue.
+
+The waiting reasons (a cycle with ``explain``) and the start estimates (a
+forecast) cost most with a long queue; they are remade at most every
+``reasons_interval`` seconds, and at most a fifth of the time, and the
+cycles between decide the same without them. The worker rests after each
+step, so the event loop's thread gets the interpreter as soon as it asks.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
+
+
+log = logging.getLogger("gpuhub.engine")
+# How long the worker may hold the interpreter before the event loop's
+# thread gets it back (CPython's default, 5 ms, would add that to every
+# request's every database call while a cycle is planned).
+SWITCH_INTERVAL = 0.0002
+# The worker rests this long after each step of a cycle (64 workloads
+# planned, 500 reasons written), leaving the interpreter to the event loop.
+STEP_REST = 0.0005
+# A cycle with reasons comes at most this many of its own durations after
+# the last one: with a long queue the worker explains a fifth of the time.
+EXPLAIN_SPACING = 5.0
+# Pause after a wake, so that a burst of requests lands in one cycle.
+SETTLE = 0.02
+
+
+class CycleDriver:
+    def __init__(self, engine, interval: float, reasons_interval: float,
+                 clock: Callable[[], float] = time.monotonic):
+        self.engine = engine
+        self.interval = interval
+        self.reasons_interval = reasons_interval
+        self.clock = clock
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-cycle")
+        self._explained_at = float("-inf")
+        self._explain_every = reasons_interval
+        self._cycled: Optional[asyncio.Event] = None
+
+    async def cycle_done(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) for the next cycle to end: long polls
+        answer as soon as a cycle changed what they wait on."""
+        if self._cycled is None:
+            self._cycled = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._cycled.wait(), max(0.0, timeout))
+        except asyncio.TimeoutError:
+            pass
+
+    async def run(self) -> None:
+        """Cycles until the loop stops: after each one, the next when woken
+        (a submit, a cancel, an exit) or after ``interval`` seconds."""
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        wake = asyncio.Event()
+        self.engine.wake = self.waker(wake)
+        self.engine.backend.set_wake(self.engine.wake)  # a watch event that ends an attempt
+        self.engine.starter.wake = self.engine.wake     # starts finish in worker threads
+        while True:
+            try:
+                await self.cycle()
+            except Exception:
+                log.exception("scheduling cycle failed")
+            if self._cycled is not None:
+                self._cycled.set()  # wakes every waiter; the next ones wait anew
+                self._cycled = None
+            try:
+                await asyncio.wait_for(wake.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
+            wake.clear()
+            await asyncio.sleep(SETTLE)
+
+    @staticmethod
+    def waker(wake: asyncio.Event) -> Callable[[], None]:
+        """``wake.set`` callable from any thread."""
+        loop = asyncio.get_running_loop()
+        owner = threading.get_ident()
+
+        def set_wake() -> None:
+            if threading.get_ident() == owner:
+                wake.set()
+            else:
+                loop.call_soon_threadsafe(wake.set)
+        return set_wake
+
+    async def cycle(self) -> None:
+        """One cycle: planned in the worker, applied here, then its reasons
+        and estimates in the worker (the core's changes waiting meanwhile)."""
+        engine = self.engine
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        now = engine.begin_cycle()
+        explain = self.clock() - self._explained_at >= self._explain_every
+        with engine.changes_held(apply=False):
+            result = await loop.run_in_executor(
+                self.worker, paced, engine.scheduler.cycle_steps(now, explain=explain))
+        t1 = time.perf_counter()
+        engine.apply_cycle(result, now)  # no await since the plan: the core is as planned
+        t2 = time.perf_counter()
+        with engine.changes_held():
+            await loop.run_in_executor(self.worker, paced,
+                                       engine.after_cycle_steps(result, now, estimate=explain))
+        if explain:
+            took = time.perf_counter() - t0
+            self._explained_at = self.clock()
+            self._explain_every = max(self.reasons_interval, EXPLAIN_SPACING * took)
+        if engine.metrics is not None:
+            engine.metrics.cycle_seconds.observe(time.perf_counter() - t0)
+            engine.metrics.cycle_plan_seconds.observe(t1 - t0)
+            engine.metrics.cycle_apply_seconds.observe(t2 - t1)
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=False)
+
+
+def paced(steps):
+    """Run a generator of steps to its end (its return value), resting
+    ``STEP_REST`` after each step."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+        time.sleep(STEP_REST)

@@ -1,0 +1,152 @@
+"""Starting attempts off the event loop.
+
+A local start forks a supervisor, writes its cgroups and records, and asks
+the hub for the attempt's own token: tens of milliseconds, more under load,
+which every API request would otherwise wait behind. The ``Starter`` runs
+those starts in worker threads (for backends whose start blocks) and keeps
+what must be decided on the loop for the loop: a start that failed is
+reported at the next cycle (``take``), and a stop or kill asked while the
+attempt is still being started is carried out once it has been.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Callable
+
+from gpuspawner.backends.base import LaunchSpec
+
+log = logging.getLogger("gpuhub.starts")
+
+
+class Starter:
+    def __init__(self, backend, job_tokens=None, threads: int = 0,
+                 wake: Callable[[], None] = lambda: None):
+        """``threads`` 0: every start runs in the caller's thread, as tools and
+        tests want; else in that many workers (when the backend's start blocks)."""
+        self.backend = backend
+        self.job_tokens = job_tokens
+        self.wake = wake
+        self._pool = ThreadPoolExecutor(threads, "gpuhub-start") if threads else None
+        self._lock = threading.Lock()
+        self._starting: set[tuple[str, int]] = set()
+        self._asked: dict[tuple[str, int], tuple[str, float]] = {}  # stops asked meanwhile
+        self._failed: list[tuple[str, int, str]] = []
+        self._done: list[tuple[str, int]] = []
+        self._built: list[LaunchSpec] = []  # built in a worker, started on the loop (take)
+
+    def start(self, spec: LaunchSpec) -> None:
+        key = (spec.workload_id, spec.attempt)
+        with self._lock:
+            self._starting.add(key)
+        if self._pool is None or not self.backend.blocking_start(spec):
+            self._run(spec, in_worker=False)
+        else:
+            self._pool.submit(self._run, spec, in_worker=True)
+
+    @property
+    def in_workers(self) -> bool:
+        """Whether starts run in worker threads (else in the caller's)."""
+        return self._pool is not None
+
+    def start_built(self, wid: str, attempt: int, build: Callable[[], LaunchSpec]) -> None:
+        """Start what ``build`` makes (reading the database and the user's
+        files: the launch of an admitted job), both in a worker thread. A
+        build that fails is a start that failed (``take``); a backend whose
+        start must run on the loop gets the built spec at the next ``take``."""
+        key = (wid, attempt)
+        with self._lock:
+            self._starting.add(key)
+        self._pool.submit(self._build_and_run, key, build)
+
+    def _build_and_run(self, key: tuple[str, int], build: Callable[[], LaunchSpec]) -> None:
+        try:
+            spec = build()
+        except Exception as err:  # a job that cannot start fails; others go on
+            log.exception("could not start %s", key[0])
+            with self._lock:
+                self._failed.append((*key, f"could not start: {err}"))
+                self._starting.discard(key)
+                self._done.append(key)
+            self.wake()
+            return
+        if self.backend.blocking_start(spec):
+            self._run(spec, in_worker=True)
+            return
+        with self._lock:
+            self._built.append(spec)
+        self.wake()
+
+    def _run(self, spec: LaunchSpec, in_worker: bool) -> None:
+        key = (spec.workload_id, spec.attempt)
+        try:
+            if self.job_tokens is not None:
+                spec = replace(spec, env={**spec.env, **self.job_tokens.env_for(spec)})
+            self.backend.start(spec)
+        except Exception as err:  # a job that cannot start fails; others go on
+            log.exception("could not start %s", spec.workload_id)
+            with self._lock:
+                self._failed.append((spec.workload_id, spec.attempt, f"could not start: {err}"))
+        finally:
+            with self._lock:
+                self._starting.discard(key)
+                self._done.append(key)
+            if in_worker:
+                self.wake()
+
+    def stop(self, wid: str, attempt: int, grace: float) -> None:
+        self._stop_or_kill(wid, attempt, "stop", grace)
+
+    def kill(self, wid: str, attempt: int) -> None:
+        self._stop_or_kill(wid, attempt, "kill", 0.0)
+
+    def _stop_or_kill(self, wid: str, attempt: int, how: str, grace: float) -> None:
+        key = (wid, attempt)
+        with self._lock:
+            if key in self._starting:
+                # Once started, at the next cycle (see take).
+                if how == "kill" or key not in self._asked:
+                    self._asked[key] = (how, grace)
+                return
+        if how == "kill":
+            self.backend.kill(wid, attempt)
+        else:
+            self.backend.stop(wid, attempt, grace)
+
+    def take(self) -> list[tuple[str, int, str]]:
+        """On the loop, at each cycle: the starts that failed since the last
+        call, after carrying out the stops asked while they were starting."""
+        with self._lock:
+            built, self._built = self._built, []
+        for spec in built:
+            self._run(spec, in_worker=False)
+        with self._lock:
+            done, self._done = self._done, []
+            failed, self._failed = self._failed, []
+            asked = {key: self._asked.pop(key) for key in done if key in self._asked}
+        for (wid, attempt), (how, grace) in asked.items():
+            self._stop_or_kill(wid, attempt, how, grace)
+        return failed
+
+    def recover(self, specs: list[LaunchSpec], broken: list) -> list:
+        """The backend's recovery of all attempts at once; if that fails, of
+        each alone, so that the one it cannot recover fails by itself
+        (appended to ``broken`` with why) and the others are adopted."""
+        try:
+            return self.backend.recover(specs)
+        except Exception:
+            log.exception("recovering %d attempts failed; recovering them one by one", len(specs))
+        exits = []
+        for spec in specs:
+            try:
+                exits += self.backend.recover([spec])
+            except Exception as err:
+                log.exception("could not recover %s", spec.workload_id)
+                broken.append((spec.workload_id, spec.attempt, f"could not be recovered: {err}"))
+        return exits
+
+    def close(self, wait: bool = True) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait)

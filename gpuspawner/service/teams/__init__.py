@@ -1,0 +1,1 @@
+"""Teams and what they use: team rows and quotas, usage and cost."""

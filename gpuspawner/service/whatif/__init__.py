@@ -1,0 +1,1 @@
+"""What-if previews: history replayed under proposed settings, and their REST handlers."""

@@ -1,0 +1,150 @@
+"""Expected start times in the service: the core's forecast, run times
+learned from this cluster's own history, and ranges calibrated on how the
+estimates shown earlier turned out.
+
+Everything here is rebuilt from the database at start: the run times of
+recently finished workloads, and for workloads that started, the estimate
+first shown for them (``workloads.estimated_start`` and
+``estimate_made_at``, written once, after the first cycle that left the
+workload waiting). The current estimates are derived data, remade after
+every cycle.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpuspawner.scheduler.forecast.calibration import Calibration, StartRange, say
+from gpuspawner.scheduler.forecast import Estimate, forecast_steps
+from gpuspawner.scheduler.model import Workload
+from gpuspawner.scheduler.forecast.runtimes import RuntimeModel, workload_keys
+from gpuspawner.store import Attempt, WorkloadRow
+from gpuspawner.service.workloads.views import iso
+
+# How many finished workloads the run-time history and the calibration
+# are rebuilt from at start (the newest).
+HISTORY = 2000
+
+
+def runtime_subject(row: WorkloadRow) -> str:
+    """What a run-time history is kept under beside its user: the name, or
+    the notebook or command it runs."""
+    spec = row.spec or {}
+    return row.name or spec.get("notebook") or " ".join(spec.get("command") or ())[:200]
+
+
+class StartEstimates:
+    def __init__(self, policy, coverage: float = 0.8, limit: int = 2000, every: float = 2.0):
+        self.policy = policy
+        self.limit = limit
+        self.every = every
+        self.runtimes = RuntimeModel()
+        self.calibration = Calibration(coverage)
+        self.subjects: dict[str, str] = {}
+        self.persisted: set[str] = set()  # workloads whose first estimate is in the database
+        self.current: dict[str, tuple[Estimate, Optional[StartRange]]] = {}
+        self.made_at = float("-inf")
+
+    # ---- history --------------------------------------------------------
+    def load(self, s: Session) -> None:
+        """Run times of the newest finished workloads, and the errors of the
+        estimates shown for those that started."""
+        rows = s.scalars(select(WorkloadRow).where(WorkloadRow.finished_at.is_not(None))
+                         .order_by(WorkloadRow.finished_at.desc()).limit(HISTORY)).all()
+        ran: dict[str, float] = {}
+        for a in s.scalars(select(Attempt).where(Attempt.workload_id.in_([r.id for r in rows]),
+                                                  Attempt.ended_at.is_not(None))):
+            ran[a.workload_id] = ran.get(a.workload_id, 0.0) + (a.ended_at - a.started_at)
+        for row in reversed(rows):
+            self.record_run(row, ran.get(row.id, 0.0))
+        for row in s.scalars(select(WorkloadRow).where(WorkloadRow.estimate_made_at.is_not(None),
+                                                       WorkloadRow.started_at.is_not(None))
+                             .order_by(WorkloadRow.started_at.desc()).limit(HISTORY)).all()[::-1]:
+            self.record_start(row)
+
+    def track(self, row: WorkloadRow) -> None:
+        """A workload not ended yet (at start, or submitted)."""
+        self.subjects[row.id] = runtime_subject(row)
+        if row.estimate_made_at is not None:
+            self.persisted.add(row.id)
+
+    def finished(self, row: WorkloadRow, run_s: float) -> None:
+        """It ended for good: how long it ran joins the history."""
+        self.record_run(row, run_s)
+        self.subjects.pop(row.id, None)
+        self.persisted.discard(row.id)
+
+    def persist_first(self, store, now: float) -> None:
+        """Each workload's first estimate with a time, written once: what its
+        accuracy is judged by when it starts."""
+        first = {wid: t for wid in self.current if wid not in self.persisted
+                 and (t := self.planned(wid)) is not None}
+        if not first:
+            return
+        with store.transaction() as s:
+            for wid, planned in first.items():
+                row = s.get(WorkloadRow, wid)
+                if row is not None and row.estimate_made_at is None:
+                    row.estimate_made_at, row.estimated_start = now, planned
+        self.persisted.update(first)
+
+    def record_run(self, row: WorkloadRow, run_s: float) -> None:
+        """A workload ended after running ``run_s`` seconds over its attempts.
+        Cancelled work says little about how long such work runs."""
+        if row.state in ("succeeded", "failed", "stopped") and run_s > 0:
+            self.runtimes.record(self._keys(row.user, row.team, row.kind, runtime_subject(row)),
+                                 run_s, row.time_limit)
+
+    def record_start(self, row: WorkloadRow) -> None:
+        """A workload first started: how its first estimate turned out."""
+        if row.estimate_made_at is None or row.estimated_start is None or row.started_at is None:
+            return
+        self.calibration.record(row.gpus_per_node * row.num_nodes,
+                                row.estimated_start - row.estimate_made_at,
+                                row.started_at - row.estimate_made_at)
+
+    @staticmethod
+    def _keys(user: str, team: str, kind: str, subject: str) -> tuple[str, ...]:
+        return workload_keys(Workload("", team, "", 0, 0.0, user=user, kind=kind), subject)
+
+    def runtime(self, w: Workload, elapsed: float) -> Optional[float]:
+        keys = self._keys(w.user, w.team, w.kind, self.subjects.get(w.id, ""))
+        return self.runtimes.predict(keys, w.time_limit, elapsed)
+
+    # ---- the current estimates ------------------------------------------
+    def refresh_steps(self, state, now: float):
+        """Remake every pending workload's estimate, in steps (a generator):
+        after a cycle, when ``every`` seconds have passed or what waits changed."""
+        if now - self.made_at < self.every and self.current.keys() == state.pending.keys():
+            return
+        estimates = yield from forecast_steps(state, self.policy, now, self.runtime,
+                                              limit=self.limit)
+        current = {}
+        for wid, e in estimates.items():
+            w = state.pending[wid]
+            r = None if e.start is None else self.calibration.range(w.gpus, now, e.start)
+            current[wid] = (e, r)
+        self.current = current
+        self.made_at = now
+
+    def view(self, wid: str) -> Optional[dict]:
+        """``expected_start`` of a queued workload in the API, or None when
+        no estimate was made yet."""
+        known = self.current.get(wid)
+        if known is None:
+            return None
+        e, r = known
+        if r is None:
+            return {"time": None, "reason": e.reason, "text": "start time unknown: " + e.reason,
+                    "basis": e.basis, "made_at": iso(self.made_at)}
+        return {"time": iso(r.expected), "earliest": iso(r.earliest), "latest": iso(r.latest),
+                "in_seconds": round(max(0.0, r.expected - self.made_at)),
+                "text": say(self.made_at, r), "basis": e.basis,
+                "calibrated_on": r.samples, "made_at": iso(self.made_at)}
+
+    def planned(self, wid: str) -> Optional[float]:
+        """The plan's start for ``wid`` (what is persisted as its first estimate)."""
+        known = self.current.get(wid)
+        return None if known is None else known[0].start

@@ -1,0 +1,75 @@
+"""The service's cycles (service/loop/driver.py): planned in a worker thread
+while the event loop goes on serving, applied on the loop; reasons and
+estimates at most every ``reasons_interval``."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from gpuspawner.service.loop.driver import CycleDriver, paced
+from test_engine_steps import ALICE, job, make_engine, row_of
+
+
+def spy_on_plans(engine) -> list[tuple[int, bool]]:
+    """(thread, explain) of every cycle planned from now on."""
+    seen = []
+    plan = engine.scheduler.cycle_steps
+
+    def spied(now, explain=True):
+        seen.append((threading.get_ident(), explain))
+        return (yield from plan(now, explain=explain))
+    engine.scheduler.cycle_steps = spied
+    return seen
+
+
+def test_a_cycle_is_planned_off_the_event_loop_and_a_submit_meanwhile_is_queued(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite", tmp_path)
+    holder = engine.submit(ALICE, job(gpus=4)).id
+    engine.tick()
+    waiting = [engine.submit(ALICE, job()).id for _ in range(200)]
+    plans = spy_on_plans(engine)
+
+    async def cycle_with_a_submit() -> str:
+        driver = CycleDriver(engine, interval=1.0, reasons_interval=0.0)
+        cycle = asyncio.ensure_future(driver.cycle())
+        await asyncio.sleep(0)  # the cycle is under way: a request comes in
+        late = engine.submit(ALICE, job()).id
+        await cycle
+        driver.close()
+        return late
+
+    late = asyncio.run(cycle_with_a_submit())
+    assert plans and plans[0][0] != threading.get_ident(), "planned in the worker thread"
+    assert row_of(engine, holder).state == "running"
+    pending = engine.scheduler.state.pending
+    assert all(w in pending for w in waiting) and late in pending
+    assert row_of(engine, waiting[0]).reason != "queued", "the cycle wrote why it waits"
+    engine.store.close()
+
+
+def test_reasons_are_remade_only_every_reasons_interval(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite", tmp_path)
+    engine.submit(ALICE, job(gpus=4))
+    engine.tick()
+    engine.submit(ALICE, job())
+    plans = spy_on_plans(engine)
+    clock = [100.0]
+
+    async def three_cycles():
+        driver = CycleDriver(engine, interval=1.0, reasons_interval=10.0, clock=lambda: clock[0])
+        for advance in (0.0, 1.0, 10.0):
+            clock[0] += advance
+            await driver.cycle()
+        driver.close()
+
+    asyncio.run(three_cycles())
+    assert [explain for _thread, explain in plans] == [True, False, True]
+    engine.store.close()
+
+
+def test_paced_steps_return_what_the_generator_returns():
+    def steps():
+        yield
+        yield
+        return "result"
+    assert paced(steps()) == "result"

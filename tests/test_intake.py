@@ -1,0 +1,113 @@
+"""Submits from the API (loop/intake.py): those that come in during one turn
+of the event loop are stored in one transaction, each answered only once
+its row is committed; a bad row in a batch fails alone; a user's first
+workspace preparation (``useradd``) runs in a worker thread, not on the
+event loop, and once. A real database (SQLite and PostgreSQL)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+from sqlalchemy import func, select
+
+from gpuspawner.service.loop.intake import MAX_BATCH
+from gpuspawner.store import AuditEntry, EventRow, WorkloadRow
+from gpuspawner.vocab.states import QUEUED
+from test_start_estimates_service import ALICE, BOB, Clock, job, make_engine
+
+
+@pytest.fixture
+def engine(db_url, tmp_path):
+    engine = make_engine(db_url, tmp_path, Clock())
+    yield engine
+    engine.store.close()
+
+
+def count(engine, model, **where) -> int:
+    with engine.store.session() as s:
+        q = select(func.count()).select_from(model)
+        for name, value in where.items():
+            q = q.where(getattr(model, name) == value)
+        return s.scalar(q)
+
+
+def test_submits_of_one_turn_are_stored_together_and_each_is_answered_stored(engine):
+    async def main():
+        first = [await engine.intake.submit(who, job(1, 3600, "first")) for who in (ALICE, BOB)]
+        return first + list(await asyncio.gather(*(
+            engine.intake.submit(ALICE if i % 2 else BOB, job(1, 3600, f"j{i}"))
+            for i in range(60))))
+    rows = asyncio.run(main())
+    assert len({r.id for r in rows}) == 62 and all(r.state == QUEUED for r in rows)
+    # one batch each for the first two (one after the other), one for the 60 together
+    assert engine.intake.batches == 3 and engine.intake.rows == 62
+    assert count(engine, WorkloadRow) == 62
+    assert count(engine, EventRow, type="submitted") == 62
+    assert count(engine, AuditEntry, action="submit") == 62
+    assert set(engine.scheduler.state.pending) == {r.id for r in rows}  # queued in the core
+    engine.tick()
+    assert len(engine.scheduler.state.running) == 4  # the 4 GPUs: it schedules them
+
+
+def test_more_than_a_batch_is_stored_over_several_turns(engine):
+    async def main():
+        await engine.intake.submit(ALICE, job(0, 60, "first"))
+        return await asyncio.gather(*(engine.intake.submit(ALICE, job(0, 60, f"j{i}"))
+                                      for i in range(MAX_BATCH + 7)))
+    rows = asyncio.run(main())
+    assert engine.intake.batches == 3 and count(engine, WorkloadRow) == MAX_BATCH + 8
+    assert len(rows) == MAX_BATCH + 7
+
+
+def test_a_bad_row_in_a_batch_fails_alone_and_the_others_are_stored(engine, monkeypatch):
+    taken = engine.submit(ALICE, job(1, 3600, "first")).id
+    made = engine.submitting.new_row
+
+    def new_row(who, spec, on_behalf_of=None):
+        row = made(who, spec, on_behalf_of)
+        if spec.name == "clash":
+            row.id = taken  # a row the database already has: the batch's insert fails
+        return row
+    monkeypatch.setattr(engine.submitting, "new_row", new_row)
+
+    async def main():
+        return await asyncio.gather(*(engine.intake.submit(ALICE, job(1, 3600, name))
+                                      for name in ("a", "clash", "b")),
+                                    return_exceptions=True)
+    a, clash, b = asyncio.run(main())
+    assert isinstance(clash, Exception) and "workloads" in str(clash).lower()
+    assert a.state == QUEUED and b.state == QUEUED
+    with engine.store.session() as s:
+        stored = {r.id: r.name for r in s.scalars(select(WorkloadRow))}
+    assert stored == {taken: "first", a.id: "a", b.id: "b"}
+    assert count(engine, EventRow, type="submitted") == 3
+    assert set(engine.scheduler.state.pending) == {taken, a.id, b.id}
+
+
+def test_a_users_first_workspace_is_made_in_a_worker_thread_once(engine):
+    made_in = []
+
+    def prepare(user):
+        os.makedirs(engine.launcher.workspace_path(user), exist_ok=True)
+        made_in.append((user, threading.current_thread() is threading.main_thread()))
+    engine.launcher.prepare_workspace = prepare
+
+    async def main():
+        for i in range(3):
+            await engine.intake.submit(ALICE, job(1, 3600, f"j{i}"))
+    asyncio.run(main())
+    # Once off the loop (the first submit), then only the cheap check, on it.
+    assert made_in[0] == ("alice", False)
+    assert [on_loop for _u, on_loop in made_in].count(False) == 1
+
+
+def test_a_refused_submit_is_refused_at_once_and_stores_nothing(engine):
+    from gpuspawner.vocab.specs import SpecError
+
+    async def main():
+        return await engine.intake.submit(ALICE, job(99, 3600, "too-big"))
+    with pytest.raises(SpecError):
+        asyncio.run(main())
+    assert count(engine, WorkloadRow) == 0 and engine.intake.batches == 0
