@@ -125,6 +125,13 @@ def test_second_server_queues_until_the_first_stops(hub):
     alice_gpus = alice.server_env()["CUDA_VISIBLE_DEVICES"].split(",")
     assert len(alice_gpus) == 2
     assert alice.server_env()["GPUHUB_URL"].endswith("/services/gpuhub")
+    # Her file browser lists her home through gpuhub_lab's contents manager
+    # (a file renamed mid-listing does not fail the folder: test_lab_contents.py).
+    pid, _ = alice.server_process()
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        assert b"gpuhub_lab.contents.ListingContentsManager" in f.read()
+    home = alice.s.get(f"{hub.url}/user/alice/api/contents", timeout=30)
+    assert home.status_code == 200 and home.json()["type"] == "directory", home.text
 
     assert amy.start(pool="default", gpus=2).status_code == 202
     seen = progress_messages(amy, "position 1 in team a's queue")

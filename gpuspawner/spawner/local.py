@@ -190,6 +190,11 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
             shell = ((account_env(self.account)["SHELL"] if self.account else "")
                      or os.environ.get("SHELL") or "/bin/sh")
             args.append(f"--ServerApp.terminado_settings=shell_command={shell}")
+        # Jupyter Server's own manager fails a whole folder's listing when one
+        # entry is renamed meanwhile (gpuhub_lab/contents.py says why).
+        if not any("contents_manager_class" in a for a in [*args, *self.args]):
+            args.append("--ServerApp.contents_manager_class="
+                        "gpuhub_lab.contents.ListingContentsManager")
         return args
 
     def gone_reason(self, status):
