@@ -167,6 +167,10 @@ def test_a_server_killed_from_outside_says_so(hub, browser):
     assert said.startswith("Your server stopped at ") and \
         "it was killed by SIGKILL from outside the hub" in said, said
     assert "killed by SIGKILL from outside the hub" in hub.tail(200)  # and the hub's log says it
+    # and the scheduler's record of the server, which the Lab and `gpuhub ls` show
+    servers = hub.client("alice").get("/workloads", params={"kind": "notebook"}).json()
+    assert any("the server is gone (-9): it was killed by SIGKILL from outside" in
+               (w.get("reason") or "") for w in servers["workloads"]), servers
 
 
 def test_a_preempted_server_says_so(hub, browser):

@@ -343,6 +343,7 @@ class Fake:
 
     async def admit(self):
         s = self.spawner
+        s.forget_stop()  # as the real admit: a new run
         s.gpu_request = GpuRequest("ml", self.w["pool"], self.w["gpus"]) if self.w else \
             GpuRequest("ml", "", 0)
         s.workload_id = self.w["id"] if self.w else None
@@ -495,10 +496,14 @@ def test_stop_and_poll_release(monkeypatch):
         return out
 
     on_stop, timeouts, gone, lost, running = run(go())
-    assert on_stop == [("w0123456789ab", "the server stopped")]
+    # The service's record of each says why, as the hub's page does.
+    assert on_stop == [("w0123456789ab", "the server stopped: the hub stopped it (the hub was "
+                                         "shut down, or its start failed)")]
     assert timeouts == [120]
-    assert gone == (1, [("w0123456789ab", "the server is gone (1)")])
-    assert lost == (1, [("w0123456789ab", "the server stopped")])
+    assert gone == (1, [("w0123456789ab", "the server is gone (1): it exited with status 1 "
+                                          "(it crashed; its log is the hub's)")])
+    assert lost == (1, [("w0123456789ab", "the server stopped: its GPUs were taken back "
+                                          "(preempted: reclaimed)")])
     assert running == (None, [])
 
 

@@ -355,9 +355,10 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
         status = await base_poll()
         if status is not None:
             if not self._stopping:
-                self.note_stop(self.gone_reason(status))
-                if wid:
-                    await self.release(f"the server is gone ({status})", wid)
+                why = self.gone_reason(status)
+                self.note_stop(why)
+                if wid:  # the service's record says why, as the hub's page does
+                    await self.release(f"the server is gone ({status}): {why}", wid)
             return status
         if self._stopping:
             return None
@@ -380,9 +381,11 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
 
     async def stop_and_release(self, base_stop) -> None:
         request, self._stop_request = self._stop_request, None
+        why = ""
         try:
-            self.note_stop(requested_reason(*request, owner=self.user.name) if request
-                           else "the hub stopped it (the hub was shut down, or its start failed)")
+            why = (requested_reason(*request, owner=self.user.name) if request
+                   else "the hub stopped it (the hub was shut down, or its start failed)")
+            self.note_stop(why)
         except Exception:  # telling why never keeps a server from stopping
             self.log.exception("could not record why %s stopped", self._log_name)
         wid = self.workload_id
@@ -391,4 +394,5 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
             await base_stop()
         finally:
             self._stopping = False
-        await self.release("the server stopped", wid)
+        why = self.stop_reason or why  # the first reason of the run stands (a preemption's)
+        await self.release(f"the server stopped: {why}" if why else "the server stopped", wid)
