@@ -291,7 +291,8 @@ class GPUSpawnerMixin(StopReasonMixin, Configurable):
             return
         self.log.info("releasing %s's workload %s: %s", self._log_name, wid, reason)
         try:
-            await self.gpuhub_api.release_workload(wid, {"reason": reason})
+            # (the service keeps 1,000 characters; what someone said may be longer)
+            await self.gpuhub_api.release_workload(wid, {"reason": reason[:1000]})
         except ApiError as e:
             # The server is gone either way; the service finds such workloads
             # itself (GpuHubService.reconcile_interval) and releases them.
