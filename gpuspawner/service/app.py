@@ -45,7 +45,7 @@ from gpuspawner.store.db import open_store
 from gpuspawner.backends.kubernetes.config import KubernetesJobs
 from gpuspawner.service.loop.engine import Engine, EngineConfig
 from gpuspawner.service.loop.driver import CycleDriver
-from gpuspawner.service.loop.lag import probe as lag_probe
+from gpuspawner.service.loop.lag import probe as lag_probe, watch_full_collections
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.service.access.hub_api import HubApi
 from gpuspawner.service.schedules.membership import HubMembership
@@ -544,6 +544,7 @@ class GpuHubService(ServiceSettings):
         loop = ioloop.IOLoop.current()
         loop.add_callback(self.driver.run)
         loop.add_callback(lag_probe, self.engine.metrics.loop_lag.observe)
+        watch_full_collections(self.engine.metrics.gc_full_pause.observe)
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self._schedule_loop)
         if self.space_sync is not None:

@@ -80,6 +80,10 @@ class ServiceMetrics:
             "gpuhub_event_loop_lag_seconds", "How late the event loop ran a callback that asked "
             "to run every 10 ms (loop/lag.py): every request waits that long too",
             buckets=LAG_BUCKETS, registry=self.registry)
+        self.gc_full_pause = Histogram(
+            "gpuhub_gc_full_pause_seconds", "How long each of Python's full garbage collections "
+            "held the interpreter (loop/lag.py): the event loop stalls that long",
+            buckets=LAG_BUCKETS, registry=self.registry)
         self.events = Counter("gpuhub_scheduler_events", "Scheduler decisions by type",
                               ["type"], registry=self.registry)
         self.queue_wait = Histogram(
