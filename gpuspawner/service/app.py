@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import gc
 import os
 import signal
 import socket
@@ -545,6 +546,10 @@ class GpuHubService(ServiceSettings):
         loop.add_callback(self.driver.run)
         loop.add_callback(lag_probe, self.engine.metrics.loop_lag.observe)
         watch_full_collections(self.engine.metrics.gc_full_pause.observe)
+        # What is here now (the modules, the core rebuilt from the database)
+        # lives as long as the process: leave it out of every later full
+        # garbage collection, each of which stops the event loop.
+        gc.freeze()
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self._schedule_loop)
         if self.space_sync is not None:
