@@ -1,0 +1,68 @@
+"""The service's view of its own event loop: the lag probe sees a stall,
+full garbage collections are timed, and the benchmark reads both from the
+service's metrics."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+import pytest
+
+from gpuspawner.bench import service_metrics
+from gpuspawner.service.loop.lag import probe, watch_full_collections
+
+
+def test_the_probe_sees_a_callback_that_held_the_loop():
+    seen: list[float] = []
+
+    async def main():
+        task = asyncio.create_task(probe(seen.append, period=0.005))
+        await asyncio.sleep(0.02)
+        time.sleep(0.08)  # a handler that blocks the loop for 80 ms
+        await asyncio.sleep(0.02)
+        task.cancel()
+
+    asyncio.run(main())
+    assert max(seen) >= 0.07, seen
+
+
+def test_only_full_collections_are_timed_until_the_watch_stops():
+    seen: list[float] = []
+    stop = watch_full_collections(seen.append)
+    try:
+        gc.collect(0)
+        gc.collect(1)
+        assert seen == []
+        gc.collect()
+        assert len(seen) == 1 and seen[0] >= 0
+    finally:
+        stop()
+    gc.collect()
+    assert len(seen) == 1
+
+
+def metrics(lag: dict, gc_full: dict, lag_sum: float = 0.0) -> str:
+    lines = []
+    for name, buckets in (("gpuhub_event_loop_lag_seconds", lag),
+                          ("gpuhub_gc_full_pause_seconds", gc_full)):
+        lines += [f'{name}_bucket{{le="{le}"}} {n}' for le, n in buckets.items()]
+    lines.append(f"gpuhub_event_loop_lag_seconds_sum {lag_sum}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("before, after, stall_ms, over_50, gcs, gc_ms", [
+    # nothing happened between the scrapes
+    (({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.05": 1, "0.3": 1, "+Inf": 1}),
+     ({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.05": 1, "0.3": 1, "+Inf": 1}), 0, 0, 0, 0),
+    # two stalls of 50–100 ms, and one full collection of 100–300 ms
+    (({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.1": 0, "0.3": 0, "+Inf": 0}),
+     ({"0.05": 30, "0.1": 32, "+Inf": 32}, {"0.1": 0, "0.3": 1, "+Inf": 1}), 100, 2, 1, 300),
+])
+def test_the_benchmark_reads_stalls_and_collections_between_two_scrapes(
+        before, after, stall_ms, over_50, gcs, gc_ms):
+    row = service_metrics.summary("x", service_metrics.parse(metrics(*before)),
+                                  service_metrics.parse(metrics(*after)))
+    assert (row["loop_stall_max_ms"], row["loop_stalls_over_50ms"]) == (stall_ms, over_50)
+    assert (row["gc_full"], row["gc_full_max_ms"]) == (gcs, gc_ms)
+    assert f"{gcs} full GCs" in service_metrics.format_summary(row)
