@@ -82,6 +82,7 @@ def output_of(client, **spec) -> str:
     done = client.wait(job["id"], ("succeeded", "failed"), 60)
     log = client.get(f"/workloads/{job['id']}/logs").text
     assert done["state"] == "succeeded", log
+    assert done["datasets"] == spec.get("datasets", [])  # what the Lab's resubmit asks for again
     return log
 
 

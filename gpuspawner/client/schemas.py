@@ -234,6 +234,7 @@ class Workload(TypedDict, total=False):
     finished_at: Optional[str]
     eligible_at: Optional[str]
     schedule_id: Optional[str]
+    datasets: list[str]
     placement: list[PlacedNode]
     attempts: list[Attempt]
 

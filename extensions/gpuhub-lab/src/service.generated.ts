@@ -1366,6 +1366,8 @@ export interface components {
             eligible_at?: string | null;
             /** @description the schedule whose firing made it (null when submitted by hand) */
             schedule_id: string | null;
+            /** @description the datasets it reads, each read-only at /datasets/NAME (what a resubmit asks for again) */
+            datasets?: string[];
             /** @description while running */
             placement?: components["schemas"]["PlacedNode"][];
             attempts?: components["schemas"]["Attempt"][];

@@ -381,6 +381,7 @@ export function formFromJob(job: IWorkload, fallback: IFormValues): IFormValues 
     env,
     outputDir: job.output_dir_path ?? fallback.outputDir,
     checkpointDir: job.checkpoint_path ?? '',
+    datasets: [...(job.datasets ?? [])],
     afterId: job.after?.[0]?.id ?? '',
     afterCondition: job.after?.[0]?.condition ?? 'ok'
   };

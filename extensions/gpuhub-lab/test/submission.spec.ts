@@ -136,6 +136,13 @@ describe('resubmitting', () => {
     // What the form shows goes back as the same job.
     expect(toSubmission(values)).toMatchObject({ parameters: { epochs: 3, name: 'vit' }, gpus_per_node: 2, nodes: 2 });
   });
+
+  it('asks for the datasets the job read', () => {
+    const values = formFromJob(job({ source_path: 'train.py', datasets: ['imagenet', 'coco'] }), EMPTY_FORM);
+    expect(values.datasets).toEqual(['imagenet', 'coco']);
+    expect(toSubmission(values).datasets).toEqual(['imagenet', 'coco']);
+    expect(formFromJob(job(), EMPTY_FORM).datasets).toEqual([]);
+  });
 });
 
 describe('what the dialog says of a refusal', () => {

@@ -37,7 +37,7 @@ def workload(row: WorkloadRow, attempt: Optional[Attempt] = None,
         "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
         "finished_at": iso(row.finished_at), "eligible_at": iso(row.eligible_at),
         "after": row.after or [], "sweep_id": row.sweep_id, "sweep_index": row.sweep_index,
-        "schedule_id": row.schedule_id,
+        "schedule_id": row.schedule_id, "datasets": spec.get("datasets") or [],
     }
     if attempt is not None and attempt.number == row.attempt and attempt.state == "running":
         out["placement"] = placement_view(attempt.placement)
