@@ -583,6 +583,12 @@ def test_queue_page_pages_through_a_queue_longer_than_a_page(hub):
         assert len(seen) == len(set(seen)), "a workload listed twice"
         assert set(tasks) | {later, vision[1]} <= set(seen), "a workload missed"
         assert total >= 503 and later in section(page, "queued")  # the newest: on the last page
+        # an action on a deep page comes back to that page, not to the first
+        r = requests.post(last, data={"id": later, "action": "priority", "priority": "batch"},
+                          headers={"Authorization": f"token {hub.token('root-admin')}"},
+                          timeout=60, allow_redirects=False)
+        assert r.status_code == 303, r.text
+        assert "queued_after=" in r.headers["Location"] and "done=" in r.headers["Location"]
         status, again = queue_page(hub, "root-admin", link(hub, page, "queued-first"))
         assert status == 200 and section(again, "queued") == section(first, "queued")
         # a lead of vision: her team's only, on the first page and deep in the queue

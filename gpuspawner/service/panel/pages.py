@@ -352,7 +352,9 @@ class QueuePage(PanelHandler):
                 return f"{wid} now has priority {priority}"
             raise SpecError("action", f"unknown action {action!r}")
 
-        await self.form_action(act, self.show)
+        # The forms post to the page as shown: back to the same pages after.
+        here = [(arg, self.get_query_argument(arg, "")) for arg in PAGED.values()]
+        await self.form_action(act, self.show, extra=[(arg, v) for arg, v in here if v])
 
 
 # ---- usage ---------------------------------------------------------------------------------
