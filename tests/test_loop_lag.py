@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections import deque
 
 import pytest
 
@@ -40,6 +41,24 @@ def test_only_full_collections_are_timed_until_the_watch_stops():
         stop()
     gc.collect()
     assert len(seen) == 1
+
+
+def test_the_probe_hands_the_collections_to_the_metric_from_the_event_loop():
+    pauses, handed = deque(), []
+    stop = watch_full_collections(pauses.append)  # inside a collection: no lock taken
+
+    async def main():
+        task = asyncio.create_task(probe(lambda lag: None, period=0.005, gc_pauses=pauses,
+                                         observe_gc=handed.append))
+        gc.collect()
+        await asyncio.sleep(0.03)
+        task.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        stop()
+    assert len(handed) >= 1 and not pauses
 
 
 def metrics(lag: dict, gc_full: dict, lag_sum: float = 0.0) -> str:

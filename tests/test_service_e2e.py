@@ -365,6 +365,9 @@ def test_prometheus_metrics(hub):
     assert 'gpuhub_pool_free_gpus{pool="default"} 2.0' in text
     assert int(float(re.search(r"^gpuhub_cycle_seconds_count (\S+)", text, re.M).group(1))) > 0
     assert re.search(r'^gpuhub_scheduler_events_total\{type="admitted"\} [1-9]', text, re.M)
+    # the event loop's stalls, and the full garbage collections that are one cause of them
+    assert re.search(r"^gpuhub_event_loop_lag_seconds_count [1-9]", text, re.M)
+    assert re.search(r"^gpuhub_gc_full_pause_seconds_count \d", text, re.M)
     client.request("DELETE", f"/workloads/{job['id']}")
     client.wait(job["id"], "cancelled", 30)
     hub.client("root-admin").post("/audit", json={"action": "cull", "target": "x"})

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import time
+from collections import deque
 from dataclasses import replace
 from typing import Optional
 from urllib.parse import urlparse
@@ -544,8 +545,10 @@ class GpuHubService(ServiceSettings):
                       report["limits"], "".join(f"; {n}" for n in report["notes"]))
         loop = ioloop.IOLoop.current()
         loop.add_callback(self.driver.run)
-        loop.add_callback(lag_probe, self.engine.metrics.loop_lag.observe)
-        watch_full_collections(self.engine.metrics.gc_full_pause.observe)
+        gc_pauses: deque = deque(maxlen=1000)
+        watch_full_collections(gc_pauses.append)
+        loop.add_callback(lag_probe, self.engine.metrics.loop_lag.observe, gc_pauses=gc_pauses,
+                          observe_gc=self.engine.metrics.gc_full_pause.observe)
         # What is here now (the modules, the core rebuilt from the database)
         # lives as long as the process: leave it out of every later full
         # garbage collection, each of which stops the event loop.

@@ -8,27 +8,38 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from typing import Callable
+from collections import deque
+from typing import Callable, Optional
 
 PERIOD = 0.01
 
 
 async def probe(observe: Callable[[float], None], period: float = PERIOD,
-                clock: Callable[[], float] = time.perf_counter) -> None:
+                clock: Callable[[], float] = time.perf_counter,
+                gc_pauses: Optional[deque] = None,
+                observe_gc: Callable[[float], None] = lambda seconds: None) -> None:
     """Forever: sleep ``period``, then ``observe`` how much later than that
-    the loop woke the probe (seconds, never negative)."""
+    the loop woke the probe (seconds, never negative), and ``observe_gc``
+    each full collection ``watch_full_collections`` put in ``gc_pauses``
+    meanwhile."""
     while True:
         t0 = clock()
         await asyncio.sleep(period)
         observe(max(0.0, clock() - t0 - period))
+        while gc_pauses:
+            observe_gc(gc_pauses.popleft())
 
 
 def watch_full_collections(observe: Callable[[float], None],
                            clock: Callable[[], float] = time.perf_counter) -> Callable[[], None]:
     """``observe`` how long each of Python's full (generation 2) garbage
     collections held the interpreter: the event loop cannot run meanwhile,
-    and with a long queue the service holds millions of objects. Returns
-    what stops watching."""
+    and with a long queue the service holds hundreds of thousands of
+    objects. ``observe`` runs inside the collection, in whatever thread
+    started it: it must take no lock (a metric's would deadlock a thread
+    that held it when the collection started), so the service passes a
+    deque's ``append`` and the probe hands them to the metric. Returns what
+    stops watching."""
     started: list[float] = []
 
     def callback(phase: str, info: dict) -> None:
