@@ -733,8 +733,8 @@ def test_bench_api_smoke(hub, capsys):
     assert rc == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["name"].split(" (")[0] for r in rows] == [
-        "GET /hub/api/user", "POST /workloads", "GET /workloads?limit=50", "GET /me",
-        "GET /workloads, the Jobs panel's"]
+        "GET /hub/api/user", "GET /workloads?limit=50", "GET /me",
+        "GET /workloads, the Jobs panel's", "POST /workloads"]  # submits last: their jobs start
     assert all(r["rps"] > 0 and r["requests"] == 20 and r["errors"] == 0 for r in rows)
     assert rows[0]["rps_vs_baseline"] == 1.0 and rows[1]["rps_vs_baseline"] > 0
 
