@@ -44,17 +44,25 @@ def parse_env_pair(text: str) -> tuple[str, str]:
 parse_param_value = parse_value
 
 
-def parse_limit(text: str) -> Optional[int]:
-    """A quota limit: a non-negative integer, or ``none`` for no limit."""
-    if text.strip().lower() in ("none", "null", "unlimited", "-"):
+NO_LIMIT = ("none", "null", "unlimited", "-")
+
+
+def _number_or_none(text: str, kind: type, what: str):
+    """``text`` as a non-negative ``kind``, or None for one of NO_LIMIT."""
+    if text.strip().lower() in NO_LIMIT:
         return None
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer or 'none'")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what} or 'none'")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
     return value
+
+
+def parse_limit(text: str) -> Optional[int]:
+    """A quota limit: a non-negative integer, or ``none`` for no limit."""
+    return _number_or_none(text, int, "a non-negative integer")
 
 
 def command_payload(argv: Sequence[str]) -> Any:
@@ -115,22 +123,12 @@ def job_fields(args: argparse.Namespace) -> dict:
 def parse_ceiling(text: str) -> Optional[str]:
     """A memory ceiling as given (``64G``; the service checks it), or
     ``none`` for no limit."""
-    if text.strip().lower() in ("none", "null", "unlimited", "-"):
-        return None
-    return text.strip()
+    return None if text.strip().lower() in NO_LIMIT else text.strip()
 
 
 def parse_cpu_ceiling(text: str) -> Optional[float]:
     """A CPU ceiling: a non-negative number, or ``none`` for no limit."""
-    if parse_ceiling(text) is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of CPUs or 'none'")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
+    return _number_or_none(text, float, "a number of CPUs")
 
 
 def quota_change(team: Optional[dict], pool: Optional[str], nominal: Optional[int],
