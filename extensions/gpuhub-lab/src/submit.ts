@@ -131,7 +131,10 @@ export class Submitter {
         }
         continue;
       }
-      Notification.update({ id: note, message: made.message, type: 'success', autoClose: 4000 });
+      // A fresh toast, not an update of the in-progress one: an update that
+      // lands before that toast is drawn can be lost (seen on a loaded host).
+      Notification.dismiss(note);
+      Notification.success(made.message, { autoClose: 6000 });
       this.onSubmitted(made.job ?? null);
       // The next form starts from this one (a failure here loses no job).
       await this.state.save(LAST_SUBMISSION, remembered(values) as any).catch(() => undefined);
