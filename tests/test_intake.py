@@ -111,3 +111,36 @@ def test_a_refused_submit_is_refused_at_once_and_stores_nothing(engine):
     with pytest.raises(SpecError):
         asyncio.run(main())
     assert count(engine, WorkloadRow) == 0 and engine.intake.batches == 0
+
+
+def test_rows_are_written_off_the_event_loop_and_submits_meanwhile_wait_for_the_next_batch(
+        engine, monkeypatch):
+    """A commit never blocks the event loop: the rows are written in the
+    intake's writer thread, while the loop takes more submits, which form
+    the next batch (written after, in order)."""
+    store_rows = engine.submitting.store_rows
+    written: list[tuple[list[str], bool]] = []
+    gate = threading.Event()
+
+    def slow_store(batch):
+        gate.wait(5)  # the first batch is being written...
+        written.append(([row.name for row, _ in batch],
+                        threading.current_thread() is threading.main_thread()))
+        store_rows(batch)
+    monkeypatch.setattr(engine.submitting, "store_rows", slow_store)
+
+    async def main():
+        first = asyncio.ensure_future(engine.intake.submit(ALICE, job(1, 3600, "first")))
+        await asyncio.sleep(0.05)  # ...its batch is in the writer now
+        assert not first.done() and engine.intake.batches == 0
+        # the loop is free: more submits are taken meanwhile
+        later = [asyncio.ensure_future(engine.intake.submit(ALICE, job(1, 3600, f"j{i}")))
+                 for i in range(5)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        return await first, await asyncio.gather(*later)
+    first, later = asyncio.run(main())
+    assert written == [(["first"], False), ([f"j{i}" for i in range(5)], False)]
+    assert engine.intake.batches == 2 and count(engine, WorkloadRow) == 6
+    assert set(engine.scheduler.state.pending) == {first.id, *(r.id for r in later)}
+    engine.intake.close()

@@ -571,6 +571,7 @@ class GpuHubService(ServiceSettings):
             # A clean stop gives the device nodes back as they were.
             GpuEnforcement.restore_device_groups(self.device_groups_file)
         self.engine.starter.close(wait=False)
+        self.engine.intake.close()
         self.driver.close()
         self.store.close()
 

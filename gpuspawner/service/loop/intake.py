@@ -5,21 +5,25 @@ what blocks is done elsewhere, and what is written is written together:
 
 - a user's first job makes their system account (``useradd``) and hands
   them their workspace: in a worker thread, once per user and service run;
-- the new rows of the submits that came in during one turn of the event
-  loop are stored in one transaction (``Engine.queue_rows``), their events
-  and audit entries with them, and queued in the core together. Under load
-  many submits arrive while the loop is busy, so the batches grow with the
-  rate and each submit pays a share of one commit instead of its own. A
-  batch that fails is tried again one row at a time, so that a bad row
-  fails alone and the others are stored.
+- the new rows of the submits that came in while the last batch was being
+  written are stored in one transaction (``Submitting.store_rows``), their
+  events and audit entries with them, in the intake's own writer thread,
+  then queued in the core together on the event loop. Under load the
+  batches grow with the rate, so each submit pays a share of one commit,
+  and the loop never waits for one (on PostgreSQL a commit is round trips;
+  on SQLite the rows' ORM work and the fsync). A batch that fails is tried
+  again one row at a time, so that a bad row fails alone and the others
+  are stored.
 
 The database stays the source of truth: a submit is answered only once its
-row is committed.
+row is committed. Batches are written one at a time, in the order their
+submits came in.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from gpuspawner.scheduler.kinds import kind
@@ -28,9 +32,9 @@ from gpuspawner.store import WorkloadRow
 from gpuspawner.vocab.specs import JobSpec
 
 log = logging.getLogger("gpuhub.intake")
-# The most rows stored in one transaction; more wait for the next turn (a
-# batch is one callback on the event loop: 64 rows are ~10 ms of it, and
-# past a few dozen a row costs no less).
+# The most rows stored in one transaction; more wait for the next one (on
+# SQLite the batch holds the write lock while it is written: 64 rows are
+# ~10 ms, and past a few dozen a row costs no less).
 MAX_BATCH = 64
 
 
@@ -38,7 +42,8 @@ class Intake:
     def __init__(self, engine):
         self.engine = engine
         self._batch: list[tuple[WorkloadRow, str, asyncio.Future]] = []
-        self._flushing: Optional[asyncio.Handle] = None
+        self._writing: Optional[asyncio.Task] = None
+        self._writer: Optional[ThreadPoolExecutor] = None
         self._prepared: set[str] = set()  # users whose workspace is made this run
         # Batches stored and rows in them (the service's metrics read them).
         self.batches = 0
@@ -47,7 +52,8 @@ class Intake:
     async def submit(self, who: Identity, spec: JobSpec,
                      on_behalf_of: Optional[str] = None) -> WorkloadRow:
         """``Engine.submit``, with the user's first workspace preparation in
-        a worker thread and the row stored with the turn's other submits."""
+        a worker thread and the row stored with the other waiting submits
+        in the writer thread."""
         engine = self.engine
         loop = asyncio.get_running_loop()
         _team, user = engine.submitting.owner_of(who, spec, on_behalf_of)
@@ -59,31 +65,55 @@ class Intake:
         engine.submitting.check_row(row)
         done = loop.create_future()
         self._batch.append((row, who.name, done))
-        if self._flushing is None:
-            self._flushing = loop.call_soon(self._flush)
+        if self._writing is None:
+            self._writing = loop.create_task(self._write_all())
         return await done
 
-    def _flush(self) -> None:
-        batch, self._batch = self._batch[:MAX_BATCH], self._batch[MAX_BATCH:]
-        self._flushing = (asyncio.get_running_loop().call_soon(self._flush)
-                          if self._batch else None)
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)  # a batch being written is finished
+            self._writer = None
+
+    async def _write_all(self) -> None:
+        """Store the waiting submits batch after batch until none wait."""
         try:
-            self.engine.submitting.queue_rows([(row, actor) for row, actor, _done in batch])
+            while self._batch:
+                batch, self._batch = self._batch[:MAX_BATCH], self._batch[MAX_BATCH:]
+                try:
+                    await self._write(batch)
+                except Exception as err:  # every submit gets an answer, whatever failed
+                    log.exception("storing %d submits failed", len(batch))
+                    for _row, _actor, done in batch:
+                        _answer(done, error=err)
+        finally:
+            self._writing = None
+
+    async def _write(self, batch: list[tuple[WorkloadRow, str, asyncio.Future]]) -> None:
+        submitting = self.engine.submitting
+        try:
+            await self._in_writer(submitting.store_rows, [(row, actor) for row, actor, _ in batch])
         except Exception:
             log.warning("storing %d submits together failed; storing them one by one",
                         len(batch), exc_info=True)
             for row, actor, done in batch:
                 try:
-                    self.engine.submitting.queue_row(row, actor)
+                    await self._in_writer(submitting.store_rows, [(row, actor)])
                 except Exception as err:
                     _answer(done, error=err)
                 else:
+                    submitting.queued([row])
                     _answer(done, row)
             return
+        submitting.queued([row for row, _actor, _done in batch])
         self.batches += 1
         self.rows += len(batch)
         for row, _actor, done in batch:
             _answer(done, row)
+
+    async def _in_writer(self, fn, *args) -> None:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-intake")
+        await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
 
 def _answer(done: asyncio.Future, row: Optional[WorkloadRow] = None,

@@ -181,16 +181,16 @@ class Submitting:
             if also is not None:
                 also(s)
             self._store_rows(s, [(row, actor)])
-        self._queued([row])
+        self.queued([row])
         return row
 
-    def queue_rows(self, batch: list[tuple[WorkloadRow, str]]) -> None:
-        """``queue_row`` for several rows already checked (``check_row``),
-        each with its actor, in one transaction (loop/intake.py: the submits
-        that came in during one turn of the event loop)."""
+    def store_rows(self, batch: list[tuple[WorkloadRow, str]]) -> None:
+        """The database half of ``queue_row`` for several rows already
+        checked (``check_row``), each with its actor, in one transaction;
+        ``queued`` then puts them in the core. loop/intake.py stores the
+        submits of one turn of the event loop so, in its writer thread."""
         with self.store.transaction() as s:
             self._store_rows(s, batch)
-        self._queued([row for row, _actor in batch])
 
     @staticmethod
     def _store_rows(s: Session, batch: list[tuple[WorkloadRow, str]]) -> None:
@@ -204,7 +204,7 @@ class Submitting:
                            "gpus": row.gpus_per_node * row.num_nodes,
                            **({"gpu_share": row.gpu_share} if row.gpu_share else {})})
 
-    def _queued(self, rows: list[WorkloadRow]) -> None:
+    def queued(self, rows: list[WorkloadRow]) -> None:
         """Stored rows into the core (or, waiting, to the dependency check)."""
         for row in rows:
             if row.state == QUEUED:
