@@ -161,3 +161,29 @@ def test_gpuhub_ls_pages_to_its_limit_and_says_how_to_go_on(paged, capsys):
 def test_gpuhub_ls_refuses_a_limit_below_one(paged, capsys):
     rc = main(["ls", "--url", "http://x", "--token", "t", "--limit", "0"])
     assert rc == 2 and "--limit must be at least 1" in capsys.readouterr().err
+
+
+def test_a_listed_row_shows_what_the_workloads_own_view_shows(engine):
+    """The list reads plain rows (Core), not the model: each listed workload,
+    queued, running or ended, with its attempts, is viewed as the model's
+    row is (``GET /workloads/ID``)."""
+    from gpuspawner.service.api.handlers import detail_view
+    ids = submit(engine, ALICE, 6, "mixed")
+    engine.tick()  # 4 GPUs: four run, two wait
+    engine.cancel(ALICE, ids[0])
+    all_filters = {name: [] for name in queries.LIST_FILTERS}
+    rows, attempts, _ = queries.workloads(engine.store, ALICE, all_filters, 50, True)
+    assert {r.id for r in rows} == set(ids)
+    with engine.store.session() as s:
+        for listed in rows:
+            row = s.get(WorkloadRow, listed.id)
+            own = list(queries.attempts_of(engine.store, listed.id))
+            assert detail_view(listed, attempts.get(listed.id, []), True) == \
+                detail_view(row, own, True)
+    assert {r.state for r in rows} >= {"queued", "running"}
+
+
+def test_a_short_page_is_read_on_the_event_loop_on_sqlite_only(engine, db_url):
+    from gpuspawner.service.api.handlers import read_on_the_loop
+    assert read_on_the_loop(engine.store, 50) == db_url.startswith("sqlite")
+    assert not read_on_the_loop(engine.store, 1000)  # a long page: in the reads thread
