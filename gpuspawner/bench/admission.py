@@ -97,6 +97,20 @@ def admission_rows(hub_url: str, user: str, token: str, team: Optional[str], poo
     return rows
 
 
+def fill_page(api: str, token: str, job: dict, n: int = 60, timeout: float = 120) -> None:
+    """``n`` finished jobs of the token's user (``job``: a 0-GPU ``true``),
+    so that every list row returns a full page (50), idle as behind a long
+    queue: a page of 5 against one of 50 measured the page, not the queue."""
+    with GpuHubClient(api, token) as client:
+        for i in range(n):
+            client.submit_workload(dict(job, name=f"gpuhub-bench-page-{i}"))
+        deadline = time.monotonic() + timeout
+        while client.list_workloads(state=["queued", "running", "stopping"], limit=1)["workloads"]:
+            if time.monotonic() > deadline:
+                raise GpuHubError(f"the bench's {n} page-filling jobs did not end in {timeout} s")
+            time.sleep(0.5)
+
+
 def fill_queue(api: str, holder_token: str, holder_team: str, team_tokens: dict[str, str],
                n: int, progress: Optional[Callable[[str], None]] = None) -> str:
     """A job of ``holder_team`` holding every free GPU, then ``n`` one-GPU

@@ -7,14 +7,17 @@ requests from ``--concurrency`` threads (one ``requests.Session`` per
 thread), after a few warm-up requests:
 
 * baseline: JupyterHub's own ``GET /hub/api/user`` (same proxy, same token),
-* submit: ``POST /workloads`` of a tiny job (``true``, 0 GPUs),
+* submit: ``POST /workloads`` of a tiny job (``true``, 0 GPUs: it starts at
+  once, so the row also measures the processes started on the same cores),
 * list: ``GET /workloads?limit=50``,
 * ``GET /me``, and the Jobs panel's list (the user's jobs, ``detail=1``).
 
-With ``--start-hub --queued N`` the rows are measured again behind N queued
-jobs, with the rate the queue was filled at, and the service's own cycle
-timing and event-loop stalls while each set of rows ran (its metrics:
-bench/service_metrics.py).
+A temporary hub's user first runs 60 jobs, so that the lists return a full
+page (50) in every row. With ``--start-hub --queued N`` the rows are measured
+again behind N queued jobs, with a submit of a 1-GPU job (which waits behind
+the queue: the API alone), the rate the queue was filled at, and the
+service's own cycle timing and event-loop stalls while each set of rows ran
+(its metrics: bench/service_metrics.py).
 
 Throughput is requests over the wall time of the row; latencies are per
 request, body read included. The ratios compare each row with the baseline
@@ -165,8 +168,11 @@ class _Runner:
 
 def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 8,
                   team: Optional[str] = None, user: Optional[str] = None,
-                  progress: Optional[Callable[[dict], None]] = None) -> list[dict]:
-    """The rows (baseline first), with ratios to the baseline."""
+                  progress: Optional[Callable[[dict], None]] = None,
+                  waiting_submit: bool = False) -> list[dict]:
+    """The rows (baseline first), with ratios to the baseline. With
+    ``waiting_submit`` (behind a queue that holds every GPU) also a submit
+    of a 1-GPU job, which waits: the API's own cost, no process started."""
     hub_url = hub_url_of(hub_url)
     api = hub_url + "/services/gpuhub/api/v1"
     job = dict(BENCH_JOB, **({"team": team} if team else {}))
@@ -180,6 +186,9 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
             _row("GET /workloads, the Jobs panel's", api, calls.list_workloads(
                 kind="job", sweep_id=["none"], limit=50, detail=1, user=user or "bench"), 200),
             _row("POST /workloads (submit)", api, calls.submit_workload(job), 201)]
+    if waiting_submit:
+        plan.insert(-1, _row("POST /workloads (submit, 1 GPU: waits)", api,
+                             calls.submit_workload(dict(job, gpus_per_node=1)), 201))
     return add_ratios(measure(token, concurrency, plan, max(1, n), progress))
 
 
@@ -324,6 +333,9 @@ def _run(args, stack: contextlib.ExitStack, progress) -> int:
                   f"local hub unless --allow-remote is given", file=sys.stderr)
             return 2
     user = _check_first(url, token)
+    if hub is not None:
+        from . import admission as adm
+        adm.fill_page(hub.url + "/services/gpuhub/api/v1", token, dict(BENCH_JOB, team=team))
     admin = hub.token("root-admin") if hub is not None else None
     before = service_metrics.scrape(url, admin) if admin else None
     rows = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
@@ -372,7 +384,8 @@ def measure_hub(hub, url: str, token: str, args, progress) -> list[dict]:
                                             service_metrics.scrape(url, admin)))
         before = service_metrics.scrape(url, admin)
         queued = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
-                               team="bench", user="bench", progress=progress)
+                               team="bench", user="bench", progress=progress,
+                               waiting_submit=True)
         for r in queued:
             r["name"] += f", {args.queued} queued"
             r["queued"] = args.queued
