@@ -254,6 +254,9 @@ def test_spawn_form_queue_and_lab(tmp_path):
                 wait_for(lambda: (server_state(hub, "alice", "small") or {}).get("ready"), 120,
                          "alice's named server to be ready")
                 pids |= server_pids(hub)
+                # The pending page goes to the ready server by itself: a goto
+                # meanwhile would be interrupted by that navigation.
+                page.wait_for_url(re.compile(r"/user/alice/small/"), timeout=SLOW_MS)
                 page.goto(f"{hub.url}/hub/spawn")  # the default server's form: 1 GPU is taken
                 sync_api.expect(page.locator("#spawn_form")).to_contain_text(
                     "1 of its 2 default GPUs free in its quota")
