@@ -261,7 +261,7 @@ def workloads(store: Store, who: Identity, filters: dict[str, list[str]], limit:
     if cursor:
         q = q.where(tuple_(WorkloadRow.submitted_at, WorkloadRow.id) < tuple_(*decode_cursor(cursor)))
     q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id.desc()).limit(limit + 1)
-    attempts: dict[str, list[Attempt]] = {}
+    attempts: dict[str, list[SimpleNamespace]] = {}
     with store.session() as s:
         db = s.connection()
         rows = [SimpleNamespace(**r._mapping) for r in db.execute(q)]
