@@ -191,3 +191,57 @@ def test_audit_chain_holds_across_fresh_stores_and_concurrent_writers(db_url, st
             st.close()
         del group, threads
         gc.collect(1)  # the old session classes go, so new ones may take their ids
+
+
+def test_a_list_read_whose_connection_the_server_dropped_is_read_again_on_a_new_one(pg_url):
+    """The reads' pool does not ping a connection before a read (a round
+    trip per page): a restarted server's dropped connection is found by the
+    read itself, which is then made again on a new connection."""
+    from sqlalchemy import text
+
+    store = Store(pg_url)
+    try:
+        def backend(db):
+            return db.execute(text("SELECT pg_backend_pid()")).scalar()
+
+        dropped = store.read(backend)
+        with store.transaction() as s:  # what a server restart does to the pooled connection
+            assert s.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dropped}).scalar()
+        again = store.read(backend)
+        assert again != dropped
+        # A read never holds a transaction open between its queries' trips.
+        with store.transaction() as s:
+            state = s.execute(text("SELECT state FROM pg_stat_activity WHERE pid = :pid"),
+                              {"pid": again}).scalar()
+        assert state == "idle"
+    finally:
+        store.close()
+
+
+def test_the_services_writers_in_several_threads_lose_no_update(db_url):
+    """The cycle's worker, the intake's writer and the event loop each read a
+    workload and then change it: the store's transactions take turns, so
+    one thread's change never lands between another's read and write."""
+    import threading
+
+    store = Store(db_url)
+    with store.transaction() as s:
+        s.add(WorkloadRow(id="w1", kind="job", team="a", user="alice", pool="default",
+                          gpus_per_node=1, priority="normal", state="queued", submitted_at=1.0))
+    start = threading.Barrier(3)
+
+    def bump(times: int) -> None:
+        start.wait()
+        for _ in range(times):
+            with store.transaction() as s:
+                row = s.get(WorkloadRow, "w1")
+                row.attempt = row.attempt + 1
+
+    threads = [threading.Thread(target=bump, args=(40,)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with store.session() as s:
+        assert s.get(WorkloadRow, "w1").attempt == 120
+    store.close()

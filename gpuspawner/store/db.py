@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, TypeVar
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import audit, upgrade
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -27,12 +30,13 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, **options) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     # A server's connection may have dropped; a SQLite file's does not (and
     # the ping would cost every request a statement).
-    engine = create_engine(url, future=True, pool_pre_ping=not url.startswith("sqlite"))
+    options.setdefault("pool_pre_ping", not url.startswith("sqlite"))
+    engine = create_engine(url, future=True, **options)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -64,19 +68,56 @@ class Store:
                 raise
         self.sessions = sessionmaker(self.engine, class_=audit.AuditedSession,
                                      expire_on_commit=False, future=True)
+        self._writing = threading.RLock()
+        # PostgreSQL: the reads' own pool (see ``read``); SQLite has no round trips to save.
+        self._reads = (None if self.engine.dialect.name == "sqlite" else
+                       make_engine(url, pool_pre_ping=False, isolation_level="AUTOCOMMIT"))
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
-        """A session whose work is committed together or not at all."""
-        with self.sessions() as session:
-            with session.begin():
-                yield session
+        """A session whose work is committed together or not at all.
+
+        One at a time in this process: the service's cycle worker, its
+        intake's writer and its event loop each read a row and then change
+        it, and another thread's transaction must not change the row in
+        between (a cancel that a cycle's admission, committed just after it,
+        would undo). SQLite writes one transaction at a time anyway, and its
+        reads before a transaction's first write are not part of it."""
+        with self._writing:
+            with self.sessions() as session:
+                with session.begin():
+                    yield session
 
     def session(self) -> Session:
         return self.sessions()
 
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """``fn(connection)``, for a read that writes nothing (a list's page).
+
+        On PostgreSQL the connection is in autocommit and comes from a pool
+        that does not ping it first: a page costs its own queries' round
+        trips, without a ping, a BEGIN and a ROLLBACK around them (the Jobs
+        panel's page of 50 with attempts: 1.8-2.2 ms -> 1.3-1.4 ms). Each
+        query then sees the data as of its own start. A connection found
+        dropped (the server restarted) is discarded, and the read tried once
+        more on a new one."""
+        if self._reads is None:
+            with self.engine.connect() as conn:
+                return fn(conn)
+        try:
+            with self._reads.connect() as conn:
+                return fn(conn)
+        except DBAPIError as e:
+            if not e.connection_invalidated:
+                raise
+            log.warning("a read found its connection dropped; reading again on a new one")
+        with self._reads.connect() as conn:
+            return fn(conn)
+
     def close(self) -> None:
         self.engine.dispose()
+        if self._reads is not None:
+            self._reads.dispose()
 
 
 def open_store(url: str, log: logging.Logger) -> Store:
