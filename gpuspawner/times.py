@@ -4,11 +4,14 @@ the CLI and the culler."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Optional
 
 
+@functools.lru_cache(maxsize=16384)
 def iso(t: Optional[float]) -> Optional[str]:
-    """UNIX seconds as the API writes them; None stays None."""
+    """UNIX seconds as the API writes them; None stays None. Remembered: a
+    polled list writes the same times again and again."""
     if t is None:
         return None
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat().replace("+00:00", "Z")

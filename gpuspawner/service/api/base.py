@@ -128,10 +128,16 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
 
+    def compute_etag(self) -> None:
+        """None: no ETag. The answers are not to be stored, and tornado's
+        hash of every body (50 kB for a page) was 5% of the loop's time."""
+        return None
+
     def get_login_url(self):
         raise web.HTTPError(401, "authentication required: send 'Authorization: token <TOKEN>'")
 
     async def prepare(self) -> None:
+        self.gpuhub.driver.request_arrived()  # the cycle's worker gives way meanwhile
         # The body as received: a Content-Length header, or none with
         # Transfer-Encoding: chunked (the HTTP server's own limit is higher,
         # so that this answers with a 413 that says so).

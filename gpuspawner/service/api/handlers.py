@@ -66,11 +66,15 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt], env_values: bool
     return out
 
 
-# The thread the lists are read, viewed and encoded in: one, so that reads
-# queue there instead of each taking the interpreter from the event loop.
+# The threads the lists are read, viewed and encoded in. On SQLite one, so
+# that reads queue there instead of each taking the interpreter from the
+# event loop. On PostgreSQL a page is mostly waiting on the server, which
+# several reads can do at once (`gpuhub bench api --db postgresql`, the Jobs
+# panel with 10,000 queued: 147 -> 174 pages/s).
 READS = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-reads")
+SERVER_READS = ThreadPoolExecutor(4, thread_name_prefix="gpuhub-server-reads")
 # The most rows of a page read or encoded on the event loop itself; a longer
-# page is read and encoded in ``READS``.
+# page is read and encoded in ``reads_for``'s threads.
 ON_THE_LOOP = 100
 
 
@@ -82,6 +86,11 @@ def read_on_the_loop(store, limit: int) -> bool:
     file does not keep the loop waiting. PostgreSQL's round trips, and long
     pages, go to the reads thread."""
     return store.engine.dialect.name == "sqlite" and limit <= ON_THE_LOOP
+
+
+def reads_for(store) -> ThreadPoolExecutor:
+    """The threads a page that is not read on the loop is read in."""
+    return READS if store.engine.dialect.name == "sqlite" else SERVER_READS
 
 
 class WorkloadsHandler(APIHandler):
@@ -104,7 +113,7 @@ class WorkloadsHandler(APIHandler):
             rows, attempts, after, shown = self._page(filters, limit, detail == "1", cursor)
         else:
             rows, attempts, after, shown = await loop.run_in_executor(
-                READS, self._page, filters, limit, detail == "1", cursor)
+                reads_for(self.engine.store), self._page, filters, limit, detail == "1", cursor)
         if detail == "0":
             for row, out in zip(rows, shown):
                 if row.state == QUEUED:
@@ -118,7 +127,7 @@ class WorkloadsHandler(APIHandler):
                          positions, base=out) for r, out in zip(rows, shown)],
                 "next_cursor": after}
         if len(rows) > ON_THE_LOOP:  # 1,000 rows are 100s of kB: not on the loop
-            self.finish(await loop.run_in_executor(READS, json.dumps, page))
+            self.finish(await loop.run_in_executor(reads_for(self.engine.store), json.dumps, page))
         else:  # a page of 50 is < 1 ms to encode, less than another trip to the thread
             self.finish(json.dumps(page))
 
