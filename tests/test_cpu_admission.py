@@ -14,7 +14,8 @@ from gpuspawner.backends.base import Backend
 from gpuspawner.isolation.gpu_rules import Limits as Resources
 from gpuspawner.scheduler.model import Node
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.access.identity import Identity
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.vocab.specs import Limits, SpecError, parse_job, parse_server

@@ -73,3 +73,22 @@ def test_paced_steps_return_what_the_generator_returns():
         yield
         return "result"
     assert paced(steps()) == "result"
+
+
+def test_the_cycles_worker_gives_way_while_requests_come_in(tmp_path):
+    """Between its steps the worker rests longer while API requests arrive,
+    so that they get the interpreter first; once they stop, it plans at
+    full pace again."""
+    from gpuspawner.service.loop import driver as cycle_driver
+
+    engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite", tmp_path)
+    clock = [100.0]
+    driver = CycleDriver(engine, interval=1.0, reasons_interval=0.0, clock=lambda: clock[0])
+    assert driver.rest_seconds() == cycle_driver.STEP_REST
+    driver.request_arrived()
+    clock[0] += cycle_driver.BUSY_WINDOW / 2
+    assert driver.rest_seconds() == cycle_driver.BUSY_REST > cycle_driver.STEP_REST
+    clock[0] += cycle_driver.BUSY_WINDOW
+    assert driver.rest_seconds() == cycle_driver.STEP_REST
+    driver.close()
+    engine.store.close()

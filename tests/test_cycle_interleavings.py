@@ -6,7 +6,8 @@ plans and while it writes reasons and estimates) are interleaved with
 requests in every order hypothesis can think of, and whatever the order,
 nothing is lost and nothing is admitted twice: the database, the core and
 the backend agree on every workload, no GPU is given twice, and a workload
-cancelled while queued never starts. A real SQLite database (PostgreSQL
+cancelled while queued never starts, and one cancelled once its admission
+was committed (before or after its start) is stopped. A real SQLite database (PostgreSQL
 runs the same code; the engine's step tests cover both)."""
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from gpuspawner.scheduler.cycle import admission
 from gpuspawner.scheduler.model import Node
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.access.identity import Identity
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.store import Allocation, Attempt, Store, WorkloadRow
 from gpuspawner.vocab.specs import parse_job
@@ -42,16 +44,19 @@ class Scripted(Backend):
     def __init__(self):
         self.started: list[tuple[str, int]] = []
         self.stopped: list[tuple[str, int]] = []
+        self.calls: list[tuple[str, tuple[str, int]]] = []  # in order: ("start"|"stop", key)
         self.exits: list[AttemptExit] = []
 
     def start(self, spec):
         self.started.append((spec.workload_id, spec.attempt))
+        self.calls.append(("start", (spec.workload_id, spec.attempt)))
 
     def stop(self, wid, attempt, grace):
         self.stopped.append((wid, attempt))
+        self.calls.append(("stop", (wid, attempt)))
 
     def kill(self, wid, attempt):
-        self.stopped.append((wid, attempt))
+        self.stop(wid, attempt, 0.0)
 
     def poll(self):
         out, self.exits = self.exits, []
@@ -157,6 +162,12 @@ def check(world: World) -> None:
     for wid in world.cancelled_queued:
         assert rows[wid].state == "cancelled"
         assert not any(w == wid for w, _a in started), f"{wid} started after its cancel"
+    calls = world.engine.backend.calls
+    for key in started:
+        wid, attempt = key
+        if rows[wid].cancel_requested and rows[wid].attempt == attempt:
+            assert ("stop", key) in calls[calls.index(("start", key)):], \
+                f"{wid} was cancelled while running but not stopped after its start"
     counted = Counter()
     for w in state.pending.values():
         counted[(w.team, w.pool, w.kind)] += 1
@@ -167,6 +178,9 @@ def check(world: World) -> None:
 @given(actions=ACTIONS)
 # Cancelled between its admission's plan and the plan's application.
 @example(actions=[("submit", ALICE, 1), ("step", 1), ("cancel", 0), ("step", 2)])
+# Cancelled once its admission was committed, before the core (and the
+# backend) heard of it: stopped once started.
+@example(actions=[("submit", ALICE, 1), ("step", 3), ("cancel", 0), ("step", 2)])
 # Its attempt exits while a cycle that preempts for another is planned.
 @example(actions=[("submit", ALICE, 4), ("step", 3), ("submit", BOB, 4), ("step", 1),
                   ("exit", 0), ("step", 4), ("step", 4)])

@@ -18,7 +18,8 @@ from gpuspawner.scheduler.model import Node
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.access.identity import Identity
 from gpuspawner.service.datasets.registry import Datasets
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.store import Attempt, Store
 from gpuspawner.vocab.specs import SpecError, parse_job

@@ -13,7 +13,8 @@ from sqlalchemy import func, select
 from gpuspawner.backends.local import LocalBackend
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.workloads.operations import set_team
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.service.access.identity import Identity

@@ -15,7 +15,8 @@ from sqlalchemy import select
 from gpuspawner.backends.base import EXITED, LOST, STOPPED, TIME_LIMIT, AttemptExit, Backend
 from gpuspawner.scheduler.model import Node
 from gpuspawner.scheduler.policy import get_policy
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.loop.exits import Asked, ending
 from gpuspawner.service.access.identity import Identity
 from gpuspawner.scheduler.kinds import BACKEND_KINDS, KINDS, kind

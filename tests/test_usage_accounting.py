@@ -16,7 +16,8 @@ from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.teams import accounting
 from gpuspawner.service.workloads import operations as ops
 from gpuspawner.service.teams.accounting import Interval
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.service.access.identity import Identity
 from gpuspawner.vocab.specs import parse_job

@@ -24,7 +24,8 @@ from gpuspawner.backends.base import EXITED, AttemptExit
 from gpuspawner.scheduler.model import Node, Quota
 from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.service.serving.deployments import parse_deploy
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.access.identity import Identity
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.service.workloads.operations import hold, set_price, set_team

@@ -17,7 +17,8 @@ from ..backends.base import Backend, Started
 from ..scheduler.model import Node
 from ..scheduler.policy import get_policy
 from gpuspawner.service.sweeps import sweeps
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.access.identity import Identity
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.vocab.specs import parse_job

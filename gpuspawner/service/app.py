@@ -45,7 +45,8 @@ from gpuspawner.scheduler.policy import get_policy
 from gpuspawner.store import GpuRow, NodeRow, PoolRow, PriceRow, QuotaRow, TeamRow, WorkloadRow
 from gpuspawner.store.db import open_store
 from gpuspawner.backends.kubernetes.config import KubernetesJobs
-from gpuspawner.service.loop.engine import Engine, EngineConfig
+from gpuspawner.service.loop.config import EngineConfig
+from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.loop.driver import CycleDriver
 from gpuspawner.service.loop.lag import probe as lag_probe, watch_full_collections
 from gpuspawner.service.loop.launch import LocalNode

@@ -16,16 +16,14 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpuspawner.backends.base import EXITED, AttemptExit, LaunchSpec
-from gpuspawner.isolation.share_memory import MemoryWatch
 from gpuspawner.scheduler import events as ev
-from gpuspawner.scheduler.model import Quota
 from gpuspawner.scheduler.policy import Policy
 from gpuspawner.scheduler.steps import drain
 from gpuspawner.store import Attempt, GpuRow, NodeRow, Store, WorkloadRow
@@ -47,6 +45,7 @@ from gpuspawner.vocab.shares import PoolSharing
 from gpuspawner.service.workloads.start_estimates import StartEstimates
 from gpuspawner.service.loop.starts import Starter
 from gpuspawner.service.loop.intake import Intake
+from gpuspawner.service.loop.config import EngineConfig
 from gpuspawner.vocab.states import HOLDING_STATES, RUNNING, STOPPING
 from gpuspawner.service.teams.registry import TeamBook
 
@@ -60,35 +59,14 @@ SCHEDULER = Identity("scheduler", admin=True)
 
 
 @dataclass
-class EngineConfig:
-    data_dir: str
-    team_prefix: str = "team-"
-    default_quota: Quota = Quota(0, None, None)
-    workspace_root: str = "{data_dir}/workspaces/{username}"
-    default_grace_period: float = 30.0
-    # team or "*" -> pool or "*" -> most GPUs one notebook server may hold.
-    notebook_gpu_limits: dict = field(default_factory=dict)
-    # A job lost this many times (its process vanished) fails instead.
-    max_lost_attempts: int = 3
-    # A serving replica that ended this many times is not restarted again.
-    max_replica_restarts: int = 5
-    # Makes a user's workspace theirs (their system account's, created on
-    # first use) instead of a plain directory; None: a plain directory.
-    prepare_workspace: Optional[Callable[[str], object]] = None
-    # Issues and revokes each attempt's own token (JobTokens); None: jobs get none.
-    job_tokens: Optional[object] = None
-    # The team of users in no other team, whose nominal quota is what the
-    # other teams do not own ("": none).
-    default_team: str = ""
-    # Threads that start attempts off the event loop (0: in the caller's thread).
-    start_threads: int = 0
-    # pool -> slots each of its GPUs may be shared in (share_specs.parse_sharing).
-    gpu_sharing: dict = field(default_factory=dict)
-    # pool -> its GPUs' MPS pipe directory ({uuid}: each GPU's) (share_specs.parse_mps).
-    mps_pipe_directories: dict = field(default_factory=dict)
-    # How shares are held to their memory (share_watch.py), as their labels say.
-    share_watch: MemoryWatch = MemoryWatch()
-    share_watch_interval: float = 5.0
+class Begun:
+    """What a cycle begins with (``Engine.take_begun``)."""
+    failed: list  # (workload id, attempt, why): starts that failed
+    exits: list   # AttemptExit: attempts that ended
+    nodes: list   # (Node, why): nodes whose health or state changed
+
+    def __bool__(self) -> bool:
+        return bool(self.failed or self.exits or self.nodes)
 
 
 class Engine:
@@ -179,6 +157,11 @@ class Engine:
     def dependencies_changed(self) -> None:
         self._dependencies_changed = True
 
+    @property
+    def dependencies_pending(self) -> bool:
+        """Whether the next cycle looks for waiting work to release."""
+        return self._dependencies_changed
+
     def forget_reason(self, wid: str) -> None:
         """Its waiting reason is to be written again when it waits again."""
         self._reasons.pop(wid, None)
@@ -259,58 +242,93 @@ class Engine:
         self.on_exit(AttemptExit(wid, attempt, EXITED, 127, self.clock()), detail=why)
 
     # ---- the loop --------------------------------------------------------
-    # A cycle has three phases: ``begin_cycle`` (exits, node changes, released
-    # waiting work; on the loop), planning (``scheduler.cycle_steps``: reads
-    # the core only, while requests' changes wait), ``apply_cycle`` (one
-    # transaction for the decisions, then the core and the backend; on the
-    # loop), then ``after_cycle_steps`` (waiting reasons and start estimates,
-    # changes still waiting). The service plans and runs ``after_cycle_steps``
-    # in a worker thread (loop/driver.py); ``tick_steps`` runs them all here.
+    # A cycle's phases: ``take_begun`` (on the loop: the failed starts, exits
+    # and node changes the backend saw), ``record_begun`` (their records and
+    # the waiting work whose wait is over; changes held), ``planned_steps``
+    # (the plan, which reads the core only, then one transaction for its
+    # decisions; changes held), ``apply_cycle`` (on the loop: the core, then
+    # the backend), then ``after_cycle_steps`` (waiting reasons and start
+    # estimates; changes held). The service runs all but the loop's two in a
+    # worker thread (loop/driver.py); ``tick_steps`` runs them all here.
     def tick(self, explain: bool = True) -> None:
         """One cycle, at once (tests and tools; the service runs ``loop.driver``)."""
         drain(self.tick_steps(explain))
 
     def tick_steps(self, explain: bool = True):
-        """One cycle as a generator that yields between steps."""
+        """One cycle as a generator that yields between steps (where the
+        service's event loop serves requests while its worker works)."""
         t0 = time.perf_counter()
-        now = self.begin_cycle()
+        begun = self.take_begun()
+        with self.changes_held():
+            now = self.record_begun(begun)
+            yield
         with self.changes_held(apply=False):
-            result = yield from self.scheduler.cycle_steps(now, explain=explain)
+            result = yield from self.planned_steps(now, explain)
+            yield  # between the decisions' commit and the core's change
         self.apply_cycle(result, now)
         with self.changes_held():
             yield from self.after_cycle_steps(result, now)
         if self.metrics is not None:
             self.metrics.cycle_seconds.observe(time.perf_counter() - t0)
 
-    def begin_cycle(self) -> float:
-        """What comes before planning: failed starts, exits, node changes and
-        the waiting workloads whose wait is over. Returns the cycle's now."""
-        for wid, attempt, why in self.starter.take():
-            self._fail_launch(wid, attempt, why)
-        self.on_exits(self.backend.poll())  # one transaction for all of them
-        # Cluster backends see nodes fail or get cordoned; the next cycle
-        # requeues work on broken ones and places nothing new there.
+    def take_begun(self) -> Begun:
+        """On the loop, first: the starts that failed, the attempts that
+        ended and the nodes that changed since the last cycle (the changed
+        nodes are the core's at once: the plan places nothing new on a
+        broken one and requeues its work)."""
+        nodes = []
         for node in self.backend.take_node_changes():
             if node.name in self.nodes:
                 self.nodes[node.name].node = node
                 self.scheduler.set_node(node)
-                why = self.backend.node_reason(node.name)
-                log.warning("node %s is now %s", node.name,
-                            "healthy" if node.healthy else f"unhealthy: {why}")
-                with self.store.transaction() as s:
-                    records.node_health(s, node, why, self.clock())
+                nodes.append((node, self.backend.node_reason(node.name)))
+        return Begun(self.starter.take(), self.backend.poll(), nodes)
+
+    def record_begun(self, begun: Begun) -> float:
+        """What ``take_begun`` found, recorded (changes held: the core hears
+        of the ends once they are), and the waiting workloads whose wait is
+        over queued. Returns the cycle's now."""
+        for wid, attempt, why in begun.failed:
+            self._fail_launch(wid, attempt, why)
+        self.on_exits(begun.exits)  # one transaction for all of them
+        for node, why in begun.nodes:
+            log.warning("node %s is now %s", node.name,
+                        "healthy" if node.healthy else f"unhealthy: {why}")
+            with self.store.transaction() as s:
+                records.node_health(s, node, why, self.clock())
         now = self.clock()
         if self._dependencies_changed:
             self._release_waiting(now)
         return now
 
-    def apply_cycle(self, result, now: float) -> None:
-        """A planned cycle's decisions: persisted in one transaction (those
-        about workloads that changed meanwhile dropped), applied to the core,
-        then the changes that waited, then carried out by the backend."""
-        if result.events:
+    def planned_steps(self, now: float, explain: bool = True):
+        """The cycle planned (in steps; it reads the core only), then its
+        decisions persisted in one transaction, those about workloads that
+        changed meanwhile dropped. Returns the plan (its kept decisions)."""
+        result = yield from self.scheduler.cycle_steps(now, explain=explain)
+        if not result.events:
+            return result
+        pending = self.scheduler.state.pending
+        self.starter.expect([(e.workload_id, pending[e.workload_id].attempt)
+                             for e in result.events
+                             if e.type == ev.ADMITTED and e.workload_id in pending])
+        try:
             with self.store.transaction() as s:
                 result.events = [e for e in result.events if self._persist(s, e, now)]
+        except BaseException:
+            self.starter.expected_done()
+            raise
+        return result
+
+    def apply_cycle(self, result, now: float) -> None:
+        """On the loop: a planned cycle's persisted decisions applied to the
+        core, then the changes that waited, then carried out by the backend."""
+        try:
+            self._apply(result, now)
+        finally:
+            self.starter.expected_done()
+
+    def _apply(self, result, now: float) -> None:
         if self.metrics is not None:
             self.metrics.count_decisions(result.events, self.scheduler.state, now)
         follow_ups = []
@@ -320,7 +338,7 @@ class Engine:
                 self.scheduler.cancel(e.workload_id, now)  # evicted server: ended above
                 continue
             follow_ups.append(e)
-        if follow_ups:
+        if follow_ups:  # the core's own consequences (a requeue after an eviction): rare
             with self.store.transaction() as s:
                 for e in follow_ups:
                     journal.event(s, e.workload_id, e.type, now, e.message, attempt=e.attempt)
@@ -348,14 +366,15 @@ class Engine:
     def _release_waiting(self, now: float) -> None:
         """Queue the waiting workloads whose wait is over (into the core, for
         this cycle); cancel those whose dependency can never be met."""
+        self._dependencies_changed = False  # a change from now on is seen next cycle
         try:
             with self.store.transaction() as s:
                 done = waiting.release_step(s, now,
                                             lambda r: self.scheduler.validate(to_workload(r)))
         except Exception:  # tried again next cycle; the cycle itself goes on
             log.exception("could not release the waiting workloads")
+            self._dependencies_changed = True
             return
-        self._dependencies_changed = False
         for row in done.queued:
             self.change(lambda sched, w=to_workload(row): sched.submit(w, now))
         if done.ended:

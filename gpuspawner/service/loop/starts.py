@@ -6,7 +6,10 @@ which every API request would otherwise wait behind. The ``Starter`` runs
 those starts in worker threads (for backends whose start blocks) and keeps
 what must be decided on the loop for the loop: a start that failed is
 reported at the next cycle (``take``), and a stop or kill asked while the
-attempt is still being started is carried out once it has been.
+attempt is still being started is carried out once it has been. An
+admission is committed (in the cycle's worker thread) before the loop starts
+it: from then on its start is ``expect``ed, so that a stop asked in between
+(a cancel that found it running) waits for the start as well.
 """
 from __future__ import annotations
 
@@ -32,14 +35,32 @@ class Starter:
         self._pool = ThreadPoolExecutor(threads, "gpuhub-start") if threads else None
         self._lock = threading.Lock()
         self._starting: set[tuple[str, int]] = set()
+        self._expected: set[tuple[str, int]] = set()  # committed, start not yet asked
         self._asked: dict[tuple[str, int], tuple[str, float]] = {}  # stops asked meanwhile
         self._failed: list[tuple[str, int, str]] = []
         self._done: list[tuple[str, int]] = []
         self._built: list[LaunchSpec] = []  # built in a worker, started on the loop (take)
 
+    def expect(self, keys: list[tuple[str, int]]) -> None:
+        """Attempts about to be committed as admitted, whose start comes
+        later (``start``, ``start_built``; ``expected_done`` after)."""
+        with self._lock:
+            self._expected.update(keys)
+
+    def expected_done(self) -> None:
+        """The cycle's starts are asked: the stops asked for an expected
+        attempt that was not started after all (its admission was dropped)
+        are carried out now."""
+        with self._lock:
+            left, self._expected = self._expected, set()
+            asked = {key: self._asked.pop(key) for key in left if key in self._asked}
+        for (wid, attempt), (how, grace) in asked.items():
+            self._stop_or_kill(wid, attempt, how, grace)
+
     def start(self, spec: LaunchSpec) -> None:
         key = (spec.workload_id, spec.attempt)
         with self._lock:
+            self._expected.discard(key)
             self._starting.add(key)
         if self._pool is None or not self.backend.blocking_start(spec):
             self._run(spec, in_worker=False)
@@ -58,6 +79,7 @@ class Starter:
         start must run on the loop gets the built spec at the next ``take``."""
         key = (wid, attempt)
         with self._lock:
+            self._expected.discard(key)
             self._starting.add(key)
         self._pool.submit(self._build_and_run, key, build)
 
@@ -105,7 +127,7 @@ class Starter:
     def _stop_or_kill(self, wid: str, attempt: int, how: str, grace: float) -> None:
         key = (wid, attempt)
         with self._lock:
-            if key in self._starting:
+            if key in self._starting or key in self._expected:
                 # Once started, at the next cycle (see take).
                 if how == "kill" or key not in self._asked:
                     self._asked[key] = (how, grace)
