@@ -75,20 +75,32 @@ def test_paced_steps_return_what_the_generator_returns():
     assert paced(steps()) == "result"
 
 
-def test_the_cycles_worker_gives_way_while_requests_come_in(tmp_path):
+def test_the_cycles_worker_gives_way_while_requests_come_in_but_not_for_ever(tmp_path):
     """Between its steps the worker rests longer while API requests arrive,
-    so that they get the interpreter first; once they stop, it plans at
-    full pace again."""
+    so that they get the interpreter first, but only so long a cycle: a
+    steady stream of requests must not keep a long queue's plan (1,500
+    steps at 100,000 queued) from ending. Once requests stop, or the
+    budget is spent, it plans at full pace; the next cycle may rest again."""
     from gpuspawner.service.loop import driver as cycle_driver
 
     engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite", tmp_path)
     clock = [100.0]
     driver = CycleDriver(engine, interval=1.0, reasons_interval=0.0, clock=lambda: clock[0])
-    assert driver.rest_seconds() == cycle_driver.STEP_REST
+    assert driver.next_rest() == cycle_driver.STEP_REST
     driver.request_arrived()
     clock[0] += cycle_driver.BUSY_WINDOW / 2
-    assert driver.rest_seconds() == cycle_driver.BUSY_REST > cycle_driver.STEP_REST
+    assert driver.next_rest() == cycle_driver.BUSY_REST > cycle_driver.STEP_REST
     clock[0] += cycle_driver.BUSY_WINDOW
-    assert driver.rest_seconds() == cycle_driver.STEP_REST
+    assert driver.next_rest() == cycle_driver.STEP_REST  # no request lately
+
+    driver.rests_anew()
+    rests = []
+    for _ in range(2000):  # requests all along
+        driver.request_arrived()
+        rests.append(driver.next_rest())
+    assert sum(rests) < cycle_driver.BUSY_BUDGET + 2000 * cycle_driver.STEP_REST
+    assert rests[0] == cycle_driver.BUSY_REST and rests[-1] == cycle_driver.STEP_REST
+    driver.rests_anew()
+    assert driver.next_rest() == cycle_driver.BUSY_REST
     driver.close()
     engine.store.close()

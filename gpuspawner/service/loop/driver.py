@@ -40,9 +40,13 @@ SWITCH_INTERVAL = 0.0002
 # BUSY_WINDOW seconds), so that they are answered first and the plan takes
 # the time they leave: under a steady stream of reads with 10,000 queued, a
 # plan of ~40 ms of the interpreter taken half and half with the loop
-# doubled the time of every request that came in meanwhile.
+# doubled the time of every request that came in meanwhile. At most
+# BUSY_BUDGET seconds of such rests a cycle: with 100,000 queued a plan is
+# 1,500 steps, and unbounded rests under a steady stream of requests kept
+# every cycle from ending for over a minute (no admissions meanwhile).
 STEP_REST = 0.0005
 BUSY_REST = 0.002
+BUSY_BUDGET = 0.25
 BUSY_WINDOW = 0.05
 # A cycle with reasons comes at most this many of its own durations after
 # the last one: with a long queue the worker explains a fifth of the time.
@@ -61,6 +65,7 @@ class CycleDriver:
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-cycle")
         self._explained_at = float("-inf")
         self._request_at = float("-inf")
+        self._busy_rested = 0.0
         self._explain_every = reasons_interval
         self._cycled: Optional[asyncio.Event] = None
 
@@ -101,13 +106,20 @@ class CycleDriver:
         """An API request came in (its handler says so, on the loop)."""
         self._request_at = self.clock()
 
-    def rest_seconds(self) -> float:
-        """How long the worker rests after a step of a cycle."""
-        return BUSY_REST if self.clock() - self._request_at < BUSY_WINDOW else STEP_REST
+    def rests_anew(self) -> None:
+        """A cycle begins: its longer rests start from nothing."""
+        self._busy_rested = 0.0
+
+    def next_rest(self) -> float:
+        """How long the worker rests after this step of a cycle."""
+        if self.clock() - self._request_at < BUSY_WINDOW and self._busy_rested < BUSY_BUDGET:
+            self._busy_rested += BUSY_REST
+            return BUSY_REST
+        return STEP_REST
 
     def rest(self) -> None:
         """In the worker, after each step of a cycle."""
-        time.sleep(self.rest_seconds())
+        time.sleep(self.next_rest())
 
     @staticmethod
     def waker(wake: asyncio.Event) -> Callable[[], None]:
@@ -128,6 +140,7 @@ class CycleDriver:
         engine = self.engine
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
+        self.rests_anew()
         begun = engine.take_begun()
         if begun or engine.dependencies_pending:
             with engine.changes_held():
