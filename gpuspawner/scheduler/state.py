@@ -558,8 +558,8 @@ class ClusterState:
         """Release a running workload and queue it again as attempt + 1."""
         r = self.release(wid, now)
         w = r.workload
-        blockers = w.preempted_by | {preempted_by} if preempted_by else w.preempted_by
-        again = replace(w, attempt=w.attempt + 1, preempted_by=frozenset(blockers))
+        blockers = frozenset(w.preempted_by | {preempted_by}) if preempted_by else w.preempted_by
+        again = replace(w, attempt=w.attempt + 1, preempted_by=blockers)
         self.add_pending(again)
         return again
 

@@ -37,6 +37,17 @@ def runtime_subject(row: WorkloadRow) -> str:
     return row.name or spec.get("notebook") or " ".join(spec.get("command") or ())[:200]
 
 
+# What is shown of an estimate: (start, basis, reason) and, when it has a
+# start, its range's (expected, earliest, latest, samples).
+Shown = tuple
+
+
+def shown(e: Estimate, r: Optional[StartRange]) -> Shown:
+    if r is None:
+        return (e.start, e.basis, e.reason)
+    return (e.start, e.basis, e.reason, r.expected, r.earliest, r.latest, r.samples)
+
+
 class StartEstimates:
     def __init__(self, policy, coverage: float = 0.8, limit: int = 2000, every: float = 2.0):
         self.policy = policy
@@ -46,7 +57,11 @@ class StartEstimates:
         self.calibration = Calibration(coverage)
         self.subjects: dict[str, str] = {}
         self.persisted: set[str] = set()  # workloads whose first estimate is in the database
-        self.current: dict[str, tuple[Estimate, Optional[StartRange]]] = {}
+        # workload -> Shown: plain tuples of numbers and strings, which the
+        # garbage collector stops tracking, so that each of its full
+        # collections (the event loop stops for them) does not walk a long
+        # queue's estimates as well as its workloads.
+        self.current: dict[str, Shown] = {}
         self.made_at = float("-inf")
 
     # ---- history --------------------------------------------------------
@@ -132,7 +147,7 @@ class StartEstimates:
         for wid, e in estimates.items():
             w = state.pending[wid]
             r = None if e.start is None else self.calibration.range(w.gpus, now, e.start)
-            current[wid] = (e, r)
+            current[wid] = shown(e, r)
         self.current = current
         self.made_at = now
 
@@ -142,16 +157,17 @@ class StartEstimates:
         known = self.current.get(wid)
         if known is None:
             return None
-        e, r = known
-        if r is None:
-            return {"time": None, "reason": e.reason, "text": "start time unknown: " + e.reason,
-                    "basis": e.basis, "made_at": iso(self.made_at)}
+        _start, basis, reason, *in_range = known
+        if not in_range:
+            return {"time": None, "reason": reason, "text": "start time unknown: " + reason,
+                    "basis": basis, "made_at": iso(self.made_at)}
+        r = StartRange(*in_range)
         return {"time": iso(r.expected), "earliest": iso(r.earliest), "latest": iso(r.latest),
                 "in_seconds": round(max(0.0, r.expected - self.made_at)),
-                "text": say(self.made_at, r), "basis": e.basis,
+                "text": say(self.made_at, r), "basis": basis,
                 "calibrated_on": r.samples, "made_at": iso(self.made_at)}
 
     def planned(self, wid: str) -> Optional[float]:
         """The plan's start for ``wid`` (what is persisted as its first estimate)."""
         known = self.current.get(wid)
-        return None if known is None else known[0].start
+        return None if known is None else known[0]
