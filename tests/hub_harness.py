@@ -26,7 +26,8 @@ from typing import Optional
 
 import requests
 
-from gpuspawner.isolation.cgroups import Placement, own_cgroups, remove
+from gpuspawner.isolation.cgroups import own_cgroups, remove
+from gpuspawner.isolation.placement import Placement
 from gpuspawner.isolation.identity import hub_tag
 from gpuspawner.isolation.team_spaces import group_prefix
 from gpuspawner.isolation.accounts import isolating, unreachable

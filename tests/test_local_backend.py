@@ -400,3 +400,17 @@ def test_recover_right_after_start_adopts_instead_of_running_it_twice(tmp_path):
     restarted.kill("job", 1)
     e = single_exit(restarted)
     assert (e.reason, e.returncode) == (STOPPED, -signal.SIGKILL)
+
+
+def test_a_jobs_runner_starts_without_the_scheduler_or_the_services_configuration():
+    """Every job, replica and 0-GPU command starts under a runner of its own:
+    what the runner imports is paid by every start, on the cores the service
+    answers requests on. It needs the placement and the account switch, not
+    the scheduler core, traitlets or the database layer (each tens of ms)."""
+    import subprocess
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, gpuspawner.backends.runner; print(' '.join(sys.modules))"],
+        capture_output=True, text=True, check=True).stdout.split()
+    heavy = sorted(m for m in out if m.split(".")[0] in ("traitlets", "sqlalchemy", "tornado")
+                   or m.startswith(("gpuspawner.scheduler", "gpuspawner.service")))
+    assert heavy == []

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from gpuspawner.isolation import cgroups, identity
+from gpuspawner.isolation.placement import enter
 from gpuspawner.isolation.accounts import AccountError, Accounts, isolating, marker
 from hub_harness import Hub, wait_for
 from procs import uid_of
@@ -199,7 +200,7 @@ def test_an_upgraded_hub_keeps_its_accounts_from_before_tags_and_another_hub_doe
 def test_removing_a_cgroup_with_a_process_in_it_logs_who_is_killed_and_why(tmp_path, caplog):
     e = cgroups.GpuEnforcement(hub_tag=f"t{secrets.token_hex(3)}").detect()
     placement = e.create("kill-log", [0])
-    proc = subprocess.Popen(["sleep", "600"], preexec_fn=lambda: cgroups.enter(placement))
+    proc = subprocess.Popen(["sleep", "600"], preexec_fn=lambda: enter(placement))
     try:
         with caplog.at_level(logging.WARNING):
             assert cgroups.remove(placement, reason="a test stops it") == []

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from ..scheduler.model import Node
+if TYPE_CHECKING:  # the runner imports this module: it starts without the scheduler
+    from ..scheduler.model import Node
 
 # Why an attempt ended.
 EXITED = "exited"          # the command exited by itself (see returncode)

@@ -59,6 +59,7 @@ from ..isolation.accounts import (Account, Accounts, account_env,
                                   prepare_checkpoint)
 from ..isolation.attempt_pids import cgroup_pids, descendants
 from ..isolation.gpu_rules import Limits, visible_devices
+from ..isolation.placement import Placement
 from ..isolation.user_env import user_path
 from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
@@ -203,10 +204,10 @@ class LocalBackend(Backend):
                 "GPUHUB_ATTEMPT_DIR": attempt_dir,
                 **({"GPUHUB_DATASETS_DIR": DATASETS_ROOT} if spec.datasets else {})}
 
-    def _place(self, spec: LaunchSpec, attempt_dir: str) -> cgroups.Placement:
+    def _place(self, spec: LaunchSpec, attempt_dir: str) -> Placement:
         """The attempt's cgroups (or device groups), recorded before the runner starts."""
         if self.enforcement is None:
-            return cgroups.Placement()
+            return Placement()
         digest = hashlib.sha1(attempt_dir.encode()).hexdigest()[:8]
         placement = self.enforcement.create(
             cgroups.safe_name("job", spec.workload_id, str(spec.attempt), digest),
@@ -221,7 +222,7 @@ class LocalBackend(Backend):
         data = read_json(path)
         if data is None:
             return
-        left = cgroups.remove(cgroups.Placement.from_json(data), logger=log,
+        left = cgroups.remove(Placement.from_json(data), logger=log,
                               reason=f"the service ends attempt {attempt_dir}: {why}")
         if left:
             log.warning("could not remove the cgroups of %s: %s", attempt_dir, "; ".join(left))
@@ -247,7 +248,7 @@ class LocalBackend(Backend):
         a = self._attempts.get((workload_id, attempt))
         if a is None or not self._alive(a):
             return None
-        placement = cgroups.Placement.from_json(
+        placement = Placement.from_json(
             read_json(os.path.join(os.path.abspath(a.spec.attempt_dir), CGROUP_FILE)))
         if placement.cgroups:
             return cgroup_pids(placement.cgroups)

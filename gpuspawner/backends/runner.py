@@ -68,7 +68,7 @@ from typing import Optional
 
 from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
 from ..isolation.attempt_pids import descendants
-from ..isolation.cgroups import Placement, enter
+from ..isolation.placement import Placement, enter
 from ..isolation import dataset_mounts
 from ..jsonfile import read_json, write_json
 from .base import EXITED, STOPPED, TIME_LIMIT

@@ -33,7 +33,7 @@ import signal
 import stat
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from traitlets import Dict, Enum, Instance, Unicode, default
@@ -44,47 +44,11 @@ from . import gpu_rules as rules
 from . import identity
 from .gpu_rules import (ADVISORY, CGROUP_V1, DEVICE_GROUPS, LIMIT_CONTROLLERS, LIMITS_NONE, Limits,
                         limits_enforced)
+from .placement import Placement
 from .resources import WorkloadResources
 
 CONTROLLERS = ("devices", *LIMIT_CONTROLLERS)
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Placement:
-    """What one process tree is put into: cgroup directories and groups."""
-
-    cgroups: list[str] = field(default_factory=list)
-    gids: list[int] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {"cgroups": self.cgroups, "gids": self.gids}
-
-    @classmethod
-    def from_json(cls, data: Optional[dict]) -> "Placement":
-        data = data or {}
-        return cls(list(data.get("cgroups", [])), list(data.get("gids", [])))
-
-    def runner_args(self) -> list[str]:
-        """The runner's options that make its command enter this placement."""
-        args = []
-        for path in self.cgroups:
-            args += ["--cgroup", path]
-        if self.gids:
-            args += ["--groups", ",".join(map(str, self.gids))]
-        return args
-
-
-def enter(placement: Placement) -> None:
-    """Join the placement's cgroups, then take its GPUs' groups (device
-    groups only). Called in a child's preexec before any privilege drop: a
-    privilege drop that sets groups itself must add ``placement.gids``."""
-    pid = str(os.getpid())
-    for path in placement.cgroups:
-        with open(os.path.join(path, "cgroup.procs"), "w") as f:
-            f.write(pid)
-    if placement.gids:
-        os.setgroups(placement.gids)
 
 
 def safe_name(*parts: str) -> str:

@@ -15,6 +15,7 @@ from traitlets import Bool, Unicode, default
 
 from ..isolation import cgroups, dataset_mounts, identity, user_env
 from ..isolation.gpu_rules import visible_devices
+from ..isolation.placement import Placement, enter
 from ..isolation.team_spaces import HOME_LINKS
 from ..isolation.accounts import (DEFAULT_PREFIX, Accounts, account_env, compose,
                                   drop_privileges, isolating)
@@ -37,7 +38,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     """
 
     _enforcement: Optional[cgroups.GpuEnforcement] = None  # one per hub process
-    placement: Optional[cgroups.Placement] = None
+    placement: Optional[Placement] = None
 
     user_accounts = Bool(help="""
         Run each server as its user's system account (``account_prefix`` +
@@ -133,7 +134,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
     def load_state(self, state):
         super().load_state(state)
         if "gpuhub_placement" in state:
-            self.placement = cgroups.Placement.from_json(state["gpuhub_placement"])
+            self.placement = Placement.from_json(state["gpuhub_placement"])
 
     def get_state(self):
         state = super().get_state()
@@ -148,17 +149,17 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         placement's device groups (or the base class's step), go to the
         workspace."""
         placement = self.placement
-        enter = ((lambda: cgroups.enter(placement))
+        first = ((lambda: enter(placement))
                  if placement is not None and (placement.cgroups or placement.gids) else None)
         if self.datasets:
-            enter = compose(enter, dataset_mounts.mount_step(self.datasets))
+            first = compose(first, dataset_mounts.mount_step(self.datasets))
         if not self.user_accounts:
-            return compose(enter, super().make_preexec_fn(name))
+            return compose(first, super().make_preexec_fn(name))
         home = self.home_dir
 
         def go_home() -> None:
             os.chdir(home)
-        return compose(enter, drop_privileges(self.account, extra_gids=placement.gids
+        return compose(first, drop_privileges(self.account, extra_gids=placement.gids
                                               if placement is not None else ()), go_home)
 
     def user_env(self, env):
