@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from gpuspawner.store import Allocation, Attempt, AuditEntry, Base, Store, WorkloadRow, migrate
+from gpuspawner.store import Allocation, Attempt, AuditEntry, Base, Store, WorkloadRow, audit, migrate
 
 
 def test_migrations_match_the_models(db_url):
@@ -244,4 +245,51 @@ def test_the_services_writers_in_several_threads_lose_no_update(db_url):
         t.join()
     with store.session() as s:
         assert s.get(WorkloadRow, "w1").attempt == 120
+    store.close()
+
+
+def test_submits_are_stored_while_another_thread_holds_its_turn_on_postgresql(db_url):
+    """The intake's batches only add rows (``Store.adding``): on PostgreSQL
+    they commit while the cycle's worker holds its turn for a long write;
+    on SQLite, one writer at a time, they wait for it. Either way both land
+    and the audit chain holds."""
+    import threading
+
+    store = Store(db_url)
+    with store.transaction() as s:
+        s.add(WorkloadRow(id="w0", kind="job", team="a", user="alice", pool="default",
+                          gpus_per_node=1, priority="normal", state="queued", submitted_at=1.0))
+    held, release = threading.Event(), threading.Event()
+
+    def long_write() -> None:
+        with store.transaction() as s:
+            s.get(WorkloadRow, "w0").state = "running"
+            s.flush()
+            held.set()
+            release.wait(10)
+
+    def add_submit() -> None:
+        with store.adding() as s:
+            s.add(WorkloadRow(id="w1", kind="job", team="a", user="alice", pool="default",
+                              gpus_per_node=1, priority="normal", state="queued",
+                              submitted_at=2.0))
+            s.add(AuditEntry(time=2.0, actor="alice", action="submit", target="w1", detail={}))
+
+    cycle = threading.Thread(target=long_write)
+    cycle.start()
+    assert held.wait(10)
+    intake = threading.Thread(target=add_submit)
+    intake.start()
+    intake.join(1.0)
+    on_postgresql = store.engine.dialect.name == "postgresql"
+    assert intake.is_alive() is not on_postgresql
+    with store.session() as s:
+        assert (s.get(WorkloadRow, "w1") is not None) is on_postgresql
+    release.set()
+    cycle.join()
+    intake.join(10)
+    with store.session() as s:
+        assert [(r.id, r.state) for r in s.scalars(select(WorkloadRow).order_by(WorkloadRow.id))] \
+            == [("w0", "running"), ("w1", "queued")]
+        assert audit.verify(s.scalars(select(AuditEntry).order_by(AuditEntry.id))) is None
     store.close()

@@ -88,6 +88,24 @@ class Store:
                 with session.begin():
                     yield session
 
+    @contextmanager
+    def adding(self) -> Iterator[Session]:
+        """A transaction that only adds new rows: committed together or not
+        at all, like ``transaction``, but on PostgreSQL it does not wait its
+        turn. It reads nothing it then writes, so nothing another thread
+        changes in between can be undone by it, and what it adds no other
+        transaction can know of before it commits. The intake's batches of
+        submits are written so, beside the cycle's writes. On SQLite it waits
+        its turn all the same: the database writes one transaction at a time,
+        and a writer that waits for it there spins on its busy timeout."""
+        if self.engine.dialect.name == "sqlite":
+            with self.transaction() as session:
+                yield session
+            return
+        with self.sessions() as session:
+            with session.begin():
+                yield session
+
     def session(self) -> Session:
         return self.sessions()
 

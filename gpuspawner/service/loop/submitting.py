@@ -188,8 +188,9 @@ class Submitting:
         """The database half of ``queue_row`` for several rows already
         checked (``check_row``), each with its actor, in one transaction;
         ``queued`` then puts them in the core. loop/intake.py stores the
-        submits of one turn of the event loop so, in its writer thread."""
-        with self.store.transaction() as s:
+        submits of one turn of the event loop so, in its writer thread;
+        adding rows only, they need not wait for the cycle's writes."""
+        with self.store.adding() as s:
             self._store_rows(s, batch)
 
     @staticmethod
