@@ -328,3 +328,17 @@ def test_schemathesis_finds_no_failure(hub, deployment, tmp_path):
         if not ok:
             failed[who] = out[-20000:]
     assert not failed, "\n\n".join(f"as {who}:\n{out}" for who, out in failed.items())
+
+
+@pytest.mark.parametrize("value", [
+    {"workloads": [{"id": "w1", "gpus": 0.25, "env": {"A": "ü ✓"}, "after": []}], "next": None},
+    {1: "a GPU index as a key", 2.5: "b"},
+    {"name": "a lone surrogate \ud800 from a JSON escape"},
+    {"bytes": 2 ** 70},
+    [True, False, None, -0.0, 1e300, "é"],
+])
+def test_a_response_body_reads_back_as_the_json_module_writes_it(value):
+    """Response bodies are written by orjson, falling back to the json
+    module for what only it writes: a client reads the same either way."""
+    from gpuspawner.service.api.base import encode_json
+    assert json.loads(encode_json(value)) == json.loads(json.dumps(value))
