@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import audit, upgrade
+from .statistics import PlannerStatistics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -72,6 +73,9 @@ class Store:
         # PostgreSQL: the reads' own pool (see ``read``); SQLite has no round trips to save.
         self._reads = (None if self.engine.dialect.name == "sqlite" else
                        make_engine(url, pool_pre_ping=False, isolation_level="AUTOCOMMIT"))
+        # PostgreSQL: the planner's counts kept up with what the service adds.
+        self.statistics = (None if self.engine.dialect.name == "sqlite" else
+                           PlannerStatistics(self.engine))
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -132,7 +136,15 @@ class Store:
         with self._reads.connect() as conn:
             return fn(conn)
 
+    def rows_added(self, table: str, n: int) -> None:
+        """``n`` rows were committed to ``table``: on PostgreSQL the table is
+        analyzed again once it grew by a tenth (statistics.py)."""
+        if self.statistics is not None:
+            self.statistics.added(table, n)
+
     def close(self) -> None:
+        if self.statistics is not None:
+            self.statistics.close()
         self.engine.dispose()
         if self._reads is not None:
             self._reads.dispose()

@@ -181,6 +181,7 @@ class Submitting:
             if also is not None:
                 also(s)
             self._store_rows(s, [(row, actor)])
+        self.store.rows_added(WorkloadRow.__tablename__, 1)
         self.queued([row])
         return row
 
@@ -192,6 +193,7 @@ class Submitting:
         adding rows only, they need not wait for the cycle's writes."""
         with self.store.adding() as s:
             self._store_rows(s, batch)
+        self.store.rows_added(WorkloadRow.__tablename__, len(batch))
 
     @staticmethod
     def _store_rows(s: Session, batch: list[tuple[WorkloadRow, str]]) -> None:
