@@ -35,7 +35,9 @@ def to_workload(row: WorkloadRow) -> Workload:
                     num_nodes=row.num_nodes, gpu_share=row.gpu_share or 0.0,
                     submit_time=eligible, user=row.user,
                     kind=row.kind, priority=row.priority, time_limit=row.time_limit,
-                    attempt=row.attempt, preempted_by=frozenset(row.preempted_by) if row.preempted_by else NOT_PREEMPTED,
+                    attempt=row.attempt,
+                    preempted_by=(frozenset(row.preempted_by) if row.preempted_by
+                                  else NOT_PREEMPTED),
                     grace_period=row.grace_period, sweep_index=row.sweep_index,
                     topology=(row.spec or {}).get("topology", TOPOLOGY_NONE),
                     topology_key=(row.spec or {}).get("topology_key", "switch"),
