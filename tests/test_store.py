@@ -331,3 +331,26 @@ def test_submits_keep_the_postgresql_planners_counts_of_the_queue(pg_url):
         time.sleep(0.05)
     assert before <= 0 and counted() >= 20
     store.close()
+
+
+def test_a_service_started_behind_a_burst_analyzes_its_queue_at_once(pg_url):
+    """Rows added by a service that then stopped (or by anything else) are
+    counted by the server; the next service's start analyzes them."""
+    import logging
+    import time
+    from gpuspawner.store.db import open_store
+
+    store = Store(pg_url)
+    with store.transaction() as s:
+        s.add_all([WorkloadRow(id=f"w{i}", kind="job", team="a", user="alice", pool="default",
+                               gpus_per_node=1, priority="normal", state="queued",
+                               submitted_at=float(i)) for i in range(600)])
+    store.close()
+    store = open_store(pg_url, logging.getLogger("test"))
+    deadline = time.monotonic() + 10
+    while store.statistics.analyzed < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with store.engine.connect() as c:
+        assert c.execute(text("SELECT reltuples FROM pg_class WHERE relname = 'workloads'")
+                         ).scalar() == 600
+    store.close()

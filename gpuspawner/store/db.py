@@ -154,7 +154,10 @@ def open_store(url: str, log: logging.Logger) -> Store:
     """The service's store, its schema this release's; a schema that cannot
     be brought there stops the start with the upgrade's own words."""
     try:
-        return Store(url, log=log.info)
+        store = Store(url, log=log.info)
     except upgrade.UpgradeError as e:
         log.critical("GPU Hub cannot start: %s", e)
         raise SystemExit(f"GPU Hub cannot start: {e}") from None
+    if store.statistics is not None:
+        store.statistics.catch_up("workloads")
+    return store

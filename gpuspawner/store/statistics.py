@@ -57,11 +57,38 @@ class PlannerStatistics:
             if table in self._running or not due(self._added[table],
                                                   self._counted.get(table, 0.0), self.min_added):
                 return
-            self._running.add(table)
             self._added[table] = 0
-            if self._thread is None:
-                self._thread = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-analyze")
-            self._thread.submit(self._analyze, table)
+            self._start(self._analyze, table)
+
+    def catch_up(self, table: str) -> None:
+        """At start: analyze ``table`` now if what the server counts as
+        changed since its last analysis is due (a restart behind a burst,
+        autovacuum off), in the thread."""
+        with self._lock:
+            if table not in self._running:
+                self._start(self._catch_up, table)
+
+    def _start(self, fn, table: str) -> None:
+        self._running.add(table)
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-analyze")
+        self._thread.submit(fn, table)
+
+    def _catch_up(self, table: str) -> None:
+        try:
+            with self.engine.connect() as conn:
+                changed, counted = conn.execute(text(
+                    "SELECT s.n_mod_since_analyze, c.reltuples FROM pg_stat_user_tables s "
+                    "JOIN pg_class c ON c.oid = s.relid WHERE s.relname = :t"), {"t": table}).one()
+            if due(changed, max(counted, 0.0), self.min_added):
+                self._analyze(table)
+                return
+            with self._lock:
+                self._counted[table] = max(counted, 0.0)
+        except Exception:
+            log.warning("reading the statistics of %s failed", table, exc_info=True)
+        with self._lock:
+            self._running.discard(table)
 
     def _analyze(self, table: str) -> None:
         try:
