@@ -85,3 +85,43 @@ def test_the_benchmark_reads_stalls_and_collections_between_two_scrapes(
     assert (row["loop_stall_max_ms"], row["loop_stalls_over_50ms"]) == (stall_ms, over_50)
     assert (row["gc_full"], row["gc_full_max_ms"]) == (gcs, gc_ms)
     assert f"{gcs} full GCs" in service_metrics.format_summary(row)
+
+
+@pytest.mark.parametrize("now, last_full, in_flight, last_request, collect", [
+    (100.0, 95.0, 0, 0.0, False),     # the last one was 5 s ago
+    (100.0, 89.0, 0, 0.0, True),      # 11 s ago, nothing in flight, quiet
+    (100.0, 89.0, 1, 0.0, False),     # a request is being answered
+    (100.0, 89.0, 0, 99.98, False),   # one arrived 20 ms ago: more may follow
+    (100.0, 89.0, 0, 99.9, True),     # 100 ms ago
+    (100.0, 39.0, 3, 99.99, True),    # overdue: never idle for a minute
+])
+def test_full_collections_wait_for_a_gap_between_requests(now, last_full, in_flight,
+                                                         last_request, collect):
+    from gpuspawner.service.loop.full_collections import collect_now
+    assert collect_now(now, last_full, in_flight, last_request) is collect
+
+
+def test_the_service_makes_the_full_collections_cpython_no_longer_does():
+    """After ``take_over`` CPython makes no full collection however much
+    survives; ``maybe_collect`` makes one once the requests leave a gap."""
+    from gpuspawner.service.loop.full_collections import FullCollections
+    now = [1000.0]
+    full = FullCollections(clock=lambda: now[0])
+    seen: list[float] = []
+    stop = watch_full_collections(seen.append)
+    threshold = gc.get_threshold()
+    try:
+        full.take_over()
+        kept = [[i] for i in range(300_000)]  # long-lived, and tracked: a quarter more and more
+        assert seen == []
+        full.request_started()
+        now[0] += 11
+        assert not full.maybe_collect() and seen == []
+        full.request_ended()
+        now[0] += 0.1
+        assert full.maybe_collect() and len(seen) == 1
+        assert not full.maybe_collect()   # not again before EVERY seconds
+        del kept
+    finally:
+        gc.set_threshold(*threshold)
+        stop()

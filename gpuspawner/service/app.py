@@ -48,6 +48,7 @@ from gpuspawner.backends.kubernetes.config import KubernetesJobs
 from gpuspawner.service.loop.config import EngineConfig
 from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.loop.driver import CycleDriver
+from gpuspawner.service.loop.full_collections import FullCollections
 from gpuspawner.service.loop.lag import probe as lag_probe, watch_full_collections
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.service.access.hub_api import HubApi
@@ -116,6 +117,7 @@ class GpuHubService(ServiceSettings):
         self.engine = self._engine(accounts)
         self.engine.metrics = ServiceMetrics(self.engine)
         self.driver = CycleDriver(self.engine, self.cycle_interval, self.reasons_interval)
+        self.full_collections = FullCollections()
         self.engine.start()
         if self.engine.config.job_tokens is not None:
             # Tokens of attempts that ended while the service was down go now.
@@ -554,6 +556,10 @@ class GpuHubService(ServiceSettings):
         # lives as long as the process: leave it out of every later full
         # garbage collection, each of which stops the event loop.
         gc.freeze()
+        # Nor does CPython make full collections any more: the service
+        # makes them between requests (loop/full_collections.py).
+        self.full_collections.take_over()
+        loop.add_callback(self.full_collections.run)
         loop.add_callback(self._reconcile_loop)
         loop.add_callback(self._schedule_loop)
         if self.space_sync is not None:

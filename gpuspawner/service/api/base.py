@@ -139,6 +139,8 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
 
     async def prepare(self) -> None:
         self.gpuhub.driver.request_arrived()  # the cycle's worker gives way meanwhile
+        self.gpuhub.full_collections.request_started()  # and the garbage collector waits
+        self._in_flight = True
         # The body as received: a Content-Length header, or none with
         # Transfer-Encoding: chunked (the HTTP server's own limit is higher,
         # so that this answers with a 413 that says so).
@@ -182,6 +184,11 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         if not re.fullmatch(r"[0-9]{1,12}", value) or not low <= int(value) <= high:
             raise SpecError(name, f"must be a whole number from {low} to {high}, got {value!r}")
         return int(value)
+
+    def on_finish(self) -> None:
+        if getattr(self, "_in_flight", False):
+            self.gpuhub.full_collections.request_ended()
+            self._in_flight = False
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
