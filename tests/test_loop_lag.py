@@ -106,7 +106,8 @@ def test_the_service_makes_the_full_collections_cpython_no_longer_does():
     survives; ``maybe_collect`` makes one once the requests leave a gap."""
     from gpuspawner.service.loop.full_collections import FullCollections
     now = [1000.0]
-    full = FullCollections(clock=lambda: now[0])
+    arrived = [float("-inf")]
+    full = FullCollections(last_request=lambda: arrived[0], clock=lambda: now[0])
     seen: list[float] = []
     stop = watch_full_collections(seen.append)
     threshold = gc.get_threshold()
@@ -115,6 +116,7 @@ def test_the_service_makes_the_full_collections_cpython_no_longer_does():
         kept = [[i] for i in range(300_000)]  # long-lived, and tracked: a quarter more and more
         assert seen == []
         full.request_started()
+        arrived[0] = now[0]
         now[0] += 11
         assert not full.maybe_collect() and seen == []
         full.request_ended()

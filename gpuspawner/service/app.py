@@ -117,7 +117,7 @@ class GpuHubService(ServiceSettings):
         self.engine = self._engine(accounts)
         self.engine.metrics = ServiceMetrics(self.engine)
         self.driver = CycleDriver(self.engine, self.cycle_interval, self.reasons_interval)
-        self.full_collections = FullCollections()
+        self.full_collections = FullCollections(self.driver.last_request_at)
         self.engine.start()
         if self.engine.config.job_tokens is not None:
             # Tokens of attempts that ended while the service was down go now.

@@ -106,6 +106,10 @@ class CycleDriver:
         """An API request came in (its handler says so, on the loop)."""
         self._request_at = self.clock()
 
+    def last_request_at(self) -> float:
+        """When the last API request arrived (``clock``)."""
+        return self._request_at
+
     def rests_anew(self) -> None:
         """A cycle begins: its longer rests start from nothing."""
         self._busy_rested = 0.0

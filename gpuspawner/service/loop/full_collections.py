@@ -42,16 +42,18 @@ class FullCollections:
     """Counts the API's requests in flight and makes the full collections
     between them (``run`` on the event loop, after ``take_over``)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, last_request: Callable[[], float],
+                 clock: Callable[[], float] = time.monotonic):
+        # When the last API request arrived: the cycle's driver keeps it
+        # (``CycleDriver.last_request_at``), on the same clock.
+        self.last_request = last_request
         self.clock = clock
         self.in_flight = 0
-        self.last_request = float("-inf")
         self.last_full = clock()
         self.made = 0
 
     def request_started(self) -> None:
         self.in_flight += 1
-        self.last_request = self.clock()
 
     def request_ended(self) -> None:
         self.in_flight = max(0, self.in_flight - 1)
@@ -64,7 +66,7 @@ class FullCollections:
 
     def maybe_collect(self) -> bool:
         now = self.clock()
-        if not collect_now(now, self.last_full, self.in_flight, self.last_request):
+        if not collect_now(now, self.last_full, self.in_flight, self.last_request()):
             return False
         gc.collect()
         self.last_full = self.clock()
