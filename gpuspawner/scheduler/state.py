@@ -53,7 +53,12 @@ class PendingQueues:
         self.pending: dict[str, Workload] = {}
         # group -> queue of workloads (lazy: stale entries are skipped).
         self.queues: dict[str, list[Workload]] = {}
-        self._stale: dict[str, int] = {}
+        # group -> the queue keys of its stale entries, sorted: a place in
+        # the queue is then two bisections (``position``), not a walk.
+        self._stale_keys: dict[str, list[tuple]] = {}
+        # Odd while a queue is compacted (in the cycle's worker thread, while
+        # the event loop may be reading positions): ``position`` reads again.
+        self._compactions = 0
         # group -> pool -> shape -> heap of (time limit, id) of its pending
         # workloads (lazy: entries of workloads gone are dropped when on top).
         # Lets a cycle skip a team once every shape it waits with cannot fit.
@@ -101,7 +106,7 @@ class PendingQueues:
             self.by_submit = [e for e in self.by_submit if self._is_pending(e)]
             self._by_submit_stale = 0
         group = self.group_of(w)
-        self._stale[group] = self._stale.get(group, 0) + 1
+        bisect.insort(self._stale_keys.setdefault(group, []), self.queue_key(w))
         pools = self.pending_shapes[group]
         shapes = pools[w.pool]
         shape = self.shape_class(w)
@@ -146,11 +151,31 @@ class PendingQueues:
         """The group's pending workloads in queue order (stale entries removed
         when they are many, so callers must still check ``pending``)."""
         queue = self.queues.get(group, [])
-        if self._stale.get(group, 0) * 2 > len(queue):
+        if len(self._stale_keys.get(group, ())) * 2 > len(queue):
             pending = self.pending
+            self._compactions += 1
             queue[:] = [w for w in queue if pending.get(w.id) is w]
-            self._stale[group] = 0
+            self._stale_keys[group] = []
+            self._compactions += 1
         return queue
+
+    def position(self, w: Workload) -> Optional[int]:
+        """``w``'s place in its group's queue (1: the next of it to be
+        considered), None if it is not pending. The entries before it less
+        the stale ones before it, two bisections: the Jobs panel asks for its
+        newest, at the end of a queue that may be 100,000 long."""
+        if self.pending.get(w.id) is not w:
+            return None
+        group, key = self.group_of(w), self.queue_key(w)
+        while True:
+            begun = self._compactions
+            try:
+                before = (bisect.bisect_left(self.queues.get(group, ()), key, key=self.queue_key)
+                          - bisect.bisect_left(self._stale_keys.get(group, ()), key))
+            except IndexError:  # the queue was compacted under the bisection
+                continue
+            if begun % 2 == 0 and self._compactions == begun:
+                return before + 1
 
 
 class RunningOrder:

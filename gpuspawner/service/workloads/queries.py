@@ -42,39 +42,13 @@ def get(store: Store, who: Identity, wid: str) -> WorkloadRow:
 def queue_position(state, wid: str) -> Optional[int]:
     """1 for the next of its team's queue to be considered."""
     w = state.pending.get(wid)
-    if w is None:
-        return None
-    pending = state.pending
-    position = 0
-    for q in state.queues.get(state.group_of(w), ()):
-        if pending.get(q.id) is q:
-            position += 1
-            if q.id == wid:
-                return position
-    return None
+    return None if w is None else state.waiting.position(w)
 
 
 def queue_positions(state, wids: set[str]) -> dict[str, int]:
-    """``queue_position`` of each of ``wids``, in one walk of the queues
-    they are in (each stopped once all of its are found)."""
+    """``queue_position`` of each of ``wids`` that is pending."""
     pending = state.pending
-    wanted: dict[str, int] = {}
-    for wid in wids:
-        if wid in pending:
-            group = state.group_of(pending[wid])
-            wanted[group] = wanted.get(group, 0) + 1
-    out: dict[str, int] = {}
-    for group, left in wanted.items():
-        position = 0
-        for q in state.queues.get(group, ()):
-            if pending.get(q.id) is q:
-                position += 1
-                if q.id in wids:
-                    out[q.id] = position
-                    left -= 1
-                    if not left:
-                        break
-    return out
+    return {wid: state.waiting.position(pending[wid]) for wid in wids if wid in pending}
 
 
 def gpus_view(cluster: ClusterView, store: Store, sample: dict) -> list[dict]:
