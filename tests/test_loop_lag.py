@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+import weakref
 from collections import deque
 
 import pytest
@@ -87,24 +88,36 @@ def test_the_benchmark_reads_stalls_and_collections_between_two_scrapes(
     assert f"{gcs} full GCs" in service_metrics.format_summary(row)
 
 
-@pytest.mark.parametrize("now, last_full, in_flight, last_request, collect", [
-    (100.0, 95.0, 0, 0.0, False),     # the last one was 5 s ago
-    (100.0, 89.0, 0, 0.0, True),      # 11 s ago, nothing in flight, quiet
-    (100.0, 89.0, 1, 0.0, False),     # a request is being answered
-    (100.0, 89.0, 0, 99.98, False),   # one arrived 20 ms ago: more may follow
-    (100.0, 89.0, 0, 99.9, True),     # 100 ms ago
-    (100.0, 39.0, 3, 99.99, True),    # overdue: never idle for a minute
+@pytest.mark.parametrize("now, last_full, last_complete, in_flight, last_request, due", [
+    (100.0, 95.0, 0.0, 0, 0.0, None),          # the last one was 5 s ago
+    (100.0, 89.0, 0.0, 0, 0.0, "recent"),      # 11 s ago, nothing in flight, quiet
+    (100.0, 89.0, 0.0, 1, 0.0, None),          # a request is being answered
+    (100.0, 89.0, 0.0, 0, 99.98, None),        # one arrived 20 ms ago: more may follow
+    (100.0, 89.0, 0.0, 0, 99.9, "recent"),     # 100 ms ago
+    (100.0, 39.0, 0.0, 3, 99.99, "recent"),    # overdue: never idle for a minute
+    (700.0, 695.0, 99.0, 0, 0.0, "complete"),  # a complete one 601 s ago: due when idle
+    (700.0, 689.0, 99.0, 1, 0.0, None),        # ... but not in a request
+    (700.0, 639.0, 99.0, 1, 0.0, "recent"),    # ... where a recent one is overdue
+    (3700.0, 3699.0, 99.0, 2, 3699.99, "complete"),  # an hour without one: whatever comes
 ])
-def test_full_collections_wait_for_a_gap_between_requests(now, last_full, in_flight,
-                                                         last_request, collect):
-    from gpuspawner.service.loop.full_collections import collect_now
-    assert collect_now(now, last_full, in_flight, last_request) is collect
+def test_full_collections_wait_for_a_gap_between_requests(now, last_full, last_complete,
+                                                         in_flight, last_request, due):
+    from gpuspawner.service.loop.full_collections import collection_due
+    assert collection_due(now, last_full, last_complete, in_flight, last_request) == due
+
+
+class Cycle:
+    """Garbage that refers to itself: only a collection frees it."""
+
+    def __init__(self):
+        self.me = self
 
 
 def test_the_service_makes_the_full_collections_cpython_no_longer_does():
     """After ``take_over`` CPython makes no full collection however much
-    survives; ``maybe_collect`` makes one once the requests leave a gap."""
-    from gpuspawner.service.loop.full_collections import FullCollections
+    survives; ``maybe_collect`` makes one once the requests leave a gap, and
+    what survived it is left out of the next ones but the complete one."""
+    from gpuspawner.service.loop.full_collections import COMPLETE, FullCollections
     now = [1000.0]
     arrived = [float("-inf")]
     full = FullCollections(last_request=lambda: arrived[0], clock=lambda: now[0])
@@ -118,12 +131,23 @@ def test_the_service_makes_the_full_collections_cpython_no_longer_does():
         full.request_started()
         arrived[0] = now[0]
         now[0] += 11
-        assert not full.maybe_collect() and seen == []
+        assert full.maybe_collect() is None and seen == []
         full.request_ended()
         now[0] += 0.1
-        assert full.maybe_collect() and len(seen) == 1
-        assert not full.maybe_collect()   # not again before EVERY seconds
+        assert full.maybe_collect() == "recent" and len(seen) == 1
+        assert full.maybe_collect() is None   # not again before EVERY seconds
+        assert gc.get_freeze_count() >= 300_000  # the next ones walk none of them
+        cycle = Cycle()
+        dead = weakref.ref(cycle)
+        now[0] += 11
+        assert full.maybe_collect() == "recent"  # the cycle, still in use, survives it
+        del cycle
+        now[0] += 11
+        assert full.maybe_collect() == "recent" and dead() is not None  # out of that one
+        now[0] = full.last_complete + COMPLETE
+        assert full.maybe_collect() == "complete" and dead() is None
         del kept
     finally:
+        gc.unfreeze()
         gc.set_threshold(*threshold)
         stop()

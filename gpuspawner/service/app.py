@@ -553,8 +553,8 @@ class GpuHubService(ServiceSettings):
         loop.add_callback(lag_probe, self.engine.metrics.loop_lag.observe, gc_pauses=gc_pauses,
                           observe_gc=self.engine.metrics.gc_full_pause.observe)
         # What is here now (the modules, the core rebuilt from the database)
-        # lives as long as the process: leave it out of every later full
-        # garbage collection, each of which stops the event loop.
+        # lives as long as the process: leave it out of the later full
+        # garbage collections but the complete ones (each stops the event loop).
         gc.freeze()
         # Nor does CPython make full collections any more: the service
         # makes them between requests (loop/full_collections.py).

@@ -10,32 +10,46 @@ The service turns CPython's own full collections off (the third
 ``gc.set_threshold`` value) and makes them itself when no API request is in
 flight and none arrived for ``IDLE`` seconds, at most every ``EVERY``
 seconds; a service never idle that long gets one every ``OVERDUE`` seconds
-whatever comes. The young generations are collected as before, and cyclic
-garbage that reached the old one waits at most ``EVERY`` seconds (while
-idle) or ``OVERDUE``.
+whatever comes.
+
+Each of them leaves what survived it out of the next (``gc.freeze``): a
+queue that grew by 3,000 since is what the next one walks, not the 100,000
+before them (~5 ms, not ~150). What is frozen is still freed when nothing
+refers to it, as everything is; only garbage that refers to itself (a
+cycle) among it waits for a *complete* collection, which walks everything
+again: every ``COMPLETE`` seconds when idle, every ``COMPLETE_OVERDUE``
+seconds whatever comes. The young generations are collected as before.
 """
 from __future__ import annotations
 
 import asyncio
 import gc
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 IDLE = 0.05     # seconds since the last request arrived
 EVERY = 10.0    # seconds between full collections at most, when idle
 OVERDUE = 60.0  # seconds after which one is made, idle or not
+COMPLETE = 600.0           # seconds between complete ones at most, when idle
+COMPLETE_OVERDUE = 3600.0  # seconds after which a complete one is made, idle or not
 CHECK = 0.1     # how often the loop looks
 # CPython makes a full collection once this many young (generation 1)
 # collections happened since the last, and the long-lived objects grew by
 # a quarter: as many as never happens.
 NEVER = 1 << 30
+RECENT = "recent"      # what survived the last one is left out
+EVERYTHING = "complete"
 
 
-def collect_now(now: float, last_full: float, in_flight: int, last_request: float) -> bool:
-    """Whether to make a full collection at ``now``."""
-    if now - last_full >= OVERDUE:
-        return True
-    return now - last_full >= EVERY and in_flight == 0 and now - last_request >= IDLE
+def collection_due(now: float, last_full: float, last_complete: float, in_flight: int,
+                   last_request: float) -> Optional[str]:
+    """Which full collection to make at ``now``: RECENT, EVERYTHING or None."""
+    idle = in_flight == 0 and now - last_request >= IDLE
+    if now - last_complete >= COMPLETE_OVERDUE or (idle and now - last_complete >= COMPLETE):
+        return EVERYTHING
+    if now - last_full >= OVERDUE or (idle and now - last_full >= EVERY):
+        return RECENT
+    return None
 
 
 class FullCollections:
@@ -49,8 +63,7 @@ class FullCollections:
         self.last_request = last_request
         self.clock = clock
         self.in_flight = 0
-        self.last_full = clock()
-        self.made = 0
+        self.last_full = self.last_complete = clock()
 
     def request_started(self) -> None:
         self.in_flight += 1
@@ -64,14 +77,20 @@ class FullCollections:
         young, middle, _old = gc.get_threshold()
         gc.set_threshold(young, middle, NEVER)
 
-    def maybe_collect(self) -> bool:
-        now = self.clock()
-        if not collect_now(now, self.last_full, self.in_flight, self.last_request()):
-            return False
+    def maybe_collect(self) -> Optional[str]:
+        """Make the full collection due now, if any (which: RECENT or EVERYTHING)."""
+        due = collection_due(self.clock(), self.last_full, self.last_complete, self.in_flight,
+                             self.last_request())
+        if due is None:
+            return None
+        if due == EVERYTHING:
+            gc.unfreeze()
         gc.collect()
+        gc.freeze()
         self.last_full = self.clock()
-        self.made += 1
-        return True
+        if due == EVERYTHING:
+            self.last_complete = self.last_full
+        return due
 
     async def run(self) -> None:
         while True:
