@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Optional
 
@@ -169,13 +170,16 @@ class PendingQueues:
         group, key = self.group_of(w), self.queue_key(w)
         while True:
             begun = self._compactions
-            try:
-                before = (bisect.bisect_left(self.queues.get(group, ()), key, key=self.queue_key)
-                          - bisect.bisect_left(self._stale_keys.get(group, ()), key))
-            except IndexError:  # the queue was compacted under the bisection
-                continue
-            if begun % 2 == 0 and self._compactions == begun:
-                return before + 1
+            if begun % 2 == 0:
+                try:
+                    before = (bisect.bisect_left(self.queues.get(group, ()), key,
+                                                 key=self.queue_key)
+                              - bisect.bisect_left(self._stale_keys.get(group, ()), key))
+                except IndexError:  # the queue was compacted under the bisection
+                    before = None
+                if before is not None and self._compactions == begun:
+                    return before + 1
+            time.sleep(0)  # the interpreter to the compacting thread, until it is done
 
 
 class RunningOrder:
