@@ -11,7 +11,7 @@ import heapq
 from typing import Optional
 
 from ..model import Workload
-from ..state import SHARE_SHAPE
+from ..pending import SHARE_SHAPE
 
 
 class Ordering:
