@@ -80,7 +80,7 @@ class PendingQueues:
             self.by_submit = [e for e in self.by_submit if self._is_pending(e)]
             self._by_submit_stale = 0
         group = self.group_of(w)
-        bisect.insort(self._stale_keys.setdefault(group, []), self.queue_key(w))
+        bisect.insort(self._stale_keys.setdefault(group, []), self.queue_keys[w.id])
         pools = self.pending_shapes[group]
         shapes = pools[w.pool]
         shape = self.shape_class(w)
@@ -140,7 +140,7 @@ class PendingQueues:
         newest, at the end of a queue that may be 100,000 long."""
         if self.pending.get(w.id) is not w:
             return None
-        group, key = self.group_of(w), self.queue_key(w)
+        group, key = self.group_of(w), self.queue_keys[w.id]
         while True:
             begun = self._compactions
             if begun % 2 == 0:
