@@ -529,6 +529,38 @@ def recording_api(handler: type, seen: list, answers: dict):
     return KubeApi(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))), server
 
 
+@pytest.mark.parametrize("call", ["create", "delete_job", "list_pods", "pod_log"])
+def test_a_call_the_api_server_takes_and_never_answers_fails_instead_of_waiting_for_ever(call):
+    """An API server that accepts the connection and then says nothing (a
+    failover that drops requests silently): each one-shot call gives up after
+    its timeout with an error (the attempt fails visibly, a shutdown's settle
+    ends) instead of holding its task for good."""
+    import socket
+    from kubernetes_asyncio import client
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)            # the kernel completes the handshakes; nobody reads
+    host = "http://127.0.0.1:%d" % silent.getsockname()[1]
+    calls = {"create": lambda api: api.create(job_manifest(spec(), SETTINGS)),
+             "delete_job": lambda api: api.delete_job("gpuhub-w1-0", "gpuhub-jobs", 30),
+             "list_pods": lambda api: api.list_pods(),
+             "pod_log": lambda api: api.pod_log("p-1", "gpuhub-jobs")}
+
+    async def scenario():
+        api = KubeApi(client.ApiClient(client.Configuration(host=host)), call_timeout=(1, 0.5))
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(calls[call](api), 30)
+            return time.monotonic() - t0
+        finally:
+            await api.close()
+    try:
+        assert asyncio.run(scenario()) < 10     # the call's own timeout, not the guard's 30 s
+    finally:
+        silent.close()
+
+
 def test_kube_api_sends_the_requests_the_api_server_expects():
     async def scenario():
         seen: list = []

@@ -12,15 +12,22 @@ from .watch import Gone, json_lines
 
 SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
 KINDS = ("jobs", "deployments", "pods", "nodes")   # what the backend lists and watches
+# kubernetes_asyncio waits for ever by default: an API server that takes a
+# request and never answers (a failover that drops connections silently)
+# would hold the attempt's create or delete, and a shutdown's settle, for
+# good. (connect, silence while reading) in seconds, for every call but the
+# watch and the followed log, which are meant to stay open.
+CALL_TIMEOUT = (10, 60)
 
 
 class KubeApi:
     """The only code that talks to the API server: each method is one call,
     objects in and out as plain JSON dicts."""
 
-    def __init__(self, api_client):
+    def __init__(self, api_client, call_timeout: tuple[float, float] = CALL_TIMEOUT):
         from kubernetes_asyncio import client
         self._client = api_client
+        self._timeout = call_timeout
         self._batch = client.BatchV1Api(api_client)
         self._apps = client.AppsV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
@@ -42,13 +49,17 @@ class KubeApi:
         ns, kind = manifest["metadata"]["namespace"], manifest["kind"]
         try:
             if kind == "Job":
-                await self._batch.create_namespaced_job(ns, manifest)
+                await self._batch.create_namespaced_job(
+                    ns, manifest, _request_timeout=self._timeout)
             elif kind == "Deployment":
-                await self._apps.create_namespaced_deployment(ns, manifest)
+                await self._apps.create_namespaced_deployment(
+                    ns, manifest, _request_timeout=self._timeout)
             elif kind == "ConfigMap":
-                await self._core.create_namespaced_config_map(ns, manifest)
+                await self._core.create_namespaced_config_map(
+                    ns, manifest, _request_timeout=self._timeout)
             else:
-                await self._core.create_namespaced_service(ns, manifest)
+                await self._core.create_namespaced_service(
+                    ns, manifest, _request_timeout=self._timeout)
         except self._api_exception as e:
             if not (exist_ok and e.status == 409):
                 raise
@@ -56,17 +67,21 @@ class KubeApi:
     async def delete_job(self, name: str, namespace: str, grace_seconds: int) -> None:
         # Background: the Job goes now, its pods get their grace period.
         await self._batch.delete_namespaced_job(name, namespace, body=self._delete_options(
-            propagation_policy="Background", grace_period_seconds=grace_seconds))
+            propagation_policy="Background", grace_period_seconds=grace_seconds),
+            _request_timeout=self._timeout)
 
     async def delete_deployment(self, name: str, namespace: str, grace_seconds: int) -> None:
         await self._apps.delete_namespaced_deployment(name, namespace, body=self._delete_options(
-            propagation_policy="Background", grace_period_seconds=grace_seconds))
+            propagation_policy="Background", grace_period_seconds=grace_seconds),
+            _request_timeout=self._timeout)
 
     async def delete_service(self, name: str, namespace: str) -> None:
-        await self._core.delete_namespaced_service(name, namespace)
+        await self._core.delete_namespaced_service(name, namespace,
+                                                   _request_timeout=self._timeout)
 
     async def delete_config_map(self, name: str, namespace: str) -> None:
-        await self._core.delete_namespaced_config_map(name, namespace)
+        await self._core.delete_namespaced_config_map(name, namespace,
+                                                      _request_timeout=self._timeout)
 
     async def _list(self, kind: str, **query):
         """One list (or, with ``watch=True``, watch) request of ``kind``:
@@ -84,7 +99,7 @@ class KubeApi:
         """GPU Hub's objects of ``kind`` (all the nodes), and the list's resourceVersion."""
         # The JSON as sent: the client's models would only be turned back
         # into dicts, at a cost that grows with the cluster (1,000 pods).
-        response = await self._list(kind, _preload_content=False)
+        response = await self._list(kind, _preload_content=False, _request_timeout=self._timeout)
         async with response:
             if not 200 <= response.status < 300:
                 raise self._api_exception(status=response.status, reason=await response.text())
@@ -128,7 +143,8 @@ class KubeApi:
         return (await self.list_kind("nodes"))[0]
 
     async def pod_log(self, name: str, namespace: str) -> str:
-        return await self._core.read_namespaced_pod_log(name, namespace)
+        return await self._core.read_namespaced_pod_log(name, namespace,
+                                                        _request_timeout=self._timeout)
 
     async def follow_log(self, name: str, namespace: str) -> AsyncIterator[bytes]:
         """A running pod's log as it is written, until its container ends."""
