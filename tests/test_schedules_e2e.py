@@ -9,8 +9,8 @@ It takes real minutes: a cron expression's smallest step is one minute and
 the service reads the wall clock; a seconds-granular cron for tests only
 would test another code path than the one users run. The clock-seam tests
 (tests/test_schedules_service.py) cover daylight-saving changes and long
-outages without sleeping; this one keeps to the three minute boundaries it
-needs (about 2.5 minutes)."""
+outages without sleeping; this one keeps to the two minute boundaries it
+needs (one and a half minutes on average)."""
 from __future__ import annotations
 
 import json
@@ -151,27 +151,27 @@ def test_every_minute_exactly_once_across_kill_9(hub, capsys):
     assert [f for f in firings() if ts(f["scheduled_for"]) >= m1] == []
     restart_1 = kill9(hub, hold_port_until=m1 + 4)
     wait_for(lambda: len(firings()) >= 1, "the firing missed while down", 90)
-    # 2. Killed just after m2 fired: the restart does not fire it again.
+    # 2. Killed just after m2 fired: the restart does not fire it again (a
+    # restart's look for missed firings comes at once; 5 s more is ten looks).
     wait_for(lambda: len(firings()) >= 2, "the m2 firing", 75)
     restart_2 = kill9(hub)
-    # 3. On to m3, and a little after, to see that nothing else fires.
-    sleep_until(m1 + 120 + 5)
+    time.sleep(5)
     seen = firings()
     alice.request("DELETE", f"/schedules/{sid}")
     with capsys.disabled():
         print(f"\nrestarts after kill -9: {restart_1:.1f} s, {restart_2:.1f} s; firings: "
               + ", ".join(f"{hhmm(f['scheduled_for'])} {f['cause']} "
                           f"{ts(f['fired_at']) - ts(f['scheduled_for']):.2f} s late" for f in seen))
-    assert [ts(f["scheduled_for"]) for f in seen] == [m1, m1 + 60, m1 + 120], seen
-    first, *rest = seen
+    assert [ts(f["scheduled_for"]) for f in seen] == [m1, m1 + 60], seen
+    first, second = seen
     # Down at m1: run at the restart, later than schedule_late_grace: a catch-up.
     assert first["cause"] == "catch-up" and ts(first["fired_at"]) > m1 + 4
-    assert [f["cause"] for f in rest] == ["cron", "cron"]
-    assert all(ts(f["fired_at"]) - ts(f["scheduled_for"]) < 3 for f in rest)
+    # After that restart, m2 on time, by the cron.
+    assert second["cause"] == "cron" and ts(second["fired_at"]) - m1 - 60 < 3
     mine = [w for w in alice.get("/workloads", params={"limit": 1000}).json()["workloads"]
             if w["schedule_id"] == sid]
     assert sorted(w["id"] for w in mine) == sorted(f["workload_id"] for f in seen)
-    assert len({w["name"] for w in mine}) == 3
+    assert len({w["name"] for w in mine}) == 2
     for w in mine:
         assert alice.wait(w["id"], "succeeded", 90)["exit_code"] == 0
 
