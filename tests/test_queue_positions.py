@@ -58,6 +58,8 @@ def test_a_place_in_the_queue_counts_only_the_work_still_waiting_before_it(opera
         expected = {wid: walked(state, wid) for wid in state.pending}
         assert queue_positions(state, set(state.pending) | {"gone"}) == expected
         assert all(queue_position(state, wid) == place for wid, place in expected.items())
+        # what is kept per workload goes with it (a service runs for months)
+        assert state.queue_keys.keys() == state.pending.keys()
     assert queue_position(state, "gone") is None
 
 

@@ -37,6 +37,8 @@ class PendingQueues:
         # workloads (lazy: entries of workloads gone are dropped when on top).
         # Lets a cycle skip a team once every shape it waits with cannot fit.
         self.pending_shapes: dict[str, dict[str, dict[tuple, list]]] = {}
+        # id -> its queue key, computed once at ``add``, for the pending
+        # workloads only (a removal takes its own).
         self.queue_keys: dict[str, tuple] = {}
         # (team, pool, kind) -> [pending workloads, their GPU units]: kept
         # as work comes and goes, so that what shows the queue's size (the
@@ -80,7 +82,7 @@ class PendingQueues:
             self.by_submit = [e for e in self.by_submit if self._is_pending(e)]
             self._by_submit_stale = 0
         group = self.group_of(w)
-        bisect.insort(self._stale_keys.setdefault(group, []), self.queue_keys[w.id])
+        bisect.insort(self._stale_keys.setdefault(group, []), self.queue_keys.pop(w.id))
         pools = self.pending_shapes[group]
         shapes = pools[w.pool]
         shape = self.shape_class(w)
@@ -138,9 +140,10 @@ class PendingQueues:
         considered), None if it is not pending. The entries before it less
         the stale ones before it, two bisections: the Jobs panel asks for its
         newest, at the end of a queue that may be 100,000 long."""
-        if self.pending.get(w.id) is not w:
+        key = self.queue_keys.get(w.id)  # a read may race the loop's removal
+        if key is None or self.pending.get(w.id) is not w:
             return None
-        group, key = self.group_of(w), self.queue_keys[w.id]
+        group = self.group_of(w)
         while True:
             begun = self._compactions
             if begun % 2 == 0:
