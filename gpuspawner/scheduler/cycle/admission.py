@@ -42,7 +42,7 @@ class _Cycle:
         self.ledger = state.ledger.copy()
         self.result = CycleResult()
         self.space = Space(state, policy)
-        self.reservations = Reservations(self.space, policy, now)
+        self.reservations = Reservations(self.space, policy, now, explain)
         self.unavailable: set[str] = set()       # running work already leaving
         self.preempting = Preempting(state, policy, now, self.space, self.ledger,
                                      self.unavailable)
@@ -197,7 +197,7 @@ class _Cycle:
             self.consider_cpu_only(w, holds_reservation)
             return
         policy = self.policy
-        shape, limits = self.shape_of(w)
+        shape = self.shape_of(w)
         closed = self.space.strategy(w).known_unplaceable(w, shape)
         # Without explanations a workload that cannot fit is skipped, unless
         # its quota check could still create its team's quota hold (a decision).
@@ -217,7 +217,7 @@ class _Cycle:
             return
         if policy.quotas and not self.gate.resources_allow(w):
             return
-        placement = None if closed else self.place(w, shape, limits)
+        placement = None if closed else self.place(w, shape, self.caps_of(w))
         if placement is not None and policy.quotas and self.gate.breaks_lending(w):
             # It fits, but the GPUs it would take cover what others borrow.
             if policy.preemption and self.try_preemption(w):
@@ -291,10 +291,18 @@ class _Cycle:
     def end_of(self, w: Workload) -> float:
         return self.now + w.time_limit if w.time_limit is not None else float("inf")
 
-    def shape_of(self, w: Workload) -> tuple[Optional[tuple], dict[str, int]]:
+    def shape_of(self, w: Workload) -> Optional[tuple]:
         """The key under which placement failures are cached (None when the
-        workload has node selectors or is a share), and the per-node caps
-        that backfill reservations (and nodes' CPUs and memory) put on it."""
+        workload has node selectors or is a share)."""
+        beaten = self.reservations.beaten(w.pool, self.end_of(w))
+        return self.space.strategy(w).shape(w, beaten, self.selector(w))
+
+    def caps_of(self, w: Workload) -> dict[str, int]:
+        """The per-node caps that backfill reservations (and nodes' CPUs and
+        memory) put on ``w``: made only where a placement is tried (a long
+        queue's reservation holders mostly fail on a shape already known not
+        to fit, and remaking the caps after each new reservation was a sixth
+        of a replay's time)."""
         end = self.end_of(w)
         beaten = self.reservations.beaten(w.pool, end)
         limits = self.reservations.limits(w.pool, beaten, end)
@@ -303,7 +311,7 @@ class _Cycle:
             caps = {**caps, **self.reservations.room_caps(w, beaten, end)}
         if caps:
             limits = {**limits, **caps}
-        return self.space.strategy(w).shape(w, beaten, self.selector(w)), limits
+        return limits
 
     def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
         placement = self.space.strategy(w).place(w, shape, limits, self.end_of(w),
@@ -364,9 +372,8 @@ class _Cycle:
                tuple(sorted(selector.items())))
         if key not in self.fits_elsewhere:
             anywhere = without_datasets(w)
-            _shape, limits = self.shape_of(anywhere)
             self.fits_elsewhere[key] = self.space.strategy(w).place(
-                anywhere, None, limits, end, reservations, selector) is not None
+                anywhere, None, self.caps_of(anywhere), end, reservations, selector) is not None
         if not self.fits_elsewhere[key]:
             return None
         if w.gpu_share:

@@ -35,7 +35,7 @@ class QuotaGate:
                 reserved = self.cycle.try_reserve(w, holds_reservation)
             self.cycle.wait(w, reserved or blocked[1])
             return False
-        reason = self.cycle.ledger.check(w.team, w.pool, w.gpu_units)
+        reason = self.cycle.ledger.check(w.team, w.pool, w.gpu_units, self.cycle.explain)
         if reason is not None:
             # Its own team's lower-priority work may give the quota back.
             if policy.preemption and self.cycle.preempting.outranks_own_work(w) and \
@@ -91,7 +91,7 @@ class QuotaGate:
         blocked = self.quota_blocked.get((w.team, w.pool))
         if blocked is not None and w.gpu_units >= blocked[0]:
             return
-        reason = self.cycle.ledger.check(w.team, w.pool, w.gpu_units)
+        reason = self.cycle.ledger.check(w.team, w.pool, w.gpu_units, self.cycle.explain)
         if reason is not None:
             self.quota_blocked[(w.team, w.pool)] = (w.gpu_units, reason, self.ceiling_allows(w))
             self.cycle.changed()
