@@ -197,26 +197,30 @@ class _Cycle:
             self.consider_cpu_only(w, holds_reservation)
             return
         policy = self.policy
-        shape = self.shape_of(w)
-        closed = self.space.strategy(w).known_unplaceable(w, shape)
-        # Without explanations a workload that cannot fit is skipped, unless
-        # its quota check could still create its team's quota hold (a decision).
-        may_hold = policy.quota_holds and policy.quotas and \
-            (w.team, w.pool) not in self.quota_holds
-        if closed and not self.explain and not may_hold and self.pool_done(w.team, w.pool) \
-                and not holds_reservation and not (self.aged(w) and self.reservations.may_reserve(
-                    w, holds_reservation, True)):
-            # The same decisions as with explanations: only the team's quota
-            # refusal, which its later work reads, is kept.
-            if policy.quotas:
-                self.gate.note_quota_refusal(w)
-            if policy.strict_fifo:
-                self.order.stopped = f"behind {w.id}"
-            return
+        shape = closed = None
+        if not self.explain and not holds_reservation:
+            shape, closed = self.shape_and_closed(w)
+            # Without explanations a workload that cannot fit is skipped, unless
+            # its quota check could still create its team's quota hold (a decision).
+            may_hold = policy.quota_holds and policy.quotas and \
+                (w.team, w.pool) not in self.quota_holds
+            if closed and not may_hold and self.pool_done(w.team, w.pool) and not (
+                    self.aged(w) and self.reservations.may_reserve(w, holds_reservation, True)):
+                # The same decisions as with explanations: only the team's quota
+                # refusal, which its later work reads, is kept.
+                if policy.quotas:
+                    self.gate.note_quota_refusal(w)
+                if policy.strict_fifo:
+                    self.order.stopped = f"behind {w.id}"
+                return
         if policy.quotas and not self.gate.quota_allows(w, holds_reservation):
             return
         if policy.quotas and not self.gate.resources_allow(w):
             return
+        if closed is None:
+            # Only now for holders: most are refused by quota first (the
+            # checks above change nothing the shape depends on when they pass).
+            shape, closed = self.shape_and_closed(w)
         placement = None if closed else self.place(w, shape, self.caps_of(w))
         if placement is not None and policy.quotas and self.gate.breaks_lending(w):
             # It fits, but the GPUs it would take cover what others borrow.
@@ -290,6 +294,11 @@ class _Cycle:
 
     def end_of(self, w: Workload) -> float:
         return self.now + w.time_limit if w.time_limit is not None else float("inf")
+
+    def shape_and_closed(self, w: Workload) -> tuple[Optional[tuple], bool]:
+        """``shape_of(w)``, and whether a placement of that shape already failed."""
+        shape = self.shape_of(w)
+        return shape, self.space.strategy(w).known_unplaceable(w, shape)
 
     def shape_of(self, w: Workload) -> Optional[tuple]:
         """The key under which placement failures are cached (None when the
