@@ -313,7 +313,8 @@ class FakeKube:
 
     async def create(self, manifest, exist_ok=False):
         if self.refuse:
-            raise RuntimeError(self.refuse)
+            raise self.refuse if isinstance(self.refuse, BaseException) else \
+                RuntimeError(self.refuse)
         m = manifest["metadata"]
         key = (manifest["kind"], m["namespace"], m["name"])
         if key in self.objects:
@@ -425,6 +426,21 @@ def test_stop_deletes_with_the_grace_period_and_reports_stopped():
         await b.settle()
         assert ("delete-service", name) in api.calls
     run(scenario())
+
+
+def test_a_create_the_api_server_never_answers_fails_the_attempt_and_says_why(caplog):
+    """A timeout's own text is empty: the attempt must still fail (an empty
+    reason read as "created"), and the log must say what happened."""
+    async def scenario():
+        api, clock = FakeKube(), Clock()
+        b = KubernetesBackend(SETTINGS, api, clock=clock)
+        api.refuse = asyncio.TimeoutError()
+        b.start(spec())
+        await b.settle()
+        [x] = b.poll()
+        assert (x.reason, x.returncode) == (EXITED, 127)
+    run(scenario())
+    assert "did not answer within 60 s" in caplog.text
 
 
 def test_refused_create_fails_the_attempt_and_vanished_job_is_lost():

@@ -4,6 +4,7 @@ in and out as plain JSON dicts; a watch and a followed log as async
 iterators. The backend (``backend``) and its watch loop (``watch``) call it."""
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import AsyncIterator
 
@@ -18,6 +19,14 @@ KINDS = ("jobs", "deployments", "pods", "nodes")   # what the backend lists and 
 # good. (connect, silence while reading) in seconds, for every call but the
 # watch and the followed log, which are meant to stay open.
 CALL_TIMEOUT = (10, 60)
+
+
+def error_text(e: BaseException) -> str:
+    """What a failed call says, never empty: a timeout's own text is."""
+    if isinstance(e, asyncio.TimeoutError):
+        return (f"the API server did not answer within {CALL_TIMEOUT[1]:g} s "
+                f"({CALL_TIMEOUT[0]:g} s to connect)")
+    return str(e) or type(e).__name__
 
 
 class KubeApi:

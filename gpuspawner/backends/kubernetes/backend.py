@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Optional
 
 from ...scheduler.model import Node
 from ..base import EXITED, AttemptExit, Backend, LaunchSpec, Started
-from .api import KINDS
+from .api import KINDS, error_text
 from .logs import PodLogs
 from .manifests import KubeSettings, job_manifest, job_name, namespace_for, rendezvous_service
 from .serving import (LABEL_REPLICA, replica_address, replica_exit, replica_manifests,
@@ -328,8 +328,9 @@ class KubernetesBackend(Backend):
             for m in manifests:
                 await self.api.create(m)
         except Exception as e:  # the API refused it: the attempt fails, visibly
-            log.error("could not create %s: %s", manifests[-1]["metadata"]["name"], e)
-            a.failed_to_create = str(e)
+            a.failed_to_create = error_text(e)   # never empty: it marks the attempt failed
+            log.error("could not create %s: %s", manifests[-1]["metadata"]["name"],
+                      a.failed_to_create)
             self._wake()
 
     async def _delete(self, a: _Attempt, grace: int) -> None:
@@ -340,7 +341,7 @@ class KubernetesBackend(Backend):
             else:
                 await self.api.delete_job(name, a.namespace, grace)
         except Exception as e:
-            log.warning("could not delete %s: %s", name, e)
+            log.warning("could not delete %s: %s", name, error_text(e))
 
     async def _collect(self, a: _Attempt, stop: bool) -> None:
         """After the end: the rest of the pods' output into the attempt's log
@@ -367,4 +368,4 @@ class KubernetesBackend(Backend):
             try:
                 await delete(what, a.namespace)
             except Exception as e:
-                log.warning("could not delete %s: %s", what, e)
+                log.warning("could not delete %s: %s", what, error_text(e))

@@ -10,6 +10,8 @@ import asyncio
 import logging
 import os
 
+from .api import error_text
+
 log = logging.getLogger("gpuhub.kubernetes")
 Key = tuple[str, str]
 
@@ -54,7 +56,7 @@ class PodLogs:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.warning("following the log of pod %s/%s broke: %s", *key, e)
+            log.warning("following the log of pod %s/%s broke: %s", *key, error_text(e))
         finally:
             self._following.pop(key, None)
             self.on_done()
@@ -79,7 +81,7 @@ class PodLogs:
             try:
                 data = (await self.api.pod_log(pod, namespace)).encode("utf-8", "replace")
             except Exception as e:
-                data = f"[gpuhub: no log of pod {pod}: {e}]\n".encode()
+                data = f"[gpuhub: no log of pod {pod}: {error_text(e)}]\n".encode()
                 self._written.pop(key, None)
             rest = data[self._written.pop(key, 0):]
             if rest and path:
