@@ -217,9 +217,7 @@ class _Cycle:
             return
         if policy.quotas and not self.gate.resources_allow(w):
             return
-        if closed is None:
-            # Only now for holders: most are refused by quota first (the
-            # checks above change nothing the shape depends on when they pass).
+        if closed is None:  # only now for holders: most are refused by quota first
             shape, closed = self.shape_and_closed(w)
         placement = None if closed else self.place(w, shape, self.caps_of(w))
         if placement is not None and policy.quotas and self.gate.breaks_lending(w):
@@ -284,11 +282,8 @@ class _Cycle:
         if not self.preempting.first_attempt(w):
             return False
         self.changed()
-        end = self.end_of(w)
-        beaten = self.reservations.beaten(w.pool, end)
-        limits = self.reservations.limits(w.pool, beaten, end)
-        if asks(w):  # what reservations hold; the node's own CPUs victims may free
-            limits = {**limits, **self.reservations.room_caps(w, beaten, end)}
+        # What reservations hold (not the node's own CPUs: victims may free those).
+        limits = self.reservations.caps(w, self.end_of(w), {})
         return self.preempting.attempt(w, self.shares, limits, self.selector(w),
                                        self.result.events)
 
@@ -296,31 +291,19 @@ class _Cycle:
         return self.now + w.time_limit if w.time_limit is not None else float("inf")
 
     def shape_and_closed(self, w: Workload) -> tuple[Optional[tuple], bool]:
-        """``shape_of(w)``, and whether a placement of that shape already failed."""
-        shape = self.shape_of(w)
-        return shape, self.space.strategy(w).known_unplaceable(w, shape)
-
-    def shape_of(self, w: Workload) -> Optional[tuple]:
         """The key under which placement failures are cached (None when the
-        workload has node selectors or is a share)."""
+        workload has node selectors or is a share), and whether one of that
+        shape already failed."""
+        strategy = self.space.strategy(w)
         beaten = self.reservations.beaten(w.pool, self.end_of(w))
-        return self.space.strategy(w).shape(w, beaten, self.selector(w))
+        shape = strategy.shape(w, beaten, self.selector(w))
+        return shape, strategy.known_unplaceable(w, shape)
 
     def caps_of(self, w: Workload) -> dict[str, int]:
-        """The per-node caps that backfill reservations (and nodes' CPUs and
-        memory) put on ``w``: made only where a placement is tried (a long
-        queue's reservation holders mostly fail on a shape already known not
-        to fit, and remaking the caps after each new reservation was a sixth
-        of a replay's time)."""
-        end = self.end_of(w)
-        beaten = self.reservations.beaten(w.pool, end)
-        limits = self.reservations.limits(w.pool, beaten, end)
-        caps = self.space.resource_caps(w)
-        if asks(w):
-            caps = {**caps, **self.reservations.room_caps(w, beaten, end)}
-        if caps:
-            limits = {**limits, **caps}
-        return limits
+        """``Reservations.caps`` of ``w``: made only where a placement is tried
+        (remade after each new reservation for every holder, whose shape then
+        failed, they were a sixth of a long replay's time)."""
+        return self.reservations.caps(w, self.end_of(w), self.space.resource_caps(w))
 
     def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
         placement = self.space.strategy(w).place(w, shape, limits, self.end_of(w),

@@ -8,7 +8,7 @@ from typing import Optional
 
 from ..backfill import Reservation, find_reservation, merged_releases
 from ..model import Workload
-from ..node_load import request_words
+from ..node_load import asks, request_words
 from ..policy import Policy
 from .results import duration
 from .space import Space
@@ -122,6 +122,18 @@ class Reservations:
                 limits[node] = min(spare, limits.get(node, spare))
             prefix.append(limits)
         return prefix[beaten[1]]
+
+    def caps(self, w: Workload, end: float, resource_caps: dict[str, int]) -> dict[str, int]:
+        """The per-node caps on ``w`` ending at ``end``: those of the
+        reservations starting before then, the nodes' own room for it
+        (``resource_caps``) and, where it asks for CPUs or memory, the room
+        those reservations hold."""
+        beaten = self.beaten(w.pool, end)
+        limits = self.limits(w.pool, beaten, end)
+        caps = resource_caps
+        if asks(w):
+            caps = {**caps, **self.room_caps(w, beaten, end)}
+        return {**limits, **caps} if caps else limits
 
     def try_reserve(self, w: Workload, holds_reservation: bool, aged: bool, selector,
                     unavailable: set[str]) -> Optional[str]:
