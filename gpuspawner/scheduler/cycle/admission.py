@@ -300,9 +300,9 @@ class _Cycle:
         return shape, strategy.known_unplaceable(w, shape)
 
     def caps_of(self, w: Workload) -> dict[str, int]:
-        """``Reservations.caps`` of ``w``: made only where a placement is tried
-        (remade after each new reservation for every holder, whose shape then
-        failed, they were a sixth of a long replay's time)."""
+        """``Reservations.caps`` of ``w``, made only where a placement is tried:
+        made for every reservation holder, most of them refused before they
+        try one, they were a sixth of a long replay's time."""
         return self.reservations.caps(w, self.end_of(w), self.space.resource_caps(w))
 
     def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
