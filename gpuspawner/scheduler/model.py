@@ -228,8 +228,8 @@ class Workload:
             object.__setattr__(self, "priority", DEFAULT_PRIORITY_FOR_KIND[self.kind])
 
     # Not cached_property: caching them in the instances of 100,000 queued
-    # workloads took 138 MB more (1.4 kB each: their dicts grow), for 3% of a
-    # long replay's time.
+    # workloads took 138 MB more (1.4 kB each: their dicts grow), for at most
+    # 3% of a long replay's time.
     @property
     def gpus(self) -> int:
         """Physical GPUs it touches (1 for a share)."""

@@ -205,7 +205,7 @@ class _Cycle:
             may_hold = policy.quota_holds and policy.quotas and \
                 (w.team, w.pool) not in self.quota_holds
             if closed and not may_hold and self.pool_done(w.team, w.pool) and not (
-                    self.aged(w) and self.reservations.may_reserve(w, holds_reservation, True)):
+                    self.aged(w) and self.reservations.may_reserve(w, False, True)):
                 # The same decisions as with explanations: only the team's quota
                 # refusal, which its later work reads, is kept.
                 if policy.quotas:
