@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Optional
 
 from .safefiles import read_own
@@ -30,14 +29,30 @@ def read_json(path: str, max_bytes: int = MAX_RECORD) -> Optional[dict]:
     return record if isinstance(record, dict) else None
 
 
+def _new_file_beside(path: str) -> tuple[int, str]:
+    """A new file of a random name in ``path``'s directory, opened as
+    ``tempfile.mkstemp`` does (mode 0600, never through a link, failing
+    rather than opening what is there). Not tempfile itself: the runner
+    writes its records with this module, and every start paid for
+    importing tempfile (and shutil, random)."""
+    folder, name = os.path.dirname(path) or ".", os.path.basename(path)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{name}.{os.urandom(6).hex()}")
+        try:
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                           | os.O_CLOEXEC, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 def write_json(path: str, data: dict, mode: int = 0o644) -> None:
     """Write all of it or nothing: a reader never sees half a record.
 
     The directory may be writable by a job's account (the sticky bit keeps
     our files ours): the temporary file has a random name, made afresh
     (never through a link the job left, nor one it can guess)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".",
-                               prefix=f".{os.path.basename(path)}.")
+    fd, tmp = _new_file_beside(path)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as f:

@@ -13,12 +13,17 @@ service and its root runners write is; nothing a user makes can be).
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import stat
 from typing import Optional
 
-log = logging.getLogger(__name__)
+
+
+def _ignoring(path: str, why: str) -> None:
+    # logging is imported here, not above: the runner imports this module,
+    # and every start pays for what it imports.
+    import logging
+    logging.getLogger(__name__).warning("ignoring %s: %s", path, why)
 
 
 def open_own(path: str) -> Optional[int]:
@@ -28,7 +33,7 @@ def open_own(path: str) -> Optional[int]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            log.warning("ignoring %s: a symbolic link", path)
+            _ignoring(path, "a symbolic link")
         elif e.errno not in (errno.ENOENT, errno.ENOTDIR):
             raise
         return None
@@ -44,7 +49,7 @@ def open_own(path: str) -> Optional[int]:
         os.set_blocking(fd, True)
         return fd
     os.close(fd)
-    log.warning("ignoring %s: %s", path, why)
+    _ignoring(path, why)
     return None
 
 

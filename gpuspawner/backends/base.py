@@ -11,14 +11,10 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional
 
-if TYPE_CHECKING:  # the runner imports this module: it starts without the scheduler
-    from ..scheduler.model import Node
+from .exits import EXITED, LOST, STOPPED, TIME_LIMIT  # noqa: F401 (why an attempt ended)
 
-# Why an attempt ended.
-EXITED = "exited"          # the command exited by itself (see returncode)
-TIME_LIMIT = "time-limit"  # killed for running past its time limit
-STOPPED = "stopped"        # stopped by the service (preemption, cancel, eviction)
-LOST = "lost"              # its process is gone and left no exit record
+if TYPE_CHECKING:
+    from ..scheduler.model import Node
 
 
 @dataclass(frozen=True)

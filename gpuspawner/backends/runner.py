@@ -57,13 +57,13 @@ at once (it does not SIGKILL the runner, which could then sweep nothing).
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 from typing import Optional
 
 from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
@@ -71,7 +71,7 @@ from ..isolation.attempt_pids import descendants
 from ..isolation.placement import Placement, enter
 from ..isolation import dataset_mounts
 from ..jsonfile import read_json, write_json
-from .base import EXITED, STOPPED, TIME_LIMIT
+from .exits import EXITED, STOPPED, TIME_LIMIT
 
 ENV_FILE = "env.json"
 RUNNER_FILE = "runner.json"
@@ -96,39 +96,74 @@ def proc_stat(pid: int) -> Optional[tuple[str, int]]:
     return fields[0].decode(), int(fields[19])  # fields 3 and 22
 
 
-def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m gpuspawner.backends.runner")
-    parser.add_argument("--dir", required=True, help="the attempt directory")
-    parser.add_argument("--cwd", default=None,
-                        help="the directory the command runs in (entered after the drop)")
-    parser.add_argument("--time-limit", type=float, default=None)
-    parser.add_argument("--grace", type=float, default=30.0,
-                        help="seconds between SIGTERM and SIGKILL at the time limit")
-    parser.add_argument("--cgroup", action="append", default=[],
-                        help="a cgroup directory the command joins (repeatable)")
-    parser.add_argument("--groups", default="",
-                        help="comma-separated supplementary group ids of the command")
-    parser.add_argument("--user", default=None,
-                        help="the system account the command runs as (the runner stays root)")
-    parser.add_argument("--make-dir", action="append", default=[],
-                        help="a directory to create as --user before the command starts")
-    parser.add_argument("--dataset", action="append", default=[],
-                        help="NAME=PATH: a folder the command sees read-only at /datasets/NAME")
+# The runner's options: name -> (attribute, converter, default; a list
+# default: repeatable). Parsed by hand, not with argparse: the service starts
+# one runner per attempt, and importing argparse was a tenth of each start.
+_OPTIONS = {
+    "--dir": ("dir", str, None),             # the attempt directory (required)
+    "--cwd": ("cwd", str, None),             # where the command runs (entered after the drop)
+    "--time-limit": ("time_limit", float, None),
+    "--grace": ("grace", float, 30.0),       # seconds between SIGTERM and SIGKILL at the limit
+    "--cgroup": ("cgroup", str, []),         # a cgroup directory the command joins
+    "--groups": ("groups", str, ""),         # comma-separated supplementary group ids
+    "--user": ("user", str, None),           # the account the command runs as (runner: root)
+    "--make-dir": ("make_dir", str, []),     # made as --user before the command starts
+    "--dataset": ("dataset", str, []),       # NAME=PATH: read-only at /datasets/NAME
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_options(argv: list[str]) -> tuple[SimpleNamespace, list[str]]:
+    """The options before ``--`` and the command after it (UsageError: what is wrong)."""
     if "--" not in argv:
-        parser.error("the command must follow --")
+        raise UsageError("the command must follow --")
     split = argv.index("--")
-    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
-    if not command:
-        parser.error("no command after --")
-    if os.getpgrp() != os.getpid():
-        # Signals go to the whole group; in someone else's group they would hit them too.
-        parser.error("must lead its own process group (start it with setsid)")
+    args = SimpleNamespace(**{attr: list(default) if isinstance(default, list) else default
+                              for attr, _convert, default in _OPTIONS.values()})
+    options = iter(argv[:split])
+    for word in options:
+        name, eq, value = word.partition("=")
+        if name not in _OPTIONS:
+            raise UsageError(f"unrecognized argument: {word}")
+        attr, convert, default = _OPTIONS[name]
+        if not eq:
+            value = next(options, None)
+            if value is None:
+                raise UsageError(f"{name} expects a value")
+        try:
+            value = convert(value)
+        except ValueError:
+            raise UsageError(f"{name}: not a number: {value!r}") from None
+        if isinstance(default, list):
+            getattr(args, attr).append(value)
+        else:
+            setattr(args, attr, value)
+    if args.dir is None:
+        raise UsageError("--dir is required")
+    if not argv[split + 1:]:
+        raise UsageError("no command after --")
     if args.make_dir and not args.user:
-        parser.error("--make-dir goes with --user")
+        raise UsageError("--make-dir goes with --user")
     try:
         args.dataset = dataset_mounts.parse(args.dataset)
     except ValueError as e:
-        parser.error(str(e))
+        raise UsageError(str(e)) from None
+    return args, argv[split + 1:]
+
+
+def _parse(argv: list[str]) -> tuple[SimpleNamespace, list[str]]:
+    try:
+        args, command = parse_options(argv)
+        if os.getpgrp() != os.getpid():
+            # Signals go to the whole group; in someone else's group they would hit them too.
+            raise UsageError("must lead its own process group (start it with setsid)")
+    except UsageError as e:
+        usage = __doc__.split("\n\n")[1]
+        print(f"usage:\n{usage}\ngpuspawner runner: error: {e}", file=sys.stderr)
+        sys.exit(2)
     return args, command
 
 
@@ -225,7 +260,7 @@ def _job_environment(attempt_dir: str) -> Optional[dict]:
     return env
 
 
-def preexec(args: argparse.Namespace, placement: Placement):
+def preexec(args: SimpleNamespace, placement: Placement):
     """What the forked child does before it executes the command, in this
     order: join the attempt's cgroups, become the account (keeping the
     placement's device groups), make its directories as the account, go to

@@ -23,14 +23,12 @@ Isolation needs root: ``isolating()`` says whether this process can do it.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import pwd
 import re
 import stat
 import subprocess
-from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 DEFAULT_PREFIX = "gpuhub-"
 MAX_NAME = 32      # useradd's limit on Debian and most systems
@@ -49,6 +47,7 @@ class AccountError(RuntimeError):
 
 
 def _digest(hub_name: str) -> str:
+    import hashlib  # here: the runner imports this module, and every start pays for it
     return hashlib.sha256(hub_name.encode()).hexdigest()
 
 
@@ -83,8 +82,9 @@ def _same_path(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-@dataclass(frozen=True)
-class Account:
+class Account(NamedTuple):
+    # A NamedTuple, not a dataclass: the runner imports this module, and
+    # dataclasses (with inspect) was a fifth of what every start imported.
     name: str
     uid: int
     gid: int
