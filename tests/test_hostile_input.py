@@ -16,6 +16,8 @@ import pytest
 
 import requests
 
+from gpuspawner.vocab.errors import SpecError
+
 from conftest import fresh_pg_database
 from hub_harness import ADMIN_TOKEN, Hub, wait_for
 
@@ -116,6 +118,11 @@ MODEL = "MODEL"  # stands for the deployment's model directory
     ("root-admin", "POST", "/audit", '{"action": "x", "detail": {"n": NaN}}', 400, "body"),
     ("root-admin", "POST", "/audit", {"action": "x", "detail": {"n": "a\u0000b"}}, 400,
      "detail.n"),
+    # lone surrogates: valid JSON escapes, but not text (no database encodes them)
+    ("alice", "POST", "/workloads", '{"command": "true", "name": "job\\ud800"}', 400, "name"),
+    ("alice", "POST", "/workloads", '{"command": "echo \\udfff"}', 400, "command"),
+    ("root-admin", "POST", "/audit", '{"action": "x", "detail": {"n\\udc00": 1}}', 400,
+     "detail"),
     # NUL where a path goes
     ("alice", "POST", "/deployments", {"name": "n", "model_dir": "a\u0000b"}, 400, "model_dir"),
     ("alice", "POST", "/workloads", {"command": "true", "working_dir": "a\u0000"}, 400,
@@ -328,6 +335,27 @@ def test_schemathesis_finds_no_failure(hub, deployment, tmp_path):
         if not ok:
             failed[who] = out[-20000:]
     assert not failed, "\n\n".join(f"as {who}:\n{out}" for who, out in failed.items())
+
+
+@pytest.mark.parametrize("raw, field, says", [
+    (b'{"name": "a\\ud800"}', "name", "a lone surrogate (\\ud800, not half of a pair)"),
+    (b'{"env": {"A": "\\udc00b"}}', "env.A", "a lone surrogate (\\udc00"),
+    (b'{"env": {"\\udbff": "b"}}', "env", "must not have a key with a lone surrogate"),
+    (b'[["x", "\\ud83d"]]', "body[0][1]", "lone surrogate"),
+    (b'{"command": "a\\u0000b"}', "command", "must not contain NUL characters"),
+])
+def test_a_request_body_with_what_no_database_stores_is_refused(raw, field, says):
+    """What ``json.loads`` accepts but no database stores as text is a 400
+    that names the field, not a 500 at the commit."""
+    from gpuspawner.service.api.base import parse_json_body
+    with pytest.raises(SpecError) as e:
+        parse_json_body(raw)
+    assert e.value.field == field and says in str(e.value), str(e.value)
+
+
+def test_a_request_body_with_whole_surrogate_pairs_is_text():
+    from gpuspawner.service.api.base import parse_json_body
+    assert parse_json_body(b'{"name": "\\ud83d\\ude00 \\u00e9"}') == {"name": "\U0001f600 \u00e9"}
 
 
 @pytest.mark.parametrize("value", [

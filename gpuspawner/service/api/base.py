@@ -219,10 +219,25 @@ def _no_constant(name: str):
     raise SpecError("body", f"{name} is not a JSON number")
 
 
+def _not_text(value: str) -> Optional[str]:
+    """What in a string from a request body no database stores (None: nothing)."""
+    if "\x00" in value:
+        return "NUL characters"  # PostgreSQL stores no NUL
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            # A \ud800-\udfff escape that is not half of a pair: valid JSON,
+            # but not text, and no database encodes it (a 500 at the commit).
+            return f"a lone surrogate (\\u{ord(value[e.start]):04x}, not half of a pair)"
+    return None
+
+
 def parse_json_body(raw: bytes) -> Any:
     """A request body as JSON, refusing what JSON does not have (NaN,
-    Infinity, numbers too large for a float), NUL characters (PostgreSQL
-    stores no NUL) and nesting deeper than ``MAX_JSON_DEPTH``."""
+    Infinity, numbers too large for a float), what no database stores as
+    text (NUL characters, lone surrogates) and nesting deeper than
+    ``MAX_JSON_DEPTH``."""
     try:
         body = json.loads(raw or b"null", parse_constant=_no_constant)
     except RecursionError:
@@ -237,16 +252,18 @@ def parse_json_body(raw: bytes) -> Any:
         if depth > MAX_JSON_DEPTH:
             raise SpecError("body", f"is nested more than {MAX_JSON_DEPTH} levels deep")
         if isinstance(value, str):
-            if "\x00" in value:
-                raise SpecError(where, "must not contain NUL characters")
+            bad = _not_text(value)
+            if bad is not None:
+                raise SpecError(where, f"must not contain {bad}")
         elif isinstance(value, float):
             if value != value or value in (float("inf"), float("-inf")):
                 raise SpecError(where, "must be a finite number")
         elif isinstance(value, dict):
             for key, item in value.items():
                 name = key if where == "body" else f"{where}.{key}"
-                if "\x00" in key:
-                    raise SpecError(where, "must not have a key with NUL characters")
+                bad = _not_text(key)
+                if bad is not None:
+                    raise SpecError(where, f"must not have a key with {bad}")
                 stack.append((item, name, depth + 1))
         elif isinstance(value, list):
             stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
