@@ -146,7 +146,7 @@ class LocalBackend(Backend):
                 env["GPUHUB_CHECKPOINT_DIR"] = os.path.abspath(spec.checkpoint_dir)
             # The job's environment goes to the command at its exec, after the
             # privilege drop, never to the root runner (see runner.py).
-            write_json(os.path.join(attempt_dir, ENV_FILE), env, mode=0o600)
+            write_json(os.path.join(attempt_dir, ENV_FILE), env, mode=0o600, durable=False)
             # Made before the directory is the account's: no link of its own
             # can stand in its place. The runner and its command write to
             # this descriptor, never to the name.
@@ -177,7 +177,7 @@ class LocalBackend(Backend):
         stat = proc_stat(proc.pid)
         if stat is not None:
             write_json(os.path.join(attempt_dir, LAUNCH_FILE),
-                       {"pid": proc.pid, "pgid": proc.pid, "start_ticks": stat[1]})
+                       {"pid": proc.pid, "pgid": proc.pid, "start_ticks": stat[1]}, durable=False)
         return Started(spec.workload_id, spec.attempt, str(proc.pid))
 
     def _new_attempt_dir(self, spec: LaunchSpec, key: tuple[str, int]) -> str:
@@ -220,7 +220,8 @@ class LocalBackend(Backend):
             cgroups.safe_name("job", spec.workload_id, str(spec.attempt), digest),
             spec.devices, spec.team, spec.pool, spec.device_uuids, kind=spec.kind,
             request=Limits(spec.memory, spec.cpus))
-        write_json(os.path.join(attempt_dir, CGROUP_FILE), placement.to_json())
+        write_json(os.path.join(attempt_dir, CGROUP_FILE), placement.to_json(),
+                   durable=False)
         return placement
 
     @staticmethod

@@ -206,7 +206,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     signal.signal(signal.SIGUSR1, on_sigusr1)
     write_json(os.path.join(args.dir, RUNNER_FILE), {
         "pid": os.getpid(), "pgid": os.getpgrp(),
-        "start_ticks": proc_stat(os.getpid())[1], "started_at": time.time()})
+        "start_ticks": proc_stat(os.getpid())[1], "started_at": time.time()}, durable=False)
 
     env = _job_environment(args.dir)
     placement = Placement(args.cgroup, [int(g) for g in args.groups.split(",") if g])
