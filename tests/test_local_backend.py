@@ -422,3 +422,21 @@ def test_a_jobs_runner_starts_without_the_scheduler_or_the_services_configuratio
         "traitlets", "sqlalchemy", "tornado", "argparse", "dataclasses", "inspect", "tempfile",
         "logging", "hashlib") or m.startswith(("gpuspawner.scheduler", "gpuspawner.service")))
     assert heavy == []
+
+
+def test_modules_a_user_leaves_in_the_jobs_directory_do_not_run_in_the_root_runner(tmp_path):
+    """The runner is root and runs the job's directory's command: modules
+    named like the ones it imports, left where the user can write and put
+    on the job's PYTHONPATH, are not imported by it (``-I -S``: no cwd, no
+    PYTHON* variables, no site, no .pth files)."""
+    mark = tmp_path / "imported-as-root"
+    for name in ("json", "types", "subprocess", "signal", "sitecustomize", "usercustomize"):
+        (tmp_path / f"{name}.py").write_text(f"open({str(mark)!r}, 'a').write('{name} ')\n")
+    (tmp_path / "gpuspawner").mkdir()
+    (tmp_path / "gpuspawner" / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('pkg ')\n")
+    backend = LocalBackend()
+    backend.start(make_spec(tmp_path, argv=("/bin/true",),
+                            env={"PYTHONPATH": str(tmp_path), "PYTHONSTARTUP": str(tmp_path / "json.py")}))
+    e = single_exit(backend)
+    assert (e.reason, e.returncode) == (EXITED, 0), output(make_spec(tmp_path))
+    assert not mark.exists(), mark.read_text()
