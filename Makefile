@@ -76,10 +76,16 @@ SLURMCTLD := /usr/sbin/slurmctld
 $(SLURMCTLD):
 	apt-get update && apt-get install -y slurm-wlm munge iproute2 util-linux
 
+# Two pytest workers (pytest-xdist), each taking whole test files
+# (--dist loadfile), so a module's hub, Slurm cluster or browser is still
+# started once and shared by its tests. Most of an end-to-end test is waiting
+# for processes it started, so two workers on two cores halve the run.
+# `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(PROXY) $(CHROMIUM) $(JQ) $(SLURMCTLD) $(LAB_STAMP)
 	cd $(LAB_EXT) && ../../$(BIN)/jlpm test
 	# --durations: the slowest tests at the end of the run (where to look when it grows)
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 bench: $(STAMP)
 	$(BIN)/gpuhub bench
