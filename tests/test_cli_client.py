@@ -727,6 +727,17 @@ def test_unreachable_and_usage_errors(capsys):
     assert rc == 2 and "invalid choice" in err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--start-hub", "--queued", "10", "--fill-clients", "0"], "--fill-clients must be 1..256"),
+    (["--start-hub", "--queued", "10", "--fill-clients", "257"], "--fill-clients must be 1..256"),
+    (["--queued", "10"], "--queued needs --start-hub"),
+    (["--requests", "0"], "--requests must be 1..100000"),
+])
+def test_bench_api_refuses_bad_options_before_starting_anything(capsys, argv, message):
+    rc, out, err = run(capsys, "bench", "api", *argv)
+    assert rc == 2 and err.startswith(f"gpuhub bench: {message}"), err
+
+
 def test_bench_api_smoke(hub, capsys):
     rc, out, err = run(capsys, "bench", "api", "--url", hub.url, "--token", hub.token("alice"),
                        "--requests", "20", "--concurrency", "4", "--json")

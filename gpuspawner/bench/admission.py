@@ -112,10 +112,12 @@ def fill_page(api: str, token: str, job: dict, n: int = 60, timeout: float = 120
 
 
 def fill_queue(api: str, holder_token: str, holder_team: str, team_tokens: dict[str, str],
-               n: int, progress: Optional[Callable[[str], None]] = None) -> str:
+               n: int, progress: Optional[Callable[[str], None]] = None,
+               concurrency: int = 32) -> str:
     """A job of ``holder_team`` holding every free GPU, then ``n`` one-GPU
     jobs spread over the teams of ``team_tokens`` (team -> a member's
-    token), which all wait behind it. Returns the holder's id."""
+    token), which all wait behind it, submitted by ``concurrency`` threads at
+    once. Returns the holder's id."""
     with GpuHubClient(api, holder_token) as client:
         free = sum(p["free"] for p in client.list_pools()["pools"])
         holder = client.submit_workload({
@@ -131,7 +133,7 @@ def fill_queue(api: str, holder_token: str, holder_team: str, team_tokens: dict[
             "time_limit": 600 + i % 7 * 300})
 
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
         for i, _ in enumerate(pool.map(submit, range(n))):
             if progress and (i + 1) % 1000 == 0:
                 progress(f"  queued {i + 1} of {n} ({(i + 1) / (time.perf_counter() - t0):.0f}/s)")

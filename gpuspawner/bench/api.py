@@ -271,6 +271,11 @@ def add_arguments(parser) -> None:
                    help="with --start-hub: then queue N one-GPU jobs of 50 teams behind a job "
                         "holding every GPU and measure the API again, with the cycle time "
                         "(10000, 100000)")
+    g.add_argument("--fill-clients", type=int, default=32, metavar="N",
+                   help="with --queued: client threads submitting the queue at once (default "
+                        "32, 50 teams' users submitting; the intake's rate is bounded by what "
+                        "the clients offer: 8 closed-loop clients measure 8 over a submit's "
+                        "latency, not what the service can take)")
     g.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite",
                    help="with --start-hub: the temporary hub's database (default sqlite; "
                         "postgresql: a scratch database made on --pg-url's server, dropped "
@@ -287,6 +292,8 @@ def _refuse(args) -> Optional[str]:
     if args.requests < 1 or args.requests > 100_000 or args.concurrency < 1 \
             or args.concurrency > 256:
         return "--requests must be 1..100000 and --concurrency 1..256"
+    if not 1 <= args.fill_clients <= 256:
+        return "--fill-clients must be 1..256"
     if args.queued and not args.start_hub:
         return "--queued needs --start-hub (it makes the teams it queues for)"
     if args.db != "sqlite" and not args.start_hub:
@@ -376,10 +383,11 @@ def measure_hub(hub, url: str, token: str, args, progress) -> list[dict]:
         tokens = {f"q{i:02d}": hub.token(f"q{i:02d}") for i in range(QUEUE_TEAMS)}
         before = service_metrics.scrape(url, admin)
         t0 = time.perf_counter()
-        adm.fill_queue(api, token, "bench", tokens, args.queued, note)
+        adm.fill_queue(api, token, "bench", tokens, args.queued, note, args.fill_clients)
         rate = args.queued / (time.perf_counter() - t0)
-        rows.append({"name": f"submit intake, filling {args.queued}", "queued": args.queued,
-                     "intake_per_s": round(rate, 1)})
+        rows.append({"name": f"submit intake, filling {args.queued} ({args.fill_clients} clients)",
+                     "queued": args.queued, "intake_per_s": round(rate, 1),
+                     "clients": args.fill_clients})
         rows.append(service_metrics.summary(f"service, filling {args.queued}", before,
                                             service_metrics.scrape(url, admin)))
         before = service_metrics.scrape(url, admin)
