@@ -187,3 +187,60 @@ def test_a_short_page_is_read_on_the_event_loop_on_sqlite_only(engine, db_url):
     from gpuspawner.service.api.handlers import read_on_the_loop
     assert read_on_the_loop(engine.store, 50) == db_url.startswith("sqlite")
     assert not read_on_the_loop(engine.store, 1000)  # a long page: in the reads thread
+
+
+def _table_rows_read(plan: dict) -> int:
+    """The rows a PostgreSQL JSON plan's nodes read from the workloads table
+    (those they passed on and those their filter removed)."""
+    own = (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)
+           if plan.get("Relation Name") == "workloads" else 0)
+    return own + sum(_table_rows_read(p) for p in plan.get("Plans", []))
+
+
+def _jobs_panel_page_reads_only_the_page(store: Store, limit: int) -> None:
+    """The Jobs panel's page of ``limit`` (alice's jobs outside sweeps) reads
+    at most a page and one more of the workload rows: PostgreSQL's plan as
+    run; on SQLite, a search of the user's workloads outside sweeps, in the
+    page's order (no sort), which starts at the page's first row."""
+    q = queries.page_query(ALICE, {"kind": ["job"], "sweep_id": ["none"], "user": ["alice"]},
+                           limit)
+    sql = str(q.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True}))
+    with store.session() as s:
+        if store.engine.dialect.name == "postgresql":
+            plan = s.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")).scalar()[0]["Plan"]
+            assert _table_rows_read(plan) <= 2 * (limit + 1), json.dumps(plan, indent=1)
+        else:
+            plan = " / ".join(str(r[-1]) for r in s.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
+            assert "ix_workloads_user_unswept_submitted (user=?)" in plan \
+                and "TEMP B-TREE" not in plan, plan
+
+
+def test_a_users_jobs_page_reads_the_page_not_their_sweeps_or_the_queue(db_url):
+    """The Jobs panel's page (one user's jobs outside sweeps, in their team)
+    behind 10,000 queued jobs of 50 other teams and the user's own sweep of
+    5,000 tasks, newer than their 670 jobs. Migration 0023: an index of a
+    user's workloads outside sweeps, newest first, and on PostgreSQL statistics
+    that a workload's user decides its team. Before it, PostgreSQL read
+    and sorted all 670 of the user's jobs for a page of 50 (it took the user
+    and team conditions as independent and expected a few dozen rows), and
+    a page walked past every task of the user's sweep, on both databases."""
+    store = Store(db_url)
+    try:
+        row = dict(kind="job", project="", pool="default", gpus_per_node=1, num_nodes=1,
+                   priority="normal", spec={}, state=QUEUED, reason="", attempt=0,
+                   preempted_by=[], cancel_requested=False, sweep_id=None, sweep_index=None)
+        with store.transaction() as s:
+            s.execute(WorkloadRow.__table__.insert(), [
+                dict(row, id=f"q{i}", name=f"q{i}", team=f"q{i % 50}", user=f"q{i % 50}",
+                     submitted_at=1000.0 + i) for i in range(10_000)] + [
+                dict(row, id=f"a{i}", name=f"a{i}", team="a", user="alice", state="succeeded",
+                     attempt=1, submitted_at=500.0 + 20 * i) for i in range(670)] + [
+                dict(row, id=f"s{i}", name=f"s{i}", team="a", user="alice", sweep_id="sw1",
+                     sweep_index=i, submitted_at=20_000.0 + i) for i in range(5_000)])
+            assert s.execute(text("SELECT count(*) FROM workloads WHERE sweep_id = 'sw1'")
+                             ).scalar() == 5_000
+            if store.engine.dialect.name == "postgresql":
+                s.execute(text("ANALYZE"))  # what store/statistics.py keeps doing there
+        _jobs_panel_page_reads_only_the_page(store, limit=50)
+    finally:
+        store.close()

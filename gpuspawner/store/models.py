@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sqlalchemy import (JSON, BigInteger, Boolean, Float, ForeignKey, ForeignKeyConstraint, Index,
-                        Integer, String, Text)
+                        Integer, String, Text, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -151,6 +151,10 @@ class WorkloadRow(Base):
         Index("ix_workloads_submitted", "submitted_at", "id"),
         Index("ix_workloads_team_submitted", "team", "submitted_at", "id"),
         Index("ix_workloads_user_submitted", "user", "submitted_at", "id"),
+        # The Jobs panel's page (a user's jobs outside sweeps): not a walk past
+        # every task of the user's sweeps (migration 0023).
+        Index("ix_workloads_user_unswept_submitted", "user", "submitted_at", "id",
+              postgresql_where=text("sweep_id IS NULL"), sqlite_where=text("sweep_id IS NULL")),
         # A state's workloads (all, or a team's) oldest first by the keyset of
         # the queue page's cursors (migration 0021).
         Index("ix_workloads_state_submitted", "state", "submitted_at", "id"),

@@ -226,15 +226,7 @@ def workloads(store: Store, who: Identity, filters: dict[str, list[str]], limit:
     its columns (the model's attribute names; not the scheduler's own
     columns, ``UNLISTED``), not as ORM objects: a page is only viewed, and
     building 50 tracked objects and their attempts was half of its cost."""
-    q = select(*(c for c in WorkloadRow.__table__.c if c.name not in UNLISTED))
-    for name, values in filters.items():
-        if values:
-            q = q.where(matching(name, values))
-    if not who.admin:
-        q = q.where(WorkloadRow.team.in_(sorted(who.teams | who.leads)))
-    if cursor:
-        q = q.where(tuple_(WorkloadRow.submitted_at, WorkloadRow.id) < tuple_(*decode_cursor(cursor)))
-    q = q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id.desc()).limit(limit + 1)
+    q = page_query(who, filters, limit, cursor)
 
     def read(db):
         attempts: dict[str, list[SimpleNamespace]] = {}
@@ -246,6 +238,21 @@ def workloads(store: Store, who: Identity, filters: dict[str, list[str]], limit:
                 attempts.setdefault(a.workload_id, []).append(a)
         return rows, attempts, encode_cursor(rows[-1]) if more else None
     return store.read(read)
+
+
+def page_query(who: Identity, filters: dict[str, list[str]], limit: int,
+               cursor: Optional[str] = None):
+    """The statement of ``workloads``'s page: its rows and one more (which
+    says whether a next page exists)."""
+    q = select(*(c for c in WorkloadRow.__table__.c if c.name not in UNLISTED))
+    for name, values in filters.items():
+        if values:
+            q = q.where(matching(name, values))
+    if not who.admin:
+        q = q.where(WorkloadRow.team.in_(sorted(who.teams | who.leads)))
+    if cursor:
+        q = q.where(tuple_(WorkloadRow.submitted_at, WorkloadRow.id) < tuple_(*decode_cursor(cursor)))
+    return q.order_by(WorkloadRow.submitted_at.desc(), WorkloadRow.id.desc()).limit(limit + 1)
 
 
 # The attempts of a page's workloads (``ids``), made once (building the
