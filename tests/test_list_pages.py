@@ -220,10 +220,10 @@ def test_a_users_jobs_page_reads_the_page_not_their_sweeps_or_the_queue(db_url):
     behind 10,000 queued jobs of 50 other teams and the user's own sweep of
     5,000 tasks, newer than their 670 jobs. Migration 0023: an index of a
     user's workloads outside sweeps, newest first, and on PostgreSQL statistics
-    that a workload's user decides its team. Before it, PostgreSQL read
-    and sorted all 670 of the user's jobs for a page of 50 (it took the user
-    and team conditions as independent and expected a few dozen rows), and
-    a page walked past every task of the user's sweep, on both databases."""
+    that a workload's user decides its team. Before it, a page walked past
+    every task of the user's sweep on both databases (5,000 rows read for
+    51); and PostgreSQL, taking the user and team conditions as independent,
+    read and sorted all of a user's jobs for a page (670 for 50)."""
     store = Store(db_url)
     try:
         row = dict(kind="job", project="", pool="default", gpus_per_node=1, num_nodes=1,
