@@ -73,6 +73,28 @@ def test_reclaim_preempts_and_requeued_job_finishes_later_with_restart_cost():
     assert result.metrics["max_preemptions_per_job"] == 1
 
 
+@pytest.mark.parametrize("delay", [0.0, 300.0, 900.0])
+def test_reclaim_comes_when_the_preemption_delay_ends_not_at_the_next_event(delay):
+    """The service's timer runs a cycle while nothing happens; a replay that
+    only decided at submissions and exits reclaimed when the borrower ended."""
+    cluster = parse_cluster({
+        "pools": [{"name": "a100", "nodes": 1, "gpus_per_node": 4}],
+        "teams": [{"name": "owner", "quota": {"a100": {"nominal": 4}}},
+                  {"name": "borrower", "quota": {"a100": {"nominal": 0}}}]})
+    trace = [
+        TraceJob("borrow", "borrower", "b", 0.0, 4, 20000.0, time_limit_s=30000.0),
+        TraceJob("reclaim", "owner", "o", 100.0, 2, 100.0, time_limit_s=200.0),
+    ]
+    policy = get_policy("gpuhub").with_(preemption_delay=delay, default_grace_period=30.0,
+                                        age_protection=None)
+    result = simulate(trace, cluster, policy, restart_cost_s=60.0, check=True)
+    assert result.problems == []
+    owner = next(r for r in result.records if r.job_id == "reclaim")
+    # submitted at 100 s, may preempt from 100 + delay, starts once the borrower's grace is over
+    assert owner.first_start == pytest.approx(100.0 + delay + 30.0)
+    assert result.metrics["preemptions"] == 1
+
+
 @pytest.mark.parametrize("data, words", [
     ({}, "non-empty 'pools'"),
     ({"pools": [{"name": "a", "nodes": 0, "gpus_per_node": 8}]}, "pools[0].nodes"),

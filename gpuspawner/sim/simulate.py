@@ -1,7 +1,8 @@
 """Trace-driven simulation: replay jobs through the real core on a virtual clock.
 
 Events (submissions, job exits, preempted jobs leaving at the end of their
-grace period) are processed in time order; after each batch of events at
+grace period, a waiting job's preemption delay running out) are processed in
+time order; after each batch of events at
 one instant the scheduler runs one cycle and its decisions are applied, as
 the service would. A preempted job keeps the progress it made (it resumes
 from its checkpoint) but pays ``restart_cost_s`` on every restart.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from ..scheduler import JOB, NOTEBOOK, Scheduler, Workload, events as ev
 from ..scheduler.invariants import check_all
+from ..scheduler.kinds import preemption_wait
 from ..scheduler.policy import Policy
 from ..scheduler.quota import QuotaLedger
 from .cluster import Cluster
@@ -33,7 +35,9 @@ from .trace import TraceJob
 if TYPE_CHECKING:
     from .estimates import StartEstimates
 
-SUBMIT, EXIT, LEAVE = 0, 1, 2  # ties at one instant: submissions first
+# Ties at one instant: submissions first. WAKE is a cycle the service's timer
+# would run: when a waiting workload's preemption delay is over.
+SUBMIT, EXIT, LEAVE, WAKE = 0, 1, 2, 3
 GIB = 1 << 30
 
 
@@ -199,6 +203,15 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
     for wid in rejected_at_start:
         job_ended(wid, FAILED, jobs[wid].trace.submit_time_s)
 
+    woken: list[str] = []
+
+    def wake_after_delay(w: Workload, now: float) -> None:
+        """The cycle the service's timer runs when ``w``'s preemption delay is
+        over: without it the replay would wait for the next event to preempt."""
+        wait = preemption_wait(w, policy.preemption_delay) if policy.preemption else 0.0
+        if wait > 0:
+            heapq.heappush(queue, (now + wait, WAKE, next(seq), w.id, 0))
+
     while queue:
         if progress is not None and cycles % 64 == 0:
             progress((submitted_count + ended) / (2 * len(trace)))
@@ -214,22 +227,30 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
             meter.advance(now)
         last_t = now
         submitted = []
+        woken_only = True
         while queue and queue[0][0] == now:
             _, kind, _, wid, token = heapq.heappop(queue)
             job = jobs[wid]
+            if kind == WAKE:
+                woken.append(wid)
+                continue
             if kind == SUBMIT:
                 submitted_count += 1
                 if pipelines.blocked(wid):
                     continue  # waits outside the scheduler, holding nothing
+                woken_only = False
                 submitted.append(wid)
                 e = sched.submit(job.workload, now)
                 if e.type == ev.REJECTED:
                     job.record.rejected = e.message
                     ended += 1
                     job_ended(wid, FAILED, now)
+                else:
+                    wake_after_delay(job.workload, now)
             elif token != job.token:
                 continue  # exit of an attempt that was preempted meanwhile
             else:
+                woken_only = False
                 job.record.run_time += now - job.started_at
                 w = sched.state.running[wid].workload
                 if kind == LEAVE and w.kind == NOTEBOOK:
@@ -259,10 +280,17 @@ def simulate(trace: list[TraceJob], cluster: Cluster, policy: Policy, *,
             submitted.append(wid)
             # Eligible from now (as the service's eligible_at): ordered and aged from its release.
             jobs[wid].workload = replace(jobs[wid].workload, submit_time=now)
+            woken_only = False
             if sched.submit(jobs[wid].workload, now).type == ev.REJECTED:
                 jobs[wid].record.rejected = "rejected"
                 ended += 1
                 job_ended(wid, FAILED, now)
+            else:
+                wake_after_delay(jobs[wid].workload, now)
+        if woken_only and not any(wid in sched.state.pending for wid in woken):
+            woken.clear()
+            continue  # what the timer woke for has started meanwhile: nothing to decide
+        woken.clear()
         result = sched.cycle(now, explain=check)
         sched.apply_result(result, now)
         cycles += 1
