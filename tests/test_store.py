@@ -354,3 +354,68 @@ def test_a_service_started_behind_a_burst_analyzes_its_queue_at_once(pg_url):
         assert c.execute(text("SELECT reltuples FROM pg_class WHERE relname = 'workloads'")
                          ).scalar() == 600
     store.close()
+
+
+def _admins_jobs_page_plan(store) -> str:
+    """SQLite's plan of an admin's Jobs panel page (every team's jobs outside
+    sweeps, newest first), on a connection the store hands out."""
+    with store.engine.connect() as c:
+        return " / ".join(str(r[-1]) for r in c.execute(text(
+            "EXPLAIN QUERY PLAN SELECT id FROM workloads WHERE kind IN (:kind) AND "
+            "sweep_id IS NULL ORDER BY submitted_at DESC, id DESC LIMIT :n"),
+            {"kind": "job", "n": 51}))
+
+
+def _queued(n: int, start: int = 0) -> list:
+    return [WorkloadRow(id=f"w{i}", kind="job", team="a", user="alice", pool="default",
+                        gpus_per_node=1, priority="normal", state="queued", submitted_at=float(i))
+            for i in range(start, start + n)]
+
+
+def _wait_analyzed(store) -> None:
+    import time
+    deadline = time.monotonic() + 10
+    while store.statistics.analyzed < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_submits_keep_the_sqlite_planners_counts_and_its_connections_plan_by_them(tmp_path):
+    """Without counts SQLite read an admin's Jobs panel page through the
+    (kind, state) index and sorted every job (55 ms with 100,000 queued);
+    counted, it reads the newest from the list's index."""
+    store = Store(f"sqlite:///{tmp_path}/q.db")
+    store.statistics.min_added = 20
+    with store.transaction() as s:
+        s.add_all(_queued(600))
+    plan = _admins_jobs_page_plan(store)
+    assert "ix_workloads_kind_state" in plan and "TEMP B-TREE" in plan, plan
+    with store.adding() as s:
+        s.add_all(_queued(30, start=600))
+    store.rows_added("workloads", 30)
+    _wait_analyzed(store)
+    assert store.statistics.analyzed == 1
+    plan = _admins_jobs_page_plan(store)  # a pooled connection: it plans by the new counts
+    assert "ix_workloads_submitted" in plan and "TEMP B-TREE" not in plan, plan
+    store.close()
+
+
+def test_a_sqlite_service_started_on_an_uncounted_queue_analyzes_it_at_once(tmp_path):
+    import logging
+    from gpuspawner.store.db import open_store
+
+    url = f"sqlite:///{tmp_path}/q.db"
+    store = Store(url)
+    with store.transaction() as s:
+        s.add_all(_queued(600))
+    store.close()
+    store = open_store(url, logging.getLogger("test"))
+    _wait_analyzed(store)
+    assert "TEMP B-TREE" not in _admins_jobs_page_plan(store)
+    with store.engine.connect() as c:
+        assert c.execute(text("SELECT max(CAST(stat AS INTEGER)) FROM sqlite_stat1 "
+                              "WHERE tbl = 'workloads'")).scalar() == 600
+    store.close()
+    store = open_store(url, logging.getLogger("test"))  # counted already: nothing to do
+    store.statistics.close()
+    assert store.statistics.analyzed == 0
+    store.close()

@@ -73,9 +73,9 @@ class Store:
         # PostgreSQL: the reads' own pool (see ``read``); SQLite has no round trips to save.
         self._reads = (None if self.engine.dialect.name == "sqlite" else
                        make_engine(url, pool_pre_ping=False, isolation_level="AUTOCOMMIT"))
-        # PostgreSQL: the planner's counts kept up with what the service adds.
-        self.statistics = (None if self.engine.dialect.name == "sqlite" else
-                           PlannerStatistics(self.engine))
+        # The planner's counts kept up with what the service adds.
+        self.statistics = PlannerStatistics(
+            self.engine, writing=self._writing if self.engine.dialect.name == "sqlite" else None)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -137,14 +137,12 @@ class Store:
             return fn(conn)
 
     def rows_added(self, table: str, n: int) -> None:
-        """``n`` rows were committed to ``table``: on PostgreSQL the table is
-        analyzed again once it grew by a tenth (statistics.py)."""
-        if self.statistics is not None:
-            self.statistics.added(table, n)
+        """``n`` rows were committed to ``table``: the table is analyzed again
+        once it grew by a tenth (statistics.py)."""
+        self.statistics.added(table, n)
 
     def close(self) -> None:
-        if self.statistics is not None:
-            self.statistics.close()
+        self.statistics.close()
         self.engine.dispose()
         if self._reads is not None:
             self._reads.dispose()
@@ -158,6 +156,5 @@ def open_store(url: str, log: logging.Logger) -> Store:
     except upgrade.UpgradeError as e:
         log.critical("GPU Hub cannot start: %s", e)
         raise SystemExit(f"GPU Hub cannot start: {e}") from None
-    if store.statistics is not None:
-        store.statistics.catch_up("workloads")
+    store.statistics.catch_up("workloads")
     return store
