@@ -214,6 +214,15 @@ out = {
     "schedule": call("POST", "/schedules", {"name": "x", "cron": "0 3 * * *",
                                             "spec": {"command": ["true"]}}),
 }
+def page(path):
+    req = urllib.request.Request(os.environ["GPUHUB_URL"].rstrip("/") + path,
+                                 headers={"Authorization": "token " + token})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, ""
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+out["admin page"] = page("/admin/")
 print("RESULT" + json.dumps(out) + "END", flush=True)
 '''
 
@@ -233,8 +242,9 @@ def test_from_inside_a_job_its_token_is_held_to_the_job(hub, world):
     got = json.loads(log.split("RESULT", 1)[1].split("END", 1)[0])
     assert {k: v[0] for k, v in got.items()} == {
         "read own": 200, "read own log": 200, "follow-up": 201, "cancel another": 403,
-        "read bob's log": 403, "read bob's env": 403, "deploy": 403, "schedule": 403}, got
-    assert all(v[1].startswith(REFUSED) for v in got.values() if v[0] == 403), got
+        "read bob's log": 403, "read bob's env": 403, "deploy": 403, "schedule": 403,
+        "admin page": 403}, got
+    assert all(REFUSED in html.unescape(v[1]) for v in got.values() if v[0] == 403), got
     assert alice.workload(world["other"])["state"] == "running"
 
 

@@ -1,8 +1,10 @@
-"""Each job attempt's hub token is kept in the database (its hub id and
-SHA-256, never the token), so a restart of the service loses nothing: an
-attempt that ends after the restart has its token revoked, and at start the
-tokens of attempts that ended meanwhile are revoked. A stand-in hub (real
-HTTP on a local port) issues and deletes the tokens; the real database."""
+"""Each job attempt's token is made by the service and kept in the database
+(its SHA-256, never the token), so a restart of the service loses nothing:
+the token keeps working, an attempt that ends after the restart has its token
+revoked, and at start the tokens of attempts that ended meanwhile are
+revoked. Tokens the hub made (a service from before) are deleted there: a
+stand-in hub (real HTTP on a local port) counts what it is asked; the real
+database."""
 from __future__ import annotations
 
 import hashlib
@@ -15,14 +17,14 @@ import pytest
 
 from gpuspawner.backends.base import LaunchSpec
 from gpuspawner.serving.ports import ports_below_ephemeral
-from gpuspawner.service.access.job_tokens import JobTokens
+from gpuspawner.service.access.job_tokens import PREFIX, JobTokens
 from gpuspawner.store import JobTokenRow, Store
 from test_start_estimates_service import ALICE, Clock, make_engine
 from gpuspawner.vocab.specs import parse_job
 
 
 class FakeHub(ThreadingHTTPServer):
-    """Issues tokens (``POST /users/U/tokens``) and deletes them; ``fail``:
+    """Deletes the tokens it holds (``tokens``, filled by the test); ``fail``:
     the status every DELETE answers (0: the real answer)."""
 
     def __init__(self):
@@ -46,14 +48,6 @@ class HubHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-
-    def do_POST(self):
-        hub = self.server
-        user = self.path.split("/")[4]
-        token_id = f"a{len(hub.tokens) + len(hub.deleted) + 1}"
-        hub.tokens[token_id] = user
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.answer(201, {"id": token_id, "token": f"secret-{token_id}"})
 
     def do_DELETE(self):
         hub = self.server
@@ -90,22 +84,67 @@ def kept(store) -> dict:
         return {(r.workload_id, r.attempt): r for r in s.query(JobTokenRow).all()}
 
 
-def test_a_token_issued_before_a_restart_is_revoked_when_its_attempt_ends_after_it(hub, db_url):
+def test_a_job_token_is_made_and_checked_here_and_the_hub_is_never_asked(hub, db_url):
+    store = Store(db_url)
+    jt = tokens(hub, store)
+    env = jt.env_for(spec("w1"))
+    token = env["GPUHUB_TOKEN"]
+    assert token.startswith(PREFIX) and len(token) > len(PREFIX) + 40
+    assert env["GPUHUB_URL"] == "http://127.0.0.1:1/services/gpuhub"
+    [row] = kept(store).values()
+    # a hash: the token itself is not in the database
+    assert (row.user, row.token_id) == ("alice", "")
+    assert row.token_sha256 == hashlib.sha256(token.encode()).hexdigest()
+    assert row.expires_at - row.issued_at >= 600
+    held = jt.holder(token)
+    assert (held.user, held.job.workload, held.job.attempt) == ("alice", "w1", 0)
+    assert jt.holder(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    assert jt.holder(PREFIX + "made-up") is None
+    assert jt.env_for(spec("w1", 1))["GPUHUB_TOKEN"] != token  # each attempt its own
+    jt.close()
+    assert hub.tokens == {} and hub.deleted == []  # no request reached the hub
+    store.close()
+
+
+def test_a_job_token_ends_with_its_attempt_or_its_lifetime(hub, db_url):
+    clock = Clock(1_767_225_600.0)
+    store = Store(db_url)
+    jt = JobTokens(hub.url, "service-token", "http://127.0.0.1:1/services/gpuhub", store=store,
+                   clock=clock)
+    ended, running = jt.env_for(spec("w1"))["GPUHUB_TOKEN"], jt.env_for(spec("w2"))["GPUHUB_TOKEN"]
+    jt.revoke("w1", 0)
+    assert jt.holder(ended) is None            # at once, before the row is gone
+    assert jt.holder(running) is not None
+    clock.t += 600 + 3600 + 30                 # time limit + margin + grace: expired
+    assert jt.holder(running) is None
+    jt.close()
+    assert set(kept(store)) == {("w2", 0)}
+    store.close()
+
+
+def test_a_token_issued_before_a_restart_works_after_it_and_is_revoked_when_its_attempt_ends(
+        hub, db_url):
     store = Store(db_url)
     before = tokens(hub, store)
-    env = before.env_for(spec("w1"))
-    assert env["GPUHUB_TOKEN"] == "secret-a1"
-    [row] = kept(store).values()
-    # the hub's id and a hash: the token itself is not in the database
-    assert (row.user, row.token_id) == ("alice", "a1")
-    assert row.token_sha256 == hashlib.sha256(b"secret-a1").hexdigest()
-    assert row.expires_at - row.issued_at >= 600
+    token = before.env_for(spec("w1"))["GPUHUB_TOKEN"]
     before.close()
-    after = tokens(hub, store)             # the service restarted: nothing in memory
+    after = tokens(hub, store)             # the service restarted: read from the database
+    assert after.holder(token).job.workload == "w1"
     after.revoke("w1", 0)
+    assert after.holder(token) is None
     after.close()
-    assert hub.deleted == ["a1"] and kept(store) == {}
+    assert kept(store) == {}
     store.close()
+
+
+def hub_made(store, hub, wid: str, attempt: int = 0) -> None:
+    """A token the hub made for an attempt, as a service before this one kept it."""
+    token_id = f"a{len(hub.tokens) + 1}"
+    hub.tokens[token_id] = "alice"
+    with store.transaction() as s:
+        s.add(JobTokenRow(workload_id=wid, attempt=attempt, user="alice", token_id=token_id,
+                          token_sha256=hashlib.sha256(token_id.encode()).hexdigest(),
+                          issued_at=0.0, expires_at=1e12))
 
 
 def test_at_start_the_tokens_of_attempts_that_ended_meanwhile_are_revoked(hub, db_url, tmp_path):
@@ -114,13 +153,15 @@ def test_at_start_the_tokens_of_attempts_that_ended_meanwhile_are_revoked(hub, d
                                           "pool": "default"})).id
     engine.tick()
     before = tokens(hub, engine.store)
-    before.env_for(spec(wid))              # its attempt 0 runs
-    before.env_for(spec("gone"))           # an attempt that is not running any more
+    running = before.env_for(spec(wid))["GPUHUB_TOKEN"]   # its attempt 0 runs
+    gone = before.env_for(spec("gone"))["GPUHUB_TOKEN"]   # an attempt that is not running any more
+    hub_made(engine.store, hub, "gone-too")               # made by the hub, before an upgrade
     before.close()
     after = tokens(hub, engine.store)
-    assert after.revoke_ended() == 1
+    assert after.revoke_ended() == 2
     after.close()
-    assert hub.deleted == ["a2"] and set(kept(engine.store)) == {(wid, 0)}
+    assert hub.deleted == ["a1"] and set(kept(engine.store)) == {(wid, 0)}
+    assert after.holder(gone) is None and after.holder(running) is not None
     engine.store.close()
 
 
@@ -128,11 +169,11 @@ def test_at_start_the_tokens_of_attempts_that_ended_meanwhile_are_revoked(hub, d
     (404, False),   # gone already (expired, deleted by hand): nothing left to do
     (500, True),    # the hub failed: kept, so that the next start tries again
 ])
-def test_a_token_the_hub_did_not_delete_is_kept_only_if_it_may_still_exist(hub, db_url, status,
-                                                                            row_kept):
+def test_a_token_the_hub_made_and_did_not_delete_is_kept_only_if_it_may_still_exist(
+        hub, db_url, status, row_kept):
     store = Store(db_url)
+    hub_made(store, hub, "w1")
     jt = tokens(hub, store)
-    jt.env_for(spec("w1"))
     hub.fail = status
     jt.revoke("w1", 0)
     jt.close()

@@ -28,7 +28,7 @@ SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_A
 # default, its spawners' 30 s poll, made a killed service's restart take 10-30 s.
 # GPUHUB_SERVICE_POLL_SECONDS changes it (scripts/bench_restart.py compares).
 SERVICE_POLL_SECONDS = int(os.environ.get("GPUHUB_SERVICE_POLL_SECONDS") or 1)
-# A job's own token (service/access/job_tokens.py): its user, on the service only.
+# What a job's own token (service/access/job_tokens.py) gives its user on the service.
 JOB_TOKEN_SCOPES = [SERVICE_ACCESS, "custom:gpuhub:submit"]
 DEFAULT_CULLER_ARGS = ["--timeout=8h", "--gpu-timeout=1h", "--warn-before=15m", "--cull-every=5m"]
 
@@ -73,7 +73,8 @@ def roles() -> list[dict]:
          "scopes": ["custom:gpuhub:admin", "custom:gpuhub:submit", SERVICE_ACCESS]},
         # Teams are groups (the admin panel creates them and changes their
         # members); servers are read to find notebook GPUs to release;
-        # tokens: each job gets its own user's token (JOB_TOKEN_SCOPES); role
+        # tokens: job tokens the hub made (before the service made them) are
+        # deleted when their attempt ends; role
         # names find a team's leads (gpuhub-lead-<team>) to tell of a paused schedule.
         {"name": "gpuhub-service", "services": ["gpuhub"],
          "scopes": ["read:users", "admin:groups", "list:users", "list:groups", "read:servers",

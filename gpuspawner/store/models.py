@@ -245,9 +245,11 @@ class UsageRow(Base):
 
 
 class JobTokenRow(Base):
-    """The hub token made for one job attempt (service/access/job_tokens.py):
-    which token to revoke when the attempt ends, kept across restarts. The
-    token itself is never stored, only its SHA-256."""
+    """The token made for one job attempt (service/access/job_tokens.py):
+    whom it acts for while the attempt runs and which token to revoke when
+    it ends, kept across restarts. The token itself is never stored, only
+    its SHA-256. ``token_id``: "" for a token the service made; the hub's
+    id of one the hub made (before the service made them itself)."""
 
     __tablename__ = "job_tokens"
     workload_id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -1,42 +1,71 @@
-"""Each job's own token: a JupyterHub API token of the job's user, scoped to
-act on the scheduler service as that user and nothing more, made for one
-attempt and revoked when it ends.
+"""Each job's own token: made by the service for one attempt, good on the
+scheduler service as the job's user and nothing more, and revoked when the
+attempt ends.
 
 The job gets it as ``GPUHUB_TOKEN`` with ``GPUHUB_URL``, so the ``gpuhub``
 CLI and ``GpuHubClient.from_env()`` work inside a job as its user. The
 service's own hub token never reaches a job (the backends build a job's
 environment from what they keep on purpose, see backends/base.py).
 
-Which token each attempt got is kept in the database (``job_tokens``: the
-hub's id of it and its SHA-256, never the token), so a restart loses
-nothing: an attempt that ends after it still has its token revoked, and at
-start the tokens of attempts that ended meanwhile are revoked. A row goes
-once the hub has deleted the token (or says it is gone).
+The service makes the token itself (``gpuhub-job-`` and 256 random bits)
+and checks it itself: the hub never sees it, so it is nothing on the hub.
+Made through the hub's REST API, as before, every start and every end was a
+write of the hub's database and the hub's first answer about the token one
+more request: with 200 jobs starting at once the hub spent 80% of its one
+thread making and deleting job tokens, and a hub that did not answer cost
+the job its token.
+
+Which token each attempt got is kept in the database (``job_tokens``: its
+SHA-256, never the token), so a restart loses nothing: the tokens of running
+attempts keep working, an attempt that ends after it has its token revoked,
+and at start the tokens of attempts that ended meanwhile are revoked. Rows
+with a hub token id are tokens the hub made (a service from before this
+one): they are still accepted through the hub and deleted there when their
+attempt ends.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
+import secrets
+import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import quote
 
 from sqlalchemy import select
 
 from gpuspawner.backends.base import LaunchSpec
-from gpuspawner.hub.config import JOB_TOKEN_SCOPES
+from gpuspawner.service.access.identity import JobRef
 from gpuspawner.store import Attempt, JobTokenRow
 
 log = logging.getLogger(__name__)
 
+# What every token the service makes starts with: a request that carries one
+# is checked here, never asked of the hub.
+PREFIX = "gpuhub-job-"
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Whom a job's token acts for: its attempt's user and the attempt."""
+    user: str
+    job: JobRef
+    expires_at: float
+
 
 class JobTokens:
-    """Issues and revokes job tokens through the hub's REST API with the
-    service's token (its role holds the ``tokens`` scope for this)."""
+    """Makes, checks and revokes job tokens. Tokens the hub made (before an
+    upgrade) are deleted through the hub's REST API with the service's
+    token (its role holds the ``tokens`` scope)."""
 
     def __init__(self, hub_api: str, service_token: str, service_url: str,
                  lifetime_margin: float = 3600.0, default_lifetime: float = 7 * 86400.0,
@@ -51,60 +80,64 @@ class JobTokens:
         self.timeout = timeout
         self.store = store
         self.clock = clock
-        self._issued: dict[tuple[str, int], tuple[str, str]] = {}  # attempt -> (user, token id)
+        # SHA-256 -> holder of every live token made here (the start threads
+        # add, the event loop reads and the revoker drops: one lock).
+        self._lock = threading.Lock()
+        self._holders: dict[str, Holder] = {}
+        self._digests: dict[JobRef, str] = {}  # attempt -> its token's SHA-256
         self._revoker = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-revoke")
-
-    def _call(self, method: str, path: str, body: Optional[dict] = None) -> dict:
-        req = urllib.request.Request(
-            f"{self.hub_api}{path}", method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"token {self.service_token}",
-                     "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            data = resp.read()
-        return json.loads(data) if data else {}
+        if store is not None:
+            with store.session() as s:
+                for row in s.scalars(select(JobTokenRow).where(JobTokenRow.token_id == "")):
+                    self._add(row.token_sha256, Holder(
+                        row.user, JobRef(row.workload_id, row.attempt), row.expires_at))
 
     def env_for(self, spec: LaunchSpec) -> dict[str, str]:
-        """``GPUHUB_URL`` and, for a job with a user, its own ``GPUHUB_TOKEN``.
-        A hub that does not answer costs the job its token, not its start."""
+        """``GPUHUB_URL`` and, for a job with a user, its own ``GPUHUB_TOKEN``."""
         env = {"GPUHUB_URL": self.service_url}
         if not spec.user or spec.serving:  # a model replica calls nothing
             return env
         lifetime = (spec.time_limit or self.default_lifetime) + spec.grace_period + self.margin
-        try:
-            made = self._call("POST", f"/users/{quote(spec.user)}/tokens", {
-                "scopes": JOB_TOKEN_SCOPES, "expires_in": int(lifetime),
-                "note": f"gpuhub job {spec.workload_id} attempt {spec.attempt}"})
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            log.warning("no token for %s/%s of %s: %s", spec.workload_id, spec.attempt,
-                        spec.user, e)
-            return env
-        self._remember(spec, made, lifetime)
-        env["GPUHUB_TOKEN"] = made["token"]
+        token = PREFIX + secrets.token_urlsafe(32)
+        now = self.clock()
+        holder = Holder(spec.user, JobRef(spec.workload_id, spec.attempt), now + lifetime)
+        if self.store is not None:
+            with self.store.transaction() as s:
+                s.merge(JobTokenRow(workload_id=spec.workload_id, attempt=spec.attempt,
+                                    user=spec.user, token_id="", token_sha256=digest(token),
+                                    issued_at=now, expires_at=holder.expires_at))
+        with self._lock:
+            self._add(digest(token), holder)
+        env["GPUHUB_TOKEN"] = token
         return env
 
-    def _remember(self, spec: LaunchSpec, made: dict, lifetime: float) -> None:
-        key = (spec.workload_id, spec.attempt)
-        self._issued[key] = (spec.user, made["id"])
-        if self.store is None:
-            return
-        now = self.clock()
-        with self.store.transaction() as s:
-            s.merge(JobTokenRow(workload_id=spec.workload_id, attempt=spec.attempt,
-                                user=spec.user, token_id=str(made["id"]),
-                                token_sha256=hashlib.sha256(made["token"].encode()).hexdigest(),
-                                issued_at=now, expires_at=now + lifetime))
+    def _add(self, sha256: str, holder: Holder) -> None:
+        """(Under the lock, or before any other thread has the object.) A
+        new attempt of the same workload gets a new token: the old one goes."""
+        old = self._digests.pop(holder.job, None)
+        if old is not None:
+            self._holders.pop(old, None)
+        self._holders[sha256] = holder
+        self._digests[holder.job] = sha256
+
+    def holder(self, token: str) -> Optional[Holder]:
+        """Whom ``token`` (one of ``PREFIX``) acts for, or None: never made
+        here, revoked (its attempt ended) or expired."""
+        with self._lock:
+            found = self._holders.get(digest(token))
+        return found if found is not None and found.expires_at > self.clock() else None
 
     def revoke(self, workload_id: str, attempt: int) -> None:
-        """The attempt ended: its token goes. The hub is asked in a worker
-        thread: its answer never holds up the event loop."""
-        issued = self._issued.pop((workload_id, attempt), None)
-        if issued is None and self.store is not None:
-            with self.store.session() as s:
-                row = s.get(JobTokenRow, (workload_id, attempt))
-                issued = (row.user, row.token_id) if row is not None else None
-        if issued is not None:
-            self._revoker.submit(self._delete, workload_id, attempt, *issued)
+        """The attempt ended: its token goes, at once for a token made here
+        (the next request with it is refused). The database, and the hub for
+        a token the hub made, are written in a worker thread: that never
+        holds up the event loop."""
+        with self._lock:
+            gone = self._digests.pop(JobRef(workload_id, attempt), None)
+            if gone is not None:
+                del self._holders[gone]
+        if self.store is not None:
+            self._revoker.submit(self._forget, workload_id, attempt)
 
     def revoke_ended(self) -> int:
         """At start: revoke the kept tokens of attempts that are not running
@@ -113,30 +146,43 @@ class JobTokens:
         if self.store is None:
             return 0
         with self.store.session() as s:
-            rows = s.execute(select(JobTokenRow, Attempt.state).outerjoin(
-                Attempt, (Attempt.workload_id == JobTokenRow.workload_id)
-                & (Attempt.number == JobTokenRow.attempt))).all()
-            ended = [(r.workload_id, r.attempt, r.user, r.token_id) for r, state in rows
-                     if state != "running"]
-        for row in ended:
-            self._revoker.submit(self._delete, *row)
+            rows = s.execute(select(JobTokenRow.workload_id, JobTokenRow.attempt, Attempt.state)
+                             .outerjoin(Attempt, (Attempt.workload_id == JobTokenRow.workload_id)
+                                        & (Attempt.number == JobTokenRow.attempt))).all()
+        ended = [(wid, attempt) for wid, attempt, state in rows if state != "running"]
+        for wid, attempt in ended:
+            self.revoke(wid, attempt)
         return len(ended)
 
-    def _delete(self, workload_id: str, attempt: int, user: str, token_id: str) -> None:
+    def _forget(self, workload_id: str, attempt: int) -> None:
+        """Drop the attempt's row, once the hub has deleted a token it made."""
+        with self.store.session() as s:
+            row = s.get(JobTokenRow, (workload_id, attempt))
+            if row is None:
+                return
+            user, token_id = row.user, row.token_id
+        if token_id and not self._delete_at_hub(workload_id, attempt, user, token_id):
+            return  # kept: the next start tries again
+        with self.store.transaction() as s:
+            row = s.get(JobTokenRow, (workload_id, attempt))
+            if row is not None:
+                s.delete(row)
+
+    def _delete_at_hub(self, workload_id: str, attempt: int, user: str, token_id: str) -> bool:
+        req = urllib.request.Request(
+            f"{self.hub_api}/users/{quote(user)}/tokens/{quote(token_id)}", method="DELETE",
+            headers={"Authorization": f"token {self.service_token}"})
         try:
-            self._call("DELETE", f"/users/{quote(user)}/tokens/{quote(token_id)}")
+            with urllib.request.urlopen(req, timeout=self.timeout):
+                pass
         except urllib.error.HTTPError as e:
             if e.code != 404:  # 404: gone already (expired, or deleted by hand)
                 log.warning("could not revoke the token of %s/%s: %s", workload_id, attempt, e)
-                return
+                return False
         except (urllib.error.URLError, OSError, ValueError) as e:
             log.warning("could not revoke the token of %s/%s: %s", workload_id, attempt, e)
-            return
-        if self.store is not None:
-            with self.store.transaction() as s:
-                row = s.get(JobTokenRow, (workload_id, attempt))
-                if row is not None:
-                    s.delete(row)
+            return False
+        return True
 
     def close(self, wait: bool = True) -> None:
         self._revoker.shutdown(wait=wait)

@@ -11,7 +11,9 @@ import orjson
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
 
+from gpuspawner.hub.config import JOB_TOKEN_SCOPES
 from gpuspawner.service.access import job_scope
+from gpuspawner.service.access.job_tokens import PREFIX as JOB_TOKEN_PREFIX, Holder
 from gpuspawner.service.errors import Conflict, Forbidden, NotFound
 from gpuspawner.service.workloads import queries
 from gpuspawner.service.access.identity import Identity
@@ -151,12 +153,19 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         for name, values in self.request.query_arguments.items():
             if "\x00" in name or any(b"\x00" in v for v in values):
                 raise SpecError(name, "must not contain NUL characters")
-        model = await hub_user(self)
-        try:
-            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
-        except UserNotAllowed:
-            raise web.HTTPError(403, "this token may not use the gpuhub service "
-                                     "(needs access:services!service=gpuhub)")
+        token = self.hub_auth.get_token(self, in_cookie=False)
+        if token and token.startswith(JOB_TOKEN_PREFIX):
+            holder = self.job_token_holder(token)
+            self._hub_auth_user_cache = {"kind": "user", "name": holder.user,
+                                         "scopes": list(JOB_TOKEN_SCOPES)}
+        else:
+            holder = None
+            model = await hub_user(self)
+            try:
+                self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+            except UserNotAllowed:
+                raise web.HTTPError(403, "this token may not use the gpuhub service "
+                                         "(needs access:services!service=gpuhub)")
         if self._hub_auth_user_cache is None:
             raise web.HTTPError(401, "authentication required: send 'Authorization: token <TOKEN>'")
         if self._hub_auth_user_cache.get("kind") == "user":
@@ -166,12 +175,22 @@ class APIHandler(ServiceAccess, HubOAuthenticated, JSONErrors):
         self.identity: Identity = self.gpuhub.identity(self._hub_auth_user_cache, groups)
         if self.identity.invoke_only and not self.invoke_route:
             raise web.HTTPError(403, INVOKE_ONLY_REFUSAL)
-        job = await self.gpuhub.hub.job_of_token(self._hub_auth_user_cache,
-                                                 self.hub_auth.get_token(self, in_cookie=False))
+        # A token the hub made for a job (a service from before this one made them there).
+        job = holder.job if holder is not None else \
+            await self.gpuhub.hub.job_of_token(self._hub_auth_user_cache, token)
         if job is not None:  # a job's own token: only what job_scope.ALLOWED lets it
             self.identity = dataclasses.replace(self.identity, job=job)
             job_scope.check(self.engine.store, job, self.identity.name, self.request.method,
                             self.settings["api_routes"].get(type(self)), self.path_args)
+
+    def job_token_holder(self, token: str) -> Holder:
+        """Whom a job's token made here acts for; 401 once its attempt ended."""
+        job_tokens = self.gpuhub.engine.config.job_tokens
+        holder = job_tokens.holder(token) if job_tokens is not None else None
+        if holder is None:
+            raise web.HTTPError(401, "this job token is not valid any more: a job's token ends "
+                                     "with its attempt")
+        return holder
 
     def json_body(self) -> Any:
         return parse_json_body(self.request.body)

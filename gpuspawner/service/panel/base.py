@@ -23,6 +23,7 @@ from tornado import web
 
 from gpuspawner.store import AuditEntry
 from gpuspawner.service.access import job_scope
+from gpuspawner.service.access.job_tokens import PREFIX as JOB_TOKEN_PREFIX
 from gpuspawner.service.errors import Conflict, Forbidden, NotFound
 from gpuspawner.service.api.base import INVOKE_ONLY_REFUSAL, ServiceAccess, hub_user
 from gpuspawner.service.access.identity import Identity
@@ -71,6 +72,9 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         return self.gpuhub.service_prefix + "admin/"
 
     async def prepare(self) -> None:
+        token = self.hub_auth.get_token(self, in_cookie=False)
+        if token and token.startswith(JOB_TOKEN_PREFIX):  # no page for a job's token
+            raise web.HTTPError(403, job_scope.refusal(self.request.method, None))
         model = await hub_user(self)
         try:
             model = self.check_hub_user(model) if model else None
@@ -89,7 +93,7 @@ class PanelHandler(ServiceAccess, HubOAuthenticated, web.RequestHandler):
         if self.identity.invoke_only:  # a client's token: it shows no page at all
             raise web.HTTPError(403, INVOKE_ONLY_REFUSAL)
         token = self.hub_auth.get_token(self)
-        if await self.gpuhub.hub.job_of_token(model, token) is not None:  # no page for a job's token
+        if await self.gpuhub.hub.job_of_token(model, token) is not None:  # one the hub made
             raise web.HTTPError(403, job_scope.refusal(self.request.method, None))
         if not self.allowed(self.audience):
             raise web.HTTPError(403, self.refusal())
