@@ -750,6 +750,20 @@ def test_bench_api_smoke(hub, capsys):
     assert rows[0]["rps_vs_baseline"] == 1.0 and rows[1]["rps_vs_baseline"] > 0
 
 
+def test_job_turnover_follows_every_job_to_its_end_and_says_what_it_cost(hub):
+    from gpuspawner.bench import turnover
+    row = turnover.job_turnover(hub, hub.token("bob"), dict(bench_api.BENCH_JOB, team="b"),
+                                n=12, concurrency=3, timeout=120)
+    assert row["errors"] == 0 and row["jobs"] == 12, row
+    assert row["all_ended_s"] >= row["submitted_s"] > 0
+    # the service started 12 processes; the hub made no token for them
+    assert 0 <= row["hub_cpu_ms_per_job"] < row["service_cpu_ms_per_job"], row
+    assert "all ended" in turnover.format_turnover(row)
+    assert turnover.format_turnover({"name": "job turnover", "errors": 1,
+                                     "error": "earlier jobs did not end"}).endswith(
+        "earlier jobs did not end")
+
+
 @pytest.mark.parametrize("w, following, says", [
     ({"id": "j1", "state": "queued", "reason": "queued", "queue_position": None}, False,
      "j1 queued; follow it with `gpuhub logs -f j1` (or submit with -f)"),

@@ -44,7 +44,7 @@ import requests
 from ..client import GpuHubClient, GpuHubError, TokenMissing, hub_url_of, resolve_token, resolve_url
 from ..client.operations import Unsent
 from ..client.request import Request
-from . import databases as bench_db, service_metrics
+from . import databases as bench_db, service_metrics, turnover
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WARMUP = 5
@@ -375,6 +375,10 @@ def measure_hub(hub, url: str, token: str, args, progress) -> list[dict]:
     if not args.json:
         print("  measuring spawn and job-start latency ...", file=sys.stderr, flush=True)
     rows = adm.admission_rows(url, "bench", token, "bench", "default")
+    if not args.json:
+        print("  measuring job turnover ...", file=sys.stderr, flush=True)
+    rows.append(turnover.job_turnover(hub, token, dict(BENCH_JOB, team="bench"),
+                                      concurrency=args.concurrency))
     admin = hub.token("root-admin")
     rows.append({"name": "cycle, idle", "mean_cycle_ms": adm.mean_cycle_ms(url, admin, 5)})
     if args.queued:
@@ -412,6 +416,8 @@ def format_extra(rows: list[dict]) -> str:
             added = f"  (+{r['added_ms']} ms)" if "added_ms" in r else ""
             lines.append(f"{r['name']:<44} median {r['median_s']:.2f} s  "
                          f"[{r['min_s']:.2f}-{r['max_s']:.2f}] of {r['runs']}{added}")
+        elif r["name"].startswith("job turnover"):
+            lines.append(turnover.format_turnover(r))
         elif "mean_cycle_ms" in r:
             lines.append(f"{r['name']:<44} mean {r['mean_cycle_ms']:.1f} ms")
         elif "intake_per_s" in r:
