@@ -50,11 +50,15 @@ def test_gpuhub_beats_fifo_on_average_completion_time():
     assert gpuhub["avg_queue_s"] < fifo["avg_queue_s"] / 2
 
 
+# One node of 4 GPUs, all of them the owner's nominal quota.
+OWNER_AND_BORROWER = {
+    "pools": [{"name": "a100", "nodes": 1, "gpus_per_node": 4}],
+    "teams": [{"name": "owner", "quota": {"a100": {"nominal": 4}}},
+              {"name": "borrower", "quota": {"a100": {"nominal": 0}}}]}
+
+
 def test_reclaim_preempts_and_requeued_job_finishes_later_with_restart_cost():
-    cluster = parse_cluster({
-        "pools": [{"name": "a100", "nodes": 1, "gpus_per_node": 4}],
-        "teams": [{"name": "owner", "quota": {"a100": {"nominal": 4}}},
-                  {"name": "borrower", "quota": {"a100": {"nominal": 0}}}]})
+    cluster = parse_cluster(OWNER_AND_BORROWER)
     trace = [
         TraceJob("borrow", "borrower", "b", 0.0, 4, 1000.0, time_limit_s=5000.0),
         TraceJob("reclaim", "owner", "o", 100.0, 2, 100.0, time_limit_s=200.0),
@@ -77,10 +81,7 @@ def test_reclaim_preempts_and_requeued_job_finishes_later_with_restart_cost():
 def test_reclaim_comes_when_the_preemption_delay_ends_not_at_the_next_event(delay):
     """The service's timer runs a cycle while nothing happens; a replay that
     only decided at submissions and exits reclaimed when the borrower ended."""
-    cluster = parse_cluster({
-        "pools": [{"name": "a100", "nodes": 1, "gpus_per_node": 4}],
-        "teams": [{"name": "owner", "quota": {"a100": {"nominal": 4}}},
-                  {"name": "borrower", "quota": {"a100": {"nominal": 0}}}]})
+    cluster = parse_cluster(OWNER_AND_BORROWER)
     trace = [
         TraceJob("borrow", "borrower", "b", 0.0, 4, 20000.0, time_limit_s=30000.0),
         TraceJob("reclaim", "owner", "o", 100.0, 2, 100.0, time_limit_s=200.0),
