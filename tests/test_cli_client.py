@@ -752,8 +752,9 @@ def test_bench_api_smoke(hub, capsys):
 
 def test_job_turnover_follows_every_job_to_its_end_and_says_what_it_cost(hub):
     from gpuspawner.bench import turnover
-    row = turnover.job_turnover(hub, hub.token("bob"), dict(bench_api.BENCH_JOB, team="b"),
-                                n=12, concurrency=3, timeout=120)
+    token = hub.token("bob")
+    row = turnover.job_turnover(hub, token, bench_api.BENCH_JOB["project"], bench_api.submitter(
+        hub.url, token, dict(bench_api.BENCH_JOB, team="b"), 3), n=12, timeout=120)
     assert row["errors"] == 0 and row["jobs"] == 12, row
     assert row["all_ended_s"] >= row["submitted_s"] > 0
     # the service started 12 processes; the hub made no token for them

@@ -210,6 +210,13 @@ def measure(token: str, concurrency: int, plan, n: int,
     return rows
 
 
+def submitter(hub_url: str, token: str, job: dict, concurrency: int) -> Callable[[int], dict]:
+    """``submit(n)``: ``n`` submits of ``job`` from ``concurrency`` clients, their row."""
+    plan = [_row("submit", hub_url_of(hub_url) + "/services/gpuhub/api/v1",
+                 Unsent().submit_workload(job), 201)]
+    return lambda n: measure(token, concurrency, plan, n)[0]
+
+
 def _row(name: str, api: str, request: Request, expect: int) -> tuple:
     """A plan row of one of the service's calls, as the generated client makes it."""
     return (name, request.method, api + request.target, expect, request.body)
@@ -377,8 +384,8 @@ def measure_hub(hub, url: str, token: str, args, progress) -> list[dict]:
     rows = adm.admission_rows(url, "bench", token, "bench", "default")
     if not args.json:
         print("  measuring job turnover ...", file=sys.stderr, flush=True)
-    rows.append(turnover.job_turnover(hub, token, dict(BENCH_JOB, team="bench"),
-                                      concurrency=args.concurrency))
+    rows.append(turnover.job_turnover(hub, token, BENCH_JOB["project"], submitter(
+        url, token, dict(BENCH_JOB, team="bench"), args.concurrency)))
     admin = hub.token("root-admin")
     rows.append({"name": "cycle, idle", "mean_cycle_ms": adm.mean_cycle_ms(url, admin, 5)})
     if args.queued:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 import requests
-
-from ..client.operations import Unsent
 
 
 def cpu_seconds(pid: int) -> float:
@@ -41,24 +40,21 @@ def drained(api: str, token: str, project: str, timeout: float) -> bool:
         time.sleep(0.2)
 
 
-def job_turnover(hub, token: str, job: dict, n: int = 600, concurrency: int = 8,
+def job_turnover(hub, token: str, project: str, submit: Callable[[int], dict], n: int = 600,
                  timeout: float = 600.0) -> dict:
-    """Submit ``n`` copies of ``job`` (its ``project`` tells them from other
-    work) from ``concurrency`` clients, wait for all of them to end, and say
-    how long it took and what it cost."""
-    from .api import _row, measure
-
+    """``submit(n)`` submits ``n`` tiny jobs of ``project`` (which tells them
+    from other work) and returns its row (``errors``); wait for all of them
+    to end, and say how long it took and what it cost."""
     api = hub.url + "/services/gpuhub/api/v1"
     name = f"job turnover, {n} × 0-GPU `true`"
-    if not drained(api, token, job["project"], timeout):
+    if not drained(api, token, project, timeout):
         return {"name": name, "errors": 1, "error": "earlier jobs did not end"}
     pids = (hub.service_pid(), hub.proc.pid)
     cpu0 = [cpu_seconds(p) for p in pids]
     t0 = time.perf_counter()
-    [row] = measure(token, concurrency, [_row("submit", api, Unsent().submit_workload(job), 201)],
-                    n)
+    row = submit(n)
     submitted = time.perf_counter() - t0
-    done = drained(api, token, job["project"], timeout)
+    done = drained(api, token, project, timeout)
     wall = time.perf_counter() - t0
     service, hub_cpu = (cpu_seconds(p) - c for p, c in zip(pids, cpu0))
     return {"name": name, "jobs": n, "submitted_s": round(submitted, 2), "all_ended_s": round(wall, 2),
