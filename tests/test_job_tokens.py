@@ -18,7 +18,7 @@ import pytest
 from gpuspawner.backends.base import LaunchSpec
 from gpuspawner.serving.ports import ports_below_ephemeral
 from gpuspawner.service.access.job_tokens import PREFIX, JobTokens
-from gpuspawner.store import JobTokenRow, Store
+from gpuspawner.store import JobTokenRow, Store, WorkloadRow
 from test_start_estimates_service import ALICE, Clock, make_engine
 from gpuspawner.vocab.specs import parse_job
 
@@ -112,14 +112,33 @@ def test_a_job_token_ends_with_its_attempt_or_its_lifetime(hub, db_url):
     jt = JobTokens(hub.url, "service-token", "http://127.0.0.1:1/services/gpuhub", store=store,
                    clock=clock)
     ended, running = jt.env_for(spec("w1"))["GPUHUB_TOKEN"], jt.env_for(spec("w2"))["GPUHUB_TOKEN"]
-    jt.revoke("w1", 0)
+    assert jt.revoke("w1", 0)                  # made here: its row goes with the end's record
     assert jt.holder(ended) is None            # at once, before the row is gone
     assert jt.holder(running) is not None
     clock.t += 600 + 3600 + 30                 # time limit + margin + grace: expired
     assert jt.holder(running) is None
     jt.close()
-    assert set(kept(store)) == {("w2", 0)}
+    assert set(kept(store)) == {("w1", 0), ("w2", 0)}
     store.close()
+
+
+def test_the_row_of_a_token_goes_in_the_transaction_that_records_its_attempts_end(
+        hub, db_url, tmp_path):
+    from gpuspawner.backends.base import AttemptExit
+    clock = Clock(1_767_225_600.0)
+    engine = make_engine(db_url, tmp_path, clock)
+    wid = engine.submit(ALICE, parse_job({"command": [sys.executable, "-c", "pass"], "gpus": 1,
+                                          "pool": "default"})).id
+    engine.tick()
+    jt = engine.config.job_tokens = tokens(hub, engine.store)
+    token = jt.env_for(spec(wid))["GPUHUB_TOKEN"]
+    assert set(kept(engine.store)) == {(wid, 0)}
+    engine.on_exits([AttemptExit(wid, 0, "exited", 0, clock.t + 5)])
+    assert jt.holder(token) is None and kept(engine.store) == {}
+    with engine.store.session() as s:
+        assert s.get(WorkloadRow, wid).state == "succeeded"
+    jt.close()
+    engine.store.close()
 
 
 def test_a_token_issued_before_a_restart_works_after_it_and_is_revoked_when_its_attempt_ends(
@@ -130,10 +149,9 @@ def test_a_token_issued_before_a_restart_works_after_it_and_is_revoked_when_its_
     before.close()
     after = tokens(hub, store)             # the service restarted: read from the database
     assert after.holder(token).job.workload == "w1"
-    after.revoke("w1", 0)
+    assert after.revoke("w1", 0)
     assert after.holder(token) is None
     after.close()
-    assert kept(store) == {}
     store.close()
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import quote
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from gpuspawner.backends.base import LaunchSpec
 from gpuspawner.service.access.identity import JobRef
@@ -127,17 +127,28 @@ class JobTokens:
             found = self._holders.get(digest(token))
         return found if found is not None and found.expires_at > self.clock() else None
 
-    def revoke(self, workload_id: str, attempt: int) -> None:
+    def revoke(self, workload_id: str, attempt: int) -> bool:
         """The attempt ended: its token goes, at once for a token made here
-        (the next request with it is refused). The database, and the hub for
-        a token the hub made, are written in a worker thread: that never
-        holds up the event loop."""
+        (the next request with it is refused). Returns True when its row is
+        to go with the transaction that records the end (``drop_row``);
+        otherwise (a token the hub made, or none known here) the row and
+        the hub's token are seen to in a worker thread, which never holds up
+        the event loop."""
         with self._lock:
             gone = self._digests.pop(JobRef(workload_id, attempt), None)
             if gone is not None:
                 del self._holders[gone]
-        if self.store is not None:
+        if gone is None and self.store is not None:
             self._revoker.submit(self._forget, workload_id, attempt)
+        return gone is not None
+
+    @staticmethod
+    def drop_row(session, workload_id: str, attempt: int) -> None:
+        """In the transaction that records the attempt's end: the row of the
+        token made here for it (one the hub made waits for the hub)."""
+        session.execute(delete(JobTokenRow).where(
+            JobTokenRow.workload_id == workload_id, JobTokenRow.attempt == attempt,
+            JobTokenRow.token_id == ""))
 
     def revoke_ended(self) -> int:
         """At start: revoke the kept tokens of attempts that are not running
@@ -151,7 +162,8 @@ class JobTokens:
                                         & (Attempt.number == JobTokenRow.attempt))).all()
         ended = [(wid, attempt) for wid, attempt, state in rows if state != "running"]
         for wid, attempt in ended:
-            self.revoke(wid, attempt)
+            if self.revoke(wid, attempt):  # no end is recorded now to take its row along
+                self._revoker.submit(self._forget, wid, attempt)
         return len(ended)
 
     def _forget(self, workload_id: str, attempt: int) -> None:

@@ -475,15 +475,22 @@ class Engine:
         if not exits:
             return
         asked = []
+        tokens = self.config.job_tokens
+        rows_go = set()  # attempts whose token's row goes with their end's record
         for x in exits:
-            if self.config.job_tokens is not None:
-                self.config.job_tokens.revoke(x.workload_id, x.attempt)
             key = (x.workload_id, x.attempt)
+            if tokens is not None and tokens.revoke(*key):
+                rows_go.add(key)
             asked.append((x, self._replacing.pop(key, None), self._stopped_for.pop(key, None)))
+
+        def record(s, x, replaced, stopped):
+            if (x.workload_id, x.attempt) in rows_go:
+                tokens.drop_row(s, x.workload_id, x.attempt)
+            return self._record_exit(s, x, detail, replaced, stopped)
         try:
             with self.store.transaction() as s:
                 ended = [(x, end) for x, replaced, stopped in asked
-                         if (end := self._record_exit(s, x, detail, replaced, stopped))]
+                         if (end := record(s, x, replaced, stopped))]
         except Exception:
             if len(asked) == 1:
                 raise
@@ -493,7 +500,7 @@ class Engine:
             for x, replaced, stopped in asked:
                 try:
                     with self.store.transaction() as s:
-                        end = self._record_exit(s, x, detail, replaced, stopped)
+                        end = record(s, x, replaced, stopped)
                 except Exception:
                     log.exception("could not record the end of %s attempt %s",
                                   x.workload_id, x.attempt)
