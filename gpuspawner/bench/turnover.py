@@ -15,7 +15,7 @@ import os
 import time
 from typing import Callable
 
-import requests
+from ..client import GpuHubClient
 
 
 def cpu_seconds(pid: int) -> float:
@@ -29,15 +29,13 @@ def drained(api: str, token: str, project: str, timeout: float) -> bool:
     """Whether nothing of ``project`` the token sees is queued or running
     any more (waiting up to ``timeout`` seconds)."""
     deadline = time.monotonic() + timeout
-    while True:
-        page = requests.get(api + "/workloads", params={"state": ["queued", "running"],
-                                                        "project": project, "limit": 1},
-                            headers={"Authorization": f"token {token}"}, timeout=30).json()
-        if not page["workloads"]:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
+    with GpuHubClient(api, token) as client:
+        while client.list_workloads(state=["queued", "running"], project=project,
+                                    limit=1)["workloads"]:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+    return True
 
 
 def job_turnover(hub, token: str, project: str, submit: Callable[[int], dict], n: int = 600,

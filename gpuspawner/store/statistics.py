@@ -57,6 +57,10 @@ class PlannerStatistics:
         self.engine = engine
         self.min_added = min_added
         self.sqlite = engine.dialect.name == "sqlite"
+        # (rows changed since the last count, rows counted), and the count an
+        # ANALYZE just made, as this database keeps them
+        self._changed, self._counted_now = ((_changed_sqlite, _counted_sqlite) if self.sqlite
+                                            else (_changed_postgresql, _counted_postgresql))
         self._writing = writing
         self._lock = threading.Lock()
         self._added: dict[str, int] = {}
@@ -92,8 +96,7 @@ class PlannerStatistics:
     def _catch_up(self, table: str) -> None:
         try:
             with self.engine.connect() as conn:
-                changed, counted = (_changed_sqlite if self.sqlite else _changed_postgresql)(
-                    conn, table)
+                changed, counted = self._changed(conn, table)
             if due(changed, max(counted, 0.0), self.min_added):
                 self._analyze(table)
                 return
@@ -109,8 +112,7 @@ class PlannerStatistics:
             with self._writing or contextlib.nullcontext():
                 with self.engine.connect() as conn:
                     conn.execute(text(f'ANALYZE "{table}"'))
-                    counted = (_counted_sqlite if self.sqlite else _counted_postgresql)(
-                        conn, table)
+                    counted = self._counted_now(conn, table)
                     conn.commit()
             if self.sqlite and self.engine.url.database not in (None, "", ":memory:"):
                 # A SQLite connection reads the counts when it opens: the

@@ -99,21 +99,22 @@ class JobTokens:
             return env
         lifetime = (spec.time_limit or self.default_lifetime) + spec.grace_period + self.margin
         token = PREFIX + secrets.token_urlsafe(32)
-        now = self.clock()
+        sha256, now = digest(token), self.clock()
         holder = Holder(spec.user, JobRef(spec.workload_id, spec.attempt), now + lifetime)
         if self.store is not None:
             with self.store.transaction() as s:
                 s.merge(JobTokenRow(workload_id=spec.workload_id, attempt=spec.attempt,
-                                    user=spec.user, token_id="", token_sha256=digest(token),
+                                    user=spec.user, token_id="", token_sha256=sha256,
                                     issued_at=now, expires_at=holder.expires_at))
         with self._lock:
-            self._add(digest(token), holder)
+            self._add(sha256, holder)
         env["GPUHUB_TOKEN"] = token
         return env
 
     def _add(self, sha256: str, holder: Holder) -> None:
         """(Under the lock, or before any other thread has the object.) A
-        new attempt of the same workload gets a new token: the old one goes."""
+        token made again for the same attempt (its start tried again)
+        replaces the one before."""
         old = self._digests.pop(holder.job, None)
         if old is not None:
             self._holders.pop(old, None)

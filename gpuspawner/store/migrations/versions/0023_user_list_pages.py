@@ -19,8 +19,8 @@ rows, so it read all 670 through two bitmap indexes and sorted them for a
 page of 50 (0.6-2 ms), instead of walking ``ix_workloads_user_submitted``
 backwards for 51 rows (0.07 ms). Functional-dependency statistics on the two
 columns (filled by each ANALYZE, which ``store/statistics.py`` keeps running)
-let it see that. SQLite has no such statistics and plans these by index
-alone.
+let it see that. SQLite has no dependency statistics; its plans for these
+come from the index.
 
 Revision ID: 0023
 Revises: 0022
