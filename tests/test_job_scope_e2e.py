@@ -248,6 +248,32 @@ def test_from_inside_a_job_its_token_is_held_to_the_job(hub, world):
     assert alice.workload(world["other"])["state"] == "running"
 
 
+@pytest.mark.parametrize("forged", [
+    "gpuhub-job-",                                              # the prefix alone
+    "gpuhub-job-" + "A" * 43,                                   # its shape, never made
+    "gpuhub-job-" + "x" * 5000,                                 # long
+    "gpuhub-job-%00%ff../../admin",                             # odd characters
+])
+@pytest.mark.parametrize("where", ["header", "query"])
+def test_a_forged_job_token_is_refused_by_name(hub, forged, where):
+    """A token of the service's own shape that it did not make: 401 with
+    the reason in the header, and no page. In the URL no token is taken at
+    all (the hub's rule): 401, or 400 naming a NUL."""
+    if where == "header":
+        r = requests.get(f"{hub.api}/me", headers={"Authorization": f"token {forged}"},
+                         timeout=10)
+        assert r.status_code == 401, r.text
+        assert "a job's token ends with its attempt" in r.json()["error"]
+    else:
+        r = requests.get(f"{hub.api}/me?token={forged}", timeout=10)
+        assert r.status_code == (400 if "%00" in forged else 401), r.text
+        assert r.json()["error"]
+    page = requests.get(f"{hub.url}/services/gpuhub/admin/",
+                        headers={"Authorization": f"token {forged}"}, timeout=10,
+                        allow_redirects=False)
+    assert page.status_code == 403
+
+
 def test_a_team_mate_sees_the_names_of_alices_env_never_its_values(hub, world):
     alice, bob, admin = hub.client("alice"), hub.client("bob"), hub.client("root-admin")
     wid = world["job"]

@@ -106,6 +106,18 @@ def test_a_job_token_is_made_and_checked_here_and_the_hub_is_never_asked(hub, db
     store.close()
 
 
+def test_a_token_another_service_made_is_nothing_here(hub, tmp_path):
+    """Two hubs on one host: each service knows only the tokens it made."""
+    mine = tokens(hub, Store(f"sqlite:///{tmp_path}/a.db"))
+    theirs = tokens(hub, Store(f"sqlite:///{tmp_path}/b.db"))
+    token = theirs.env_for(spec("w1"))["GPUHUB_TOKEN"]
+    mine.env_for(spec("w1"))                      # the same workload id and attempt here
+    assert theirs.holder(token) is not None and mine.holder(token) is None
+    for jt in (mine, theirs):
+        jt.close()
+        jt.store.close()
+
+
 def test_a_job_token_ends_with_its_attempt_or_its_lifetime(hub, db_url):
     clock = Clock(1_767_225_600.0)
     store = Store(db_url)
