@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -82,3 +85,27 @@ def test_the_replica_gets_its_key_and_only_a_digest_of_the_admin_key(keys, tmp_p
 def test_a_replica_without_its_key_does_not_start():
     with pytest.raises(ValueError, match="needs its key"):
         ReplicaGuard(_model, "")
+
+
+def test_replicas_starting_at_once_all_get_the_one_secret(tmp_path):
+    # The secret is made at the first replica's start, and the service starts
+    # replicas from two threads (and a restarted service may read it while an
+    # old one writes it): a reader must never take a half-written file for a
+    # bad one, nor keep a bad one.
+    for round_ in range(30):
+        data_dir = tmp_path / str(round_)
+        data_dir.mkdir()
+        shared = ReplicaKeys(str(data_dir))
+        keys = [shared] * 4 + [ReplicaKeys(str(data_dir)) for _ in range(4)]
+        start = threading.Barrier(len(keys))
+
+        def secret(k):
+            start.wait()
+            return k.secret
+        with ThreadPoolExecutor(len(keys)) as pool:
+            secrets = set(pool.map(secret, keys))
+        assert len(secrets) == 1
+        (only,) = secrets
+        assert re.fullmatch(rb"[0-9a-f]{64}", only)
+        assert (data_dir / "replica-secret").read_bytes() == only
+        assert sorted(os.listdir(data_dir)) == ["replica-secret"], "no temporary file is left"

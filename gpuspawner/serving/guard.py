@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import os
 import re
+import threading
 from typing import Optional
 
 KEY_ENV = "GPUHUB_REPLICA_KEY"
@@ -45,29 +46,44 @@ def digest(key: str) -> str:
 
 
 class ReplicaKeys:
-    """The service's side: the secret in ``data_dir``, made at first use."""
+    """The service's side: the secret in ``data_dir``, made at first use
+    (the first replica's start, from either of the service's start threads)."""
 
     def __init__(self, data_dir: str):
         self.path = os.path.join(data_dir, SECRET_FILE)
         self._secret: Optional[bytes] = None
+        self._lock = threading.Lock()
 
     @property
     def secret(self) -> bytes:
-        if self._secret is None:
+        with self._lock:
+            if self._secret is None:
+                self._secret = self._read_or_make()
+            return self._secret
+
+    def _read_or_make(self) -> bytes:
+        # Written whole under a name of its own, then linked into place: no
+        # reader (another thread, another service on this data directory)
+        # sees it half written, and if two make one, the first linked wins.
+        if not os.path.lexists(self.path):
+            made = f"{self.path}.{os.getpid()}.{threading.get_ident()}"
+            fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             0o600)
-            except FileExistsError:
-                pass
-            else:
                 with os.fdopen(fd, "w") as f:
                     f.write(os.urandom(32).hex())
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd) as f:
-                self._secret = f.read().strip().encode()
-            if len(self._secret) < 32:
-                raise RuntimeError(f"{self.path} holds no usable secret; remove it to make one")
-        return self._secret
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.link(made, self.path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(made)
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            secret = f.read().strip().encode()
+        if len(secret) < 32:
+            raise RuntimeError(f"{self.path} holds no usable secret; remove it to make one")
+        return secret
 
     def key(self, workload_id: str, attempt: int) -> str:
         return replica_key(self.secret, workload_id, attempt)
