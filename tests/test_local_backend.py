@@ -117,6 +117,26 @@ def test_exit_is_reported_with_its_returncode_and_output(tmp_path, argv, returnc
         assert line in output(spec)
 
 
+def nice_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19
+
+
+def test_a_start_yields_the_cpu_but_the_command_runs_at_the_services_priority(tmp_path):
+    # A storm of starts (each a new interpreter) must not take the cores
+    # from the service's API; what the job runs must not pay for that.
+    backend = LocalBackend(start_niceness=7)
+    spec = make_spec(tmp_path, "import os, time; print('nice', os.nice(0), flush=True); "
+                               "time.sleep(30)")
+    runner = int(backend.start(spec).ref)
+    own = os.nice(0)
+    assert f"nice {own}\n" in wait_for_output(spec, "nice ")
+    # Only root can give the command its priority back: otherwise nothing is niced.
+    assert nice_of(runner) == (own + 7 if os.geteuid() == 0 else own)
+    backend.kill("job", 1)
+    assert single_exit(backend).reason == STOPPED
+
+
 U0 = "GPU-2f6b1c1e-8a47-4f5e-b8d1-0c9b0a1d2e3f"
 U2 = "GPU-d9e8f7a6-b5c4-4d3e-a2f1-e0d9c8b7a6f5"
 MIG = "MIG-6a2f1b3c-4d5e-5f60-8a7b-9c0d1e2f3a4b"    # a MIG device (docs/gpus.md), host index 9

@@ -2,7 +2,9 @@
 
 Each attempt runs under ``runner.py`` in a session of its own, so it
 survives a restart of the service, and everything it starts shares one
-process group that ``stop`` and ``kill`` signal as a whole. The runner's
+process group that ``stop`` and ``kill`` signal as a whole. Runners are
+started by a helper process (launcher.py: the service's own fork held its
+event loop's lock), and watched by pid and start time. The runner's
 ``exit.json`` is the authority on how an attempt ended; a runner that is
 gone without one was killed: STOPPED if this backend stopped or killed it,
 else LOST.
@@ -48,7 +50,6 @@ import hashlib
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
 from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, Started,
                    account_of, kept_environment)
+from .launcher import Launcher
 from .runner import ENV_FILE, EXIT_FILE, RUNNER_FILE, proc_stat
 from ..vocab.datasets import MOUNT_ROOT as DATASETS_ROOT
 
@@ -96,8 +98,7 @@ def runner_environment(environ) -> dict:
 class _Attempt:
     spec: LaunchSpec
     pid: int                         # the runner: also the process group id
-    proc: Optional[subprocess.Popen]  # None when adopted after a restart
-    start_ticks: Optional[int] = None  # adopted only: tells the runner from a reused pid
+    start_ticks: Optional[int]       # tells the runner from a later process with its pid
     stopped: bool = False            # stopped or killed by us
     kill_at: Optional[float] = None  # when a stop turns into a kill
     swept_at: Optional[float] = None  # when the runner was told to kill everything
@@ -112,11 +113,14 @@ class LocalBackend(Backend):
 
     def __init__(self, clock: Callable[[], float] = time.time,
                  enforcement: Optional[cgroups.GpuEnforcement] = None,
-                 accounts: Optional[Accounts] = None):
+                 accounts: Optional[Accounts] = None, start_niceness: int = 0):
         self._clock = clock
         self.enforcement = enforcement
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self.accounts = accounts
+        # Only root can give the command its priority back (runner.py).
+        self._niceness = start_niceness if os.geteuid() == 0 else 0
+        self.launcher = Launcher(niceness=self._niceness)
 
     def running(self) -> set[tuple[str, int]]:
         return set(self._attempts)
@@ -137,6 +141,8 @@ class LocalBackend(Backend):
                 "--cwd", os.path.abspath(spec.cwd), "--grace", str(spec.grace_period)]
         if spec.time_limit is not None:
             argv += ["--time-limit", str(spec.time_limit)]
+        if self._niceness:
+            argv += ["--niceness", str(os.getpriority(os.PRIO_PROCESS, 0))]
         try:
             os.makedirs(attempt_dir, exist_ok=True)
             argv += self._place(spec, attempt_dir).runner_args()
@@ -158,27 +164,24 @@ class LocalBackend(Backend):
                 elif spec.checkpoint_dir:
                     os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
                 # The runner's own complaints (bad arguments, import errors) land in it too.
-                proc = subprocess.Popen(argv + ["--", *spec.argv], cwd="/",
-                                        env=runner_environment(os.environ),
-                                        stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                pid, start_ticks = self.launcher.spawn(
+                    argv + ["--", *spec.argv], runner_environment(os.environ), log)
             finally:
                 os.close(log)
-        except (OSError, subprocess.SubprocessError) as e:
+        except OSError as e:
             self._unplace(attempt_dir, "its start failed")
             try:
                 os.unlink(os.path.join(attempt_dir, ENV_FILE))  # it holds the job's token
             except FileNotFoundError:
                 pass
             raise BackendError(f"cannot start attempt {key}: {e}") from e
-        self._attempts[key] = _Attempt(spec, proc.pid, proc)
+        self._attempts[key] = _Attempt(spec, pid, start_ticks)
         # Written before start() returns, so a service that restarts before
         # the runner wrote runner.json still finds the process.
-        stat = proc_stat(proc.pid)
-        if stat is not None:
+        if start_ticks is not None:
             write_json(os.path.join(attempt_dir, LAUNCH_FILE),
-                       {"pid": proc.pid, "pgid": proc.pid, "start_ticks": stat[1]}, durable=False)
-        return Started(spec.workload_id, spec.attempt, str(proc.pid))
+                       {"pid": pid, "pgid": pid, "start_ticks": start_ticks}, durable=False)
+        return Started(spec.workload_id, spec.attempt, str(pid))
 
     def _new_attempt_dir(self, spec: LaunchSpec, key: tuple[str, int]) -> str:
         """The attempt's directory, absolute (the runner works in spec.cwd,
@@ -323,7 +326,7 @@ class LocalBackend(Backend):
             info = (read_json(os.path.join(spec.attempt_dir, RUNNER_FILE))
                     or read_json(os.path.join(spec.attempt_dir, LAUNCH_FILE)))
             if info is not None:
-                a = _Attempt(spec, info["pid"], None, info["start_ticks"])
+                a = _Attempt(spec, info["pid"], info["start_ticks"])
                 if self._alive(a):
                     self._attempts[key] = a
                     continue
@@ -331,10 +334,9 @@ class LocalBackend(Backend):
         return exits
 
     def _alive(self, a: _Attempt) -> bool:
-        if a.proc is not None:
-            return a.proc.poll() is None  # also reaps it
-        # Not our child: we cannot reap it, so a zombie counts as gone, and a
-        # different start time means its pid now belongs to someone else.
+        # Not our child (the launcher's, or a previous service's): a zombie
+        # counts as gone, and a different start time means its pid now
+        # belongs to someone else.
         stat = proc_stat(a.pid)
         return stat is not None and stat[0] != "Z" and stat[1] == a.start_ticks
 

@@ -2,7 +2,8 @@
 
     python -m gpuspawner.backends.runner --dir ATTEMPT_DIR [--cwd DIR]
         [--time-limit SECONDS] [--grace SECONDS] [--cgroup PATH]... [--groups GID,...]
-        [--user ACCOUNT [--make-dir DIR]...] [--dataset NAME=PATH]... -- ARGV...
+        [--user ACCOUNT [--make-dir DIR]...] [--dataset NAME=PATH]... [--niceness N]
+        -- ARGV...
 
 The local backend starts it as the leader of a new session, so it outlives
 the service, and its process group holds everything the attempt runs. It
@@ -43,6 +44,11 @@ user may have changed.
 Each ``--dataset`` (root only) is seen by the command, and only by it and
 what it starts, read-only at ``/datasets/NAME``: the forked child enters a
 mount namespace of its own before the drop (isolation/dataset_mounts.py).
+
+The service may start the runner niced (``GpuHubService.start_niceness``:
+starting an interpreter is work the API's requests go before); with
+``--niceness`` the command gets that priority back, first thing in its
+preexec step, while the runner is still root.
 
 A command that cannot be executed at all ends as reason "exited" with the
 shell's codes, 127 (not found) or 126 (not executable), and a line in
@@ -109,6 +115,7 @@ _OPTIONS = {
     "--user": ("user", str, None),           # the account the command runs as (runner: root)
     "--make-dir": ("make_dir", str, []),     # made as --user before the command starts
     "--dataset": ("dataset", str, []),       # NAME=PATH: read-only at /datasets/NAME
+    "--niceness": ("niceness", int, None),   # the command's nice value (the runner's may be higher)
 }
 
 
@@ -262,11 +269,16 @@ def _job_environment(attempt_dir: str) -> Optional[dict]:
 
 def preexec(args: SimpleNamespace, placement: Placement):
     """What the forked child does before it executes the command, in this
-    order: join the attempt's cgroups, become the account (keeping the
-    placement's device groups), make its directories as the account, go to
-    its working directory."""
+    order: take the command's priority (the runner's may be lower: the
+    service starts runners niced), join the attempt's cgroups, become the
+    account (keeping the placement's device groups), make its directories as
+    the account, go to its working directory."""
+    niceness = getattr(args, "niceness", None)
+    prioritize = ((lambda: os.setpriority(os.PRIO_PROCESS, 0, niceness))
+                  if niceness is not None else None)
     enter_placement = ((lambda: enter(placement))
                        if placement.cgroups or placement.gids else None)
+    enter_placement = compose(prioritize, enter_placement)
     if getattr(args, "dataset", None):
         enter_placement = compose(enter_placement, dataset_mounts.mount_step(args.dataset))
     cwd = args.cwd

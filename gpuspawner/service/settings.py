@@ -232,6 +232,18 @@ class ServiceSettings(Application):
         cancelled, unless the job asks for its own ``grace_period``.
         """).tag(config=True)
 
+    start_niceness = Integer(10, min=0, max=19, help="""
+        How much lower than the service's own a job's start runs on this
+        host's CPUs (local backend; the ``nice`` value its runner starts
+        with). Starting a job costs a new Python interpreter of its own, about
+        35 ms of CPU: a storm of starts (a sweep of 2,000 small tasks) then
+        takes the cores from the service's API. With 10, the API's requests
+        come first and the starts take what is left; the job's command gets
+        the service's own priority back before it runs, so what a job runs is
+        never niced. Applies when the service runs as root (only root can give
+        the priority back); 0 turns it off.
+        """).tag(config=True)
+
     default_pool = Unicode("", help="""
         The pool of a job that names none. Empty: the only pool when there is
         one, otherwise jobs must name theirs.

@@ -58,7 +58,8 @@ def make_local(app, accounts) -> Wired:
     enforcement.know_devices(gpus)  # declared MIG devices (NVML's it knows)
     nodes = local_nodes(gpus, app.node_name, *app.node_capacity())
     by_index = {g.index: g for g in gpus}
-    return Wired("local", LocalBackend(enforcement=enforcement, accounts=accounts), nodes,
+    return Wired("local", LocalBackend(enforcement=enforcement, accounts=accounts,
+                                         start_niceness=app.start_niceness), nodes,
                  source, {ln.node.name: by_index for ln in nodes}, enforcement)
 
 
