@@ -119,8 +119,10 @@ class LocalBackend(Backend):
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self.accounts = accounts
         # Only root can give the command its priority back (runner.py).
-        self._niceness = start_niceness if os.geteuid() == 0 else 0
-        self.launcher = Launcher(niceness=self._niceness)
+        niceness = start_niceness if os.geteuid() == 0 else 0
+        self.launcher = Launcher(niceness=niceness)
+        # What a runner gives its command back: the service's own priority.
+        self._command_niceness = os.getpriority(os.PRIO_PROCESS, 0) if niceness else None
 
     def running(self) -> set[tuple[str, int]]:
         return set(self._attempts)
@@ -141,8 +143,8 @@ class LocalBackend(Backend):
                 "--cwd", os.path.abspath(spec.cwd), "--grace", str(spec.grace_period)]
         if spec.time_limit is not None:
             argv += ["--time-limit", str(spec.time_limit)]
-        if self._niceness:
-            argv += ["--niceness", str(os.getpriority(os.PRIO_PROCESS, 0))]
+        if self._command_niceness is not None:
+            argv += ["--niceness", str(self._command_niceness)]
         try:
             os.makedirs(attempt_dir, exist_ok=True)
             argv += self._place(spec, attempt_dir).runner_args()
