@@ -759,7 +759,7 @@ def test_job_turnover_follows_every_job_to_its_end_and_says_what_it_cost(hub):
     assert row["all_ended_s"] >= row["submitted_s"] > 0
     # the service started 12 processes; the hub made no token for them
     assert 0 <= row["hub_cpu_ms_per_job"] < row["service_cpu_ms_per_job"], row
-    # the runners (an interpreter each, started and reaped by the launcher) are counted
+    # the runners (a fork of the runner server each, reaped by it) are counted
     assert row["service_cpu_ms_per_job"] > row["service_own_cpu_ms_per_job"] + 5, row
     assert "all ended" in turnover.format_turnover(row)
     assert turnover.format_turnover({"name": "job turnover", "errors": 1,

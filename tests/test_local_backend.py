@@ -411,9 +411,11 @@ def test_recover_right_after_start_adopts_instead_of_running_it_twice(tmp_path):
     first = LocalBackend()
     spec = make_spec(tmp_path, WAIT_FOR_GO)
     first.start(spec)
-    runner_json = os.path.join(spec.attempt_dir, RUNNER_FILE)
-    wait_until(lambda: os.path.exists(runner_json))
-    os.remove(runner_json)  # as if the restart came before the runner wrote it
+    # The command runs (a kill before it starts ends the runner with no
+    # exit code at all): runner.json is there, and goes as if the restart
+    # came before the runner wrote it.
+    wait_for_output(spec, "ready")
+    os.remove(os.path.join(spec.attempt_dir, RUNNER_FILE))
     restarted = LocalBackend()
     assert restarted.recover([spec]) == []
     assert restarted.running() == {("job", 1)}
@@ -422,17 +424,18 @@ def test_recover_right_after_start_adopts_instead_of_running_it_twice(tmp_path):
     assert (e.reason, e.returncode) == (STOPPED, -signal.SIGKILL)
 
 
-def test_a_jobs_runner_starts_without_the_scheduler_or_the_services_configuration():
-    """Every job, replica and 0-GPU command starts under a runner of its own:
-    what the runner imports is paid by every start, on the cores the service
-    answers requests on. Started as the backend starts it (no site-packages),
-    it needs the placement and the account switch, not the scheduler core,
-    traitlets or the database layer (each tens of ms), nor the standard
-    library's heavier modules (argparse, dataclasses with inspect, tempfile,
-    logging, hashlib: 40 of its 80 ms of CPU a start)."""
+def test_a_jobs_runner_is_forked_from_a_server_without_the_scheduler_or_the_services_configuration():
+    """Every job, replica and 0-GPU command runs under a runner of its own,
+    a fork of the runner server: what the server imports is in every
+    runner's memory, and a runner's copy of each page it touches is paid by
+    every start, on the cores the service answers requests on. Started as
+    the backend starts it (no site-packages), it needs the placement and
+    the account switch, not the scheduler core, traitlets or the database
+    layer, nor the standard library's heavier modules (argparse,
+    dataclasses with inspect, tempfile, logging, hashlib)."""
     import subprocess
-    from gpuspawner.backends.local import RUNNER_ARGV
-    *interpreter, code = RUNNER_ARGV
+    from gpuspawner.backends.runner_server import SERVER_ARGV
+    *interpreter, code = SERVER_ARGV
     assert "-S" in interpreter and code.endswith("; main()")
     code = code.removesuffix("main()") + "print(' '.join(sys.modules))"
     out = subprocess.run([*interpreter, code], capture_output=True, text=True, cwd="/",

@@ -3,9 +3,10 @@
 Each attempt runs under ``runner.py`` in a session of its own, so it
 survives a restart of the service, and everything it starts shares one
 process group that ``stop`` and ``kill`` signal as a whole. Runners are
-started by a helper process (launcher.py: the service's own fork held its
-event loop's lock), and watched by pid and start time. The runner's
-``exit.json`` is the authority on how an attempt ended; a runner that is
+forked by a helper process that imported the runner once (runner_server.py:
+an interpreter's start a job was most of a start's CPU, and the service's
+own fork held its event loop's lock), and watched by pid and start time.
+The runner's ``exit.json`` is the authority on how an attempt ended; a runner that is
 gone without one was killed: STOPPED if this backend stopped or killed it,
 else LOST.
 
@@ -50,7 +51,6 @@ import hashlib
 import logging
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -66,28 +66,21 @@ from ..jsonfile import read_json, write_json
 from ..safefiles import create_own
 from .base import (LOST, STOPPED, AttemptExit, Backend, BackendError, LaunchSpec, Started,
                    account_of, kept_environment)
-from .launcher import Launcher
+from .runner_server import RunnerServer
 from .runner import ENV_FILE, EXIT_FILE, RUNNER_FILE, proc_stat
 from ..vocab.datasets import MOUNT_ROOT as DATASETS_ROOT
 
 LAUNCH_FILE = "launch.json"
-# How a runner starts: -I, so that the user's cwd and PYTHON* variables do
-# not change its imports; -S, without site-packages and their .pth files
-# (the runner needs only the standard library and this package, whose root
-# goes first on its path), which was a sixth of every start's CPU.
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RUNNER_ARGV = (sys.executable, "-I", "-S", "-c",
-               f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
-               f"from gpuspawner.backends.runner import main; main()")
 CGROUP_FILE = "cgroup.json"
 SWEEP_GRACE = 5.0
 log = logging.getLogger(__name__)
 
 
 def runner_environment(environ) -> dict:
-    """The root runner's own environment: fixed, and nothing of the job's.
-    The service's LD_LIBRARY_PATH (its operator's, not a user's) goes along
-    where the interpreter needs it to start."""
+    """The root runner's own environment (its server's, runner_server.py):
+    fixed, and nothing of the job's. The service's LD_LIBRARY_PATH (its
+    operator's, not a user's) goes along where the server's interpreter
+    needs it to start."""
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
     if environ.get("LD_LIBRARY_PATH"):
         env["LD_LIBRARY_PATH"] = environ["LD_LIBRARY_PATH"]
@@ -120,7 +113,7 @@ class LocalBackend(Backend):
         self.accounts = accounts
         # Only root can give the command its priority back (runner.py).
         niceness = start_niceness if os.geteuid() == 0 else 0
-        self.launcher = Launcher(niceness=niceness)
+        self.runner_server = RunnerServer(runner_environment(os.environ), niceness=niceness)
         # What a runner gives its command back: the service's own priority.
         self._command_niceness = os.getpriority(os.PRIO_PROCESS, 0) if niceness else None
 
@@ -139,17 +132,17 @@ class LocalBackend(Backend):
         env = self._environment(spec, account, attempt_dir)
         if not os.path.isdir(spec.cwd):
             raise BackendError(f"attempt {key}: working directory {spec.cwd} does not exist")
-        argv = [*RUNNER_ARGV, "--dir", attempt_dir,
+        args = ["--dir", attempt_dir,
                 "--cwd", os.path.abspath(spec.cwd), "--grace", str(spec.grace_period)]
         if spec.time_limit is not None:
-            argv += ["--time-limit", str(spec.time_limit)]
+            args += ["--time-limit", str(spec.time_limit)]
         if self._command_niceness is not None:
-            argv += ["--niceness", str(self._command_niceness)]
+            args += ["--niceness", str(self._command_niceness)]
         try:
             os.makedirs(attempt_dir, exist_ok=True)
-            argv += self._place(spec, attempt_dir).runner_args()
+            args += self._place(spec, attempt_dir).runner_args()
             for name, folder in spec.datasets:  # read-only at /datasets/NAME (runner.py)
-                argv += ["--dataset", f"{name}={folder}"]
+                args += ["--dataset", f"{name}={folder}"]
             if spec.checkpoint_dir:
                 env["GPUHUB_CHECKPOINT_DIR"] = os.path.abspath(spec.checkpoint_dir)
             # The job's environment goes to the command at its exec, after the
@@ -161,13 +154,13 @@ class LocalBackend(Backend):
             log = create_own(self.log_path(attempt_dir))
             try:
                 if account is not None:
-                    argv += self._as_account(account, attempt_dir,
+                    args += self._as_account(account, attempt_dir,
                                              env.get("GPUHUB_CHECKPOINT_DIR"))
                 elif spec.checkpoint_dir:
                     os.makedirs(env["GPUHUB_CHECKPOINT_DIR"], exist_ok=True)
                 # The runner's own complaints (bad arguments, import errors) land in it too.
-                pid, start_ticks = self.launcher.spawn(
-                    argv + ["--", *spec.argv], runner_environment(os.environ), log)
+                pid, start_ticks = self.runner_server.start_runner(
+                    args + ["--", *spec.argv], log)
             finally:
                 os.close(log)
         except OSError as e:
@@ -336,7 +329,7 @@ class LocalBackend(Backend):
         return exits
 
     def _alive(self, a: _Attempt) -> bool:
-        # Not our child (the launcher's, or a previous service's): a zombie
+        # Not our child (the runner server's, or a previous service's): a zombie
         # counts as gone, and a different start time means its pid now
         # belongs to someone else.
         stat = proc_stat(a.pid)

@@ -6,7 +6,10 @@
         -- ARGV...
 
 The local backend starts it as the leader of a new session, so it outlives
-the service, and its process group holds everything the attempt runs. It
+the service, and its process group holds everything the attempt runs (a
+fork of its runner server, runner_server.py, that goes straight to
+``main``: the same process as this command line would start, without an
+interpreter's start per attempt). It
 leaves its traces in ATTEMPT_DIR, which is all a restarted service needs:
 
 - ``env.json`` (the local backend's, mode 0600, read and removed before

@@ -7,7 +7,7 @@ beside it; it cannot say what a start costs: when starts fall behind the
 submits (they waited on the hub, say), the row gets faster and the jobs
 finish later. This measures the whole of it. CPU is read from
 ``/proc/PID/stat`` (user + system, with reaped children) of the hub, and of
-the service with every process under it (its launcher, which starts the
+the service with every process under it (its runner server, which forks the
 runners and reaps them), so it is on this machine only.
 """
 from __future__ import annotations
