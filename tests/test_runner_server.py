@@ -163,6 +163,19 @@ def test_the_start_time_it_answers_is_the_runners(server, tmp_path):
     wait_until(lambda: gone(pid))
 
 
+def test_the_runners_group_can_be_signalled_as_soon_as_the_server_answers(server, tmp_path):
+    """The service stops an attempt by signalling its group (pgid = the
+    runner's pid): right after a fork the child is still in the server's
+    group, and a stop sent then would be lost."""
+    for n in range(30):
+        pid, _ = start(server, tmp_path, ["/bin/sleep", "30"], name=f"a{n}")
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the runner and its command, if it started
+        except ProcessLookupError:
+            os.kill(pid, signal.SIGKILL)
+            raise
+
+
 def test_a_server_that_died_is_replaced_at_the_next_start(server, tmp_path):
     run(server, tmp_path, ["/bin/true"], name="first")
     first = server.server_pid
@@ -174,15 +187,15 @@ def test_a_server_that_died_is_replaced_at_the_next_start(server, tmp_path):
 
 
 def test_closing_it_ends_the_server_and_leaves_its_runners_running(server, tmp_path):
-    pid, attempt = start(server, tmp_path, ["/bin/sleep", "30"])
+    pid, _ = start(server, tmp_path, ["/bin/sleep", "30"])
     process = server.server_pid
     server.close()
     try:
         assert gone(process), "the server ends when the service's end of its socket closes"
         assert proc_stat(pid)[0] in "SR", "a runner outlives the server, as it outlives the service"
     finally:
-        os.kill(pid, signal.SIGUSR1)
-    wait_until(lambda: os.path.exists(os.path.join(attempt, EXIT_FILE)))
+        os.kill(pid, signal.SIGUSR1)  # as the service ends an attempt
+    wait_until(lambda: proc_stat(pid) is None or proc_stat(pid)[0] == "Z")
 
 
 def test_the_server_reaps_what_it_started(server, tmp_path):

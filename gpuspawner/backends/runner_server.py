@@ -35,10 +35,12 @@ name, what ``ps -C`` and ``pgrep`` match, is ``gpuhub-runner``.
 
 A request is one frame (4-byte length, JSON ``{"runner": [ARGS...]}``)
 with the runner's log as an SCM_RIGHTS descriptor; the answer is
-``{"pid": N, "start_ticks": T}`` or ``{"error": "...", "errno": E}``. A
-server that ends during a request is not asked again for that start: the
-runner may have started, and the start fails instead (the backend then
-removes the runner's env.json, and such a runner ends at once, 126).
+``{"pid": N, "start_ticks": T}`` or ``{"error": "...", "errno": E}``, once
+the runner leads its session (before, a stop sent to its group would find
+none). A server that ends during a request is not asked again for that
+start: the runner may have started, and the start fails instead (the
+backend then removes the runner's env.json, and such a runner ends at
+once, 126).
 """
 from __future__ import annotations
 
@@ -180,13 +182,23 @@ def _send(sock: socket.socket, answer: dict) -> None:
 
 
 def fork_runner(request: dict, log_fd: int) -> dict:
-    """The server's part: fork one runner; its pid and start time, or why not."""
+    """The server's part: fork one runner; its pid and start time, or why
+    not. Answered once the runner leads its session: the service signals
+    its process group (pgid = pid) from then on, as after a ``Popen``."""
+    ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
     try:
         pid = os.fork()
     except OSError as e:  # EAGAIN: the server's pids limit, or the system's
+        os.close(ready_read)
+        os.close(ready_write)
         return {"error": f"cannot fork a runner: {e.strerror or e}", "errno": e.errno}
     if pid == 0:
         _run_runner(request["runner"], log_fd)  # never returns
+    os.close(ready_write)
+    try:
+        os.read(ready_read, 1)  # the end of the pipe: the child closed it, or ended
+    finally:
+        os.close(ready_read)
     # Read before this server can reap it: a zombie still has its start time.
     stat = runner.proc_stat(pid)
     return {"pid": pid, "start_ticks": stat[1] if stat else None}
@@ -203,7 +215,9 @@ def _run_runner(args: list[str], log_fd: int) -> None:
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the server's socket, pipe, selector
+        # The server's socket, pipe and selector; and the ready pipe, whose
+        # end tells the server that this runner leads its session now.
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir("/")
         # Its command line is the server's: ps, top and pgrep know it by this name.
         ctypes.CDLL(None).prctl(PR_SET_NAME, RUNNER_NAME, 0, 0, 0)
