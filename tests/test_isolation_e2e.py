@@ -54,6 +54,8 @@ attempt("read bob's file", lambda: open(t["bob_file"]).read())
 attempt("list all workspaces", lambda: os.listdir(os.path.dirname(t["bob_workspace"])))
 attempt("kill bob's job", lambda: os.kill(t["bob_job"], signal.SIGKILL))
 attempt("kill bob's job's runner", lambda: os.kill(t["bob_runner"], signal.SIGKILL))
+attempt("kill the runner server", lambda: os.kill(t["runner_server"], signal.SIGKILL))
+attempt("kill own job's runner", lambda: os.kill(t["own_runner"], signal.SIGKILL))
 attempt("signal the service", lambda: os.kill(t["service"], 0))
 attempt("signal the hub", lambda: os.kill(t["hub"], 0))
 attempt("write own workspace", lambda: open(os.path.join(t["own"], "mine.txt"), "w").write("x"))
@@ -146,6 +148,11 @@ def child_of(pid: int) -> int:
     return wait_for(find, f"the command under runner {pid}", 30)
 
 
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def result(text: str) -> dict:
     m = re.search(r"RESULT(\{.*?\})END", text, re.S)
     return json.loads(m.group(1).replace("\r\n", "")) if m else {}
@@ -156,6 +163,7 @@ def expected(hub: Hub, user: str) -> dict:
            "list the data directory": "EACCES", "list bob's workspace": "EACCES",
            "read bob's file": "EACCES", "list all workspaces": "EACCES",
            "kill bob's job": "EPERM", "kill bob's job's runner": "EPERM",
+           "kill the runner server": "EPERM", "kill own job's runner": "EPERM",
            "signal the service": "EPERM", "signal the hub": "EPERM"}
     out.update({f"read {name}": "EACCES" for name in SECRETS})
     return out
@@ -215,7 +223,12 @@ def test_servers_jobs_and_replicas_run_as_their_accounts_out_of_each_others_reac
     targets = {"data_dir": hub.data_dir, "secrets": SECRETS, "bob_workspace": bob_workspace,
                "bob_file": os.path.join(bob_workspace, "notes.txt"), "own": folder,
                "bob_job": child_of(bob_runner), "bob_runner": bob_runner,
-               "service": hub.service_pid(), "hub": hub.proc.pid}
+               "service": hub.service_pid(), "hub": hub.proc.pid,
+               # root's, and every job's runner is a fork of it (backends/runner_server.py)
+               "runner_server": parent_of(bob_runner),
+               "own_runner": runner_pid(hub, alice_job["id"])}
+    with open(f"/proc/{targets['runner_server']}/cmdline", "rb") as f:
+        assert b"runner_server import main" in f.read()
     assert uid_of(targets["bob_job"]) == hub.account("bob").pw_uid
     assert [uid_of(p) for p in processes(hub, "alice")["server"]] == [hub.account("alice").pw_uid]
     assert all(os.path.exists(os.path.join(hub.data_dir, name)) for name in SECRETS)
@@ -231,7 +244,8 @@ def test_servers_jobs_and_replicas_run_as_their_accounts_out_of_each_others_reac
     # In a terminal of alice's JupyterLab server, as she would type it.
     out = asyncio.run(terminal_run(
         hub, "alice", f"cd {folder} && {sys.executable} probe.py targets.json", until="END"))
-    assert result(out) == expected(hub, "alice"), out
+    # (her job has ended by now, and its runner with it: tried from inside the job above)
+    assert result(out) == {**expected(hub, "alice"), "kill own job's runner": "ESRCH"}, out
     # (the shell's arithmetic: the echoed command line does not say "ls-done-2")
     out = asyncio.run(terminal_run(hub, "alice", f"ls {bob_workspace}; echo ls-done-$((1+1))",
                                    until="ls-done-2"))

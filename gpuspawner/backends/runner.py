@@ -49,7 +49,7 @@ what it starts, read-only at ``/datasets/NAME``: the forked child enters a
 mount namespace of its own before the drop (isolation/dataset_mounts.py).
 
 The service may start the runner niced (``GpuHubService.start_niceness``:
-starting an interpreter is work the API's requests go before); with
+starting a runner is work the API's requests go before); with
 ``--niceness`` the command gets that priority back, first thing in its
 preexec step, while the runner is still root.
 
@@ -329,9 +329,20 @@ def _finish(attempt_dir: str, returncode: int, reason: str) -> None:
     os.killpg(os.getpid(), signal.SIGKILL)
 
 
+_libc: Optional[ctypes.CDLL] = None
+
+
+def libc() -> ctypes.CDLL:
+    """This process's C library (loaded once: the runner server loads it
+    before it forks, and its runners share it)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
 def _become_subreaper() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    if libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 

@@ -44,7 +44,6 @@ once, 126).
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import selectors
@@ -58,7 +57,7 @@ from typing import Optional
 
 from . import runner
 
-MAX_FRAME = 16 * 2**20  # a runner's arguments and environment; a job's own goes through env.json
+MAX_FRAME = 16 * 2**20  # a runner's arguments; a job's environment goes through env.json
 _HEADER = struct.Struct("!I")
 PR_SET_NAME = 15
 RUNNER_NAME = b"gpuhub-runner"  # at most 15 bytes
@@ -220,7 +219,7 @@ def _run_runner(args: list[str], log_fd: int) -> None:
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir("/")
         # Its command line is the server's: ps, top and pgrep know it by this name.
-        ctypes.CDLL(None).prctl(PR_SET_NAME, RUNNER_NAME, 0, 0, 0)
+        runner.libc().prctl(PR_SET_NAME, RUNNER_NAME, 0, 0, 0)
         try:
             runner.main(args)
             code = 0
@@ -255,6 +254,7 @@ def main() -> None:
     """The server: serve requests on the descriptor in argv[2] until it
     closes, as ``nice`` argv[1] more than the service (its runners too)."""
     os.nice(int(sys.argv[1]))
+    runner.libc()  # loaded once, here, for every runner
     sock = socket.socket(fileno=int(sys.argv[2]))
     sock.set_inheritable(False)
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
