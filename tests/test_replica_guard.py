@@ -109,3 +109,13 @@ def test_replicas_starting_at_once_all_get_the_one_secret(tmp_path):
         assert re.fullmatch(rb"[0-9a-f]{64}", only)
         assert (data_dir / "replica-secret").read_bytes() == only
         assert sorted(os.listdir(data_dir)) == ["replica-secret"], "no temporary file is left"
+
+
+def test_a_half_written_secret_left_by_a_dead_service_with_this_pid_is_no_obstacle(tmp_path):
+    # The temporary name is the writer's pid and thread: a service that died
+    # writing it left one, and this service has that pid.
+    left = tmp_path / f"replica-secret.{os.getpid()}.{threading.get_ident()}"
+    left.write_text("half")
+    secret = ReplicaKeys(str(tmp_path)).secret
+    assert re.fullmatch(rb"[0-9a-f]{64}", secret)
+    assert sorted(os.listdir(tmp_path)) == ["replica-secret"]

@@ -235,9 +235,9 @@ class ServiceSettings(Application):
     start_niceness = Integer(10, min=0, max=19, help="""
         How much lower than the service's own a job's start runs on this
         host's CPUs (local backend; the ``nice`` value its runner starts
-        with). Starting a job costs a new Python interpreter of its own, about
-        35 ms of CPU: a storm of starts (a sweep of 2,000 small tasks) then
-        takes the cores from the service's API. With 10, the API's requests
+        with). Each start forks a runner and starts the job's command, several
+        ms of CPU: a storm of starts (a sweep of 2,000 small tasks) then takes
+        the cores from the service's API. With 10, the API's requests
         come first and the starts take what is left; the job's command gets
         the service's own priority back before it runs, so what a job runs is
         never niced. Applies when the service runs as root (only root can give

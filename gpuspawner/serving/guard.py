@@ -67,6 +67,10 @@ class ReplicaKeys:
         # sees it half written, and if two make one, the first linked wins.
         if not os.path.lexists(self.path):
             made = f"{self.path}.{os.getpid()}.{threading.get_ident()}"
+            try:  # left by a service that died writing it, whose pid this one has
+                os.unlink(made)
+            except FileNotFoundError:
+                pass
             fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             try:
                 with os.fdopen(fd, "w") as f:
