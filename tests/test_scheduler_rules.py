@@ -596,8 +596,10 @@ def test_no_preemption_loop(again):
     assert preempted(result)["y"].preemptor_id == "x"
     if again == "victim-evicted-in-grace":
         # y's GPU breaks while it shuts down: y is evicted rather than exiting
+        # and x, its nomination on GPU 3 dropped, reclaims z's GPUs at once
         s.set_node(replace(s.state.nodes["n1"], unhealthy_gpus=frozenset({3})))
-        s.step(t + 1)
+        assert list(preempted(s.step(t + 1))) == ["z"]
+        s.finished("z", t + 1)
         s.set_node(replace(s.state.nodes["n1"], unhealthy_gpus=frozenset()))
     else:
         s.finished("y", t + 1)
@@ -1295,7 +1297,9 @@ def test_a_dropped_nomination_gives_its_quota_back_in_the_same_cycle(share):
     done = next(w for w in "abc" if w != victim)
     s.finished(done, 2.0, requeue=False)        # its GPU is free now
     s.set_node(replace(s.state.nodes[node], healthy=False))
-    s.submit(Workload("next", "t", "p", 1, 3.0, priority="best-effort"), 3.0)
+    # "next" outranks the preemptor, which waits again once its nomination
+    # is dropped (it would otherwise take the GPU itself, first in the order).
+    s.submit(Workload("next", "t", "p", 1, 3.0, priority="production"), 3.0)
     result = s.cycle(3.0)
     assert ev.NOMINATION_DROPPED in [e.type for e in result.events]
     assert [e.workload_id for e in result.of_type(ev.ADMITTED)] == ["next"]
@@ -1324,6 +1328,30 @@ def test_a_dropped_nomination_gives_its_free_gpus_back_in_the_same_cycle():
     [admitted] = result.of_type(ev.ADMITTED)
     assert admitted.workload_id == "next" and set(dict(admitted.placement)["n0"]) != set(held)
     s.apply_result(result, 3.0)  # the drop is applied before "next" starts on its GPU
+
+
+@pytest.mark.parametrize("lost", ["unhealthy", "drained"])
+def test_a_workload_whose_nomination_is_dropped_starts_on_free_gpus_in_the_same_cycle(lost):
+    """A notebook reclaims n1 from a borrower; while the borrower leaves,
+    n1 breaks (or is drained) and n2's borrower ends. The notebook's
+    nomination is dropped and it starts on n2 in that same cycle, not one
+    cycle later (found by the property tests: it was skipped as still
+    nominated, and waited beside 4 free GPUs with no reason given)."""
+    s = sched([node("n1", 4), node("n2", 4)], [team("b"), team("o", 4)])
+    start(s, wl("b1", "b", 4, on="n1"), wl("b2", "b", 4, on="n2"))
+    submit(s, wl("nb", "o", 4, t=10.0, kind=NOTEBOOK))
+    result = s.step(10.0)
+    [nom] = result.of_type(ev.NOMINATED)
+    assert nom.workload_id == "nb"
+    taken = nodes_of(nom.placement)[0]
+    other = "n2" if taken == "n1" else "n1"
+    change = {"healthy": False} if lost == "unhealthy" else {"drained": True}
+    s.set_node(replace(s.state.nodes[taken], **change))
+    s.finished("b2" if other == "n2" else "b1", 20.0, requeue=False)
+    result = s.step(20.0)
+    assert [e.workload_id for e in result.of_type(ev.NOMINATION_DROPPED)] == ["nb"]
+    assert nodes_of(admitted(result).get("nb", ())) == [other], result.waiting.get("nb")
+    assert "nb" in s.state.running and not s.state.nominations
 
 
 @pytest.mark.parametrize("past_block, reserved", [(True, {"one", "node"}), (False, {"one"})])

@@ -59,6 +59,9 @@ class _Cycle:
         # Whether a shape would fit but for its datasets' node rule, until
         # GPUs or decisions change (residency_reason: long queues ask often).
         self.fits_elsewhere: dict[tuple, bool] = {}
+        # Nominations dropped at the start of this cycle: their workloads
+        # wait again and are considered like any other pending work.
+        self.dropped: set[str] = set()
 
     @property
     def version(self) -> int:
@@ -122,7 +125,7 @@ class _Cycle:
             if self.order.stopped is not None:
                 self.wait(w, self.order.stopped)
                 continue
-            if w.id in self.state.nominations or w.id in promised:
+            if self.nominated(w.id) or w.id in promised:
                 continue
             self.consider(w)
         self.result.reservations = self.reservations.all()
@@ -139,7 +142,7 @@ class _Cycle:
         state = self.state
         for wid in state.reserved_order:
             w = state.pending.get(wid)
-            if w is not None and wid not in state.nominations:
+            if w is not None and not self.nominated(wid):
                 promised.add(wid)
                 self.consider(w, holds_reservation=True)
         if self.policy.aging_after is not None:
@@ -147,12 +150,16 @@ class _Cycle:
             for w in state.oldest_pending(self.now - self.policy.aging_after):
                 if budget <= 0:
                     break
-                if w.id in state.nominations or w.id in promised:
+                if self.nominated(w.id) or w.id in promised:
                     continue
                 budget -= 1
                 promised.add(w.id)
                 self.consider(w)
         return promised
+
+    def nominated(self, wid: str) -> bool:
+        """``wid`` waits on GPUs set aside for it (not dropped this cycle)."""
+        return wid in self.state.nominations and wid not in self.dropped
 
     def evict_from_unhealthy(self) -> None:
         for wid in self.state.on_unhealthy_hardware():
@@ -172,7 +179,9 @@ class _Cycle:
                 # admissions may use them (apply() drops it before it starts them).
                 w = pending[wid]
                 self.ledger.charge_workload(w, -1)
+                self.preempting.catalog.admitted(w.team, w.pool, -w.gpu_units)
                 self.space.give_back(w, nom)
+                self.dropped.add(wid)
                 self.result.events.append(ev.Event(
                     ev.NOMINATION_DROPPED, wid, self.now,
                     message="the GPUs set aside for it became unhealthy or their node was "
