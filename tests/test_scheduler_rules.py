@@ -773,6 +773,30 @@ def test_a_borrowers_reservation_survives_the_pool_filling_up(policy):
     assert "g" in admitted(s.step(7260.0))
 
 
+@pytest.mark.parametrize("passes", [False, True], ids=["shipped", "promised-passes-borrowers"])
+def test_promised_work_passes_a_borrowers_reservation_only_where_the_policy_says(passes):
+    """g (big: no quota, 2 nodes x 4) holds the pool's reservation for
+    f1's end at t=10,000. small's 4-GPU job, which its nominal quota holds
+    with all of small's queue, would keep n2 until t=24,001. With
+    ``promised_passes_borrowers`` it starts there and g's start moves; as
+    shipped it waits for g like everyone else. fill's borrowing job waits
+    either way."""
+    s = sched([node("n1", 4), node("n2", 4)], [team("big"), team("small", 4), team("fill", 4)],
+              GPUHUB.with_(promised_passes_borrowers=passes))
+    start(s, wl("f1", "fill", 4, time_limit=10000.0, on="n1"))
+    submit(s, wl("g", "big", 4, t=0.0, num_nodes=2, time_limit=3600.0))
+    result = s.step(4000.0)  # past reserve_for_borrowers_after
+    assert [(r.workload_id, r.start, r.borrowing) for r in result.reservations] == \
+        [("g", 10000.0, passes)]  # marked a borrower's only where it matters
+    submit(s, wl("s", "small", 4, t=4001.0, time_limit=20000.0), wl("f2", "fill", 1, t=4001.0))
+    result = s.step(4001.0)
+    assert sorted(admitted(result)) == (["s"] if passes else [])
+    assert "f2" in result.waiting and "g" in result.waiting
+    if passes:  # g now starts when s ends
+        later = s.step(4002.0).reservations
+        assert [(r.workload_id, r.start) for r in later] == [("g", 24001.0)]
+
+
 def test_backfill_never_delays_reservation_through_preemption():
     """A workload behind h in the order may not take h's reserved GPUs by
     preempting someone either. h (a's gang, one rack) waits for r's GPUs on

@@ -34,6 +34,9 @@ class Reservation:
     returning: set[tuple[str, int]] = field(default_factory=set)
     # node -> (CPUs, memory) on it that later work may take (absent: not held).
     room: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Its holder would borrow (its team past its nominal quota): promised
+    # work may pass it (``Policy.promised_passes_borrowers``).
+    borrowing: bool = False
 
     def limits_for(self, end: float) -> Mapping[str, int]:
         return {} if end <= self.start else self.spare

@@ -85,6 +85,11 @@ class Policy:
     # its own, however many there are. Every reservation drains nodes and is
     # checked by every later placement.
     max_held_reservations_per_pool: Optional[int] = None
+    # Promised work (its team's nominal quota holds what the team runs and
+    # everything it has queued) may take GPUs a borrower's reservation holds:
+    # the borrower's start moves later instead. Off: it keeps the large
+    # gangs' waits and fairness (docs/scheduler.md, "stop 51").
+    promised_passes_borrowers: bool = False
     priority_classes: Mapping[str, PriorityClass] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
     )

@@ -71,6 +71,9 @@ KNOBS: dict[str, Knob] = {
     "reserve_past_team_block": Knob("switch", False, "aged work and reservation holders "
                                                      "still reserve when a teammate was refused "
                                                      "for a full pool in the same cycle"),
+    "promised_passes_borrowers": Knob("switch", False, "work its team's nominal quota holds "
+                                                       "with all the team's queue may take "
+                                                       "GPUs a borrower's reservation holds"),
     "usage_half_life": Knob("seconds", False, "half-life of the usage fair sharing remembers"),
     "backfill": Knob("switch", False, "EASY backfill around blocked work"),
     "preemption": Knob("switch", False, "reclaim of lent quota and priority preemption"),

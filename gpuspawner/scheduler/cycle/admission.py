@@ -280,7 +280,9 @@ class _Cycle:
 
     def try_reserve(self, w: Workload, holds_reservation: bool) -> Optional[str]:
         reserved = self.reservations.try_reserve(w, holds_reservation, self.aged(w),
-                                                 self.selector(w), self.unavailable)
+                                                 self.selector(w), self.unavailable,
+                                                 self.policy.promised_passes_borrowers
+                                                 and self.borrows(w))
         if reserved is not None:
             self.changed()
         return reserved
@@ -292,7 +294,7 @@ class _Cycle:
             return False
         self.changed()
         # What reservations hold (not the node's own CPUs: victims may free those).
-        limits = self.reservations.caps(w, self.end_of(w), {})
+        limits = self.reservations.caps(w, self.end_of(w), {}, self.passes_borrowers(w))
         return self.preempting.attempt(w, self.shares, limits, self.selector(w),
                                        self.result.events)
 
@@ -304,7 +306,7 @@ class _Cycle:
         workload has node selectors or is a share), and whether one of that
         shape already failed."""
         strategy = self.space.strategy(w)
-        beaten = self.reservations.beaten(w.pool, self.end_of(w))
+        beaten = self.reservations.beaten(w.pool, self.end_of(w), self.passes_borrowers(w))
         shape = strategy.shape(w, beaten, self.selector(w))
         return shape, strategy.known_unplaceable(w, shape)
 
@@ -312,7 +314,24 @@ class _Cycle:
         """``Reservations.caps`` of ``w``, made only where a placement is tried:
         made for every reservation holder, most of them refused before they
         try one, they were a sixth of a long replay's time."""
-        return self.reservations.caps(w, self.end_of(w), self.space.resource_caps(w))
+        return self.reservations.caps(w, self.end_of(w), self.space.resource_caps(w),
+                                      self.passes_borrowers(w))
+
+    def borrows(self, w: Workload) -> bool:
+        """Starting ``w`` would take its team past its nominal quota."""
+        return self.quotas and bool(w.pool) and \
+            not self.ledger.within_nominal(w.team, w.pool, w.gpu_units)
+
+    def passes_borrowers(self, w: Workload) -> bool:
+        """``w`` may take GPUs that borrowers' reservations hold
+        (``Policy.promised_passes_borrowers``): whole GPUs, and its team's
+        nominal quota holds what the team runs and everything it has queued."""
+        if not (self.policy.promised_passes_borrowers and self.quotas and w.pool
+                and not w.gpu_share):
+            return False
+        queued = sum(units for (team, pool, _kind), (_n, units)
+                     in self.state.pending_counts.items() if team == w.team and pool == w.pool)
+        return self.ledger.within_nominal(w.team, w.pool, queued)
 
     def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
         placement = self.space.strategy(w).place(w, shape, limits, self.end_of(w),

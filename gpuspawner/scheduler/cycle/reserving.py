@@ -101,20 +101,32 @@ class Reservations:
             return True
         return aged and self.aged.get(pool, 0) < policy.max_aged_reservations_per_pool
 
-    def beaten(self, pool: str, end: float) -> tuple[int, int]:
+    def beaten(self, pool: str, end: float, passes_borrowers: bool = False) -> tuple:
         """Which of the pool's reservations work ending at ``end`` ends
         before (``end <= start``): the pool's number of reservations and how
         many start before ``end``. Two ends get the same key exactly when
-        they end before the same reservations."""
+        they end before the same reservations. ``passes_borrowers``: work
+        that borrowers' reservations do not hold back (a third item, True,
+        where one of those starting before ``end`` is a borrower's)."""
         starts = self.starts.get(pool, [])
-        return len(starts), bisect.bisect_left(starts, end)
+        k = bisect.bisect_left(starts, end)
+        if passes_borrowers and any(r.borrowing for r in self.by_start.get(pool, [])[:k]):
+            return len(starts), k, True
+        return len(starts), k
 
     def limits(self, pool: str, beaten: tuple[int, int], end: float) -> dict[str, int]:
         """The per-node caps that the pool's reservations put on work
         ending at ``end``: those of the ones starting before it (``beaten``),
         which are the first in start order."""
-        prefix = self.prefix.setdefault(pool, [{}])
         by_start = self.by_start.get(pool, [])
+        if len(beaten) > 2:  # borrowers' reservations passed: not cached
+            limits: dict[str, int] = {}
+            for r in by_start[:beaten[1]]:
+                if not r.borrowing:
+                    for node, spare in r.spare.items():
+                        limits[node] = min(spare, limits.get(node, spare))
+            return limits
+        prefix = self.prefix.setdefault(pool, [{}])
         while len(prefix) <= beaten[1]:
             # The caps of the first k reservations, one more each time.
             limits = dict(prefix[-1])
@@ -123,12 +135,14 @@ class Reservations:
             prefix.append(limits)
         return prefix[beaten[1]]
 
-    def caps(self, w: Workload, end: float, resource_caps: dict[str, int]) -> dict[str, int]:
+    def caps(self, w: Workload, end: float, resource_caps: dict[str, int],
+             passes_borrowers: bool = False) -> dict[str, int]:
         """The per-node caps on ``w`` ending at ``end``: those of the
-        reservations starting before then, the nodes' own room for it
+        reservations starting before then (but borrowers' where
+        ``passes_borrowers``), the nodes' own room for it
         (``resource_caps``) and, where it asks for CPUs or memory, the room
         those reservations hold."""
-        beaten = self.beaten(w.pool, end)
+        beaten = self.beaten(w.pool, end, passes_borrowers)
         limits = self.limits(w.pool, beaten, end)
         caps = resource_caps
         if asks(w):
@@ -136,14 +150,14 @@ class Reservations:
         return {**limits, **caps} if caps else limits
 
     def try_reserve(self, w: Workload, holds_reservation: bool, aged: bool, selector,
-                    unavailable: set[str]) -> Optional[str]:
+                    unavailable: set[str], borrowing: bool = False) -> Optional[str]:
         """A reservation for ``w`` if a slot is free (its own, a regular one,
         else an aged one): the waiting reason, or None."""
         if not self.may_reserve(w, holds_reservation, aged):
             return None
         aged_slot = aged and (holds_reservation or self.regular(
             w.pool) >= self.policy.max_reservations_per_pool)
-        reserved = self.reserve(w, selector, unavailable)
+        reserved = self.reserve(w, selector, unavailable, borrowing)
         if reserved is not None and aged_slot:
             self.aged[w.pool] = self.aged.get(w.pool, 0) + 1
         return reserved
@@ -183,15 +197,17 @@ class Reservations:
         that a reservation starting before ``end`` holds: cap 0."""
         caps: dict[str, int] = {}
         for r in self.by_start.get(w.pool, [])[:beaten[1]]:
-            if r.room:
+            if r.room and not (len(beaten) > 2 and r.borrowing):
                 caps.update(r.room_caps(w, end))
         return caps
 
-    def reserve(self, w: Workload, selector, unavailable: set[str]) -> Optional[str]:
+    def reserve(self, w: Workload, selector, unavailable: set[str],
+                borrowing: bool = False) -> Optional[str]:
         pool_res = self.by_pool.setdefault(w.pool, [])
         reservation = self.find(w, selector, unavailable)
         if reservation is None:
             return None
+        reservation.borrowing = borrowing
         pool_res.append(reservation)
         starts = self.starts.setdefault(w.pool, [])
         at = bisect.bisect_right(starts, reservation.start)
