@@ -750,6 +750,21 @@ def test_bench_api_smoke(hub, capsys):
     assert rows[0]["rps_vs_baseline"] == 1.0 and rows[1]["rps_vs_baseline"] > 0
 
 
+def test_bench_rows_say_what_a_request_cost_the_service_and_the_hub(hub):
+    """On a hub whose processes are on this machine, each row says the CPU
+    per request of the service's process and of the hub's: the hub's own
+    request costs the hub, the service's requests cost the service (and,
+    with this harness's group cache off, the hub its user's groups)."""
+    rows = bench_api.run_api_bench(hub.url, hub.token("alice"), n=30, concurrency=4,
+                                   cpu=bench_api.process_cpu(hub))
+    by_name = {r["name"].split(" (")[0]: r for r in rows}
+    baseline, listing = by_name["GET /hub/api/user"], by_name["GET /workloads?limit=50"]
+    assert baseline["hub_cpu_ms"] > baseline["service_cpu_ms"], baseline
+    assert listing["service_cpu_ms"] > 2 * baseline["service_cpu_ms"], (listing, baseline)
+    header, *lines = bench_api.format_rows(rows).splitlines()
+    assert "CPU ms/req: service" in header and len(lines) == len(rows)
+
+
 def test_job_turnover_follows_every_job_to_its_end_and_says_what_it_cost(hub):
     from gpuspawner.bench import turnover
     token = hub.token("bob")

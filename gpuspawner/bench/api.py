@@ -20,7 +20,10 @@ service's own cycle timing and event-loop stalls while each set of rows ran
 (its metrics: bench/service_metrics.py).
 
 Throughput is requests over the wall time of the row; latencies are per
-request, body read included. The ratios compare each row with the baseline
+request, body read included. On a temporary hub each row also says the CPU
+that the service's own process and the hub's spent per request (from
+``/proc``): a row's latency under eight clients follows what a request
+costs the one interpreter that answers it. The ratios compare each row with the baseline
 of the same run. Only the given URL is contacted, and by default only a hub
 on this machine (loopback).
 """
@@ -48,6 +51,8 @@ from . import databases as bench_db, service_metrics, turnover
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WARMUP = 5
+# () -> {"service": CPU seconds, "hub": CPU seconds} of the processes measured
+CpuReader = Callable[[], dict[str, float]]
 BENCH_JOB = {"command": "true", "gpus_per_node": 0, "name": "gpuhub-bench", "project": "bench",
              "time_limit": 60}
 
@@ -89,15 +94,27 @@ def _ratio(x: Optional[float]) -> str:
 
 
 def format_rows(rows: list[dict]) -> str:
+    cpu = any("service_cpu_ms" in r for r in rows)
     header = (f"{'request':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
-              f"{'req/s vs base':>13} {'p50 vs base':>11} {'p99 vs base':>11}")
+              f"{'req/s vs base':>13} {'p50 vs base':>11} {'p99 vs base':>11}"
+              + (f" {'CPU ms/req: service':>20} {'hub':>5}" if cpu else ""))
     lines = [header]
     for r in rows:
         lines.append(f"{r['name']:<34} {r['rps']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
                      f"{r['errors']:>6} {_ratio(r.get('rps_vs_baseline')):>13} "
                      f"{_ratio(r.get('p50_vs_baseline')):>11} "
-                     f"{_ratio(r.get('p99_vs_baseline')):>11}")
+                     f"{_ratio(r.get('p99_vs_baseline')):>11}"
+                     + (f" {r.get('service_cpu_ms', 0):>20.2f} {r.get('hub_cpu_ms', 0):>5.2f}"
+                        if cpu else ""))
     return "\n".join(lines)
+
+
+def process_cpu(hub) -> CpuReader:
+    """The CPU reader of a temporary hub: its service's own process (not the
+    jobs it starts) and the hub's."""
+    service_pid, hub_pid = hub.service_pid(), hub.proc.pid
+    return lambda: {"service": turnover.cpu_seconds(service_pid, children=False),
+                    "hub": turnover.cpu_seconds(hub_pid, children=False)}
 
 
 def is_loopback(url: str) -> bool:
@@ -153,13 +170,18 @@ class _Runner:
         return time.perf_counter() - t0, ok
 
     def run(self, pool: ThreadPoolExecutor, name: str, method: str, url: str, expect: int,
-            body: Optional[dict], n: int) -> dict:
+            body: Optional[dict], n: int, cpu: Optional[CpuReader] = None) -> dict:
         list(pool.map(lambda _: self.one(method, url, expect, body), range(WARMUP)))
+        cpu0 = cpu() if cpu else {}
         t0 = time.perf_counter()
         results = list(pool.map(lambda _: self.one(method, url, expect, body), range(n)))
         wall = time.perf_counter() - t0
-        return summarize(name, [lat for lat, _ in results], wall,
-                         sum(1 for _, ok in results if not ok), self.concurrency)
+        row = summarize(name, [lat for lat, _ in results], wall,
+                        sum(1 for _, ok in results if not ok), self.concurrency)
+        if cpu:
+            row.update({f"{who}_cpu_ms": round((spent - cpu0[who]) * 1000 / max(1, n), 2)
+                        for who, spent in cpu().items()})
+        return row
 
     def close(self) -> None:
         for s in self.sessions:
@@ -169,10 +191,11 @@ class _Runner:
 def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 8,
                   team: Optional[str] = None, user: Optional[str] = None,
                   progress: Optional[Callable[[dict], None]] = None,
-                  waiting_submit: bool = False) -> list[dict]:
+                  waiting_submit: bool = False, cpu: Optional[CpuReader] = None) -> list[dict]:
     """The rows (baseline first), with ratios to the baseline. With
     ``waiting_submit`` (behind a queue that holds every GPU) also a submit
-    of a 1-GPU job, which waits: the API's own cost, no process started."""
+    of a 1-GPU job, which waits: the API's own cost, no process started.
+    ``cpu``: each row's CPU per request of those processes (``measure``)."""
     hub_url = hub_url_of(hub_url)
     api = hub_url + "/services/gpuhub/api/v1"
     job = dict(BENCH_JOB, **({"team": team} if team else {}))
@@ -189,20 +212,21 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
     if waiting_submit:
         plan.insert(-1, _row("POST /workloads (submit, 1 GPU: waits)", api,
                              calls.submit_workload(dict(job, gpus_per_node=1)), 201))
-    return add_ratios(measure(token, concurrency, plan, max(1, n), progress))
+    return add_ratios(measure(token, concurrency, plan, max(1, n), progress, cpu=cpu))
 
 
 def measure(token: str, concurrency: int, plan, n: int,
             progress: Optional[Callable[[dict], None]] = None,
-            headers: Optional[dict] = None) -> list[dict]:
+            headers: Optional[dict] = None, cpu: Optional[CpuReader] = None) -> list[dict]:
     """One row per (name, method, url, expected status, body) of ``plan``
-    (``headers``: sent with every request, besides the token)."""
+    (``headers``: sent with every request, besides the token; ``cpu``: the
+    CPU seconds of the processes whose share of each request the row says)."""
     runner = _Runner(token, concurrency, headers=headers)
     rows = []
     try:
         with ThreadPoolExecutor(max_workers=runner.concurrency) as pool:
             for name, method, url, expect, body in plan:
-                rows.append(runner.run(pool, name, method, url, expect, body, n))
+                rows.append(runner.run(pool, name, method, url, expect, body, n, cpu))
                 if progress:
                     progress(rows[-1])
     finally:
@@ -353,7 +377,8 @@ def _run(args, stack: contextlib.ExitStack, progress) -> int:
     admin = hub.token("root-admin") if hub is not None else None
     before = service_metrics.scrape(url, admin) if admin else None
     rows = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
-                         team=team, user=user, progress=progress)
+                         team=team, user=user, progress=progress,
+                         cpu=process_cpu(hub) if hub is not None else None)
     if hub is not None:
         extra = [service_metrics.summary("service, idle", before,
                                          service_metrics.scrape(url, admin))]
@@ -404,7 +429,7 @@ def measure_hub(hub, url: str, token: str, args, progress) -> list[dict]:
         before = service_metrics.scrape(url, admin)
         queued = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
                                team="bench", user="bench", progress=progress,
-                               waiting_submit=True)
+                               waiting_submit=True, cpu=process_cpu(hub))
         for r in queued:
             r["name"] += f", {args.queued} queued"
             r["queued"] = args.queued
