@@ -12,11 +12,12 @@ from typing import Optional
 
 from .. import events as ev
 from ..fairshare import dominant_share, usage_deltas
-from ..model import Placement, Workload, combined_selector, dataset_rules_text, without_datasets
+from ..model import Placement, Workload, combined_selector
 from ..node_load import asks, cpu_only_reason, place_cpu_only
 from ..policy import Policy
 from ..state import ClusterState
 from ..steps import drain
+from .capacity_reasons import CapacityReasons
 from .ordering import Ordering
 from .preempting import Preempting
 from .reserving import Reservations
@@ -56,9 +57,7 @@ class _Cycle:
         self.shares = {team: self._share(team) for team in set(usage) | set(state.teams)}
         self.order = Ordering(self)
         self.any_aged: Optional[bool] = None  # whether any pending work has aged
-        # Whether a shape would fit but for its datasets' node rule, until
-        # GPUs or decisions change (residency_reason: long queues ask often).
-        self.fits_elsewhere: dict[tuple, bool] = {}
+        self.capacity_reasons = CapacityReasons(self)
         # Nominations dropped at the start of this cycle: their workloads
         # wait again and are considered like any other pending work.
         self.dropped: set[str] = set()
@@ -246,7 +245,7 @@ class _Cycle:
             return
         reserved = self.try_reserve(w, holds_reservation)
         if self.explain:
-            self.wait(w, self.capacity_reason(w, reserved))
+            self.wait(w, self.capacity_reasons.reason(w, reserved))
         if policy.strict_fifo:
             self.order.stopped = f"behind {w.id} (strict FIFO: nothing passes a blocked workload)"
 
@@ -282,7 +281,7 @@ class _Cycle:
         reserved = self.reservations.try_reserve(w, holds_reservation, self.aged(w),
                                                  self.selector(w), self.unavailable,
                                                  self.policy.promised_passes_borrowers
-                                                 and self.borrows(w))
+                                                 and self.gate.borrows(w))
         if reserved is not None:
             self.changed()
         return reserved
@@ -294,7 +293,7 @@ class _Cycle:
             return False
         self.changed()
         # What reservations hold (not the node's own CPUs: victims may free those).
-        limits = self.reservations.caps(w, self.end_of(w), {}, self.passes_borrowers(w))
+        limits = self.reservations.caps(w, self.end_of(w), {}, self.gate.passes_borrowers(w))
         return self.preempting.attempt(w, self.shares, limits, self.selector(w),
                                        self.result.events)
 
@@ -306,7 +305,7 @@ class _Cycle:
         workload has node selectors or is a share), and whether one of that
         shape already failed."""
         strategy = self.space.strategy(w)
-        beaten = self.reservations.beaten(w.pool, self.end_of(w), self.passes_borrowers(w))
+        beaten = self.reservations.beaten(w.pool, self.end_of(w), self.gate.passes_borrowers(w))
         shape = strategy.shape(w, beaten, self.selector(w))
         return shape, strategy.known_unplaceable(w, shape)
 
@@ -315,23 +314,7 @@ class _Cycle:
         made for every reservation holder, most of them refused before they
         try one, they were a sixth of a long replay's time."""
         return self.reservations.caps(w, self.end_of(w), self.space.resource_caps(w),
-                                      self.passes_borrowers(w))
-
-    def borrows(self, w: Workload) -> bool:
-        """Starting ``w`` would take its team past its nominal quota."""
-        return self.quotas and bool(w.pool) and \
-            not self.ledger.within_nominal(w.team, w.pool, w.gpu_units)
-
-    def passes_borrowers(self, w: Workload) -> bool:
-        """``w`` may take GPUs that borrowers' reservations hold
-        (``Policy.promised_passes_borrowers``): whole GPUs, and its team's
-        nominal quota holds what the team runs and everything it has queued."""
-        if not (self.policy.promised_passes_borrowers and self.quotas and w.pool
-                and not w.gpu_share):
-            return False
-        queued = sum(units for (team, pool, _kind), (_n, units)
-                     in self.state.pending_counts.items() if team == w.team and pool == w.pool)
-        return self.ledger.within_nominal(w.team, w.pool, queued)
+                                      self.gate.passes_borrowers(w))
 
     def place(self, w: Workload, shape: Optional[tuple], limits) -> Optional[Placement]:
         placement = self.space.strategy(w).place(w, shape, limits, self.end_of(w),
@@ -370,40 +353,6 @@ class _Cycle:
         and share include it (for the forecast, which places nothing)."""
         self.ledger.charge_workload(w)
         self._count_share(w)
-
-    def capacity_reason(self, w: Workload, reserved: Optional[str] = None) -> str:
-        """Why it found no GPUs: its datasets' residency first, where that is
-        what kept it off free GPUs, then its reservation or the pool's state."""
-        end, reservations = self.end_of(w), self.reservations.of_pool(w.pool)
-        residency = self.residency_reason(w, end, reservations)
-        if residency is not None:
-            return f"{residency}; {reserved}" if reserved else residency
-        return reserved or self.space.strategy(w).waiting_reason(w, end, reservations,
-                                                                 self.selector(w))
-
-    def residency_reason(self, w: Workload, end: float, reservations) -> Optional[str]:
-        """Why GPUs that would take it without its datasets' residency rule
-        are not used (None when the rule is not what holds it back)."""
-        if not any(w.dataset_nodes.values()):
-            return None
-        selector = combined_selector(self.state.teams.get(w.team), w, datasets=False)
-        key = (self.space.version, self.version, w.pool, w.gpus_per_node, w.num_nodes,
-               w.gpu_share, w.cpus, w.memory, w.topology, w.topology_key, end,
-               tuple(sorted(selector.items())))
-        if key not in self.fits_elsewhere:
-            anywhere = without_datasets(w)
-            self.fits_elsewhere[key] = self.space.strategy(w).place(
-                anywhere, None, self.caps_of(anywhere), end, reservations, selector) is not None
-        if not self.fits_elsewhere[key]:
-            return None
-        if w.gpu_share:
-            need = f"room for a {w.gpu_share:g} share of a GPU"
-        else:
-            need = f"{w.gpus_per_node} GPU{'s' if w.gpus_per_node > 1 else ''} free"
-        where = "no such node has" if w.num_nodes == 1 else \
-            f"fewer than {w.num_nodes} such nodes have"
-        free = self.space.index.pool_free.get(w.pool, 0)
-        return f"{dataset_rules_text(w)}; {where} {need} ({free} {w.pool} GPU(s) free in the pool)"
 
     def wait(self, w: Workload, reason: str) -> None:
         if self.explain:

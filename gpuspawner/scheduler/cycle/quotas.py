@@ -75,6 +75,24 @@ class QuotaGate:
             return float("inf")
         return units
 
+    def borrows(self, w: Workload) -> bool:
+        """Starting ``w`` would take its team past its nominal quota."""
+        cycle = self.cycle
+        return cycle.quotas and bool(w.pool) and \
+            not cycle.ledger.within_nominal(w.team, w.pool, w.gpu_units)
+
+    def passes_borrowers(self, w: Workload) -> bool:
+        """``w`` may take GPUs that borrowers' reservations hold
+        (``Policy.promised_passes_borrowers``): whole GPUs, and its team's
+        nominal quota holds what the team runs and everything it has queued."""
+        cycle = self.cycle
+        if not (cycle.policy.promised_passes_borrowers and cycle.quotas and w.pool
+                and not w.gpu_share):
+            return False
+        queued = sum(units for (team, pool, _kind), (_n, units)
+                     in cycle.state.pending_counts.items() if team == w.team and pool == w.pool)
+        return cycle.ledger.within_nominal(w.team, w.pool, queued)
+
     def resources_allow(self, w: Workload) -> bool:
         """Whether its team's CPU and memory quota in its pool has room for
         what it asks for; if not, it waits saying which (others of the
