@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 
 import pytest
@@ -306,6 +307,22 @@ async def until(check, what, seconds=10.0):
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+def run_with_deadline(loop, coro, seconds: float):
+    """``loop.run_until_complete(coro)``, failing after ``seconds`` with where
+    each of the loop's tasks was waiting (a hang in CI once ran into
+    pytest-timeout's 900 s, whose thread dump showed only an idle loop)."""
+    task = loop.create_task(coro)
+    loop.run_until_complete(asyncio.wait({task}, timeout=seconds))
+    if task.done():
+        return task.result()
+    stacks = io.StringIO()
+    for t in asyncio.all_tasks(loop):
+        t.print_stack(file=stacks)
+    task.cancel()
+    loop.run_until_complete(asyncio.wait({task}, timeout=5))
+    raise AssertionError(f"not done after {seconds:.0f} s; the loop's tasks:\n{stacks.getvalue()}")
 
 
 class Watching:
@@ -634,7 +651,7 @@ def test_service_acts_on_a_pods_end_at_once_and_follows_its_log(tmp_path, monkey
             await app.engine.backend.settle()
             await app.engine.backend.logs.close()
     try:
-        loop.run_until_complete(scenario())
+        run_with_deadline(loop, scenario(), 180)
     finally:
         stop_service(app, loop)
         server.stop()
