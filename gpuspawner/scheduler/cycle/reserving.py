@@ -123,16 +123,12 @@ class Reservations:
             limits: dict[str, int] = {}
             for r in by_start[:beaten[1]]:
                 if not r.borrowing:
-                    for node, spare in r.spare.items():
-                        limits[node] = min(spare, limits.get(node, spare))
+                    _cap_by(limits, r)
             return limits
         prefix = self.prefix.setdefault(pool, [{}])
         while len(prefix) <= beaten[1]:
             # The caps of the first k reservations, one more each time.
-            limits = dict(prefix[-1])
-            for node, spare in by_start[len(prefix) - 1].spare.items():
-                limits[node] = min(spare, limits.get(node, spare))
-            prefix.append(limits)
+            prefix.append(_cap_by(dict(prefix[-1]), by_start[len(prefix) - 1]))
         return prefix[beaten[1]]
 
     def caps(self, w: Workload, end: float, resource_caps: dict[str, int],
@@ -224,3 +220,10 @@ class Reservations:
                 else f"{request_words(w)} on a node of pool {w.pool}")
         return (f"waiting for {what}; reserved to start within "
                 f"{duration(wait_s)} (backfill keeps that start)")
+
+
+def _cap_by(limits: dict[str, int], r: Reservation) -> dict[str, int]:
+    """``limits`` (changed in place) capped by ``r``'s spare GPUs per node."""
+    for node, spare in r.spare.items():
+        limits[node] = min(spare, limits.get(node, spare))
+    return limits
