@@ -194,6 +194,62 @@ def test_audit_chain_holds_across_fresh_stores_and_concurrent_writers(db_url, st
         gc.collect(1)  # the old session classes go, so new ones may take their ids
 
 
+def test_a_new_sqlite_database_is_in_wal_mode_before_the_service_opens_it(tmp_path):
+    """The service's threads (and a CLI call beside it) open their first
+    connections together on a file its start just created: had the file
+    still to be switched to WAL then, one of them would fail at once with
+    "database is locked" (the round-0 failure CI saw in the test above)."""
+    import sqlite3
+
+    path = tmp_path / "gpuhub.sqlite"
+    Store(f"sqlite:///{path}").close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.parametrize("holder_leaves_after, switched", [
+    (0, True),     # nobody else holds the file
+    (2, True),     # another connection holds it for the first two tries
+    (None, False), # it never lets go: the error says the database is locked
+])
+def test_switching_a_file_to_wal_waits_for_another_connection_to_let_go(tmp_path,
+                                                                       holder_leaves_after,
+                                                                       switched):
+    import sqlite3
+
+    from gpuspawner.store.sqlite_mode import use_wal
+
+    path = tmp_path / "new.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN")
+    holder.execute("SELECT * FROM t").fetchall()  # a reader in the middle of its transaction
+    pauses, now = [], [0.0]
+
+    def sleep(seconds):  # the seam: no real waiting, and the holder lets go on cue
+        pauses.append(seconds)
+        now[0] += seconds
+        if len(pauses) == holder_leaves_after:
+            holder.execute("COMMIT")
+
+    if holder_leaves_after == 0:
+        holder.execute("COMMIT")
+    conn = sqlite3.connect(path, timeout=0)
+    try:
+        if switched:
+            use_wal(conn, wait_s=1.0, sleep=sleep, clock=lambda: now[0])
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert len(pauses) == (holder_leaves_after or 0)
+        else:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                use_wal(conn, wait_s=1.0, sleep=sleep, clock=lambda: now[0])
+            assert sum(pauses) >= 1.0  # it waited the whole while before giving up
+    finally:
+        conn.close()
+        holder.close()
+
+
 def test_a_list_read_whose_connection_the_server_dropped_is_read_again_on_a_new_one(pg_url):
     """The reads' pool does not ping a connection before a read (a round
     trip per page): a restarted server's dropped connection is found by the

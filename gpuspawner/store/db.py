@@ -12,22 +12,24 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import audit, upgrade
+from .sqlite_mode import use_wal
 from .statistics import PlannerStatistics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+BUSY_TIMEOUT_MS = 5000  # how long a SQLite writer waits for another's transaction
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     # WAL lets the API read while the loop writes; foreign keys are off by
     # default in SQLite.
+    use_wal(dbapi_conn, BUSY_TIMEOUT_MS / 1000)
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA foreign_keys=ON")
     # WAL + NORMAL survives a crash of the process (what a SIGKILL is); only
     # a power cut can lose the last commits.
     cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.close()
 
 

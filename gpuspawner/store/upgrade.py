@@ -39,6 +39,8 @@ from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
+from .sqlite_mode import use_wal
+
 MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
 # How long the migration waits for another writer (a service still running)
 # before it gives up, in milliseconds.
@@ -202,6 +204,9 @@ def _migration_connection(engine: Engine) -> Iterator[Connection]:
     @event.listens_for(own, "connect")
     def _connect(dbapi_conn, _record):
         dbapi_conn.isolation_level = None  # no implicit BEGIN/COMMIT around statements
+        # Before any other connection of the service opens (sqlite_mode.py);
+        # not possible inside the transaction.
+        use_wal(dbapi_conn, LOCK_WAIT_MS / 1000)
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA foreign_keys=OFF")  # a no-op inside a transaction: set first
         cur.execute(f"PRAGMA busy_timeout={LOCK_WAIT_MS}")
