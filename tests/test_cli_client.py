@@ -18,6 +18,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import requests
 
 from gpuspawner.bench import api as bench_api
 from gpuspawner.cli import build_parser, main
@@ -397,6 +398,18 @@ def test_bench_rows_and_ratios():
     assert rows[1]["rps_vs_baseline"] == 0.5 and rows[1]["p50_vs_baseline"] == 2.0
     lines = bench_api.format_rows(rows).splitlines()
     assert len(lines) == 3 and "0.50x" in lines[2] and "2.00x" in lines[2]
+    assert "p99 vs hub page" not in lines[0]  # no hub page measured: no such column
+
+
+def test_bench_rows_compare_the_p99_with_the_hubs_own_page_where_it_was_measured():
+    rows = bench_api.add_ratios([
+        bench_api.summarize("GET /hub/api/user (baseline)", [0.002] * 10, 0.01, 0, 2),
+        bench_api.summarize("GET /hub/api/users (the hub's page of 50)", [0.008] * 10, 0.04, 0, 2),
+        bench_api.summarize("GET /workloads?limit=50 (list)", [0.012] * 10, 0.06, 0, 2)])
+    assert [r["p99_vs_baseline"] for r in rows] == [1.0, 4.0, 6.0]
+    assert [r["p99_vs_hub_page"] for r in rows] == [0.25, 1.0, 1.5]
+    header, *lines = bench_api.format_rows(rows).splitlines()
+    assert "p99 vs hub page" in header and "1.50x" in lines[2]
 
 
 @pytest.mark.parametrize("url, local", [
@@ -764,6 +777,21 @@ def test_bench_rows_say_what_a_request_cost_the_service_and_the_hub(hub):
     assert all(r["service_cpu_ms"] >= 0 and r["hub_cpu_ms"] >= 0 for r in rows), rows
     header, *lines = bench_api.format_rows(rows).splitlines()
     assert "CPU ms/req: service" in header and len(lines) == len(rows)
+
+
+def test_the_hubs_own_page_is_measured_only_where_the_token_may_list_users(hub):
+    """A user's token may not list the hub's users: no such row (and no
+    errors in the table); a token with ``list:users`` (the harness's admin
+    service, as the temporary hub's bench user has) gets the hub's page,
+    named with how many users it returned."""
+    from hub_harness import ADMIN_TOKEN
+    assert bench_api.hub_page_row(hub.url, hub.token("alice")) is None
+    name, method, url, expect, body = bench_api.hub_page_row(hub.url, ADMIN_TOKEN)
+    users = requests.get(hub.url + "/hub/api/users",
+                         headers={"Authorization": f"token {ADMIN_TOKEN}"}).json()
+    assert name == f"GET /hub/api/users (the hub's page of {min(50, len(users))})"
+    assert (method, url, expect) == ("GET", hub.url + "/hub/api/users?limit=50", 200)
+    assert {"alice", "bob"} <= {u["name"] for u in users}
 
 
 def test_job_turnover_follows_every_job_to_its_end_and_says_what_it_cost(hub):

@@ -7,6 +7,10 @@ requests from ``--concurrency`` threads (one ``requests.Session`` per
 thread), after a few warm-up requests:
 
 * baseline: JupyterHub's own ``GET /hub/api/user`` (same proxy, same token),
+* where the token may list the hub's users (a temporary hub gives its user
+  that role, and 60 users to list): the hub's own page of 50,
+  ``GET /hub/api/users?limit=50``, a second baseline the size of the
+  service's pages (the rows' ``p99_vs_hub_page``),
 * submit: ``POST /workloads`` of a tiny job (``true``, 0 GPUs: it starts at
   once, so the row also measures the processes started on the same cores),
 * list: ``GET /workloads?limit=50``,
@@ -79,13 +83,21 @@ def summarize(name: str, latencies_s: list[float], wall_s: float, errors: int,
             "mean_ms": round(sum(latencies_s) / n * 1000, 2) if n else 0.0}
 
 
+HUB_PAGE = "(the hub's page"  # the name of the second baseline's row begins "GET ... (the hub's page"
+
+
 def add_ratios(rows: list[dict]) -> list[dict]:
-    """Each row's throughput and latency relative to the first (the baseline)."""
+    """Each row's throughput and latency relative to the first (the baseline),
+    and its p99 relative to the hub's own page where that row was measured."""
     base = rows[0]
+    page = next((r for r in rows if HUB_PAGE in r["name"]), None)
     for r in rows:
         r["rps_vs_baseline"] = round(r["rps"] / base["rps"], 3) if base["rps"] else None
         r["p50_vs_baseline"] = round(r["p50_ms"] / base["p50_ms"], 3) if base["p50_ms"] else None
         r["p99_vs_baseline"] = round(r["p99_ms"] / base["p99_ms"], 3) if base["p99_ms"] else None
+        if page is not None:
+            r["p99_vs_hub_page"] = (round(r["p99_ms"] / page["p99_ms"], 3) if page["p99_ms"]
+                                    else None)
     return rows
 
 
@@ -95,8 +107,10 @@ def _ratio(x: Optional[float]) -> str:
 
 def format_rows(rows: list[dict]) -> str:
     cpu = any("service_cpu_ms" in r for r in rows)
+    page = any("p99_vs_hub_page" in r for r in rows)
     header = (f"{'request':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
               f"{'req/s vs base':>13} {'p50 vs base':>11} {'p99 vs base':>11}"
+              + (f" {'p99 vs hub page':>15}" if page else "")
               + (f" {'CPU ms/req: service':>20} {'hub':>5}" if cpu else ""))
     lines = [header]
     for r in rows:
@@ -104,9 +118,24 @@ def format_rows(rows: list[dict]) -> str:
                      f"{r['errors']:>6} {_ratio(r.get('rps_vs_baseline')):>13} "
                      f"{_ratio(r.get('p50_vs_baseline')):>11} "
                      f"{_ratio(r.get('p99_vs_baseline')):>11}"
+                     + (f" {_ratio(r.get('p99_vs_hub_page')):>15}" if page else "")
                      + (f" {r.get('service_cpu_ms', 0):>20.2f} {r.get('hub_cpu_ms', 0):>5.2f}"
                         if cpu else ""))
     return "\n".join(lines)
+
+
+def hub_page_row(hub_url: str, token: str, timeout: float = 10.0) -> Optional[tuple]:
+    """The plan row of JupyterHub's own page of (up to) 50 users, named with
+    how many it returned, if ``token`` may list the hub's users; else None
+    (most users' tokens may not: the row is then left out)."""
+    url = hub_url + "/hub/api/users?limit=50"
+    try:
+        r = requests.get(url, headers={"Authorization": f"token {token}"}, timeout=timeout)
+    except requests.RequestException:
+        return None
+    if r.status_code != 200:
+        return None
+    return (f"GET /hub/api/users {HUB_PAGE} of {len(r.json())})", "GET", url, 200, None)
 
 
 def process_cpu(hub) -> CpuReader:
@@ -209,6 +238,9 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
             _row("GET /workloads, the Jobs panel's", api, calls.list_workloads(
                 kind="job", sweep_id=["none"], limit=50, detail=1, user=user or "bench"), 200),
             _row("POST /workloads (submit)", api, calls.submit_workload(job), 201)]
+    page = hub_page_row(hub_url, token)
+    if page is not None:
+        plan.insert(1, page)
     if waiting_submit:
         plan.insert(-1, _row("POST /workloads (submit, 1 GPU: waits)", api,
                              calls.submit_workload(dict(job, gpus_per_node=1)), 201))
@@ -256,6 +288,9 @@ def _check_first(hub_url: str, token: str) -> str:
     return me["name"]
 
 
+DIRECTORY_USERS = 60
+
+
 def start_temporary_hub(workdir: str, queue_teams: int = 0, db_url: str = ""):
     """A hub from the test harness (tests/hub_harness.py) with one bench team
     owning its 4 GPUs, and ``queue_teams`` more teams (q00, q01, ...) of one
@@ -271,12 +306,16 @@ def start_temporary_hub(workdir: str, queue_teams: int = 0, db_url: str = ""):
     # The harness turns the group cache off for its tests; a benchmark wants
     # the service's default (10 s), as a deployed hub has it.
     groups = {"team-bench": ["bench"],
-              **{f"team-q{i:02d}": [f"q{i:02d}"] for i in range(queue_teams)}}
+              **{f"team-q{i:02d}": [f"q{i:02d}"] for i in range(queue_teams)},
+              # users for the hub's own page of 50, which the bench user may list
+              "bench-directory": [f"d{i:03d}" for i in range(DIRECTORY_USERS)]}
     # The harness's fast cycles are for tests; a benchmark runs the default.
     hub = Hub(workdir, groups=groups, db_url=db_url,
               teams={"bench": {"quotas": {"default": {"nominal": 4}}}}, gpus=4,
               extra_service_config="c.GpuHubService.group_cache_seconds = 10.0\n"
-                                   "c.GpuHubService.cycle_interval = 1.0\n")
+                                   "c.GpuHubService.cycle_interval = 1.0\n",
+              extra_hub_config='c.JupyterHub.load_roles.append({"name": "bench-directory", '
+                               '"users": ["bench"], "scopes": ["list:users", "read:users"]})\n')
     try:
         hub.start()
     except BaseException:
