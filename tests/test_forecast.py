@@ -11,7 +11,8 @@ import pytest
 
 from gpuspawner.scheduler import JOB, NOTEBOOK, POLICIES, Node, Quota, Scheduler, Team, Workload
 from gpuspawner.scheduler.forecast.calibration import PRIOR, Calibration, say
-from gpuspawner.scheduler.forecast import Profile, forecast
+from gpuspawner.scheduler.forecast import Profile, forecast, limit_runtime
+from gpuspawner.scheduler.forecast.rollout import rollout
 from gpuspawner.scheduler.forecast.runtimes import MIN_SAMPLES, RuntimeModel, workload_keys
 
 GPUHUB = POLICIES["gpuhub"]
@@ -68,6 +69,8 @@ def test_profile_earliest_start(changes, need, duration, t0, expected):
 
 # ---- the plan ----------------------------------------------------------------
 def starts(s, now, **kw):
+    """The plan's starts (the policy run forward is tested on its own below)."""
+    kw.setdefault("rollout_pending", 0)
     return {wid: (e.start, e.basis) for wid, e in forecast(s.state, s.policy, now, **kw).items()}
 
 
@@ -105,7 +108,7 @@ def test_a_gang_needs_its_nodes_in_one_rack_when_required(topology, start):
 def test_work_without_a_limit_or_history_makes_the_start_unknown():
     s = run([node("n1")], [team("a")], [job("nb", gpus=4, limit=None, kind=NOTEBOOK)],
             [job("w", gpus=1, t=5)], 10)
-    e = forecast(s.state, s.policy, 10)["w"]
+    e = forecast(s.state, s.policy, 10, rollout_pending=0)["w"]
     assert e.start is None and e.basis == "unknown"
     assert "no time limit and no run-time history" in e.reason
 
@@ -166,13 +169,14 @@ def test_only_what_starts_now_moves_its_team_back_in_the_order(gpus, expected):
     for w in (job("a1", "a", gpus=gpus, t=6), job("a2", "a", gpus=4, t=7),
               job("b1", "b", gpus=4, t=8)):
         s.submit(w, w.submit_time)
-    assert {wid: e.start for wid, e in forecast(s.state, s.policy, 10).items()} == expected
+    assert {wid: e.start for wid, e in forecast(s.state, s.policy, 10, rollout_pending=0).items()} \
+        == expected
 
 
 def test_more_than_the_limit_ahead_is_said_unknown():
     s = run([node("n1")], [team("a")], [job("r", gpus=4)],
             [job(f"w{i}", gpus=4, t=i + 1) for i in range(3)], 10)
-    got = forecast(s.state, s.policy, 10, limit=2)
+    got = forecast(s.state, s.policy, 10, limit=2, rollout_pending=0)
     assert [got[f"w{i}"].start for i in range(3)] == [H, 2 * H, None]
     assert got["w2"].reason == "more than 2 workloads are ahead of it"
 
@@ -180,8 +184,100 @@ def test_more_than_the_limit_ahead_is_said_unknown():
 def test_only_asks_for_some_but_books_everything_ahead():
     s = run([node("n1")], [team("a")], [job("r", gpus=4)],
             [job(f"w{i}", gpus=4, t=i + 1) for i in range(3)], 10)
-    assert {k: v.start for k, v in forecast(s.state, s.policy, 10, only={"w2"}).items()} == \
-        {"w2": 3 * H}
+    assert {k: v.start for k, v in forecast(s.state, s.policy, 10, only={"w2"},
+                                            rollout_pending=0).items()} == {"w2": 3 * H}
+
+
+# ---- the policy run forward ----------------------------------------------------
+class RolloutAt:
+    """Rides a replay (the simulator's estimates hook): at the first cycle at
+    or after ``at``, what the rollout says of every waiting job, told each
+    job's true run left (``runs``: its whole run, less what its attempts
+    before a preemption ran: the replay's jobs resume from a checkpoint)."""
+
+    def __init__(self, at, policy, runs):
+        self.at, self.policy, self.runs, self.said = at, policy, runs, None
+        self.done: dict[str, float] = {}
+        self.counted: set[tuple[str, float]] = set()
+
+    def runtime(self, w, elapsed):
+        return self.runs[w.id] - self.done.get(w.id, 0.0)
+
+    def after_cycle(self, sched, now, submitted):
+        for wid, r in sched.state.running.items():
+            if r.kill_at is not None and (wid, r.start_time) not in self.counted:
+                self.counted.add((wid, r.start_time))  # preempted now: what it ran is kept
+                self.done[wid] = self.done.get(wid, 0.0) + now - r.start_time
+        if self.said is None and now >= self.at:
+            self.said = rollout(sched.state, self.policy, now, self.runtime)
+            self.waiting = {wid for wid in sched.state.pending if wid not in self.done}
+
+    def started(self, wid, now):
+        pass
+
+    def finished(self, w, run_s):
+        pass
+
+
+@pytest.mark.parametrize("policy", [BACKFILL, replace(GPUHUB, aging_after=None), GPUHUB])
+def test_the_rollout_says_when_the_policy_starts_each_waiting_job_if_nothing_more_comes(policy):
+    """A replay of a trace up to a busy moment, with every job's run known:
+    at its last submission, the rollout gives every job still waiting for
+    its first start the start the replay then gives it, with the reclaims,
+    the order moving with what each team runs and the preempted jobs
+    resuming that come after. With aging, the rollout wakes when a job ages,
+    as the service's timer does, and the replay only at its next event, so
+    there most starts agree."""
+    from gpuspawner.sim.cluster import parse_cluster
+    from gpuspawner.sim.simulate import simulate
+    from gpuspawner.sim.trace import generate_philly_trace
+
+    trace = generate_philly_trace(120, teams=["vision", "nlp", "speech"], capacity_gpus=32,
+                                  load=6.0, seed=4, time_limit_factor=(1.0, 1.0))
+    cluster = parse_cluster({
+        "pools": [{"name": "a100", "nodes": 4, "gpus_per_node": 8}],
+        "teams": [{"name": "vision", "quota": {"a100": {"nominal": 16}}},
+                  {"name": "nlp", "quota": {"a100": {"nominal": 8}}},
+                  {"name": "speech", "quota": {"a100": {"nominal": 8}}}]})
+    hook = RolloutAt(trace[-1].submit_time_s, policy, {j.job_id: j.duration_s for j in trace})
+    result = simulate(trace, cluster, policy, restart_cost_s=0.0, estimates=hook)
+    first = {r.job_id: r.first_start for r in result.records}
+    said = {wid: t for wid, t in hook.said.items() if wid in hook.waiting}
+    assert len(hook.waiting) >= 30 and said.keys() == hook.waiting
+    agree = sum(1 for wid, t in said.items() if t == pytest.approx(first[wid]))
+    if policy.aging_after is None:
+        assert agree == len(said), {w: (t, first[w]) for w, t in said.items()}
+    else:
+        assert agree >= 0.8 * len(said)
+    assert (result.metrics["preemptions"] > 0) == (policy is not BACKFILL)
+
+
+def test_the_forecast_gives_the_rollouts_start_where_it_finds_one():
+    # b borrows all 4 GPUs for 10 h; a (nominal 4) waits with two jobs of
+    # 2 h. The plan reclaims for a1 only; the policy reclaims, a1 and a2
+    # start on the freed GPUs together.
+    s = run([node("n1")], [team("a", nominal=4), team("b", nominal=0)],
+            [job("r", "b", gpus=4, limit=10 * H)],
+            [job("a1", "a", gpus=2, t=5, limit=2 * H), job("a2", "a", gpus=2, t=6, limit=2 * H)],
+            10, policy=GPUHUB)
+    reclaimed = 5 + GPUHUB.preemption_delay + GPUHUB.default_grace_period
+    got = forecast(s.state, s.policy, 10)
+    assert {w: (e.start, e.basis) for w, e in got.items()} == {
+        "a1": (reclaimed, "rollout"), "a2": (reclaimed, "rollout")}
+    assert not s.state.running["r"].kill_at  # the state itself was not touched
+
+
+def test_a_long_queue_and_an_unknown_end_keep_the_plans_answer():
+    s = run([node("n1")], [team("a")], [job("nb", gpus=4, limit=None, kind=NOTEBOOK)],
+            [job("w", gpus=1, t=5)], 10)
+    e = forecast(s.state, s.policy, 10)["w"]   # nothing ever frees: the rollout starts nothing
+    assert e.start is None and e.basis == "unknown"
+    s = run([node("n1")], [team("a")], [job("r", gpus=4)],
+            [job(f"w{i}", gpus=4, t=i + 1) for i in range(3)], 10)
+    assert {w: e.basis for w, e in forecast(s.state, s.policy, 10).items()} == \
+        {"w0": "rollout", "w1": "rollout", "w2": "rollout"}
+    assert {w: e.basis for w, e in forecast(s.state, s.policy, 10, rollout_pending=2).items()} \
+        == {"w0": "plan", "w1": "plan", "w2": "plan"}  # more pending than the rollout takes
 
 
 # ---- learned run times -------------------------------------------------------

@@ -94,7 +94,7 @@ def test_a_queued_job_shows_when_it_starts_and_the_estimate_moves_when_work_ends
     engine.tick()
     view = expected(engine, w)
     # No history yet: running work ends at its time limit, the range is the prior.
-    assert view["time"] == iso(t0 + 3 * H) and view["basis"] == "plan"
+    assert view["time"] == iso(t0 + 3 * H) and view["basis"] == "rollout"  # the policy run forward
     assert view["calibrated_on"] == 0
     assert view["text"].startswith("expected to start in ~3 h")
     with engine.store.session() as s:

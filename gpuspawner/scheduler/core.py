@@ -46,6 +46,14 @@ class Scheduler:
                                   half_life=policy.usage_half_life)
         self._shape_reasons: dict[tuple, Optional[str]] = {}
 
+    @classmethod
+    def around(cls, state: ClusterState, policy: Policy) -> "Scheduler":
+        """A scheduler deciding over an existing ``state`` (a copy the
+        forecast runs forward; forecast/rollout.py)."""
+        sched = cls.__new__(cls)
+        sched.policy, sched.state, sched._shape_reasons = policy, state, {}
+        return sched
+
     # ---- inputs ----------------------------------------------------------
     def validate(self, w: Workload) -> Optional[str]:
         """Why ``w`` can never run here, or None. Checked at submission."""

@@ -1395,10 +1395,10 @@ export interface components {
             /** @example expected to start in ~12 min (between 5 min and 30 min) */
             text: string;
             /**
-             * @description now: fits at once; plan: when the plan's GPUs free up; reclaim: by taking back borrowed quota; victims: preempted work is exiting for it
+             * @description now: fits at once; plan: when the plan's GPUs free up; reclaim: by taking back borrowed quota; victims: preempted work is exiting for it; rollout: when the scheduler's policy, run forward from now with nothing more submitted, starts it
              * @enum {string}
              */
-            basis: "now" | "plan" | "reclaim" | "victims" | "unknown";
+            basis: "now" | "plan" | "reclaim" | "victims" | "rollout" | "unknown";
             /** @description when time is null: why */
             reason?: string;
             /** @description how many earlier estimates the range is calibrated on (0: a plain half-to-twice range) */

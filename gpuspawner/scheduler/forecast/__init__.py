@@ -15,6 +15,12 @@ separate question, answered from how earlier estimates turned out
 free (held by work with neither a time limit nor a run-time history, or
 unhealthy) gets ``None`` with the reason: unknown, said honestly.
 
+The plan books the queue in today's order. With a short queue
+(``ROLLOUT_PENDING``) the policy's own cycles are also run forward on a copy
+of the state (``rollout.py``), which follows what the plan cannot: the order
+moving with what each team runs, reclaims, aged work. A start the rollout
+finds replaces the plan's.
+
 Pure: reads a ``ClusterState``, changes nothing.
 """
 from __future__ import annotations
@@ -32,8 +38,12 @@ from ..policy import Policy
 from ..shares import slots_needed
 from ..state import ClusterState
 from ..steps import drain
+from .rollout import rollout_steps
 
 INF = math.inf
+# The most pending workloads for which the policy is also run forward: a
+# rollout is a copy of the state and up to ``rollout.MAX_CYCLES`` cycles over it.
+ROLLOUT_PENDING = 300
 
 # Expected run time of a workload: (workload, seconds run so far) -> seconds,
 # or None when nothing bounds it.
@@ -52,7 +62,9 @@ class Estimate:
 
     workload_id: str
     start: Optional[float]
-    basis: str  # "now", "plan", "victims" (preemption under way), "unknown"
+    # "now", "plan", "reclaim", "victims" (preemption under way), "rollout"
+    # (the policy run forward, rollout.py), "unknown"
+    basis: str
     reason: str = ""
 
 
@@ -396,18 +408,33 @@ class _Plan:
 
 def forecast(state: ClusterState, policy: Policy, now: float,
              runtime: RunTime = limit_runtime, only: Optional[set[str]] = None,
-             limit: Optional[int] = None) -> dict[str, Estimate]:
+             limit: Optional[int] = None,
+             rollout_pending: int = ROLLOUT_PENDING) -> dict[str, Estimate]:
     """Expected start of every pending workload (or of those in ``only``:
     everything ahead of them is still booked). ``limit`` bounds how many are
-    booked; the rest are unknown, with that reason."""
-    return drain(forecast_steps(state, policy, now, runtime, only, limit))
+    booked; the rest are unknown, with that reason. With at most
+    ``rollout_pending`` workloads pending, the policy's own cycles are run
+    forward too (``rollout``), and a start they give replaces the plan's
+    (basis "rollout")."""
+    return drain(forecast_steps(state, policy, now, runtime, only, limit, rollout_pending))
 
 
 def forecast_steps(state: ClusterState, policy: Policy, now: float,
                    runtime: RunTime = limit_runtime, only: Optional[set[str]] = None,
-                   limit: Optional[int] = None):
+                   limit: Optional[int] = None, rollout_pending: int = ROLLOUT_PENDING):
     """``forecast`` as a generator that yields now and then (as
-    ``Scheduler.cycle_steps``). With aging, a workload still waiting ``aging_after`` after its submission
+    ``Scheduler.cycle_steps``)."""
+    out = yield from _planned(state, policy, now, runtime, only, limit)
+    if not 0 < len(state.pending) <= rollout_pending:
+        return out
+    starts = yield from rollout_steps(state, policy, now, runtime, only=set(out))
+    for wid, start in starts.items():
+        out[wid] = Estimate(wid, start, "rollout")
+    return out
+
+
+def _planned(state, policy, now, runtime, only, limit):
+    """The plan. With aging, a workload still waiting ``aging_after`` after its submission
     moves up, right after the reservation holders: a first plan finds which
     will, a second books those first, each from the time it ages."""
     out = yield from _plan(state, policy, now, runtime, only, limit, ())
