@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..scheduler.forecast.calibration import Calibration
-from ..scheduler.forecast import forecast
+from ..scheduler.forecast import ROLLOUT_PENDING, forecast
 from ..scheduler.forecast.runtimes import RuntimeModel, workload_keys
 from .metrics import percentile, size_bucket
 
@@ -41,8 +41,10 @@ class _Shown:
 
 
 class StartEstimates:
-    def __init__(self, policy, every_s: float = 3600.0, coverage: float = 0.8):
+    def __init__(self, policy, every_s: float = 3600.0, coverage: float = 0.8,
+                 rollout_pending: int = ROLLOUT_PENDING):
         self.policy = policy
+        self.rollout_pending = rollout_pending  # 0: the plan alone, as before the rollout
         self.every_s = every_s
         self.runtimes = RuntimeModel()
         self.calibration = Calibration(coverage)
@@ -73,7 +75,8 @@ class StartEstimates:
         if not waiting and not sweep:
             return
         only = None if sweep else set(waiting)
-        estimates = forecast(sched.state, self.policy, now, self.runtime, only=only)
+        estimates = forecast(sched.state, self.policy, now, self.runtime, only=only,
+                             rollout_pending=self.rollout_pending)
         for wid in waiting:
             self.at_submit[wid] = self._show(now, estimates[wid].start, wid)
         if sweep:
