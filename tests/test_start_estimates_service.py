@@ -61,10 +61,11 @@ class Scripted(Backend):
         self.exits.append(AttemptExit(wid, self.running.pop(wid), EXITED, 0, now))
 
 
-def make_engine(url, tmp_path, clock):
+def make_engine(url, tmp_path, clock, **config):
     store = Store(url)
     engine = Engine(store, Scripted(), [LocalNode(Node("host", "default", 4), [0, 1, 2, 3])],
-                    get_policy("gpuhub"), EngineConfig(data_dir=str(tmp_path)), clock=clock)
+                    get_policy("gpuhub"), EngineConfig(data_dir=str(tmp_path), **config),
+                    clock=clock)
     engine.start()
     for team in ("a", "b"):
         set_team(engine.steering, Identity("root", admin=True), team, None,
@@ -112,6 +113,26 @@ def test_a_queued_job_shows_when_it_starts_and_the_estimate_moves_when_work_ends
     clock.t += 1
     engine.tick()
     assert expected(engine, w) is None  # it runs: nothing to estimate
+    engine.store.close()
+
+
+@pytest.mark.parametrize("rollout_pending, basis", [(300, "rollout"), (1, "plan"), (0, "plan")])
+def test_the_operator_bounds_the_queue_the_policy_is_run_forward_for(db_url, tmp_path,
+                                                                     rollout_pending, basis):
+    """``GpuHubService.estimate_rollout_pending``: with more queued than
+    that, the estimate is the plan's (the same start here)."""
+    clock = Clock()
+    t0 = clock.t
+    engine = make_engine(db_url, tmp_path, clock, estimate_rollout_pending=rollout_pending)
+    engine.submit(BOB, job(4, 2 * H)).id
+    engine.tick()
+    waits = []
+    for _ in range(2):
+        clock.t += 1  # one after the other: the order does not come down to their ids
+        waits.append(engine.submit(ALICE, job(4, H)).id)
+    engine.tick()
+    assert [(expected(engine, w)["time"], expected(engine, w)["basis"]) for w in waits] == [
+        (iso(t0 + 2 * H), basis), (iso(t0 + 3 * H), basis)]
     engine.store.close()
 
 

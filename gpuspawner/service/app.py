@@ -161,6 +161,7 @@ class GpuHubService(ServiceSettings):
                                           job_tokens=self._job_tokens(),
                                           default_team=self.default_team,
                                           start_threads=self.start_threads,
+                                          estimate_rollout_pending=self.estimate_rollout_pending,
                                           gpu_sharing=self.sharing,
                                           mps_pipe_directories=parse_mps(self.gpu_sharing),
                                           share_watch=MemoryWatch(grace_s=self.share_memory_grace),

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from gpuspawner.isolation.share_memory import MemoryWatch
+from gpuspawner.scheduler.forecast import ROLLOUT_PENDING
 from gpuspawner.scheduler.model import Quota
 
 
@@ -32,6 +33,9 @@ class EngineConfig:
     default_team: str = ""
     # Threads that start attempts off the event loop (0: in the caller's thread).
     start_threads: int = 0
+    # The most queued workloads whose start estimates run the policy forward
+    # (scheduler/forecast/rollout.py; 0: the plan alone).
+    estimate_rollout_pending: int = ROLLOUT_PENDING
     # pool -> slots each of its GPUs may be shared in (share_specs.parse_sharing).
     gpu_sharing: dict = field(default_factory=dict)
     # pool -> its GPUs' MPS pipe directory ({uuid}: each GPU's) (share_specs.parse_mps).

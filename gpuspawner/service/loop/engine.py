@@ -91,7 +91,7 @@ class Engine:
                               self.pool_sizes)
         self.starter = Starter(backend, config.job_tokens, config.start_threads,
                                wake=lambda: self.wake())
-        self.estimates = StartEstimates(policy)
+        self.estimates = StartEstimates(policy, rollout_pending=config.estimate_rollout_pending)
         self.intake = Intake(self)  # the API's submits, batched (loop/intake.py)
         self._reasons: dict[str, str] = {}
         # workload -> GPU memory (MiB) its processes used at the last reading

@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from gpuspawner.scheduler.forecast.calibration import Calibration, StartRange, say
-from gpuspawner.scheduler.forecast import Estimate, forecast_steps
+from gpuspawner.scheduler.forecast import ROLLOUT_PENDING, Estimate, forecast_steps
 from gpuspawner.scheduler.model import Workload
 from gpuspawner.scheduler.forecast.runtimes import RuntimeModel, workload_keys
 from gpuspawner.store import Attempt, WorkloadRow
@@ -49,9 +49,11 @@ def shown(e: Estimate, r: Optional[StartRange]) -> Shown:
 
 
 class StartEstimates:
-    def __init__(self, policy, coverage: float = 0.8, limit: int = 2000, every: float = 2.0):
+    def __init__(self, policy, coverage: float = 0.8, limit: int = 2000, every: float = 2.0,
+                 rollout_pending: int = ROLLOUT_PENDING):
         self.policy = policy
         self.limit = limit
+        self.rollout_pending = rollout_pending
         self.every = every
         self.runtimes = RuntimeModel()
         self.calibration = Calibration(coverage)
@@ -142,7 +144,8 @@ class StartEstimates:
         if now - self.made_at < self.every and self.current.keys() == state.pending.keys():
             return
         estimates = yield from forecast_steps(state, self.policy, now, self.runtime,
-                                              limit=self.limit)
+                                              limit=self.limit,
+                                              rollout_pending=self.rollout_pending)
         current = {}
         for wid, e in estimates.items():
             w = state.pending[wid]
