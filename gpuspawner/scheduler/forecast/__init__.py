@@ -427,7 +427,12 @@ def forecast_steps(state: ClusterState, policy: Policy, now: float,
     out = yield from _planned(state, policy, now, runtime, only, limit)
     if not 0 < len(state.pending) <= rollout_pending:
         return out
-    starts = yield from rollout_steps(state, policy, now, runtime, only=set(out))
+    # A start now, or on the GPUs a preemption is freeing, the plan knows as
+    # well, and says why.
+    asked = {wid for wid, e in out.items() if e.basis not in ("now", "victims")}
+    if not asked:
+        return out
+    starts = yield from rollout_steps(state, policy, now, runtime, only=asked)
     for wid, start in starts.items():
         out[wid] = Estimate(wid, start, "rollout")
     return out
