@@ -45,6 +45,7 @@ class Intake:
         self._writing: Optional[asyncio.Task] = None
         self._writer: Optional[ThreadPoolExecutor] = None
         self._prepared: set[str] = set()  # users whose workspace is made this run
+        self._preparing: dict[str, asyncio.Future] = {}  # ... being made now
         # Batches stored and rows in them (the service's metrics read them).
         self.batches = 0
         self.rows = 0
@@ -58,9 +59,7 @@ class Intake:
         loop = asyncio.get_running_loop()
         _team, user = engine.submitting.owner_of(who, spec, on_behalf_of)
         if kind(spec.kind).run_by_backend and user not in self._prepared:
-            # useradd, the workspace's owner and mode: tens of ms, once
-            await loop.run_in_executor(None, engine.launcher.workspace, user)
-            self._prepared.add(user)
+            await self._prepare(user)
         row = engine.submitting.new_row(who, spec, on_behalf_of)
         engine.submitting.check_row(row)
         done = loop.create_future()
@@ -68,6 +67,26 @@ class Intake:
         if self._writing is None:
             self._writing = loop.create_task(self._write_all())
         return await done
+
+    async def _prepare(self, user: str) -> None:
+        """useradd, the workspace's owner and mode (tens of ms), once: the
+        submits that come meanwhile wait for the same preparation, and go
+        on in the order they came (a burst of a new user's first submits
+        made one account each at once, and were stored in the order those
+        ended)."""
+        preparing = self._preparing.get(user)
+        if preparing is None:
+            loop = asyncio.get_running_loop()
+            preparing = self._preparing[user] = loop.run_in_executor(
+                None, self.engine.launcher.workspace, user)
+            preparing.add_done_callback(lambda f: self._prepared_or_not(user, f))
+        # Shielded: a submit whose request went away does not cancel the others'.
+        await asyncio.shield(preparing)
+
+    def _prepared_or_not(self, user: str, preparing: asyncio.Future) -> None:
+        self._preparing.pop(user, None)  # failed: the next submit tries again
+        if not preparing.cancelled() and preparing.exception() is None:
+            self._prepared.add(user)
 
     def close(self) -> None:
         if self._writer is not None:
