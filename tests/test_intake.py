@@ -130,6 +130,40 @@ def test_a_new_users_burst_of_submits_makes_one_account_and_keeps_its_order(engi
     assert stored == [f"j{i}" for i in range(6)] == [r.name for r in rows]
 
 
+def test_a_burst_whose_workspace_cannot_be_made_is_refused_whole_and_the_next_submit_tries_again(
+        engine):
+    """Every submit that waited on a failed making gets its refusal, bob's
+    submits meanwhile are not held by alice's, and alice's next submit
+    makes her workspace anew (once it can be made)."""
+    from gpuspawner.isolation.accounts import AccountError
+    from gpuspawner.service.errors import Forbidden
+    gate, broken = threading.Event(), {"alice"}
+
+    def prepare(user):
+        if user == "alice":
+            gate.wait(5)
+        if user in broken:
+            raise AccountError(f"{user}'s workspace belongs to another account")
+        os.makedirs(engine.launcher.workspace_path(user), exist_ok=True)
+    engine.launcher.prepare_workspace = prepare
+
+    async def burst():
+        alice = [asyncio.ensure_future(engine.intake.submit(ALICE, job(1, 3600, f"a{i}")))
+                 for i in range(3)]
+        bob = await engine.intake.submit(BOB, job(1, 3600, "b"))  # alice's wait holds it not
+        gate.set()
+        return bob, await asyncio.gather(*alice, return_exceptions=True)
+    bob, alice = asyncio.run(burst())
+    assert bob.name == "b"
+    assert [type(r) for r in alice] == [Forbidden] * 3
+    assert "belongs to another account" in str(alice[0])
+    broken.clear()
+    again = asyncio.run(engine.intake.submit(ALICE, job(1, 3600, "a3")))
+    assert again.state == QUEUED
+    with engine.store.session() as s:
+        assert sorted(r.name for r in s.scalars(select(WorkloadRow))) == ["a3", "b"]
+
+
 def test_a_refused_submit_is_refused_at_once_and_stores_nothing(engine):
     from gpuspawner.vocab.specs import SpecError
 

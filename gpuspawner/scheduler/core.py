@@ -26,8 +26,16 @@ class SchedulerError(ValueError):
 
 class Scheduler:
     def __init__(self, nodes: Iterable[Node] = (), teams: Iterable[Team] = (),
-                 policy: Policy = Policy()):
+                 policy: Policy = Policy(), state: Optional[ClusterState] = None):
+        """``state``: decide over an existing state instead of a new one of
+        ``nodes`` and ``teams`` (a copy the forecast runs forward:
+        forecast/rollout.py)."""
         self.policy = policy
+        self.state = state if state is not None else self._new_state(nodes, teams, policy)
+        self._shape_reasons: dict[tuple, Optional[str]] = {}
+
+    @staticmethod
+    def _new_state(nodes: Iterable[Node], teams: Iterable[Team], policy: Policy) -> ClusterState:
         spacing = policy.sweep_task_spacing
 
         def order_time(w: Workload) -> float:
@@ -40,19 +48,9 @@ class Scheduler:
         else:
             def queue_key(w: Workload):
                 return (order_time(w), w.id)
-        self.state = ClusterState(nodes, teams, queue_key=queue_key,
-                                  priority_value=policy.priority_value,
-                                  group_by_team=policy.quotas,
-                                  half_life=policy.usage_half_life)
-        self._shape_reasons: dict[tuple, Optional[str]] = {}
-
-    @classmethod
-    def around(cls, state: ClusterState, policy: Policy) -> "Scheduler":
-        """A scheduler deciding over an existing ``state`` (a copy the
-        forecast runs forward; forecast/rollout.py)."""
-        sched = cls.__new__(cls)
-        sched.policy, sched.state, sched._shape_reasons = policy, state, {}
-        return sched
+        return ClusterState(nodes, teams, queue_key=queue_key,
+                            priority_value=policy.priority_value,
+                            group_by_team=policy.quotas, half_life=policy.usage_half_life)
 
     # ---- inputs ----------------------------------------------------------
     def validate(self, w: Workload) -> Optional[str]:

@@ -15,6 +15,7 @@ from gpuspawner.isolation import identity
 from gpuspawner.isolation.identity import HubIdentity
 from gpuspawner.isolation.resources import node_capacity
 from gpuspawner.isolation.accounts import isolating
+from gpuspawner.scheduler.forecast import ROLLOUT_PENDING
 from gpuspawner.service.teams.accounting import ResourcePrices
 
 
@@ -217,7 +218,7 @@ class ServiceSettings(Application):
         0: every cycle.
         """).tag(config=True)
 
-    estimate_rollout_pending = Integer(300, help="""
+    estimate_rollout_pending = Integer(ROLLOUT_PENDING, help="""
         With at most this many workloads queued, start estimates run the
         scheduling policy itself forward on a copy of the queue (up to 400
         cycles, as if nothing more were submitted), which follows fair-share

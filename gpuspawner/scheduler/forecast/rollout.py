@@ -55,7 +55,7 @@ def rollout_steps(state: ClusterState, policy: Policy, now: float, runtime,
     """``rollout`` as a generator that yields now and then (within and
     after each cycle, as ``Scheduler.cycle_steps``); ``state`` must not
     change until it has copied it, before its first yield."""
-    run = _Rollout(Scheduler.around(copy.deepcopy(state), policy), runtime)
+    run = _Rollout(Scheduler(policy=policy, state=copy.deepcopy(state)), runtime)
     pending = run.state.pending
     wanted = set(pending) if only is None else set(only) & set(pending)
     for wid in run.state.running:
