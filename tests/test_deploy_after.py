@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 
 import pytest
 from sqlalchemy import select
@@ -199,3 +201,42 @@ def test_a_bad_after_is_refused_naming_it_and_nothing_is_made(db_url, tmp_path, 
     assert e.value.field == field
     with engine.store.session() as s:
         assert s.scalars(select(DeploymentRow)).all() == []
+
+
+def test_the_controllers_rounds_do_not_wait_for_anothers_write_turn_when_nothing_waits(
+        db_url, tmp_path):
+    """The serving controller reconciles every second on the event loop.
+    With no revision waiting it must not wait while another thread holds
+    the write turn (the cycle's worker writing a long queue's waiting
+    reasons): every request would wait with it."""
+    engine = make_engine(db_url, tmp_path)
+    model(engine)
+    deploy(engine)
+    reconcile(engine)
+    assert revisions(engine)[1] == {1: ("ready", "")}
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_write_turn():
+        with engine.store.transaction():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_write_turn)
+    holder.start()
+    try:
+        assert held.wait(5)
+        started = time.monotonic()
+        asyncio.run(serving_controller(engine).reconcile())
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        holder.join()
+    assert waited < 5, f"the controller's round waited {waited:.1f} s for the write turn"
+    # With a revision waiting, its round does take the turn, and rolls it out.
+    train = engine.submit(ALICE, job())
+    engine.tick()
+    deploy(engine, after=[{"id": train.id}])
+    finish(engine, train.id)
+    engine.tick()
+    reconcile(engine)
+    assert revisions(engine)[1] == {1: ("ready", ""), 2: ("ready", "")}

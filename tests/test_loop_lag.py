@@ -1,10 +1,12 @@
 """The service's view of its own event loop: the lag probe sees a stall,
-full garbage collections are timed, and the benchmark reads both from the
-service's metrics."""
+full garbage collections and the loop's waits for another thread's
+transaction are timed, and the benchmark reads them from the service's
+metrics."""
 from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import time
 import weakref
 from collections import deque
@@ -12,7 +14,8 @@ from collections import deque
 import pytest
 
 from gpuspawner.bench import service_metrics
-from gpuspawner.service.loop.lag import probe, watch_full_collections
+from gpuspawner.service.loop.lag import on_this_thread, probe, watch_full_collections
+from gpuspawner.store import Store
 
 
 def test_the_probe_sees_a_callback_that_held_the_loop():
@@ -62,30 +65,86 @@ def test_the_probe_hands_the_collections_to_the_metric_from_the_event_loop():
     assert len(handed) >= 1 and not pauses
 
 
-def metrics(lag: dict, gc_full: dict, lag_sum: float = 0.0) -> str:
+def metrics(lag: dict, gc_full: dict, turn: dict, lag_sum: float = 0.0) -> str:
     lines = []
     for name, buckets in (("gpuhub_event_loop_lag_seconds", lag),
-                          ("gpuhub_gc_full_pause_seconds", gc_full)):
+                          ("gpuhub_gc_full_pause_seconds", gc_full),
+                          ("gpuhub_event_loop_write_turn_wait_seconds", turn)):
         lines += [f'{name}_bucket{{le="{le}"}} {n}' for le, n in buckets.items()]
     lines.append(f"gpuhub_event_loop_lag_seconds_sum {lag_sum}")
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("before, after, stall_ms, over_50, gcs, gc_ms", [
+@pytest.mark.parametrize("before, after, stall_ms, over_50, gcs, gc_ms, waits, wait_ms", [
     # nothing happened between the scrapes
-    (({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.05": 1, "0.3": 1, "+Inf": 1}),
-     ({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.05": 1, "0.3": 1, "+Inf": 1}), 0, 0, 0, 0),
-    # two stalls of 50–100 ms, and one full collection of 100–300 ms
-    (({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.1": 0, "0.3": 0, "+Inf": 0}),
-     ({"0.05": 30, "0.1": 32, "+Inf": 32}, {"0.1": 0, "0.3": 1, "+Inf": 1}), 100, 2, 1, 300),
+    (({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.05": 1, "0.3": 1, "+Inf": 1},
+      {"0.01": 2, "+Inf": 2}),
+     ({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.05": 1, "0.3": 1, "+Inf": 1},
+      {"0.01": 2, "+Inf": 2}), 0, 0, 0, 0, 0, 0),
+    # two stalls of 50–100 ms, one full collection of 100–300 ms, and three
+    # waits for the write turn, the longest 10–75 ms
+    (({"0.05": 10, "0.1": 10, "+Inf": 10}, {"0.1": 0, "0.3": 0, "+Inf": 0},
+      {"0.01": 2, "0.075": 2, "+Inf": 2}),
+     ({"0.05": 30, "0.1": 32, "+Inf": 32}, {"0.1": 0, "0.3": 1, "+Inf": 1},
+      {"0.01": 4, "0.075": 5, "+Inf": 5}), 100, 2, 1, 300, 3, 75),
 ])
-def test_the_benchmark_reads_stalls_and_collections_between_two_scrapes(
-        before, after, stall_ms, over_50, gcs, gc_ms):
+def test_the_benchmark_reads_stalls_collections_and_write_turn_waits_between_two_scrapes(
+        before, after, stall_ms, over_50, gcs, gc_ms, waits, wait_ms):
     row = service_metrics.summary("x", service_metrics.parse(metrics(*before)),
                                   service_metrics.parse(metrics(*after)))
     assert (row["loop_stall_max_ms"], row["loop_stalls_over_50ms"]) == (stall_ms, over_50)
     assert (row["gc_full"], row["gc_full_max_ms"]) == (gcs, gc_ms)
-    assert f"{gcs} full GCs" in service_metrics.format_summary(row)
+    assert (row["write_turn_waits"], row["write_turn_wait_max_ms"]) == (waits, wait_ms)
+    line = service_metrics.format_summary(row)
+    assert f"{gcs} full GCs" in line and f"write turn {waits} times" in line
+
+
+@pytest.mark.parametrize("held_by, waits", [
+    (None, 0),             # nobody holds the turn: it is taken at once, nothing told
+    ("this thread", 0),    # a transaction inside its own thread's: no wait
+    ("another thread", 1),  # the cycle's worker writing: the wait is told, as long as it was
+])
+def test_a_transaction_tells_how_long_it_waited_for_anothers(tmp_path, held_by, waits):
+    store = Store(f"sqlite:///{tmp_path}/db.sqlite")
+    told: list[float] = []
+    store.waited_for_turn = told.append
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with store.transaction():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    if held_by == "another thread":
+        holder.start()
+        assert held.wait(5)
+        threading.Timer(0.1, release.set).start()
+    try:
+        if held_by == "this thread":
+            with store.transaction():
+                with store.transaction():
+                    pass
+        else:
+            with store.transaction():
+                pass
+    finally:
+        release.set()
+        if holder.is_alive():
+            holder.join()
+        store.close()
+    assert len(told) == waits
+    assert all(seconds >= 0.05 for seconds in told), told
+
+
+def test_only_the_event_loops_own_waits_are_counted():
+    seen: list[float] = []
+    observe = on_this_thread(seen.append)  # made on the loop's thread
+    observe(0.01)
+    worker = threading.Thread(target=observe, args=(0.5,))
+    worker.start()
+    worker.join()
+    assert seen == [0.01]
 
 
 @pytest.mark.parametrize("now, last_full, last_complete, in_flight, last_request, due", [

@@ -2,7 +2,8 @@
 Prometheus metrics (``/services/gpuhub/metrics``, an admin's token): its
 cycle's timing (whole, planning in the worker, applying on the event loop)
 and the event loop's stalls (``gpuhub_event_loop_lag_seconds``, from the
-service's loop-lag probe) with Python's full garbage collections, as
+service's loop-lag probe) with two of their causes, Python's full garbage
+collections and the loop's waits for another thread's transaction, as
 differences between two scrapes.
 
 Quantiles come from the histograms' buckets: each is the upper bound of the
@@ -19,7 +20,8 @@ import requests
 _BUCKET = re.compile(r'^(gpuhub_\w+)_bucket\{le="([^"]+)"\} ([0-9.e+-]+)$', re.M)
 _SUM = re.compile(r'^(gpuhub_\w+)_sum ([0-9.e+-]+)$', re.M)
 HISTOGRAMS = ("gpuhub_cycle_seconds", "gpuhub_cycle_plan_seconds", "gpuhub_cycle_apply_seconds",
-              "gpuhub_event_loop_lag_seconds", "gpuhub_gc_full_pause_seconds")
+              "gpuhub_event_loop_lag_seconds", "gpuhub_gc_full_pause_seconds",
+              "gpuhub_event_loop_write_turn_wait_seconds")
 STALL_MS = 50.0
 
 
@@ -94,13 +96,15 @@ def summary(name: str, before: dict[str, Histogram], after: dict[str, Histogram]
     cycle, plan = d["gpuhub_cycle_seconds"], d["gpuhub_cycle_plan_seconds"]
     apply, lag = d["gpuhub_cycle_apply_seconds"], d["gpuhub_event_loop_lag_seconds"]
     gc_full = d["gpuhub_gc_full_pause_seconds"]
+    turn = d["gpuhub_event_loop_write_turn_wait_seconds"]
     return {"name": name, "cycles": int(cycle.count),
             "cycle_mean_ms": _ms(cycle.total / cycle.count) if cycle.count else 0.0,
             "cycle_p50_ms": _ms(cycle.quantile(0.5)), "cycle_p99_ms": _ms(cycle.quantile(0.99)),
             "plan_p99_ms": _ms(plan.quantile(0.99)), "apply_p99_ms": _ms(apply.quantile(0.99)),
             "loop_stall_max_ms": _ms(lag.longest()),
             "loop_stalls_over_50ms": int(lag.over(STALL_MS / 1000)),
-            "gc_full": int(gc_full.count), "gc_full_max_ms": _ms(gc_full.longest())}
+            "gc_full": int(gc_full.count), "gc_full_max_ms": _ms(gc_full.longest()),
+            "write_turn_waits": int(turn.count), "write_turn_wait_max_ms": _ms(turn.longest())}
 
 
 def format_summary(r: dict) -> str:
@@ -109,4 +113,6 @@ def format_summary(r: dict) -> str:
             f"(planning p99 ≤ {r['plan_p99_ms']:g}, on the loop p99 ≤ {r['apply_p99_ms']:g}); "
             f"event loop's longest stall ≤ {r['loop_stall_max_ms']:g} ms, "
             f"{r['loop_stalls_over_50ms']} over {STALL_MS:g} ms; "
-            f"{r['gc_full']} full GCs, longest ≤ {r['gc_full_max_ms']:g} ms")
+            f"{r['gc_full']} full GCs, longest ≤ {r['gc_full_max_ms']:g} ms; "
+            f"waited for the write turn {r['write_turn_waits']} times, "
+            f"longest ≤ {r['write_turn_wait_max_ms']:g} ms")

@@ -49,7 +49,7 @@ from gpuspawner.service.loop.config import EngineConfig
 from gpuspawner.service.loop.engine import Engine
 from gpuspawner.service.loop.driver import CycleDriver
 from gpuspawner.service.loop.full_collections import FullCollections
-from gpuspawner.service.loop.lag import probe as lag_probe, watch_full_collections
+from gpuspawner.service.loop.lag import on_this_thread, probe as lag_probe, watch_full_collections
 from gpuspawner.service.loop.launch import LocalNode
 from gpuspawner.service.access.hub_api import HubApi
 from gpuspawner.service.schedules.membership import HubMembership
@@ -553,6 +553,8 @@ class GpuHubService(ServiceSettings):
         watch_full_collections(gc_pauses.append)
         loop.add_callback(lag_probe, self.engine.metrics.loop_lag.observe, gc_pauses=gc_pauses,
                           observe_gc=self.engine.metrics.gc_full_pause.observe)
+        self.engine.store.waited_for_turn = on_this_thread(
+            self.engine.metrics.write_turn_wait.observe)
         # What is here now (the modules, the core rebuilt from the database)
         # lives as long as the process: leave it out of the later full
         # garbage collections but the complete ones (each stops the event loop).

@@ -84,6 +84,11 @@ class ServiceMetrics:
             "gpuhub_gc_full_pause_seconds", "How long each of Python's full garbage collections "
             "held the interpreter (loop/lag.py): the event loop stalls that long",
             buckets=LAG_BUCKETS, registry=self.registry)
+        self.write_turn_wait = Histogram(
+            "gpuhub_event_loop_write_turn_wait_seconds", "How long the event loop waited for "
+            "another thread's database transaction (the cycle's, the intake's) before its own "
+            "could begin: every request waits that long too", buckets=LAG_BUCKETS,
+            registry=self.registry)
         self.events = Counter("gpuhub_scheduler_events", "Scheduler decisions by type",
                               ["type"], registry=self.registry)
         self.queue_wait = Histogram(

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, TypeVar
 
@@ -72,6 +73,10 @@ class Store:
         self.sessions = sessionmaker(self.engine, class_=audit.AuditedSession,
                                      expire_on_commit=False, future=True)
         self._writing = threading.RLock()
+        # Told how long a transaction waited for another thread's to end
+        # (seconds; only waits, not a turn taken at once): the service
+        # counts its event loop's, since every request waits with it.
+        self.waited_for_turn: Callable[[float], None] = lambda seconds: None
         # PostgreSQL: the reads' own pool (see ``read``); SQLite has no round trips to save.
         self._reads = (None if self.engine.dialect.name == "sqlite" else
                        make_engine(url, pool_pre_ping=False, isolation_level="AUTOCOMMIT"))
@@ -89,10 +94,21 @@ class Store:
         between (a cancel that a cycle's admission, committed just after it,
         would undo). SQLite writes one transaction at a time anyway, and its
         reads before a transaction's first write are not part of it."""
-        with self._writing:
+        with self._write_turn():
             with self.sessions() as session:
                 with session.begin():
                     yield session
+
+    @contextmanager
+    def _write_turn(self) -> Iterator[None]:
+        if not self._writing.acquire(blocking=False):
+            started = time.perf_counter()
+            self._writing.acquire()
+            self.waited_for_turn(time.perf_counter() - started)
+        try:
+            yield
+        finally:
+            self._writing.release()
 
     @contextmanager
     def adding(self) -> Iterator[Session]:

@@ -2,11 +2,13 @@
 ``period`` seconds and records how late it ran (every request waits that
 long too). The service exports it as ``gpuhub_event_loop_lag_seconds``, and
 the full garbage collections, one cause of stalls, as
-``gpuhub_gc_full_pause_seconds``."""
+``gpuhub_gc_full_pause_seconds``; another, the loop's waits for another
+thread's database transaction, as ``gpuhub_event_loop_write_turn_wait_seconds``."""
 from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import time
 from collections import deque
 from typing import Callable, Optional
@@ -52,3 +54,15 @@ def watch_full_collections(observe: Callable[[float], None],
 
     gc.callbacks.append(callback)
     return lambda: gc.callbacks.remove(callback)
+
+
+def on_this_thread(observe: Callable[[float], None]) -> Callable[[float], None]:
+    """``observe``, for calls from the thread that made it (the event
+    loop's) only: the store tells every thread's wait for the write turn,
+    and a worker thread's wait stalls nobody else."""
+    ident = threading.get_ident()
+
+    def observed(seconds: float) -> None:
+        if threading.get_ident() == ident:
+            observe(seconds)
+    return observed
