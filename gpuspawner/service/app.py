@@ -501,9 +501,13 @@ class GpuHubService(ServiceSettings):
     async def _schedule_loop(self) -> None:
         while True:
             try:
-                # owners of due schedules, asked of the hub again (they may have left)
-                await self.schedules.membership.refresh(self.schedules.due_owners())
-                self.schedules.fire_due()
+                # Looked for in a worker thread: on the event loop every second,
+                # PostgreSQL's round trips waited on a server busy with the
+                # intake's commits (5% of the loop's time while a queue filled).
+                owners = await asyncio.to_thread(self.schedules.due_owners)
+                if owners:  # asked of the hub again (they may have left), then fired
+                    await self.schedules.membership.refresh(owners)
+                    self.schedules.fire_due()
             except Exception:
                 self.log.exception("firing schedules failed")
             await asyncio.sleep(self.schedule_check_interval)

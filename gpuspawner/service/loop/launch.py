@@ -94,8 +94,8 @@ class Launcher:
 
     def job_spec(self, wid: str, user: str, spec: JobSpec) -> dict:
         """What is stored of a job: its spec with the paths checked and made whole."""
-        cwd = self.working_dir(user, spec)
         home = self.workspace(user)
+        cwd = self.working_dir(home, spec)
         checkpoint = (in_workspace(home, os.path.join(cwd, spec.checkpoint_dir), "checkpoint_dir")
                       if spec.checkpoint_dir else os.path.join(self.data_dir, "workloads", wid,
                                                                "checkpoints"))
@@ -103,8 +103,8 @@ class Launcher:
             in_workspace(home, os.path.join(cwd, spec.output_notebook), "output_notebook")
         return {**spec.stored(), "working_dir": cwd, "checkpoint_dir": checkpoint}
 
-    def working_dir(self, user: str, spec: JobSpec) -> str:
-        home = self.workspace(user)
+    def working_dir(self, home: str, spec: JobSpec) -> str:
+        """The job's working directory in its user's workspace ``home``, checked."""
         cwd = in_workspace(home, os.path.join(home, spec.working_dir or "."), "working_dir")
         if not os.path.isdir(cwd):
             raise SpecError("working_dir", f"{spec.working_dir!r} is not a directory "
