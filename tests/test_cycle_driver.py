@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from gpuspawner.service.loop.driver import CycleDriver, paced
+from test_dependencies import finish
 from test_engine_steps import ALICE, job, make_engine, row_of
 
 
@@ -47,23 +50,43 @@ def test_a_cycle_is_planned_off_the_event_loop_and_a_submit_meanwhile_is_queued(
     engine.store.close()
 
 
-def test_reasons_are_remade_only_every_reasons_interval(tmp_path):
+@pytest.mark.parametrize("steps, explained", [
+    # (seconds later, what happens first): reasons_interval is 10 s
+    ([(1.0, None), (10.0, "submit")], [False, True]),      # too soon, then a new job
+    ([(11.0, None)], [False]),                              # nothing changed: not remade
+    ([(11.0, None), (20.0, None)], [False, True]),          # ... but not older than 30 s
+    ([(11.0, "cancel")], [True]),                           # a cancel changes the queue
+    ([(11.0, "end")], [True]),                              # so does a job's end
+])
+def test_reasons_are_remade_every_reasons_interval_once_something_changed(
+        tmp_path, steps, explained):
     engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite", tmp_path)
-    engine.submit(ALICE, job(gpus=4))
+    holder = engine.submit(ALICE, job(gpus=4)).id
     engine.tick()
-    engine.submit(ALICE, job())
-    plans = spy_on_plans(engine)
+    waiting = engine.submit(ALICE, job()).id
     clock = [100.0]
+    plans = []
 
-    async def three_cycles():
+    async def cycles():
         driver = CycleDriver(engine, interval=1.0, reasons_interval=10.0, clock=lambda: clock[0])
-        for advance in (0.0, 1.0, 10.0):
-            clock[0] += advance
+        for _ in range(2):  # reasons made, then its reservation's change seen once
+            clock[0] += 10.0
+            await driver.cycle()
+        plans.extend(spy_on_plans(engine))
+        for later, event in steps:
+            clock[0] += later
+            if event == "submit":
+                engine.submit(ALICE, job())
+            elif event == "cancel":
+                engine.cancel(ALICE, waiting)
+            elif event == "end":
+                finish(engine, holder)
             await driver.cycle()
         driver.close()
 
-    asyncio.run(three_cycles())
-    assert [explain for _thread, explain in plans] == [True, False, True]
+    seen = spy_on_plans(engine)
+    asyncio.run(cycles())
+    assert [explain for _thread, explain in seen[2:]] == explained
     engine.store.close()
 
 

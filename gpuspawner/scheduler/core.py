@@ -204,7 +204,10 @@ class Scheduler:
 
     def apply_result(self, result: CycleResult, now: float) -> list[ev.Event]:
         """``apply`` the events of a cycle and keep its reservations."""
-        self.state.reserved_order = [r.workload_id for r in result.reservations]
+        reserved = [r.workload_id for r in result.reservations]
+        if reserved != self.state.reserved_order:
+            self.state.reserved_order = reserved
+            self.state.changes += 1
         return self.apply(result.events, now)
 
     def step(self, now: float, explain: bool = True) -> CycleResult:

@@ -215,7 +215,10 @@ class ServiceSettings(Application):
         Seconds between the cycles that also remake every queued workload's
         waiting reason ("waiting for 2 GPUs in a100", ...), which costs the
         most with a long queue; the cycles between decide the same without.
-        0: every cycle.
+        0: every cycle. While nothing changed in the scheduler since the last
+        such cycle (no submit, cancel, start, end, reservation or node change:
+        a queue waiting behind busy GPUs), the next one waits 30 s, which is
+        how stale a reason's "within 12 min" may then be.
         """).tag(config=True)
 
     estimate_rollout_pending = Integer(ROLLOUT_PENDING, help="""

@@ -53,6 +53,13 @@ BUSY_WINDOW = 0.05
 EXPLAIN_SPACING = 5.0
 # Pause after a wake, so that a burst of requests lands in one cycle.
 SETTLE = 0.02
+# While nothing changed in the core since the last cycle with reasons (no
+# submit, cancel, start, end, reservation or node change), the next one waits
+# this long: its reasons and estimates would be the same but for how far off
+# they say a start is ("within 12 min"). A long queue waiting behind busy GPUs
+# is that case, and remaking 10,000 reasons took the interpreter from the
+# requests every few seconds.
+UNCHANGED_REASONS_FOR = 30.0
 
 
 class CycleDriver:
@@ -67,6 +74,7 @@ class CycleDriver:
         self._request_at = float("-inf")
         self._busy_rested = 0.0
         self._explain_every = reasons_interval
+        self._explained_state: tuple = ()  # (the core's state, its changes) then
         self._cycled: Optional[asyncio.Event] = None
 
     async def cycle_done(self, timeout: float) -> None:
@@ -125,6 +133,16 @@ class CycleDriver:
         """In the worker, after each step of a cycle."""
         time.sleep(self.next_rest())
 
+    def explain_due(self, seen: tuple) -> bool:
+        """Whether this cycle also remakes the reasons and estimates:
+        ``reasons_interval`` (or five of its own durations) after the last
+        one, and then only if the core changed since (``seen``: the state
+        and its ``changes``), or ``UNCHANGED_REASONS_FOR`` passed."""
+        since = self.clock() - self._explained_at
+        if since < self._explain_every:
+            return False
+        return seen != self._explained_state or since >= UNCHANGED_REASONS_FOR
+
     @staticmethod
     def waker(wake: asyncio.Event) -> Callable[[], None]:
         """``wake.set`` callable from any thread."""
@@ -151,7 +169,9 @@ class CycleDriver:
                 now = await loop.run_in_executor(self.worker, engine.record_begun, begun)
         else:  # nothing to record: no trip to the worker
             now = engine.clock()
-        explain = self.clock() - self._explained_at >= self._explain_every
+        state = engine.scheduler.state
+        seen = (id(state), state.changes)
+        explain = self.explain_due(seen)
         with engine.changes_held(apply=False):
             result = await loop.run_in_executor(
                 self.worker, paced, engine.planned_steps(now, explain=explain), self.rest)
@@ -164,7 +184,7 @@ class CycleDriver:
                                        self.rest)
         if explain:
             took = time.perf_counter() - t0
-            self._explained_at = self.clock()
+            self._explained_at, self._explained_state = self.clock(), seen
             self._explain_every = max(self.reasons_interval, EXPLAIN_SPACING * took)
         if engine.metrics is not None:
             engine.metrics.cycle_seconds.observe(time.perf_counter() - t0)
