@@ -8,6 +8,7 @@ database at start and feeds it the same events it persists.
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Optional
 
@@ -152,9 +153,8 @@ class ClusterState:
         self.node_drain: dict[str, float] = {}
         # Workloads that hold a backfill reservation, oldest grant first.
         self.reserved_order: list[str] = []
-        # Counts the changes of what is pending, running, set aside or
-        # reserved, of nodes and teams: the service remakes the waiting
-        # reasons of a long queue only once something changed.
+        # Changes of what is pending, running, set aside or reserved, of nodes
+        # and teams (``_counting_changes``).
         self.changes = 0
         # Nodes with a GPU that is not usable.
         self.unhealthy_nodes: set[str] = set()
@@ -193,7 +193,6 @@ class ClusterState:
     def set_node(self, node: Node) -> None:
         """Add a node or change it (health, labels). Work on hardware that
         became unhealthy is evicted by the next cycle."""
-        self.changes += 1
         old = self.nodes.get(node.name)
         if old is not None:
             if old.pool != node.pool and (any(n == node.name for (n, _g) in self.owner)
@@ -206,7 +205,6 @@ class ClusterState:
         self.ledger = self._new_ledger()
 
     def set_team(self, team: Team) -> None:
-        self.changes += 1
         self.teams[team.name] = team
         self.ledger = self._new_ledger()
 
@@ -220,13 +218,11 @@ class ClusterState:
 
     # ---- queue (PendingQueues) ---------------------------------------------
     def add_pending(self, w: Workload) -> None:
-        self.changes += 1
         if w.id in self.running:
             raise ValueError(f"workload {w.id} already exists")
         self.waiting.add(counted_request(w, self.whole_cpu_pools))
 
     def remove_pending(self, wid: str) -> Workload:
-        self.changes += 1
         w = self.pending[wid]
         self.waiting.remove(w)
         nom = self.nominations.pop(wid, None)
@@ -236,7 +232,6 @@ class ClusterState:
 
     # ---- running ---------------------------------------------------------
     def start(self, wid: str, placement: Placement, now: float) -> Running:
-        self.changes += 1
         w = self.pending[wid]
         nom = self.nominations.pop(wid, None)
         if nom is not None:
@@ -291,7 +286,6 @@ class ClusterState:
         return r
 
     def preempt(self, victim_id: str, preemptor_id: Optional[str], kill_at: float) -> None:
-        self.changes += 1
         r = self.running[victim_id]
         self.order.remove_end(r)
         self.order.remove_eviction(r)
@@ -302,7 +296,6 @@ class ClusterState:
         self._redrain(node for node, _ in r.placement)
 
     def nominate(self, wid: str, placement: Placement, victims: Iterable[str]) -> None:
-        self.changes += 1
         w = self.pending[wid]
         nom = Nomination(wid, placement, set(victims))
         if w.gpu_share and share_key(placement) in self.slots:
@@ -332,7 +325,6 @@ class ClusterState:
 
     def release(self, wid: str, now: float) -> Running:
         """A running workload stopped: its GPUs go back (or to a nominee)."""
-        self.changes += 1
         r = self.running.pop(wid)
         w = r.workload
         self.node_load.add(r.placement, w, -1)
@@ -415,7 +407,6 @@ class ClusterState:
         self.node_load.add(nom.placement, w, -1)
 
     def drop_nomination(self, wid: str) -> None:
-        self.changes += 1
         nom = self.nominations.pop(wid)
         self._drop_nomination(nom, self.pending[wid])
 
@@ -452,7 +443,6 @@ class ClusterState:
     # ---- requeue ---------------------------------------------------------
     def requeue(self, wid: str, now: float, preempted_by: Optional[str] = None) -> Workload:
         """Release a running workload and queue it again as attempt + 1."""
-        self.changes += 1
         r = self.release(wid, now)
         w = r.workload
         blockers = frozenset(w.preempted_by | {preempted_by}) if preempted_by else w.preempted_by
@@ -468,6 +458,21 @@ class ClusterState:
             key = (r.workload.team, r.workload.pool)
             held[key] = held.get(key, 0) + r.workload.gpu_units
         return held
+
+
+def _counting_changes(cls, mutators: tuple[str, ...]):
+    """``cls`` whose ``mutators`` each add one to ``changes``: the service
+    remakes a long queue's waiting reasons only once something changed."""
+    for name in mutators:
+        def counted(self, *args, _mutate=getattr(cls, name), **kwargs):
+            self.changes += 1
+            return _mutate(self, *args, **kwargs)
+        setattr(cls, name, functools.wraps(getattr(cls, name))(counted))
+    return cls
+
+
+_counting_changes(ClusterState, ("set_node", "set_team", "add_pending", "remove_pending", "start",
+                                 "preempt", "nominate", "release", "drop_nomination", "requeue"))
 
 
 def give_back_set_aside(index: FreeIndex, slots: SlotIndex, nom: Nomination, share_slots: int,
