@@ -211,3 +211,26 @@ def test_a_command_line_too_long_is_refused_before_the_server_hears_of_it(server
         assert server.server_pid is None
     finally:
         os.close(fd)
+
+
+def test_a_command_that_cannot_be_entered_says_why_in_its_log(server, tmp_path):
+    """What fails between the fork and the command (its working directory,
+    its cgroups, its account) is written to the log: Popen itself says only
+    "Exception occurred in preexec_fn"."""
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    (attempt / "env.json").write_text(json.dumps({"ONLY": "the job's"}))
+    fd = os.open(attempt / "output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    missing = tmp_path / "no-such-directory"
+    try:
+        pid, _ = server.start_runner(
+            ["--dir", str(attempt), "--cwd", str(missing), "--grace", "1", "--", "true"], fd)
+    finally:
+        os.close(fd)
+    wait_until(lambda: gone(pid))
+    log = (attempt / "output.log").read_text()
+    assert f"before the command: FileNotFoundError: [Errno 2] No such file or directory: " \
+           f"'{missing}'" in log, log
+    assert "cannot start the command" in log
+    with open(attempt / EXIT_FILE) as f:
+        assert json.load(f)["returncode"] == 126

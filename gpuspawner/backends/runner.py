@@ -73,7 +73,7 @@ import subprocess
 import sys
 import time
 from types import SimpleNamespace
-from typing import Optional
+from typing import Callable, Optional
 
 from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
 from ..isolation.attempt_pids import descendants
@@ -287,15 +287,30 @@ def preexec(args: SimpleNamespace, placement: Placement):
     cwd = args.cwd
     go_to_cwd = (lambda: os.chdir(cwd)) if cwd else None
     if not args.user:
-        return compose(enter_placement, go_to_cwd)
+        return telling(compose(enter_placement, go_to_cwd))
     dirs = list(args.make_dir)
 
     def make_dirs() -> None:
         for d in dirs:
             os.makedirs(d, exist_ok=True)
-    return compose(enter_placement,
-                   drop_privileges(from_passwd(args.user), extra_gids=placement.gids),
-                   make_dirs, go_to_cwd)
+    return telling(compose(enter_placement,
+                           drop_privileges(from_passwd(args.user), extra_gids=placement.gids),
+                           make_dirs, go_to_cwd))
+
+
+def telling(step: Optional[Callable[[], None]]) -> Optional[Callable[[], None]]:
+    """``step``, writing to the log what made it fail: the parent hears
+    only "Exception occurred in preexec_fn" of any failure in the child."""
+    if step is None:
+        return None
+
+    def told() -> None:
+        try:
+            step()
+        except BaseException as e:
+            _say(f"before the command: {type(e).__name__}: {e}")
+            raise
+    return told
 
 
 def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,
