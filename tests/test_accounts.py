@@ -26,7 +26,7 @@ from gpuspawner.backends.local import LocalBackend
 from gpuspawner.backends.runner import EXIT_FILE, LOG_FILE
 from gpuspawner.isolation.accounts import (MAX_NAME, AccountError, Accounts, DirectoryAccounts,
                                            account_name, compose, drop_privileges,
-                                           ensure_account, isolating, secure_data_dir)
+                                           ensure_account, isolating, secure_data_dir, telling)
 import preload
 from hub_harness import traversable
 from procs import environ_of
@@ -416,3 +416,17 @@ def test_directory_accounts_are_looked_up_never_made_and_never_root(root_dir, hu
 def test_a_directory_template_must_name_the_user():
     with pytest.raises(ValueError, match="names no {username}"):
         DirectoryAccounts({}, "shared", str)
+
+
+def test_what_fails_before_the_command_is_written_to_its_stderr(tmp_path):
+    """Popen reduces any failure of a preexec_fn to "Exception occurred in
+    preexec_fn": ``telling`` writes the real one where the child's output
+    goes (a job's log, the hub's log for a server) first."""
+    missing = tmp_path / "no-such-directory"
+    err = tmp_path / "stderr"
+    with open(err, "wb") as f, pytest.raises(subprocess.SubprocessError):
+        subprocess.Popen(["true"], stderr=f,
+                         preexec_fn=telling(compose(lambda: os.chdir(missing))))
+    assert err.read_text() == ("gpuspawner: before the command: FileNotFoundError: [Errno 2] "
+                               f"No such file or directory: '{missing}'\n")
+    assert telling(None) is None

@@ -73,9 +73,9 @@ import subprocess
 import sys
 import time
 from types import SimpleNamespace
-from typing import Callable, Optional
+from typing import Optional
 
-from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd
+from ..isolation.accounts import AccountError, compose, drop_privileges, from_passwd, telling
 from ..isolation.attempt_pids import descendants
 from ..isolation.placement import Placement, enter
 from ..isolation import dataset_mounts
@@ -296,21 +296,6 @@ def preexec(args: SimpleNamespace, placement: Placement):
     return telling(compose(enter_placement,
                            drop_privileges(from_passwd(args.user), extra_gids=placement.gids),
                            make_dirs, go_to_cwd))
-
-
-def telling(step: Optional[Callable[[], None]]) -> Optional[Callable[[], None]]:
-    """``step``, writing to the log what made it fail: the parent hears
-    only "Exception occurred in preexec_fn" of any failure in the child."""
-    if step is None:
-        return None
-
-    def told() -> None:
-        try:
-            step()
-        except BaseException as e:
-            _say(f"before the command: {type(e).__name__}: {e}")
-            raise
-    return told
 
 
 def _wait(child: subprocess.Popen, time_limit: Optional[float], grace: float,

@@ -202,6 +202,22 @@ def compose(*steps: Optional[Callable[[], None]]) -> Optional[Callable[[], None]
     return preexec
 
 
+def telling(step: Optional[Callable[[], None]]) -> Optional[Callable[[], None]]:
+    """``step`` (a whole preexec_fn), writing what made it fail to the
+    child's stderr (a job's log, the hub's log for a server): the parent
+    hears only "Exception occurred in preexec_fn" of any failure there."""
+    if step is None:
+        return None
+
+    def told() -> None:
+        try:
+            step()
+        except BaseException as e:
+            os.write(2, f"gpuspawner: before the command: {type(e).__name__}: {e}\n".encode())
+            raise
+    return told
+
+
 def account_env(account: Account) -> dict[str, str]:
     """The login variables of a process run as ``account``."""
     entry = lookup(account.name)

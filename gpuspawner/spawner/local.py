@@ -18,7 +18,7 @@ from ..isolation.gpu_rules import visible_devices
 from ..isolation.placement import Placement, enter
 from ..isolation.team_spaces import HOME_LINKS
 from ..isolation.accounts import (DEFAULT_PREFIX, Accounts, account_env, compose,
-                                  drop_privileges, isolating)
+                                  drop_privileges, isolating, telling)
 from .admission import GPUSpawnerMixin
 from . import stop_reason
 
@@ -154,13 +154,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, SimpleLocalProcessSpawner):
         if self.datasets:
             first = compose(first, dataset_mounts.mount_step(self.datasets))
         if not self.user_accounts:
-            return compose(first, super().make_preexec_fn(name))
+            return telling(compose(first, super().make_preexec_fn(name)))
         home = self.home_dir
 
         def go_home() -> None:
             os.chdir(home)
-        return compose(first, drop_privileges(self.account, extra_gids=placement.gids
-                                              if placement is not None else ()), go_home)
+        return telling(compose(first, drop_privileges(
+            self.account, extra_gids=placement.gids if placement is not None else ()), go_home))
 
     def user_env(self, env):
         if not self.user_accounts:

@@ -280,12 +280,6 @@ class Deployments:
         How many revisions it ended waiting."""
         now = self.records.clock()
         done = 0
-        # Mostly none waits. The controller asks every second, and the write
-        # turn it would take first may be the cycle's worker's, writing 500
-        # waiting reasons: with 10,000 queued the event loop waited up to 55 ms
-        # for it (`gpuhub bench api --queued 10000`).
-        if not self.any_waiting():
-            return 0
         with self.records.store.transaction() as s:
             revs = list(s.scalars(select(RevisionRow).where(RevisionRow.state == WAITING)
                                   .order_by(RevisionRow.deployment_id, RevisionRow.number)))
