@@ -404,6 +404,35 @@ def test_every_attempt_is_reported_exactly_once(tmp_path):
     assert backend.poll() == []
 
 
+def test_an_ended_attempt_is_reported_after_its_cgroups_are_removed_without_the_poll_waiting(
+        tmp_path, monkeypatch):
+    """The service polls on its event loop: removing an ended attempt's
+    cgroups (which waits while processes are left in them) runs in a thread,
+    and the attempt stays running until it is done, then is reported once."""
+    import threading
+    removing, release = threading.Event(), threading.Event()
+
+    def slow_unplace(attempt_dir, why):
+        removing.set()
+        assert release.wait(10)
+    monkeypatch.setattr(LocalBackend, "_unplace", staticmethod(slow_unplace))
+    backend = LocalBackend()
+    woken = []
+    backend.set_wake(lambda: woken.append(threading.current_thread().name))
+    spec = make_spec(tmp_path, "pass")
+    backend.start(spec)
+    wait_until(lambda: os.path.exists(os.path.join(spec.attempt_dir, "exit.json")))
+    wait_until(lambda: backend.poll() == [] and removing.is_set())
+    t0 = time.monotonic()
+    assert backend.poll() == [] and backend.running() == {("job", 1)}
+    assert time.monotonic() - t0 < 1.0 and not woken
+    release.set()
+    wait_until(lambda: woken)  # the service is asked for the poll that reports it
+    assert woken[0].startswith("gpuhub-unplace")
+    x = single_exit(backend)
+    assert (x.reason, x.returncode) == (EXITED, 0)
+
+
 def test_recover_right_after_start_adopts_instead_of_running_it_twice(tmp_path):
     """A service that restarts before the runner wrote runner.json must not
     call the attempt lost (it would be started a second time): start()

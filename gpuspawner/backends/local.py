@@ -12,7 +12,10 @@ else LOST.
 
 An attempt is reported once its runner is gone, not as soon as exit.json
 appears: by then the runner has also killed whatever the command left in
-its group, so the GPUs really are free.
+its group, so the GPUs really are free. Its cgroups are removed first, in a
+thread of the backend's (the service polls on its event loop, and a removal
+that finds processes left kills them and waits): the poll after that
+reports it, and the backend asks the service for that poll (``set_wake``).
 
 With a ``GpuEnforcement`` (gpuspawner/isolation/cgroups.py) each attempt
 gets its placement before the runner starts: a cgroup that allows exactly
@@ -52,6 +55,7 @@ import logging
 import os
 import signal
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -110,6 +114,13 @@ class LocalBackend(Backend):
         self._clock = clock
         self.enforcement = enforcement
         self._attempts: dict[tuple[str, int], _Attempt] = {}
+        # Attempts whose runner is gone, while their cgroups are removed in
+        # ``_cleaner``'s thread (poll runs on the service's event loop, and a
+        # removal that finds processes left waits for them): reported by the
+        # first poll after. ``_wake`` asks the service for that poll.
+        self._ending: dict[tuple[str, int], Future] = {}
+        self._cleaner: Optional[ThreadPoolExecutor] = None
+        self._wake: Callable[[], None] = lambda: None
         self.accounts = accounts
         # Only root can give the command its priority back (runner.py).
         niceness = start_niceness if os.geteuid() == 0 else 0
@@ -280,22 +291,45 @@ class LocalBackend(Backend):
             a.stopped = True
             self._kill(a)
 
+    def set_wake(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+
     def poll(self) -> list[AttemptExit]:
-        """Escalate stops past their deadline; report each ended attempt, once."""
+        """Escalate stops past their deadline; report each ended attempt, once,
+        when its cgroups are gone (removed off the caller's thread: the
+        ended attempts of this poll are reported by the next)."""
         exits = []
         for key, a in list(self._attempts.items()):
-            if self._alive(a):
-                if a.swept_at is not None or (a.kill_at is not None
-                                              and self._clock() >= a.kill_at):
-                    self._kill(a)  # (again: the SIGKILL fallback)
+            ending = self._ending.get(key)
+            if ending is None:
+                if self._alive(a):
+                    if a.swept_at is not None or (a.kill_at is not None
+                                                  and self._clock() >= a.kill_at):
+                        self._kill(a)  # (again: the SIGKILL fallback)
+                    continue
+                if a.swept_at is not None:
+                    # A runner that died of the SIGUSR1 (an older release's) may
+                    # have left its command: the group goes now, the runner just gone.
+                    self._killpg(a.pid)
+                self._ending[key] = self._unplace_later(a)
                 continue
-            if a.swept_at is not None:
-                # A runner that died of the SIGUSR1 (an older release's) may
-                # have left its command: the group goes now, the runner just gone.
-                self._killpg(a.pid)
-            exits.append(self._exit(a.spec, a.stopped))
+            if not ending.done():
+                continue
+            del self._ending[key]
+            if ending.exception() is not None:  # tried again at the next poll
+                log.error("cannot end attempt %s: %s", key, ending.exception())
+                continue
+            exits.append(self._exit_record(a.spec, a.stopped))
             del self._attempts[key]
         return exits
+
+    def _unplace_later(self, a: _Attempt) -> Future:
+        if self._cleaner is None:
+            self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-unplace")
+        ending = self._cleaner.submit(self._unplace, os.path.abspath(a.spec.attempt_dir),
+                                      "it was stopped" if a.stopped else "its runner ended")
+        ending.add_done_callback(lambda _: self._wake())
+        return ending
 
     def _kill(self, a: _Attempt) -> None:
         """End the attempt now: the runner kills everything under it (SIGUSR1),
@@ -354,6 +388,11 @@ class LocalBackend(Backend):
         # The runner is gone and killed its group: the cgroups are empty or about to be.
         self._unplace(os.path.abspath(spec.attempt_dir),
                       "it was stopped" if stopped else "its runner ended")
+        return self._exit_record(spec, stopped)
+
+    def _exit_record(self, spec: LaunchSpec, stopped: bool) -> AttemptExit:
+        """How the attempt ended: its runner's exit.json, else STOPPED (we
+        stopped it) or LOST."""
         record = read_json(os.path.join(spec.attempt_dir, EXIT_FILE))
         if record is None:
             return AttemptExit(spec.workload_id, spec.attempt, STOPPED if stopped else LOST,
