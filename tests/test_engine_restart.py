@@ -149,6 +149,40 @@ def test_a_job_lost_again_and_again_fails_instead_of_looping(db_url, tmp_path):
                                            .order_by(Attempt.number))] == ["lost"] * 3
 
 
+@pytest.mark.parametrize("ending", [2, 40])
+def test_ends_recorded_together_are_read_in_the_same_few_statements(db_url, tmp_path, ending):
+    """A poll's ends are recorded in one transaction: each is recorded (its
+    attempt, its usage, its run time learned), and the workloads' rows and
+    attempts are read together, not again for every end (a start storm's
+    ends were a fifth of the service's CPU)."""
+    from sqlalchemy import event
+    from gpuspawner.backends.base import EXITED, AttemptExit
+    from gpuspawner.store import UsageRow
+    engine = make_engine(db_url, tmp_path, backend=NeverStarts())
+    ids = [engine.submit(ALICE, parse_job({"command": ["true"], "gpus": 0, "pool": "default"})).id
+           for _ in range(ending)]
+    engine.tick()
+    assert {state(engine, i).state for i in ids} == {"running"}
+    reads = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("SELECT"):
+            reads.append(statement)
+    learned = {}
+    engine.estimates.finished = lambda row, run_s: learned.__setitem__(row.id, run_s)
+    event.listen(engine.store.engine, "before_cursor_execute", count)
+    try:
+        engine.on_exits([AttemptExit(i, 0, EXITED, 0, time.time()) for i in ids])
+    finally:
+        event.remove(engine.store.engine, "before_cursor_execute", count)
+    assert {state(engine, i).state for i in ids} == {"succeeded"}
+    with engine.store.session() as s:
+        assert s.scalar(select(func.count()).select_from(UsageRow)) == ending
+        ran = {i: a.ended_at - a.started_at for i in ids for a in [s.get(Attempt, (i, 0))]}
+    assert learned == pytest.approx(ran) and min(ran.values()) >= 0
+    assert len(reads) <= 3, reads  # the rows, their attempts (and a token's, if any)
+
+
 def test_restart_keeps_the_fair_share_history(db_url, tmp_path):
     """A team that just used many GPU-hours is not forgiven by a restart."""
     first = make_engine(db_url, tmp_path)

@@ -483,14 +483,16 @@ class Engine:
                 rows_go.add(key)
             asked.append((x, self._replacing.pop(key, None), self._stopped_for.pop(key, None)))
 
-        def record(s, x, replaced, stopped):
+        def record(s, x, replaced, stopped, known):
             if (x.workload_id, x.attempt) in rows_go:
                 tokens.drop_row(s, x.workload_id, x.attempt)
-            return self._record_exit(s, x, detail, replaced, stopped)
+            return self._record_exit(s, x, detail, replaced, stopped,
+                                     known.get(x.workload_id, (None, []))[1])
         try:
             with self.store.transaction() as s:
+                known = records.ending_rows(s, [x.workload_id for x in exits])
                 ended = [(x, end) for x, replaced, stopped in asked
-                         if (end := record(s, x, replaced, stopped))]
+                         if (end := record(s, x, replaced, stopped, known))]
         except Exception:
             if len(asked) == 1:
                 raise
@@ -500,7 +502,8 @@ class Engine:
             for x, replaced, stopped in asked:
                 try:
                     with self.store.transaction() as s:
-                        end = record(s, x, replaced, stopped)
+                        end = record(s, x, replaced, stopped,
+                                     records.ending_rows(s, [x.workload_id]))
                 except Exception:
                     log.exception("could not record the end of %s attempt %s",
                                   x.workload_id, x.attempt)
@@ -517,9 +520,10 @@ class Engine:
             self.wake()
 
     def _record_exit(self, s: Session, x: AttemptExit, detail: str, replaced: Optional[str],
-                     stopped: Optional[str]):
+                     stopped: Optional[str], attempts: list[Attempt]):
         """The database side of an attempt's end: its ending (exits.py), or
-        None when it was recorded before (an evicted attempt's late exit)."""
+        None when it was recorded before (an evicted attempt's late exit).
+        ``attempts``: all the workload's, read with its row (``ending_rows``)."""
         row = s.get(WorkloadRow, x.workload_id)
         attempt = s.get(Attempt, (x.workload_id, x.attempt))
         if row is None or attempt is None or attempt.state != RUNNING or row.attempt != x.attempt:
@@ -527,7 +531,7 @@ class Engine:
         preempted = row.preempted_for if row.state == STOPPING else None
         end = ending(kind(row.kind), row.attempt, x.reason, x.returncode,
                      Asked(row.cancel_requested, preempted, replaced, stopped),
-                     lost_before=records.lost_before(s, row.id), time_limit=row.time_limit,
+                     lost_before=records.lost_before(attempts), time_limit=row.time_limit,
                      max_replica_restarts=self.config.max_replica_restarts,
                      max_lost_attempts=self.config.max_lost_attempts, detail=detail)
         self._end(s, row, x.finished_at, end.outcome, x.returncode, end.message)
@@ -541,7 +545,7 @@ class Engine:
             journal.event(s, row.id, ev.FINISHED, x.finished_at, end.message,
                           attempt=row.attempt,
                           data={"state": end.state, "exit_code": x.returncode})
-            self._finished(s, row)
+            self._finished(s, row, attempts)
         return end
 
     def stop_for(self, row: WorkloadRow, why: str) -> None:
@@ -554,10 +558,10 @@ class Engine:
         self._stopped_for[(row.id, row.attempt)] = why
         self.starter.stop(row.id, row.attempt, min(self.launcher.grace(row), STOP_FOR_GRACE))
 
-    def _finished(self, s: Session, row: WorkloadRow) -> None:
-        """A workload ended for good: how long it ran joins the run-time
-        history; what waits for it is looked at again."""
-        self.estimates.finished(row, records.ran_seconds(s, row.id))
+    def _finished(self, s: Session, row: WorkloadRow, attempts: list[Attempt]) -> None:
+        """A workload ended for good: how long it ran (over ``attempts``, all
+        of its) joins the run-time history; what waits for it is looked at again."""
+        self.estimates.finished(row, records.ran_seconds(attempts))
         if row.sweep_id is not None:
             try:
                 with s.begin_nested():

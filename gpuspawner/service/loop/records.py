@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from gpuspawner.isolation.resources import held
@@ -127,15 +127,36 @@ def requeue_row(row: WorkloadRow, msg: str) -> None:
     row.kill_at, row.preempted_for, row.nomination = None, None, None
 
 
-def lost_before(s: Session, wid: str) -> int:
-    return s.scalar(select(func.count()).select_from(Attempt).where(
-        Attempt.workload_id == wid, Attempt.state == "lost")) or 0
+# Workloads read per statement by ``ending_rows`` (well under any database's
+# limit on a statement's parameters).
+READ_CHUNK = 500
 
 
-def ran_seconds(s: Session, wid: str) -> float:
-    """How long the workload ran over all its ended attempts."""
-    return s.scalar(select(func.sum(Attempt.ended_at - Attempt.started_at)).where(
-        Attempt.workload_id == wid, Attempt.ended_at.is_not(None))) or 0.0
+def ending_rows(s: Session, wids) -> dict[str, tuple[WorkloadRow, list[Attempt]]]:
+    """The rows of workloads whose attempts ended, each with all its attempts,
+    in two statements per ``READ_CHUNK`` workloads instead of several per
+    end: the session's ``get`` of them reads nothing more while the returned
+    dict (which holds them) is kept."""
+    ids = sorted(set(wids))
+    out: dict[str, tuple[WorkloadRow, list[Attempt]]] = {}
+    for i in range(0, len(ids), READ_CHUNK):
+        chunk = ids[i:i + READ_CHUNK]
+        for row in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(chunk))):
+            out[row.id] = (row, [])
+        for a in s.scalars(select(Attempt).where(Attempt.workload_id.in_(chunk))):
+            if a.workload_id in out:
+                out[a.workload_id][1].append(a)
+    return out
+
+
+def lost_before(attempts: list[Attempt]) -> int:
+    """How many of a workload's attempts (all of them) were lost."""
+    return sum(1 for a in attempts if a.state == "lost")
+
+
+def ran_seconds(attempts: list[Attempt]) -> float:
+    """How long the workload ran over all its ended attempts (all of them)."""
+    return sum(a.ended_at - a.started_at for a in attempts if a.ended_at is not None)
 
 
 def write_reasons(s: Session, reasons: list[tuple[str, str]]) -> None:
