@@ -150,24 +150,35 @@ def test_a_job_lost_again_and_again_fails_instead_of_looping(db_url, tmp_path):
 
 
 @pytest.mark.parametrize("ending", [2, 40])
-def test_ends_recorded_together_are_read_in_the_same_few_statements(db_url, tmp_path, ending):
-    """A poll's ends are recorded in one transaction: each is recorded (its
-    attempt, its usage, its run time learned), and the workloads' rows and
-    attempts are read together, not again for every end (a start storm's
-    ends were a fifth of the service's CPU)."""
+def test_a_cycles_decisions_and_a_polls_ends_read_their_workloads_in_a_few_statements(
+        db_url, tmp_path, ending):
+    """A cycle's decisions, and a poll's ends, are written in one transaction
+    each: every one is recorded (the start; the attempt's end, its usage, its
+    run time learned), and the workloads' rows (and attempts) are read
+    together, not again for each (a start storm's ends were a fifth of the
+    service's CPU)."""
     from sqlalchemy import event
     from gpuspawner.backends.base import EXITED, AttemptExit
+    from gpuspawner.scheduler.steps import drain
     from gpuspawner.store import UsageRow
     engine = make_engine(db_url, tmp_path, backend=NeverStarts())
     ids = [engine.submit(ALICE, parse_job({"command": ["true"], "gpus": 0, "pool": "default"})).id
            for _ in range(ending)]
-    engine.tick()
-    assert {state(engine, i).state for i in ids} == {"running"}
     reads = []
 
     def count(conn, cursor, statement, parameters, context, executemany):
         if statement.lstrip().upper().startswith("SELECT"):
             reads.append(statement)
+    event.listen(engine.store.engine, "before_cursor_execute", count)
+    try:
+        now = engine.clock()
+        planned = drain(engine.planned_steps(now, explain=False))
+    finally:
+        event.remove(engine.store.engine, "before_cursor_execute", count)
+    engine.apply_cycle(planned, now)
+    assert {state(engine, i).state for i in ids} == {"running"}
+    assert len(reads) <= 1, reads  # the rows
+    reads.clear()
     learned = {}
     engine.estimates.finished = lambda row, run_s: learned.__setitem__(row.id, run_s)
     event.listen(engine.store.engine, "before_cursor_execute", count)

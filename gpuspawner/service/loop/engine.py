@@ -314,7 +314,9 @@ class Engine:
                              if e.type == ev.ADMITTED and e.workload_id in pending])
         try:
             with self.store.transaction() as s:
+                rows = records.rows_by_id(s, {e.workload_id for e in result.events})
                 result.events = [e for e in result.events if self._persist(s, e, now)]
+                del rows  # held while the decisions were written
         except BaseException:
             self.starter.expected_done()
             raise

@@ -127,8 +127,8 @@ def requeue_row(row: WorkloadRow, msg: str) -> None:
     row.kill_at, row.preempted_for, row.nomination = None, None, None
 
 
-# Workloads read per statement by ``ending_rows`` (well under any database's
-# limit on a statement's parameters).
+# Workloads read per statement by ``rows_by_id`` and ``ending_rows`` (well
+# under any database's limit on a statement's parameters).
 READ_CHUNK = 500
 
 
@@ -137,16 +137,24 @@ def ending_rows(s: Session, wids) -> dict[str, tuple[WorkloadRow, list[Attempt]]
     in two statements per ``READ_CHUNK`` workloads instead of several per
     end: the session's ``get`` of them reads nothing more while the returned
     dict (which holds them) is kept."""
-    ids = sorted(set(wids))
-    out: dict[str, tuple[WorkloadRow, list[Attempt]]] = {}
-    for i in range(0, len(ids), READ_CHUNK):
-        chunk = ids[i:i + READ_CHUNK]
-        for row in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(chunk))):
-            out[row.id] = (row, [])
+    out = {wid: (row, []) for wid, row in rows_by_id(s, wids).items()}
+    for chunk in _chunks(out):
         for a in s.scalars(select(Attempt).where(Attempt.workload_id.in_(chunk))):
-            if a.workload_id in out:
-                out[a.workload_id][1].append(a)
+            out[a.workload_id][1].append(a)
     return out
+
+
+def rows_by_id(s: Session, wids) -> dict[str, WorkloadRow]:
+    """These workloads' rows, one statement per ``READ_CHUNK``: the
+    session's ``get`` of them reads nothing more while the dict is kept
+    (a cycle's decisions and a poll's ends are about many at once)."""
+    return {row.id: row for chunk in _chunks(wids)
+            for row in s.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(chunk)))}
+
+
+def _chunks(wids) -> list[list[str]]:
+    ids = sorted(set(wids))
+    return [ids[i:i + READ_CHUNK] for i in range(0, len(ids), READ_CHUNK)]
 
 
 def lost_before(attempts: list[Attempt]) -> int:
