@@ -77,6 +77,9 @@ from ..vocab.datasets import MOUNT_ROOT as DATASETS_ROOT
 LAUNCH_FILE = "launch.json"
 CGROUP_FILE = "cgroup.json"
 SWEEP_GRACE = 5.0
+# The one thread (per process, whatever the backends) that removes ended
+# attempts' cgroups: its first use starts it.
+UNPLACING = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-unplace")
 log = logging.getLogger(__name__)
 
 
@@ -115,11 +118,10 @@ class LocalBackend(Backend):
         self.enforcement = enforcement
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         # Attempts whose runner is gone, while their cgroups are removed in
-        # ``_cleaner``'s thread (poll runs on the service's event loop, and a
+        # ``UNPLACING``'s thread (poll runs on the service's event loop, and a
         # removal that finds processes left waits for them): reported by the
         # first poll after. ``_wake`` asks the service for that poll.
         self._ending: dict[tuple[str, int], Future] = {}
-        self._cleaner: Optional[ThreadPoolExecutor] = None
         self._wake: Callable[[], None] = lambda: None
         self.accounts = accounts
         # Only root can give the command its priority back (runner.py).
@@ -324,10 +326,8 @@ class LocalBackend(Backend):
         return exits
 
     def _unplace_later(self, a: _Attempt) -> Future:
-        if self._cleaner is None:
-            self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-unplace")
-        ending = self._cleaner.submit(self._unplace, os.path.abspath(a.spec.attempt_dir),
-                                      "it was stopped" if a.stopped else "its runner ended")
+        ending = UNPLACING.submit(self._unplace, os.path.abspath(a.spec.attempt_dir),
+                                  "it was stopped" if a.stopped else "its runner ended")
         ending.add_done_callback(lambda _: self._wake())
         return ending
 

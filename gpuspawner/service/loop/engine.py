@@ -560,9 +560,13 @@ class Engine:
         self._stopped_for[(row.id, row.attempt)] = why
         self.starter.stop(row.id, row.attempt, min(self.launcher.grace(row), STOP_FOR_GRACE))
 
-    def _finished(self, s: Session, row: WorkloadRow, attempts: list[Attempt]) -> None:
+    def _finished(self, s: Session, row: WorkloadRow,
+                  attempts: Optional[list[Attempt]] = None) -> None:
         """A workload ended for good: how long it ran (over ``attempts``, all
-        of its) joins the run-time history; what waits for it is looked at again."""
+        of its, read here if not given) joins the run-time history; what
+        waits for it is looked at again."""
+        if attempts is None:
+            attempts = records.ending_rows(s, [row.id]).get(row.id, (row, []))[1]
         self.estimates.finished(row, records.ran_seconds(attempts))
         if row.sweep_id is not None:
             try:
