@@ -43,6 +43,15 @@ def test_service_killed_mid_run_loses_nothing(tmp_path):
         waiting = alice.submit(command=train(5), gpus=2, name="waits")["id"]
         for wid in [long] + short:
             alice.wait(wid, "running", 30)
+        # Running in the API is admitted and being started: the kill must come
+        # after the processes started (one killed before its start is lost,
+        # and rightly run again: test_engine_restart's NeverStarts).
+        for wid in [long] + short:
+            trace = os.path.join(alice.workload(wid)["checkpoint_dir"], "trace")
+            deadline = time.monotonic() + 30
+            while not os.path.exists(trace) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert os.path.exists(trace), f"{wid} did not start"
         assert alice.workload(waiting)["state"] == "queued"
         long_gpus = alice.workload(long)["placement"][0]["devices"]
 
