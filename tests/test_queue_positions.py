@@ -112,3 +112,34 @@ def test_a_place_read_while_the_cycle_compacts_the_queue_is_read_again():
     state.waiting.queue_key = key_with_a_compaction_inside
     assert queue_position(state, "w999") == 400
     assert len(state.queues["a"]) == 400  # it did compact, under the read
+
+
+def test_a_queued_row_the_core_has_yet_to_requeue_has_no_position_rather_than_null(tmp_path):
+    """Between an attempt's end being written (the row queued again) and the
+    core hearing of it (its change waits for the cycle being planned), the
+    API shows the workload queued without a place, as its schema allows,
+    never ``"queue_position": null`` (schemathesis found one on a replica)."""
+    import sys
+    from gpuspawner.service.access.identity import Identity
+    from gpuspawner.service.api.handlers import detailed
+    from gpuspawner.store import WorkloadRow
+    from gpuspawner.vocab.specs import parse_job
+    from test_engine_restart import NeverStarts, make_engine
+    alice = Identity("alice", teams=frozenset({"a"}), can_submit=True)
+    engine = make_engine(f"sqlite:///{tmp_path}/q.sqlite", tmp_path, backend=NeverStarts())
+
+    def submit(gpus):
+        return engine.submit(alice, parse_job({"command": [sys.executable, "-c", "pass"],
+                                               "gpus": gpus, "pool": "default"})).id
+    submit(4)
+    engine.tick()
+    waiting = submit(1)
+    engine.tick()
+
+    def view():
+        with engine.store.session() as s:
+            return detailed(engine, s.get(WorkloadRow, waiting), [], True)
+    assert view()["state"] == "queued" and view()["queue_position"] == 1
+    engine.scheduler.state.remove_pending(waiting)  # the core's side, not heard of yet
+    shown = view()
+    assert shown["state"] == "queued" and "queue_position" not in shown

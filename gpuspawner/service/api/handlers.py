@@ -60,8 +60,10 @@ def detailed(engine, row: WorkloadRow, attempts: list[Attempt], env_values: bool
             if enforced is not None:
                 out["share_enforcement"] = {**enforced.labels, "notes": enforced.notes}
     if row.state == QUEUED:
-        out["queue_position"] = (positions.get(row.id) if positions is not None
-                                 else queries.queue_position(engine.scheduler.state, row.id))
+        position = (positions.get(row.id) if positions is not None
+                    else queries.queue_position(engine.scheduler.state, row.id))
+        if position is not None:  # None while the core has yet to hear of its requeue
+            out["queue_position"] = position
         out["expected_start"] = engine.estimates.view(row.id)
     return out
 
