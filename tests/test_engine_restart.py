@@ -211,19 +211,27 @@ def test_restart_keeps_the_fair_share_history(db_url, tmp_path):
     run_until(second, lambda: state(second, long).state == "cancelled")
 
 
-def test_a_stopped_notebook_gives_its_gpus_back_and_its_run_time_is_learned(db_url, tmp_path):
-    """Its spawner releases it: it ends, its GPUs are free, and how long it
-    ran joins the run-time history (the forecast's), as a job's does."""
+SPAWNER = Identity("gpuhub-spawner", admin=True, can_submit=True)
+
+
+def running_notebook(engine: Engine) -> str:
+    """Alice's notebook server of one GPU, asked for by the hub's spawner, running."""
     from gpuspawner.vocab.specs import parse_server
-    engine = make_engine(db_url, tmp_path)
-    spawner = Identity("gpuhub-spawner", admin=True, can_submit=True)
-    wid = engine.submit(spawner, parse_server({"kind": "notebook", "user": "alice", "team": "a",
+    wid = engine.submit(SPAWNER, parse_server({"kind": "notebook", "user": "alice", "team": "a",
                                                "pool": "default", "gpus": 1}),
                         on_behalf_of="alice").id
     run_until(engine, lambda: state(engine, wid).state == "running")
+    return wid
+
+
+def test_a_stopped_notebook_gives_its_gpus_back_and_its_run_time_is_learned(db_url, tmp_path):
+    """Its spawner releases it: it ends, its GPUs are free, and how long it
+    ran joins the run-time history (the forecast's), as a job's does."""
+    engine = make_engine(db_url, tmp_path)
+    wid = running_notebook(engine)
     learned = {}
     engine.estimates.finished = lambda row, run_s: learned.__setitem__(row.id, run_s)
-    engine.release(spawner, wid, "stopped by its user")
+    engine.release(SPAWNER, wid, "stopped by its user")
     assert state(engine, wid).state == "stopped"
     with engine.store.session() as s:
         a = s.get(Attempt, (wid, 0))
@@ -234,13 +242,8 @@ def test_a_stopped_notebook_gives_its_gpus_back_and_its_run_time_is_learned(db_u
 def test_a_notebook_on_failed_hardware_is_stopped_not_requeued(db_url, tmp_path):
     """Its spawner must stop the server: the scheduler does not quietly give
     the notebook other GPUs while the old process may still run."""
-    from gpuspawner.vocab.specs import parse_server
     engine = make_engine(db_url, tmp_path)
-    spawner = Identity("gpuhub-spawner", admin=True, can_submit=True)
-    wid = engine.submit(spawner, parse_server({"kind": "notebook", "user": "alice", "team": "a",
-                                               "pool": "default", "gpus": 1}),
-                        on_behalf_of="alice").id
-    run_until(engine, lambda: state(engine, wid).state == "running")
+    wid = running_notebook(engine)
     with engine.store.session() as s:
         [(node, [gpu])] = s.get(Attempt, (wid, 0)).placement
     engine.scheduler.set_node(Node("host", "default", 4, unhealthy_gpus=frozenset({gpu})))
