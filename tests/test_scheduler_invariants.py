@@ -19,6 +19,7 @@ from gpuspawner.scheduler import (DEPLOYMENT, JOB, NOTEBOOK, POLICIES, Node, Quo
                                   Scheduler, Team, Workload)
 from gpuspawner.scheduler import events as ev
 from gpuspawner.scheduler import invariants
+from gpuspawner.scheduler.cycle import plan_cycle
 
 POOLS = ("p0", "p1", "p2")
 PRIORITIES = ("best-effort", "batch", "interactive", "production")
@@ -494,6 +495,11 @@ def run_actions(policy_name, cluster, acts, policy=None, on_cycle=None):
             fast = s.cycle(now, explain=False)
             assert fast.events == result.events, "explain=False decides differently"
             assert fast.reservations == result.reservations, "explain=False reserves differently"
+            # Reservation searches kept from earlier cycles (Scheduler.searches)
+            # find what searching afresh finds.
+            fresh = plan_cycle(s.state, policy, now, explain=False)
+            assert (fresh.events, fresh.reservations) == (fast.events, fast.reservations), \
+                "the searches kept from earlier cycles decide differently"
             assert snapshot == (sorted(s.state.pending), sorted((w, r.placement, r.state) for w, r in
                                                                 s.state.running.items()),
                                 sorted(s.state.nominations), dict(s.state.ledger.used)), \

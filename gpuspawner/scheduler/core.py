@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from . import events as ev
-from .cycle import CycleResult, plan_cycle, plan_cycle_steps
+from .cycle import CycleResult, Searches, plan_cycle, plan_cycle_steps
 from .model import (TOPOLOGY_REQUIRED, Node, RunState, Team, Workload, combined_selector,
                     dataset_rules_text, selector_conflict)
 from .node_load import counted_request, too_big_for_pool
@@ -33,6 +33,9 @@ class Scheduler:
         self.policy = policy
         self.state = state if state is not None else self._new_state(nodes, teams, policy)
         self._shape_reasons: dict[tuple, Optional[str]] = {}
+        # Reservation searches that stay valid from cycle to cycle while
+        # nothing starts or ends.
+        self.searches = Searches()
 
     @staticmethod
     def _new_state(nodes: Iterable[Node], teams: Iterable[Team], policy: Policy) -> ClusterState:
@@ -170,13 +173,14 @@ class Scheduler:
     def cycle(self, now: float, explain: bool = True) -> CycleResult:
         """Decide what to do now. Changes nothing. ``explain=False`` leaves
         out the waiting reasons, which costs less with long queues."""
-        return plan_cycle(self.state, self.policy, now, explain)
+        return plan_cycle(self.state, self.policy, now, explain, self.searches)
 
     def cycle_steps(self, now: float, explain: bool = True):
         """``cycle`` step by step: a generator that yields now and then and
         returns the result (``result = yield from sched.cycle_steps(now)``).
         Nothing may change the state until it has returned."""
-        return (yield from plan_cycle_steps(self.state, self.policy, now, explain))
+        return (yield from plan_cycle_steps(self.state, self.policy, now, explain,
+                                            self.searches))
 
     def apply(self, events: Iterable[ev.Event], now: float) -> list[ev.Event]:
         """Record decisions as carried out; returns the follow-up events

@@ -460,19 +460,27 @@ class ClusterState:
         return held
 
 
-def _counting_changes(cls, mutators: tuple[str, ...]):
-    """``cls`` whose ``mutators`` each add one to ``changes``: the service
-    remakes a long queue's waiting reasons only once something changed."""
+def _counting_changes(cls, mutators: tuple[str, ...], queue_only: tuple[str, ...]):
+    """``cls`` whose ``mutators`` each add one to ``changes`` (the service
+    remakes a long queue's waiting reasons only once something changed) and,
+    but for the ``queue_only`` ones, to ``layout_changes``: what runs where,
+    what is set aside, the nodes and the teams (a backfill reservation's
+    search reads only those: ``cycle.reserving.Searches``)."""
+    cls.layout_changes = 0
     for name in mutators:
-        def counted(self, *args, _mutate=getattr(cls, name), **kwargs):
+        def counted(self, *args, _mutate=getattr(cls, name), _layout=name not in queue_only,
+                    **kwargs):
             self.changes += 1
+            if _layout:
+                self.layout_changes += 1
             return _mutate(self, *args, **kwargs)
         setattr(cls, name, functools.wraps(getattr(cls, name))(counted))
     return cls
 
 
 _counting_changes(ClusterState, ("set_node", "set_team", "add_pending", "remove_pending", "start",
-                                 "preempt", "nominate", "release", "drop_nomination", "requeue"))
+                                 "preempt", "nominate", "release", "drop_nomination", "requeue"),
+                  queue_only=("add_pending",))
 
 
 def give_back_set_aside(index: FreeIndex, slots: SlotIndex, nom: Nomination, share_slots: int,

@@ -15,16 +15,17 @@ reservations), ``preempting`` (one preemption attempt per team and pool),
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Optional
 
 from ..model import Workload
 from ..policy import Policy
 from ..state import ClusterState
 from .admission import AGED_PER_CYCLE, STEP, _Cycle
+from .reserving import Searches
 from .results import CycleResult, QuotaHold
 
 __all__ = ["AGED_PER_CYCLE", "STEP", "ConsiderationOrder", "CycleResult", "QuotaHold",
-           "plan_cycle", "plan_cycle_steps"]
+           "Searches", "plan_cycle", "plan_cycle_steps"]
 
 
 class ConsiderationOrder:
@@ -62,13 +63,16 @@ class ConsiderationOrder:
         self._cycle.count_admitted(w)
 
 
-def plan_cycle(state: ClusterState, policy: Policy, now: float,
-               explain: bool = True) -> CycleResult:
+def plan_cycle(state: ClusterState, policy: Policy, now: float, explain: bool = True,
+               searches: Optional[Searches] = None) -> CycleResult:
     """Decide this cycle. ``explain=False`` skips the waiting reasons (and the
-    work that only they need), for callers that do not show them."""
-    return _Cycle(state, policy, now, explain).run()
+    work that only they need), for callers that do not show them.
+    ``searches``: reservation searches kept from the caller's earlier cycles
+    (``Searches``)."""
+    return _Cycle(state, policy, now, explain, searches).run()
 
 
-def plan_cycle_steps(state: ClusterState, policy: Policy, now: float, explain: bool = True):
+def plan_cycle_steps(state: ClusterState, policy: Policy, now: float, explain: bool = True,
+                     searches: Optional[Searches] = None):
     """``plan_cycle`` as a generator (``yield from`` it: it returns the result)."""
-    return (yield from _Cycle(state, policy, now, explain).steps())
+    return (yield from _Cycle(state, policy, now, explain, searches).steps())

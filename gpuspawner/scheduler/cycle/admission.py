@@ -20,7 +20,7 @@ from ..steps import drain
 from .capacity_reasons import CapacityReasons
 from .ordering import Ordering
 from .preempting import Preempting
-from .reserving import Reservations
+from .reserving import Reservations, Searches
 from .quotas import QuotaGate
 from .results import CycleResult
 from .space import Space
@@ -33,7 +33,8 @@ STEP = 64
 
 
 class _Cycle:
-    def __init__(self, state: ClusterState, policy: Policy, now: float, explain: bool):
+    def __init__(self, state: ClusterState, policy: Policy, now: float, explain: bool,
+                 searches: Optional[Searches] = None):
         self.explain = explain
         self.quotas = policy.quotas
         self.fair_share = policy.fair_share
@@ -43,7 +44,7 @@ class _Cycle:
         self.ledger = state.ledger.copy()
         self.result = CycleResult()
         self.space = Space(state, policy)
-        self.reservations = Reservations(self.space, policy, now, explain)
+        self.reservations = Reservations(self.space, policy, now, explain, searches)
         self.unavailable: set[str] = set()       # running work already leaving
         self.preempting = Preempting(state, policy, now, self.space, self.ledger,
                                      self.unavailable)
