@@ -18,6 +18,7 @@ from .space import Space
 # where no waiting reason is shown: a long queue's holders renew theirs every
 # cycle, and saying when each starts was a tenth of a replay's time.
 RESERVED = "reserved"
+_UNKNOWN = object()  # a shape not yet searched for
 
 
 class Searches:
@@ -187,19 +188,29 @@ class Reservations:
         """The earliest start of ``w``'s gang, and the nodes it will use then
         (with room for its CPUs and memory, where nodes count them)."""
         space = self.space
-        key = (w.pool, w.gpus_per_node, w.num_nodes, tuple(sorted(selector.items())),
+        key = (w.pool, w.gpus_per_node, w.num_nodes,
+               tuple(sorted(selector.items())) if selector else (),
                w.topology, w.topology_key, space.version, w.cpus, w.memory)
+        found = self.found.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self._search(w, key, selector, unavailable)
+        return None if found is None else Reservation(
+            w.id, found[0], dict(found[1]), set(found[2]), dict(found[3]))
+
+    def _search(self, w: Workload, key: tuple, selector, unavailable: set[str]
+                ) -> Optional[tuple]:
+        """``find``'s answer for a shape not yet known in this space version
+        (start, spare, returning, room), kept for the next workloads of the
+        shape and, before anything changed this cycle, for the next cycles."""
+        space = self.space
         # Before anything changed this cycle, the space is the state's layout.
         kept = self.searches.of(space.state) if self.searches is not None and \
             space.version == 0 and not unavailable else None
-        if kept is not None and key in kept:
-            self.found[key] = kept[key]
-        if key in self.found:
-            found = self.found[key]
-            return None if found is None else Reservation(
-                w.id, found[0], dict(found[1]), set(found[2]), dict(found[3]))
         if len(self.found) > 256:
             self.found.clear()
+        if kept is not None and key in kept:
+            found = self.found[key] = kept[key]
+            return found
         shared_seen: list[tuple[float, tuple[str, int]]] = []
         room = space.room_clock(w, unavailable)
         streams = space.releases(w.pool, unavailable, shared_seen)
@@ -209,16 +220,15 @@ class Reservations:
             w.id, space.state.nodes, space.index.free_counts(w.pool),
             merged_releases(*streams), w.gpus_per_node, w.num_nodes, selector, w.topology,
             w.topology_key, space.returned_count, room)
+        found = None
         if reservation is not None:
-            reservation.returning = {k for end, k in shared_seen
-                                     if end <= reservation.start and k[0] in reservation.spare}
-            self.found[key] = (reservation.start, dict(reservation.spare),
-                               set(reservation.returning), dict(reservation.room))
-        else:
-            self.found[key] = None
+            returning = {k for end, k in shared_seen
+                         if end <= reservation.start and k[0] in reservation.spare}
+            found = (reservation.start, reservation.spare, returning, reservation.room)
+        self.found[key] = found
         if kept is not None and len(kept) < 256:
-            kept[key] = self.found[key]
-        return reservation
+            kept[key] = found
+        return found
 
     def room_caps(self, w: Workload, beaten: tuple[int, int], end: float) -> dict[str, int]:
         """Nodes where ``w`` (ending at ``end``) would take CPUs or memory
