@@ -412,6 +412,19 @@ def test_bench_rows_compare_the_p99_with_the_hubs_own_page_where_it_was_measured
     assert "p99 vs hub page" in header and "1.50x" in lines[2]
 
 
+def test_bench_rows_say_how_much_their_load_slowed_the_hub_beside_them():
+    """The hub's p99 beside each row over its p99 beside the baseline's: a
+    row slower than the baseline while the hub beside it is not is slow in
+    the service, not on the machine."""
+    rows = [bench_api.summarize("GET /hub/api/user (baseline)", [0.002] * 10, 0.01, 0, 2),
+            bench_api.summarize("POST /workloads (submit)", [0.010] * 10, 0.05, 0, 2)]
+    rows[0]["hub_beside_p99_ms"], rows[1]["hub_beside_p99_ms"] = 4.0, 6.0
+    rows = bench_api.add_ratios(rows)
+    assert [r["hub_beside_vs_baseline"] for r in rows] == [1.0, 1.5]
+    header, *lines = bench_api.format_rows(rows).splitlines()
+    assert "hub beside: p99 ms" in header and "6.0" in lines[1] and "1.50x" in lines[1]
+
+
 @pytest.mark.parametrize("url, local", [
     ("http://127.0.0.1:8000", True), ("http://localhost:8000", True), ("http://[::1]:8000", True),
     ("http://10.1.2.3:8000", False), ("http://192.0.2.1", False),
@@ -775,6 +788,8 @@ def test_bench_rows_say_what_a_request_cost_the_service_and_the_hub(hub):
     assert baseline["hub_cpu_ms"] > 0.1, baseline  # 100 answers: well over 10 ms
     assert listing["service_cpu_ms"] > baseline["service_cpu_ms"], (listing, baseline)
     assert all(r["service_cpu_ms"] >= 0 and r["hub_cpu_ms"] >= 0 for r in rows), rows
+    # The hub was asked beside every row, while it ran (HubBeside).
+    assert all(r["hub_beside_requests"] > 0 and r["hub_beside_p99_ms"] > 0 for r in rows), rows
     header, *lines = bench_api.format_rows(rows).splitlines()
     assert "CPU ms/req: service" in header and len(lines) == len(rows)
 

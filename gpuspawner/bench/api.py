@@ -24,11 +24,15 @@ service's own cycle timing and event-loop stalls while each set of rows ran
 (its metrics: bench/service_metrics.py).
 
 Throughput is requests over the wall time of the row; latencies are per
-request, body read included. On a temporary hub each row also says the CPU
-that the service's own process and the hub's spent per request (from
-``/proc``): a row's latency under eight clients follows what a request
-costs the one interpreter that answers it. The ratios compare each row with the baseline
-of the same run. Only the given URL is contacted, and by default only a hub
+request, body read included. While each row runs, one more client asks the
+baseline's request of the hub, paced (bench/beside.py): each row also says
+the hub's p99 then, and that over the hub's p99 beside the baseline's row:
+how much the row's load on the machine slowed the hub itself (a row slower
+than the baseline while the hub beside it is not is slow in the service).
+On a temporary hub each row also says the CPU that the service's own
+process and the hub's spent per request (from ``/proc``): a row's latency
+under eight clients follows what a request costs the one interpreter that
+answers it. The ratios compare each row with the baseline of the same run. Only the given URL is contacted, and by default only a hub
 on this machine (loopback).
 """
 from __future__ import annotations
@@ -52,6 +56,7 @@ from ..client import GpuHubClient, GpuHubError, TokenMissing, hub_url_of, resolv
 from ..client.operations import Unsent
 from ..client.request import Request
 from . import databases as bench_db, service_metrics, turnover
+from .beside import HubBeside
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WARMUP = 5
@@ -98,6 +103,11 @@ def add_ratios(rows: list[dict]) -> list[dict]:
         if page is not None:
             r["p99_vs_hub_page"] = (round(r["p99_ms"] / page["p99_ms"], 3) if page["p99_ms"]
                                     else None)
+        if r.get("hub_beside_p99_ms") and base.get("hub_beside_p99_ms"):
+            # How much the row's load slowed the hub: its p99 beside this row
+            # over its p99 beside the baseline's.
+            r["hub_beside_vs_baseline"] = round(r["hub_beside_p99_ms"]
+                                                / base["hub_beside_p99_ms"], 3)
     return rows
 
 
@@ -108,9 +118,11 @@ def _ratio(x: Optional[float]) -> str:
 def format_rows(rows: list[dict]) -> str:
     cpu = any("service_cpu_ms" in r for r in rows)
     page = any("p99_vs_hub_page" in r for r in rows)
+    beside = any("hub_beside_p99_ms" in r for r in rows)
     header = (f"{'request':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
               f"{'req/s vs base':>13} {'p50 vs base':>11} {'p99 vs base':>11}"
               + (f" {'p99 vs hub page':>15}" if page else "")
+              + (f" {'hub beside: p99 ms':>18} {'vs base':>7}" if beside else "")
               + (f" {'CPU ms/req: service':>20} {'hub':>5}" if cpu else ""))
     lines = [header]
     for r in rows:
@@ -119,6 +131,8 @@ def format_rows(rows: list[dict]) -> str:
                      f"{_ratio(r.get('p50_vs_baseline')):>11} "
                      f"{_ratio(r.get('p99_vs_baseline')):>11}"
                      + (f" {_ratio(r.get('p99_vs_hub_page')):>15}" if page else "")
+                     + (f" {r.get('hub_beside_p99_ms', 0):>18.1f} "
+                        f"{_ratio(r.get('hub_beside_vs_baseline')):>7}" if beside else "")
                      + (f" {r.get('service_cpu_ms', 0):>20.2f} {r.get('hub_cpu_ms', 0):>5.2f}"
                         if cpu else ""))
     return "\n".join(lines)
@@ -199,14 +213,21 @@ class _Runner:
         return time.perf_counter() - t0, ok
 
     def run(self, pool: ThreadPoolExecutor, name: str, method: str, url: str, expect: int,
-            body: Optional[dict], n: int, cpu: Optional[CpuReader] = None) -> dict:
+            body: Optional[dict], n: int, cpu: Optional[CpuReader] = None,
+            beside: Optional[str] = None) -> dict:
+        """The row; ``beside``: the hub's URL to ask meanwhile (``HubBeside``)."""
         list(pool.map(lambda _: self.one(method, url, expect, body), range(WARMUP)))
         cpu0 = cpu() if cpu else {}
-        t0 = time.perf_counter()
-        results = list(pool.map(lambda _: self.one(method, url, expect, body), range(n)))
-        wall = time.perf_counter() - t0
+        with (HubBeside(self.token, beside) if beside else contextlib.nullcontext()) as probe:
+            t0 = time.perf_counter()
+            results = list(pool.map(lambda _: self.one(method, url, expect, body), range(n)))
+            wall = time.perf_counter() - t0
         row = summarize(name, [lat for lat, _ in results], wall,
                         sum(1 for _, ok in results if not ok), self.concurrency)
+        if probe is not None:
+            row.update({"hub_beside_requests": len(probe.latencies),
+                        "hub_beside_p50_ms": round(percentile(probe.latencies, 50) * 1000, 2),
+                        "hub_beside_p99_ms": round(percentile(probe.latencies, 99) * 1000, 2)})
         if cpu:
             row.update({f"{who}_cpu_ms": round((spent - cpu0[who]) * 1000 / max(1, n), 2)
                         for who, spent in cpu().items()})
@@ -244,21 +265,25 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
     if waiting_submit:
         plan.insert(-1, _row("POST /workloads (submit, 1 GPU: waits)", api,
                              calls.submit_workload(dict(job, gpus_per_node=1)), 201))
-    return add_ratios(measure(token, concurrency, plan, max(1, n), progress, cpu=cpu))
+    return add_ratios(measure(token, concurrency, plan, max(1, n), progress, cpu=cpu,
+                              beside=hub_url + "/hub/api/user"))
 
 
 def measure(token: str, concurrency: int, plan, n: int,
             progress: Optional[Callable[[dict], None]] = None,
-            headers: Optional[dict] = None, cpu: Optional[CpuReader] = None) -> list[dict]:
+            headers: Optional[dict] = None, cpu: Optional[CpuReader] = None,
+            beside: Optional[str] = None) -> list[dict]:
     """One row per (name, method, url, expected status, body) of ``plan``
     (``headers``: sent with every request, besides the token; ``cpu``: the
-    CPU seconds of the processes whose share of each request the row says)."""
+    CPU seconds of the processes whose share of each request the row says;
+    ``beside``: the hub's URL whose latency each row also says, asked by
+    one more client while the row runs)."""
     runner = _Runner(token, concurrency, headers=headers)
     rows = []
     try:
         with ThreadPoolExecutor(max_workers=runner.concurrency) as pool:
             for name, method, url, expect, body in plan:
-                rows.append(runner.run(pool, name, method, url, expect, body, n, cpu))
+                rows.append(runner.run(pool, name, method, url, expect, body, n, cpu, beside))
                 if progress:
                     progress(rows[-1])
     finally:

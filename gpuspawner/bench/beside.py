@@ -1,0 +1,52 @@
+"""The hub's own latency beside a row of ``gpuhub bench api``.
+
+A row's p99 is compared with the baseline's, which the hub answered alone.
+A row whose requests start jobs loads the same cores with the processes it
+starts, and the hub answers slower then too: ``HubBeside`` asks the hub
+while the row runs, so that the row can also be compared with the hub
+under the same load."""
+from __future__ import annotations
+
+import threading
+import time
+
+import requests
+
+# How long ``HubBeside`` rests between its requests: at most a hundred a
+# second, one client's, a small load beside the row's eight.
+PACE_S = 0.01
+
+
+class HubBeside:
+    """While a row runs: one client asking the hub's own ``url`` (the
+    baseline's request) again and again, paced, so that each row's latency
+    can be compared with the hub's under the same load on the machine (a row
+    whose jobs start processes loads the cores the hub answers on too)."""
+
+    def __init__(self, token: str, url: str):
+        self.url = url
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"token {token}"
+        self.latencies: list[float] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._ask, name="bench-beside", daemon=True)
+
+    def __enter__(self) -> "HubBeside":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join()
+        self.session.close()
+
+    def _ask(self) -> None:
+        while not self.stopping.is_set():
+            t0 = time.perf_counter()
+            try:
+                ok = self.session.get(self.url, timeout=30).status_code == 200
+            except requests.RequestException:
+                ok = False
+            if ok:
+                self.latencies.append(time.perf_counter() - t0)
+            self.stopping.wait(PACE_S)
