@@ -150,25 +150,29 @@ def test_a_job_lost_again_and_again_fails_instead_of_looping(db_url, tmp_path):
 
 
 @pytest.mark.parametrize("ending", [2, 40])
-def test_a_cycles_decisions_and_a_polls_ends_read_their_workloads_in_a_few_statements(
+def test_a_cycles_decisions_and_a_polls_ends_are_written_in_a_few_statements(
         db_url, tmp_path, ending):
     """A cycle's decisions, and a poll's ends, are written in one transaction
-    each: every one is recorded (the start; the attempt's end, its usage, its
-    run time learned), and the workloads' rows (and attempts) are read
-    together, not again for each (a start storm's ends were a fifth of the
-    service's CPU)."""
+    each: every one is recorded (the start and its GPUs; the attempt's end,
+    its usage, its run time learned, its GPUs and its job token gone), and
+    the workloads are read together, not again for each, and written in a
+    statement or two per table, not several per workload (a start storm's
+    ends and decisions were a third of the service's interpreter)."""
     from sqlalchemy import event
-    from gpuspawner.backends.base import EXITED, AttemptExit
+    from gpuspawner.backends.base import EXITED, AttemptExit, LaunchSpec
     from gpuspawner.scheduler.steps import drain
-    from gpuspawner.store import UsageRow
+    from gpuspawner.service.access.job_tokens import JobTokens
+    from gpuspawner.store import JobTokenRow, UsageRow
     engine = make_engine(db_url, tmp_path, backend=NeverStarts())
-    ids = [engine.submit(ALICE, parse_job({"command": ["true"], "gpus": 0, "pool": "default"})).id
-           for _ in range(ending)]
-    reads = []
+    tokens = JobTokens("http://127.0.0.1:1/hub/api", "unused", "http://gpuhub", store=engine.store)
+    engine.config = replace(engine.config, job_tokens=tokens)
+    with_gpu = min(4, ending // 2)  # the engine's node has 4
+    ids = [engine.submit(ALICE, parse_job({"command": ["true"], "gpus": int(i < with_gpu),
+                                           "pool": "default"})).id for i in range(ending)]
+    reads, writes = [], []
 
     def count(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().upper().startswith("SELECT"):
-            reads.append(statement)
+        (reads if statement.lstrip().upper().startswith("SELECT") else writes).append(statement)
     event.listen(engine.store.engine, "before_cursor_execute", count)
     try:
         now = engine.clock()
@@ -177,8 +181,16 @@ def test_a_cycles_decisions_and_a_polls_ends_read_their_workloads_in_a_few_state
         event.remove(engine.store.engine, "before_cursor_execute", count)
     engine.apply_cycle(planned, now)
     assert {state(engine, i).state for i in ids} == {"running"}
+    with engine.store.session() as s:
+        assert sorted(a.workload_id for a in s.scalars(select(Allocation))) == sorted(ids[:with_gpu])
     assert len(reads) <= 1, reads  # the rows
+    # SQLite inserts the events one by one (their ids), the rest in one statement a table.
+    assert len(writes) <= ending + 6, writes
+    made = [tokens.env_for(LaunchSpec(i, 0, ("true",), str(tmp_path), str(tmp_path), user="alice"))
+            ["GPUHUB_TOKEN"] for i in ids]  # as each start makes its job's token
+    assert all(tokens.holder(t) is not None for t in made)
     reads.clear()
+    writes.clear()
     learned = {}
     engine.estimates.finished = lambda row, run_s: learned.__setitem__(row.id, run_s)
     event.listen(engine.store.engine, "before_cursor_execute", count)
@@ -189,9 +201,34 @@ def test_a_cycles_decisions_and_a_polls_ends_read_their_workloads_in_a_few_state
     assert {state(engine, i).state for i in ids} == {"succeeded"}
     with engine.store.session() as s:
         assert s.scalar(select(func.count()).select_from(UsageRow)) == ending
+        assert s.scalar(select(func.count()).select_from(Allocation)) == 0
+        assert s.scalar(select(func.count()).select_from(JobTokenRow)) == 0
         ran = {i: a.ended_at - a.started_at for i in ids for a in [s.get(Attempt, (i, 0))]}
+    assert all(tokens.holder(t) is None for t in made)
     assert learned == pytest.approx(ran) and min(ran.values()) >= 0
-    assert len(reads) <= 3, reads  # the rows, their attempts (and a token's, if any)
+    assert len(reads) <= 3, reads  # the rows, their attempts
+    assert len(writes) <= ending + 8, writes
+
+
+def test_an_end_that_cannot_be_recorded_keeps_no_other_from_being_recorded(tmp_path):
+    """A poll's ends are written together; when that fails, each is written
+    alone, and only the one that fails is left (with its GPUs)."""
+    from gpuspawner.backends.base import EXITED, AttemptExit
+    engine = make_engine(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, backend=NeverStarts())
+    ids = [engine.submit(ALICE, job(1, gpus=1)).id for _ in range(3)]
+    engine.tick()
+    assert {state(engine, i).state for i in ids} == {"running"}
+    record_exit = engine._record_exit
+
+    def failing(s, x, *args):
+        if x.workload_id == ids[1]:
+            raise RuntimeError("a row that cannot be written")
+        return record_exit(s, x, *args)
+    engine._record_exit = failing
+    engine.on_exits([AttemptExit(i, 0, EXITED, 0, time.time()) for i in ids])
+    assert [state(engine, i).state for i in ids] == ["succeeded", "running", "succeeded"]
+    with engine.store.session() as s:
+        assert [a.workload_id for a in s.scalars(select(Allocation))] == [ids[1]]
 
 
 def test_restart_keeps_the_fair_share_history(db_url, tmp_path):

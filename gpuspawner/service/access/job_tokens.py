@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import quote
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, tuple_
 
 from gpuspawner.backends.base import LaunchSpec
 from gpuspawner.service.access.identity import JobRef
@@ -131,7 +131,7 @@ class JobTokens:
     def revoke(self, workload_id: str, attempt: int) -> bool:
         """The attempt ended: its token goes, at once for a token made here
         (the next request with it is refused). Returns True when its row is
-        to go with the transaction that records the end (``drop_row``);
+        to go with the transaction that records the end (``drop_rows``);
         otherwise (a token the hub made, or none known here) the row and
         the hub's token are seen to in a worker thread, which never holds up
         the event loop."""
@@ -144,12 +144,14 @@ class JobTokens:
         return gone is not None
 
     @staticmethod
-    def drop_row(session, workload_id: str, attempt: int) -> None:
-        """In the transaction that records the attempt's end: the row of the
-        token made here for it (one the hub made waits for the hub)."""
-        session.execute(delete(JobTokenRow).where(
-            JobTokenRow.workload_id == workload_id, JobTokenRow.attempt == attempt,
-            JobTokenRow.token_id == ""))
+    def drop_rows(session, attempts: list[tuple[str, int]]) -> None:
+        """In the transaction that records the attempts' ends: the rows of
+        the tokens made here for them (one the hub made waits for the hub),
+        one statement for a poll's ends."""
+        for i in range(0, len(attempts), 500):
+            session.execute(delete(JobTokenRow).where(
+                tuple_(JobTokenRow.workload_id, JobTokenRow.attempt).in_(attempts[i:i + 500]),
+                JobTokenRow.token_id == ""))
 
     def revoke_ended(self) -> int:
         """At start: revoke the kept tokens of attempts that are not running

@@ -315,7 +315,9 @@ class Engine:
         try:
             with self.store.transaction() as s:
                 rows = records.rows_by_id(s, {e.workload_id for e in result.events})
-                result.events = [e for e in result.events if self._persist(s, e, now)]
+                allocations: list = []
+                result.events = [e for e in result.events if self._persist(s, e, now, allocations)]
+                records.allocate_all(s, allocations)
                 del rows  # held while the decisions were written
         except BaseException:
             self.starter.expected_done()
@@ -415,7 +417,7 @@ class Engine:
         for fn in changes:
             fn(self.scheduler)
 
-    def _persist(self, s: Session, e: ev.Event, now: float) -> bool:
+    def _persist(self, s: Session, e: ev.Event, now: float, allocations: list) -> bool:
         state = self.scheduler.state
         planned = state.pending.get(e.workload_id) or getattr(
             state.running.get(e.workload_id), "workload", None)
@@ -424,7 +426,7 @@ class Engine:
                                         self.launcher.attempt_dir(e.workload_id, attempt or 0),
                                         self.estimates.record_start,
                                         self.config.gpu_sharing.get(
-                                            getattr(planned, "pool", ""), 1))
+                                            getattr(planned, "pool", ""), 1), allocations)
         if kept and e.type == ev.EVICTED and planned is not None:
             self._count_attempt("evicted", planned.kind)
         return kept
@@ -485,16 +487,21 @@ class Engine:
                 rows_go.add(key)
             asked.append((x, self._replacing.pop(key, None), self._stopped_for.pop(key, None)))
 
-        def record(s, x, replaced, stopped, known):
-            if (x.workload_id, x.attempt) in rows_go:
-                tokens.drop_row(s, x.workload_id, x.attempt)
-            return self._record_exit(s, x, detail, replaced, stopped,
-                                     known.get(x.workload_id, (None, []))[1])
+        def record(s, batch):
+            """The ends of ``batch`` recorded in ``s``: their rows read, their
+            GPUs freed and their tokens' rows dropped, a statement for all."""
+            known = records.ending_rows(s, [x.workload_id for x, _, _ in batch])
+            ended = [(x, end) for x, replaced, stopped in batch
+                     if (end := self._record_exit(s, x, detail, replaced, stopped,
+                                                  known.get(x.workload_id, (None, []))[1]))]
+            records.free_gpus(s, [x.workload_id for x, _ in ended])
+            going = [key for x, _, _ in batch if (key := (x.workload_id, x.attempt)) in rows_go]
+            if going:
+                tokens.drop_rows(s, going)
+            return ended
         try:
             with self.store.transaction() as s:
-                known = records.ending_rows(s, [x.workload_id for x in exits])
-                ended = [(x, end) for x, replaced, stopped in asked
-                         if (end := record(s, x, replaced, stopped, known))]
+                ended = record(s, asked)
         except Exception:
             if len(asked) == 1:
                 raise
@@ -504,14 +511,10 @@ class Engine:
             for x, replaced, stopped in asked:
                 try:
                     with self.store.transaction() as s:
-                        end = record(s, x, replaced, stopped,
-                                     records.ending_rows(s, [x.workload_id]))
+                        ended += record(s, [(x, replaced, stopped)])
                 except Exception:
                     log.exception("could not record the end of %s attempt %s",
                                   x.workload_id, x.attempt)
-                    continue
-                if end is not None:
-                    ended.append((x, end))
         for x, end in ended:
             def done(sched, x=x, requeue=end.requeue) -> None:
                 if x.workload_id in sched.state.running:
@@ -536,7 +539,7 @@ class Engine:
                      lost_before=records.lost_before(attempts), time_limit=row.time_limit,
                      max_replica_restarts=self.config.max_replica_restarts,
                      max_lost_attempts=self.config.max_lost_attempts, detail=detail)
-        self._end(s, row, x.finished_at, end.outcome, x.returncode, end.message)
+        self._end(s, row, x.finished_at, end.outcome, x.returncode, end.message, free=False)
         if end.requeue:
             records.requeue_row(row, end.message)
             journal.event(s, row.id, ev.REQUEUED, x.finished_at, end.message,
@@ -586,8 +589,8 @@ class Engine:
         self.scheduler.state.add_pending(to_workload(row))
 
     def _end(self, s: Session, row: WorkloadRow, now: float, outcome: str,
-             returncode: Optional[int], msg: str) -> None:
-        if records.end_attempt(s, row, now, outcome, returncode, msg) is not None:
+             returncode: Optional[int], msg: str, free: bool = True) -> None:
+        if records.end_attempt(s, row, now, outcome, returncode, msg, free) is not None:
             self._count_attempt(outcome, row.kind)
 
     def _count_attempt(self, outcome: str, kind_name: str) -> None:

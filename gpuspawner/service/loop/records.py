@@ -23,10 +23,12 @@ PLANNED_ON = {ev.ADMITTED: (QUEUED,), ev.NOMINATED: (QUEUED,), ev.PREEMPTED: (RU
 
 def persist_decision(s: Session, e: ev.Event, now: float, attempt: Optional[int],
                      attempt_dir: str, on_first_start=lambda row: None,
-                     slots_per_gpu: int = 1) -> bool:
+                     slots_per_gpu: int = 1, allocations: Optional[list] = None) -> bool:
     """Write a decision down; False (nothing written) when the workload is no
     longer as the cycle saw it (``attempt``: its attempt then;
-    ``slots_per_gpu``: its pool's share slots, 1 where GPUs are not shared)."""
+    ``slots_per_gpu``: its pool's share slots, 1 where GPUs are not shared).
+    ``allocations``: where an admission's GPUs are noted, for ``allocate_all``
+    once the cycle's decisions are written (None: allocated now)."""
     row = s.get(WorkloadRow, e.workload_id)
     expected = PLANNED_ON.get(e.type)
     if row is None or (expected and row.state not in expected) or \
@@ -42,8 +44,10 @@ def persist_decision(s: Session, e: ev.Event, now: float, attempt: Optional[int]
                       placement=placement_to_json(e.placement),
                       gpus=gpu_units(row), started_at=now,
                       attempt_dir=attempt_dir, borrowed=e.borrowed))
-        s.flush()
-        allocate(s, row, e.placement, slots_per_gpu)
+        if allocations is None:
+            allocate_all(s, [(row, e.placement, slots_per_gpu)])
+        else:
+            allocations.append((row, e.placement, slots_per_gpu))
         data = {"placement": placement_to_json(e.placement), "borrowed": e.borrowed}
     elif e.type == ev.NOMINATED:
         row.nomination = placement_to_json(e.placement)
@@ -76,10 +80,24 @@ def gpu_units(row: WorkloadRow) -> float:
     return row.gpu_share or float(row.gpus_per_node * row.num_nodes)
 
 
+def allocate_all(s: Session, allocations: list) -> None:
+    """The GPUs of admissions (``(row, placement, slots_per_gpu)``) held in
+    the database, after their attempts are written (the allocations' key
+    refers to them; the session orders its inserts by table, not by key):
+    one write of a cycle's attempts, not a flush for each."""
+    if not any(gpus for _row, placement, _slots in allocations for _node, gpus in placement):
+        return
+    s.flush()
+    for row, placement, slots_per_gpu in allocations:
+        allocate(s, row, placement, slots_per_gpu)
+    s.flush()  # a slot already held fails here (the primary key)
+
+
 def allocate(s: Session, row: WorkloadRow, placement, slots_per_gpu: int) -> None:
     """The slots of its GPUs: all of each GPU's for whole GPUs, the lowest
-    free ones of its GPU for a share. A slot already held fails the flush
-    (the primary key): a GPU is never given twice, nor shared past 100%."""
+    free ones of its GPU for a share (those the session holds count: its
+    query flushes them first). A slot already held fails the flush (the
+    primary key): a GPU is never given twice, nor shared past 100%."""
     wanted = round(row.gpu_share * slots_per_gpu) if row.gpu_share else slots_per_gpu
     for node, gpus in placement:
         for g in gpus:
@@ -92,12 +110,12 @@ def allocate(s: Session, row: WorkloadRow, placement, slots_per_gpu: int) -> Non
             for k in free:
                 s.add(Allocation(node=node, gpu=g, slot=k, workload_id=row.id,
                                  attempt=row.attempt))
-    s.flush()
 
 
 def end_attempt(s: Session, row: WorkloadRow, now: float, outcome: str,
-                returncode: Optional[int], msg: str) -> Optional[Attempt]:
-    """The attempt's end, its usage, and its GPUs free in the database."""
+                returncode: Optional[int], msg: str, free: bool = True) -> Optional[Attempt]:
+    """The attempt's end, its usage, and (``free``; else the caller does it
+    for several at once: ``free_gpus``) its GPUs free in the database."""
     attempt = s.get(Attempt, (row.id, row.attempt))
     if attempt is None:
         return None
@@ -111,8 +129,16 @@ def end_attempt(s: Session, row: WorkloadRow, now: float, outcome: str,
                    gpu_seconds=attempt.gpus * seconds,
                    borrowed_gpu_seconds=attempt.borrowed * seconds,
                    cpu_seconds=cpus * seconds, memory_gib_seconds=memory_gib * seconds))
-    s.execute(delete(Allocation).where(Allocation.workload_id == row.id))
+    if free:
+        free_gpus(s, [row.id])
     return attempt
+
+
+def free_gpus(s: Session, wids) -> None:
+    """The allocation rows of these workloads' GPUs gone, one statement per
+    ``READ_CHUNK`` of them (a poll's ends free theirs together)."""
+    for chunk in _chunks(wids):
+        s.execute(delete(Allocation).where(Allocation.workload_id.in_(chunk)))
 
 
 def requeue_row(row: WorkloadRow, msg: str) -> None:
