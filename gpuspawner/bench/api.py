@@ -25,10 +25,11 @@ service's own cycle timing and event-loop stalls while each set of rows ran
 
 Throughput is requests over the wall time of the row; latencies are per
 request, body read included. While each row runs, one more client asks the
-baseline's request of the hub, paced (bench/beside.py): each row also says
-the hub's p99 then, and that over the hub's p99 beside the baseline's row:
-how much the row's load on the machine slowed the hub itself (a row slower
-than the baseline while the hub beside it is not is slow in the service).
+baseline's request of the hub, at most 20 times a second (bench/beside.py):
+each row also says the hub's p99 then, and that over the hub's p99 beside
+the baseline's row: how much the row's load on the machine slowed the hub
+itself (a row slower than the baseline while the hub beside it is not is
+slow in the service).
 On a temporary hub each row also says the CPU that the service's own
 process and the hub's spent per request (from ``/proc``): a row's latency
 under eight clients follows what a request costs the one interpreter that
