@@ -51,8 +51,14 @@ BUSY_WINDOW = 0.05
 # A cycle with reasons comes at most this many of its own durations after
 # the last one: with a long queue the worker explains a fifth of the time.
 EXPLAIN_SPACING = 5.0
-# Pause after a wake, so that a burst of requests lands in one cycle.
-SETTLE = 0.02
+# Pause after a wake, so that a burst of requests lands in one cycle. Each
+# cycle costs the interpreter the same however few it admits (its trips to
+# the worker, its transactions): with 20 ms, once the decisions were written
+# faster, a stream of starting submits ran half again as many cycles, and
+# each submit cost the service 35% more CPU (`gpuhub bench api`, docs/
+# service.md); 40 ms adds that much to an idle start, which a spawn's
+# seconds do not notice.
+SETTLE = 0.04
 # While nothing changed in the core since the last cycle with reasons (no
 # submit, cancel, start, end, reservation or node change), the next one waits
 # this long: its reasons and estimates would be the same but for how far off
