@@ -424,9 +424,9 @@ class Engine:
         attempt = None if planned is None else planned.attempt
         kept = records.persist_decision(s, e, now, attempt,
                                         self.launcher.attempt_dir(e.workload_id, attempt or 0),
-                                        self.estimates.record_start,
+                                        allocations, self.estimates.record_start,
                                         self.config.gpu_sharing.get(
-                                            getattr(planned, "pool", ""), 1), allocations)
+                                            getattr(planned, "pool", ""), 1))
         if kept and e.type == ev.EVICTED and planned is not None:
             self._count_attempt("evicted", planned.kind)
         return kept

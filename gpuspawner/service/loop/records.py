@@ -22,13 +22,13 @@ PLANNED_ON = {ev.ADMITTED: (QUEUED,), ev.NOMINATED: (QUEUED,), ev.PREEMPTED: (RU
 
 
 def persist_decision(s: Session, e: ev.Event, now: float, attempt: Optional[int],
-                     attempt_dir: str, on_first_start=lambda row: None,
-                     slots_per_gpu: int = 1, allocations: Optional[list] = None) -> bool:
+                     attempt_dir: str, allocations: list, on_first_start=lambda row: None,
+                     slots_per_gpu: int = 1) -> bool:
     """Write a decision down; False (nothing written) when the workload is no
     longer as the cycle saw it (``attempt``: its attempt then;
-    ``slots_per_gpu``: its pool's share slots, 1 where GPUs are not shared).
-    ``allocations``: where an admission's GPUs are noted, for ``allocate_all``
-    once the cycle's decisions are written (None: allocated now)."""
+    ``allocations``: where an admission's GPUs are noted, for
+    ``allocate_all`` once the cycle's decisions are written;
+    ``slots_per_gpu``: its pool's share slots, 1 where GPUs are not shared)."""
     row = s.get(WorkloadRow, e.workload_id)
     expected = PLANNED_ON.get(e.type)
     if row is None or (expected and row.state not in expected) or \
@@ -44,10 +44,7 @@ def persist_decision(s: Session, e: ev.Event, now: float, attempt: Optional[int]
                       placement=placement_to_json(e.placement),
                       gpus=gpu_units(row), started_at=now,
                       attempt_dir=attempt_dir, borrowed=e.borrowed))
-        if allocations is None:
-            allocate_all(s, [(row, e.placement, slots_per_gpu)])
-        else:
-            allocations.append((row, e.placement, slots_per_gpu))
+        allocations.append((row, e.placement, slots_per_gpu))
         data = {"placement": placement_to_json(e.placement), "borrowed": e.borrowed}
     elif e.type == ev.NOMINATED:
         row.nomination = placement_to_json(e.placement)
