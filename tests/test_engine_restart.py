@@ -205,6 +205,10 @@ def test_a_cycles_decisions_and_a_polls_ends_are_written_in_a_few_statements(
         assert s.scalar(select(func.count()).select_from(JobTokenRow)) == 0
         ran = {i: a.ended_at - a.started_at for i in ids for a in [s.get(Attempt, (i, 0))]}
     assert all(tokens.holder(t) is None for t in made)
+    # Nor after a restart: the service reads the live tokens from the database.
+    restarted = JobTokens("http://127.0.0.1:1/hub/api", "unused", "http://gpuhub",
+                          store=engine.store)
+    assert all(restarted.holder(t) is None for t in made)
     assert learned == pytest.approx(ran) and min(ran.values()) >= 0
     assert len(reads) <= 3, reads  # the rows, their attempts
     assert len(writes) <= ending + 8, writes
