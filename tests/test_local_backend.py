@@ -71,7 +71,13 @@ def output(spec) -> str:
 
 
 def wait_for_output(spec, text) -> str:
-    return wait_until(lambda: text in output(spec) and output(spec))
+    """The output once a whole line holding text is there: the runner's
+    Python is unbuffered, so print() writes its words one write at a time."""
+    def whole_line():
+        out = output(spec)
+        return any(text in line for line in out.splitlines(keepends=True)
+                   if line.endswith("\n")) and out
+    return wait_until(whole_line)
 
 
 def single_exit(backend):
