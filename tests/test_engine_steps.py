@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
@@ -174,12 +176,21 @@ class Slow(Scripted):
         super().__init__()
         self.go = threading.Event()
         self.failing: set[str] = set()
+        self.specs = []
 
     def start(self, spec):
         assert self.go.wait(10)
         if spec.workload_id in self.failing:
             raise RuntimeError("no such command")
+        self.specs.append(spec)
         super().start(spec)
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def spec_of(wid):
@@ -221,25 +232,21 @@ def test_a_backend_whose_start_does_not_block_starts_inline():
     starter.close()
 
 
-def test_a_launch_built_in_a_worker_starts_there_and_one_that_cannot_be_built_fails_by_itself():
+def test_launches_built_in_a_worker_start_there_and_one_that_cannot_be_built_fails_by_itself():
     backend = Slow()
     backend.go.set()
     woke = threading.Event()
     starter = Starter(backend, threads=1, wake=woke.set)
     built_in = []
 
-    def build():
+    def build(wids):
         built_in.append(threading.current_thread().name)
-        return spec_of("w4")
-    starter.start_built("w4", 0, build)
-    assert woke.wait(10) and backend.started == ["w4"]
-    assert built_in[0].startswith("gpuhub-start")  # not the caller's (the event loop's) thread
-    woke.clear()
-
-    def broken():
-        raise FileNotFoundError("notebook.ipynb is gone")
-    starter.start_built("w5", 0, broken)
+        return {wid: spec_of(wid) if wid != "w5" else FileNotFoundError("notebook.ipynb is gone")
+                for wid in wids}
+    starter.start_built([("w4", 0), ("w5", 0), ("w7", 0)], build)
     assert woke.wait(10)
+    wait_for(lambda: sorted(backend.started) == ["w4", "w7"])
+    assert built_in == ["gpuhub-start_0"]  # once for all, not in the caller's (the loop's) thread
     [(wid, attempt, why)] = starter.take()
     assert (wid, attempt) == ("w5", 0) and "notebook.ipynb is gone" in why
     starter.close()
@@ -249,9 +256,29 @@ def test_a_launch_built_in_a_worker_for_a_backend_that_starts_on_the_loop_starts
     backend = Scripted()  # starts_off_loop is False: its start runs on the loop
     woke = threading.Event()
     starter = Starter(backend, threads=1, wake=woke.set)
-    starter.start_built("w6", 0, lambda: spec_of("w6"))
+    starter.start_built([("w6", 0)], lambda wids: {w: spec_of(w) for w in wids})
     assert woke.wait(10) and backend.started == []
     assert starter.take() == [] and backend.started == ["w6"]
+    starter.close()
+
+
+def test_the_launches_job_tokens_are_made_together_and_each_start_gets_its_own():
+    from gpuspawner.service.access.job_tokens import JobTokens
+    backend = Slow()
+    backend.go.set()
+    tokens = JobTokens("http://127.0.0.1:1/hub/api", "unused", "http://gpuhub")
+    made_for = []
+    env_for_all = tokens.env_for_all
+    tokens.env_for_all = lambda specs: made_for.append([s.workload_id for s in specs]) or \
+        env_for_all(specs)
+    starter = Starter(backend, tokens, threads=2)
+    starter.start_built([(f"w{i}", 0) for i in range(5)],
+                        lambda wids: {w: replace(spec_of(w), user="alice") for w in wids})
+    wait_for(lambda: len(backend.started) == 5)
+    assert made_for == [[f"w{i}" for i in range(5)]]
+    given = {s.workload_id: s.env["GPUHUB_TOKEN"] for s in backend.specs}
+    assert len(set(given.values())) == 5
+    assert {w: tokens.holder(t).job.workload for w, t in given.items()} == {w: w for w in given}
     starter.close()
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpuspawner.backends.base import EXITED, AttemptExit, LaunchSpec
+from gpuspawner.backends.base import EXITED, AttemptExit
 from gpuspawner.scheduler import events as ev
 from gpuspawner.scheduler.policy import Policy
 from gpuspawner.scheduler.steps import drain
@@ -347,11 +347,14 @@ class Engine:
                 for e in follow_ups:
                     journal.event(s, e.workload_id, e.type, now, e.message, attempt=e.attempt)
         self._apply_changes()
+        to_build: list[tuple[str, int]] = []  # admitted, their launches built in a worker
         for e in result.events:
             try:
-                self._act(e, now)
+                self._act(e, now, to_build)
             except Exception:  # one workload's stop or kill must not end the cycle
                 log.exception("could not act on %s of %s", e.type, e.workload_id)
+        if to_build:
+            self.starter.start_built(to_build, self._launches)
 
     def after_cycle_steps(self, result, now: float, estimate: bool = True):
         """Waiting reasons and (with ``estimate``) start estimates, in steps;
@@ -431,15 +434,14 @@ class Engine:
             self._count_attempt("evicted", planned.kind)
         return kept
 
-    def _act(self, e: ev.Event, now: float) -> None:
+    def _act(self, e: ev.Event, now: float, to_build: list) -> None:
         state = self.scheduler.state
         w = state.running.get(e.workload_id) or state.pending.get(e.workload_id)
         if w is None or not kind(getattr(w, "workload", w).kind).run_by_backend:
             return  # a server: its spawner starts and stops it, seeing the decision in the API
         if e.type == ev.ADMITTED:
             if self.starter.in_workers:  # the launch is read and checked off the loop too
-                self.starter.start_built(e.workload_id, w.workload.attempt,
-                                         lambda wid=e.workload_id: self._launch(wid))
+                to_build.append((e.workload_id, w.workload.attempt))
                 return
             try:
                 with self.store.session() as s:
@@ -458,14 +460,23 @@ class Engine:
             # The core already requeued it as attempt + 1: kill the old one.
             self.starter.kill(e.workload_id, state.pending[e.workload_id].attempt - 1)
 
-    def _launch(self, wid: str) -> LaunchSpec:
-        """An admitted workload's launch, its files checked again (in a
-        starter's worker thread: its own session)."""
+    def _launches(self, wids: list[str]) -> dict[str, object]:
+        """Admitted workloads' launches, their files checked again (in a
+        starter's worker thread: its own session, their rows and attempts
+        read together): wid -> its ``LaunchSpec``, or why it cannot start."""
+        out: dict[str, object] = {}
         with self.store.session() as s:
-            row = s.get(WorkloadRow, wid)
-            spec = self.launcher.launch_spec(s, row)
-            self.launcher.recheck(row, spec)
-        return spec
+            held = records.rows_with_attempts(s, wids)
+            for wid in wids:
+                try:
+                    if wid not in held:
+                        raise LookupError(f"workload {wid} is not in the database")
+                    row = held[wid][0]
+                    out[wid] = spec = self.launcher.launch_spec(s, row)
+                    self.launcher.recheck(row, spec)
+                except Exception as err:  # a job that cannot start fails; others go on
+                    out[wid] = err
+        return out
 
     # ---- exits -----------------------------------------------------------
     def on_exit(self, x: AttemptExit, detail: str = "") -> None:
@@ -490,7 +501,7 @@ class Engine:
         def record(s, batch):
             """The ends of ``batch`` recorded in ``s``: their rows read, their
             GPUs freed and their tokens' rows dropped, a statement for all."""
-            known = records.ending_rows(s, [x.workload_id for x, _, _ in batch])
+            known = records.rows_with_attempts(s, [x.workload_id for x, _, _ in batch])
             ended = [(x, end) for x, replaced, stopped in batch
                      if (end := self._record_exit(s, x, detail, replaced, stopped,
                                                   known.get(x.workload_id, (None, []))[1]))]
@@ -528,7 +539,7 @@ class Engine:
                      stopped: Optional[str], attempts: list[Attempt]):
         """The database side of an attempt's end: its ending (exits.py), or
         None when it was recorded before (an evicted attempt's late exit).
-        ``attempts``: all the workload's, read with its row (``ending_rows``)."""
+        ``attempts``: all the workload's, read with its row (``rows_with_attempts``)."""
         row = s.get(WorkloadRow, x.workload_id)
         attempt = s.get(Attempt, (x.workload_id, x.attempt))
         if row is None or attempt is None or attempt.state != RUNNING or row.attempt != x.attempt:
@@ -569,7 +580,7 @@ class Engine:
         of its, read here if not given) joins the run-time history; what
         waits for it is looked at again."""
         if attempts is None:
-            attempts = records.ending_rows(s, [row.id]).get(row.id, (row, []))[1]
+            attempts = records.rows_with_attempts(s, [row.id]).get(row.id, (row, []))[1]
         self.estimates.finished(row, records.ran_seconds(attempts))
         if row.sweep_id is not None:
             try:

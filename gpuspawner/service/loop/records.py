@@ -150,16 +150,16 @@ def requeue_row(row: WorkloadRow, msg: str) -> None:
     row.kill_at, row.preempted_for, row.nomination = None, None, None
 
 
-# Workloads read per statement by ``rows_by_id`` and ``ending_rows`` (well
+# Workloads read per statement by ``rows_by_id`` and ``rows_with_attempts`` (well
 # under any database's limit on a statement's parameters).
 READ_CHUNK = 500
 
 
-def ending_rows(s: Session, wids) -> dict[str, tuple[WorkloadRow, list[Attempt]]]:
-    """The rows of workloads whose attempts ended, each with all its attempts,
-    in two statements per ``READ_CHUNK`` workloads instead of several per
-    end: the session's ``get`` of them reads nothing more while the returned
-    dict (which holds them) is kept."""
+def rows_with_attempts(s: Session, wids) -> dict[str, tuple[WorkloadRow, list[Attempt]]]:
+    """These workloads' rows, each with all its attempts, in two statements
+    per ``READ_CHUNK`` workloads instead of several per workload (a poll's
+    ends, a cycle's starts): the session's ``get`` of them reads nothing
+    more while the returned dict (which holds them) is kept."""
     out = {wid: (row, []) for wid, row in rows_by_id(s, wids).items()}
     for chunk in _chunks(out):
         for a in s.scalars(select(Attempt).where(Attempt.workload_id.in_(chunk))):

@@ -17,7 +17,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Optional
 
 from gpuspawner.backends.base import LaunchSpec
 
@@ -39,7 +39,8 @@ class Starter:
         self._asked: dict[tuple[str, int], tuple[str, float]] = {}  # stops asked meanwhile
         self._failed: list[tuple[str, int, str]] = []
         self._done: list[tuple[str, int]] = []
-        self._built: list[LaunchSpec] = []  # built in a worker, started on the loop (take)
+        # Built in a worker (with its token's variables), started on the loop (take).
+        self._built: list[tuple[LaunchSpec, Optional[dict]]] = []
 
     def expect(self, keys: list[tuple[str, int]]) -> None:
         """Attempts about to be committed as admitted, whose start comes
@@ -72,40 +73,71 @@ class Starter:
         """Whether starts run in worker threads (else in the caller's)."""
         return self._pool is not None
 
-    def start_built(self, wid: str, attempt: int, build: Callable[[], LaunchSpec]) -> None:
-        """Start what ``build`` makes (reading the database and the user's
-        files: the launch of an admitted job), both in a worker thread. A
-        build that fails is a start that failed (``take``); a backend whose
-        start must run on the loop gets the built spec at the next ``take``."""
-        key = (wid, attempt)
+    def start_built(self, keys: list[tuple[str, int]],
+                    build: Callable[[list[str]], dict[str, object]]) -> None:
+        """Start what ``build`` makes of the workloads (reading the database
+        and the users' files: the launches of a cycle's admissions), in a
+        worker thread, their job tokens made together; their starts then go
+        to the workers. A launch that cannot be built (``build`` gives why
+        instead) is a start that failed (``take``); a backend whose start
+        must run on the loop gets the built specs at the next ``take``."""
         with self._lock:
-            self._expected.discard(key)
-            self._starting.add(key)
-        self._pool.submit(self._build_and_run, key, build)
+            for key in keys:
+                self._expected.discard(key)
+                self._starting.add(key)
+        self._pool.submit(self._build_and_run, keys, build)
 
-    def _build_and_run(self, key: tuple[str, int], build: Callable[[], LaunchSpec]) -> None:
+    def _build_and_run(self, keys: list[tuple[str, int]], build) -> None:
         try:
-            spec = build()
-        except Exception as err:  # a job that cannot start fails; others go on
-            log.exception("could not start %s", key[0])
+            built = build([wid for wid, _attempt in keys])
+        except Exception as err:
+            built = {wid: err for wid, _attempt in keys}
+        specs = []
+        for key in keys:
+            spec = built.get(key[0])
+            if isinstance(spec, LaunchSpec):
+                specs.append(spec)
+                continue
+            log.error("could not start %s: %s", key[0], spec)
             with self._lock:
-                self._failed.append((*key, f"could not start: {err}"))
+                self._failed.append((*key, f"could not start: {spec}"))
                 self._starting.discard(key)
                 self._done.append(key)
-            self.wake()
-            return
-        if self.backend.blocking_start(spec):
-            self._run(spec, in_worker=True)
-            return
+        envs = self._token_envs(specs)
+        on_loop = []
+        for spec in specs:
+            env = envs.get((spec.workload_id, spec.attempt))
+            if self.backend.blocking_start(spec):
+                try:
+                    self._pool.submit(self._run, spec, True, env)
+                except RuntimeError:  # the pool is shutting down: started here
+                    self._run(spec, True, env)
+            else:
+                on_loop.append((spec, env))
         with self._lock:
-            self._built.append(spec)
-        self.wake()
+            self._built += on_loop
+        if on_loop or len(specs) < len(keys):
+            self.wake()
 
-    def _run(self, spec: LaunchSpec, in_worker: bool) -> None:
+    def _token_envs(self, specs: list[LaunchSpec]) -> dict:
+        """The specs' job tokens, made in one transaction (empty if that
+        fails: each start then makes its own, and fails by itself)."""
+        if self.job_tokens is None or not specs:
+            return {}
+        try:
+            return self.job_tokens.env_for_all(specs)
+        except Exception:
+            log.exception("could not make %d job tokens together", len(specs))
+            return {}
+
+    def _run(self, spec: LaunchSpec, in_worker: bool, token_env: Optional[dict] = None) -> None:
+        """``token_env``: its job token's variables, made already (else made here)."""
         key = (spec.workload_id, spec.attempt)
         try:
-            if self.job_tokens is not None:
-                spec = replace(spec, env={**spec.env, **self.job_tokens.env_for(spec)})
+            if token_env is None and self.job_tokens is not None:
+                token_env = self.job_tokens.env_for(spec)
+            if token_env is not None:
+                spec = replace(spec, env={**spec.env, **token_env})
             self.backend.start(spec)
         except Exception as err:  # a job that cannot start fails; others go on
             log.exception("could not start %s", spec.workload_id)
@@ -142,8 +174,8 @@ class Starter:
         call, after carrying out the stops asked while they were starting."""
         with self._lock:
             built, self._built = self._built, []
-        for spec in built:
-            self._run(spec, in_worker=False)
+        for spec, token_env in built:
+            self._run(spec, False, token_env)
         with self._lock:
             done, self._done = self._done, []
             failed, self._failed = self._failed, []
