@@ -461,22 +461,10 @@ class Engine:
             self.starter.kill(e.workload_id, state.pending[e.workload_id].attempt - 1)
 
     def _launches(self, wids: list[str]) -> dict[str, object]:
-        """Admitted workloads' launches, their files checked again (in a
-        starter's worker thread: its own session, their rows and attempts
-        read together): wid -> its ``LaunchSpec``, or why it cannot start."""
-        out: dict[str, object] = {}
+        """Admitted workloads' launches (``Launcher.launches``), in a
+        starter's worker thread: its own session."""
         with self.store.session() as s:
-            held = records.rows_with_attempts(s, wids)
-            for wid in wids:
-                try:
-                    if wid not in held:
-                        raise LookupError(f"workload {wid} is not in the database")
-                    row = held[wid][0]
-                    out[wid] = spec = self.launcher.launch_spec(s, row)
-                    self.launcher.recheck(row, spec)
-                except Exception as err:  # a job that cannot start fails; others go on
-                    out[wid] = err
-        return out
+            return self.launcher.launches(s, wids)
 
     # ---- exits -----------------------------------------------------------
     def on_exit(self, x: AttemptExit, detail: str = "") -> None:

@@ -19,6 +19,7 @@ from gpuspawner.serving.guard import ReplicaKeys
 from gpuspawner.store import Attempt, WorkloadRow
 from gpuspawner.service.errors import Forbidden
 from gpuspawner.service.loop.rebuild import placement_from_json
+from gpuspawner.service.loop.records import rows_with_attempts
 from gpuspawner.vocab.shares import share_env
 from gpuspawner.vocab.specs import JobSpec, SpecError
 from gpuspawner.service.workloads.views import output_notebook
@@ -134,6 +135,23 @@ class Launcher:
         """The UUIDs the inventory gave a placement's GPUs ("" where unknown)."""
         return [self.nodes[node].uuid(g) for node, gpus in placement
                 if node in self.nodes for g in gpus]
+
+    def launches(self, s: Session, wids: list[str]) -> dict[str, object]:
+        """Admitted workloads' launches, their files checked again, their
+        rows and attempts read together: wid -> its ``LaunchSpec``, or why
+        it cannot start (one that cannot does not keep the others back)."""
+        out: dict[str, object] = {}
+        held = rows_with_attempts(s, wids)
+        for wid in wids:
+            try:
+                if wid not in held:
+                    raise LookupError(f"workload {wid} is not in the database")
+                row = held[wid][0]
+                out[wid] = spec = self.launch_spec(s, row)
+                self.recheck(row, spec)
+            except Exception as err:  # a job that cannot start fails; others go on
+                out[wid] = err
+        return out
 
     def launch_spec(self, s: Session, row: WorkloadRow) -> LaunchSpec:
         attempt = s.get(Attempt, (row.id, row.attempt))
