@@ -77,9 +77,11 @@ def test_a_cpu_only_flood_runs_only_what_fits_and_each_is_limited(hub):
                    for r in reasons if "reserved" not in r), reasons
         assert all((w["cpus"], w["memory"]) == (1.0, 8 << 30) for w in running + queued)
         for w in running:
-            log = wait_for(lambda: alice.get(f"/workloads/{w['id']}/logs").text or None,
-                           "the job's output")
-            pid = int(re.search(r"PID (\d+)", log).group(1))
+            # The whole line: the job's unbuffered print() writes it word by word.
+            found = wait_for(lambda: re.search(r"PID (\d+)\n",
+                                               alice.get(f"/workloads/{w['id']}/logs").text),
+                             "the job's output")
+            pid = int(found.group(1))
             limits = limits_of(pid)
             assert limits == {"memory.limit_in_bytes": str(8 << 30), "pids.max": "1024",
                               "cpu.cfs_quota_us": "100000"}, limits
