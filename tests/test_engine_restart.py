@@ -245,8 +245,13 @@ def test_a_cycles_starts_read_their_workloads_and_write_their_tokens_in_a_few_st
     tokens = JobTokens("http://127.0.0.1:1/hub/api", "unused", "http://gpuhub", store=engine.store)
     engine.starter.job_tokens = tokens
     engine.start()
-    ids = [engine.submit(ALICE, parse_job({"command": ["true"], "gpus": int(i < 4),
-                                           "pool": "default"})).id for i in range(starting)]
+    # alice's and bob's (a team-mate's) jobs in one cycle, one batch of tokens.
+    bob = Identity("bob", teams=frozenset({"a"}), can_submit=True)
+    owners = [ALICE if i % 2 == 0 else bob for i in range(starting)]
+    ids = [engine.submit(who, parse_job({"command": ["true"], "gpus": int(i < 4),
+                                         "pool": "default"})).id
+           for i, who in enumerate(owners)]
+    user_of = {i: who.name for i, who in zip(ids, owners)}
     now = engine.clock()
     planned = drain(engine.planned_steps(now, explain=False))
     reads, writes = [], []
@@ -265,12 +270,14 @@ def test_a_cycles_starts_read_their_workloads_and_write_their_tokens_in_a_few_st
     started = {spec.workload_id: spec for spec in backend.specs}
     assert sorted(started) == sorted(ids)
     assert all(len(started[i].devices) == int(i in ids[:4]) for i in ids)  # their placements
-    # Each its own token, for its own attempt, kept across a restart.
+    # Each its own token, acting for its own user and attempt only, kept
+    # across a restart: none of bob's jobs was given one that acts for alice.
     given = {i: started[i].env["GPUHUB_TOKEN"] for i in ids}
     restarted = JobTokens("http://127.0.0.1:1/hub/api", "unused", "http://gpuhub",
                           store=engine.store)
-    assert {i: restarted.holder(t).job for i, t in given.items()} == \
-        {i: JobRef(i, 0) for i in ids}
+    assert {i: (restarted.holder(t).user, restarted.holder(t).job) for i, t in given.items()} \
+        == {i: (user_of[i], JobRef(i, 0)) for i in ids}
+    assert len(set(given.values())) == starting
     with engine.store.session() as s:
         assert s.scalar(select(func.count()).select_from(JobTokenRow)) == starting
     assert len(reads) <= 2, reads  # the rows, their attempts

@@ -98,7 +98,9 @@ class Starter:
             if isinstance(spec, LaunchSpec):
                 specs.append(spec)
                 continue
-            log.error("could not start %s: %s", key[0], spec)
+            # Its traceback too: the build caught it, so that the others go on.
+            log.error("could not start %s: %s", key[0], spec,
+                      exc_info=spec if isinstance(spec, BaseException) else None)
             with self._lock:
                 self._failed.append((*key, f"could not start: {spec}"))
                 self._starting.discard(key)
