@@ -127,3 +127,43 @@ def test_the_cycles_worker_gives_way_while_requests_come_in_but_not_for_ever(tmp
     assert driver.next_rest() == cycle_driver.BUSY_REST
     driver.close()
     engine.store.close()
+
+
+@pytest.mark.parametrize("wakes, stream", [
+    (0, False),    # the timer's cycle
+    (1, False),    # a lone submit starts soon
+    (2, False),    # ... and its job's start and end wake the loop once each
+    (3, True),     # wakes in a stream: more of them in each cycle
+    (40, True),
+])
+def test_the_pause_before_a_cycle_is_longer_while_wakes_come_in_a_stream(
+        tmp_path, wakes, stream):
+    """A sweep's submits or a burst of ends wake the loop again and again:
+    each cycle costs the service the same however few it takes, so in a
+    stream the next one waits longer for more of them; a lone submit's
+    cycle comes soon. The wait starts the count again."""
+    from gpuspawner.service.loop import driver as cycle_driver
+
+    engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite", tmp_path)
+    driver = CycleDriver(engine, interval=1.0, reasons_interval=0.0)
+    assert cycle_driver.STREAM_SETTLE > cycle_driver.SETTLE
+
+    async def wakes_then_two_waits() -> tuple[float, float]:
+        wake = driver.waker(asyncio.Event())
+        threads = [threading.Thread(target=wake) for _ in range(wakes // 2)]
+        for thread in threads:  # an end or a start reported from a worker thread
+            thread.start()
+        for _ in range(wakes - len(threads)):
+            wake()              # a submit, on the loop
+        for thread in threads:
+            thread.join()
+        await asyncio.sleep(0.01)  # the threads' wakes are counted on the loop
+        first = driver.settle()
+        await driver.cycle()
+        return first, driver.settle()
+
+    before, after = asyncio.run(wakes_then_two_waits())
+    assert before == (cycle_driver.STREAM_SETTLE if stream else cycle_driver.SETTLE)
+    assert after == cycle_driver.SETTLE
+    driver.close()
+    engine.store.close()
