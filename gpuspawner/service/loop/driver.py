@@ -59,16 +59,6 @@ EXPLAIN_SPACING = 5.0
 # service.md); 40 ms adds that much to an idle start, which a spawn's
 # seconds do not notice.
 SETTLE = 0.04
-# The pause on SQLite where wakes come in a stream: STREAM_WAKES or more since
-# the last pause (a sweep's submits, a burst of jobs ending). Longer, so that
-# each cycle takes more of them: with 200 ms instead of 40 a stream of
-# starting submits ran half as many cycles and cost the service a quarter
-# less CPU per submit (`gpuhub bench api`, docs/service.md). On PostgreSQL
-# the same change measured no better (worse in most pairs of runs), so it
-# pauses SETTLE there. A lone submit, its job's start and its end wake the
-# loop once each: their cycles still come after SETTLE.
-STREAM_SETTLE = 0.2
-STREAM_WAKES = 3
 # While nothing changed in the core since the last cycle with reasons (no
 # submit, cancel, start, end, reservation or node change), the next one waits
 # this long: its reasons and estimates would be the same but for how far off
@@ -92,9 +82,6 @@ class CycleDriver:
         self._explain_every = reasons_interval
         self._explained_state: tuple = ()  # (the core's state, its changes) then
         self._cycled: Optional[asyncio.Event] = None
-        self._wakes = 0  # since the last pause before a cycle
-        sqlite = engine.store.engine.dialect.name == "sqlite"
-        self.stream_settle = STREAM_SETTLE if sqlite else SETTLE
 
     async def cycle_done(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) for the next cycle to end: long polls
@@ -127,14 +114,7 @@ class CycleDriver:
             except asyncio.TimeoutError:
                 pass
             wake.clear()
-            await asyncio.sleep(self.settle())
-
-    def settle(self) -> float:
-        """How long to wait before the next cycle, once woken or once
-        ``interval`` passed: longer where wakes came in a stream since the
-        last such wait (those during it count for the next)."""
-        wakes, self._wakes = self._wakes, 0
-        return self.stream_settle if wakes >= STREAM_WAKES else SETTLE
+            await asyncio.sleep(SETTLE)
 
     def request_arrived(self) -> None:
         """An API request came in (its handler says so, on the loop)."""
@@ -169,20 +149,17 @@ class CycleDriver:
             return False
         return seen != self._explained_state or since >= UNCHANGED_REASONS_FOR
 
-    def waker(self, wake: asyncio.Event) -> Callable[[], None]:
-        """``wake.set`` callable from any thread (counted on the loop)."""
+    @staticmethod
+    def waker(wake: asyncio.Event) -> Callable[[], None]:
+        """``wake.set`` callable from any thread."""
         loop = asyncio.get_running_loop()
         owner = threading.get_ident()
 
-        def woken() -> None:
-            self._wakes += 1
-            wake.set()
-
         def set_wake() -> None:
             if threading.get_ident() == owner:
-                woken()
+                wake.set()
             else:
-                loop.call_soon_threadsafe(woken)
+                loop.call_soon_threadsafe(wake.set)
         return set_wake
 
     async def cycle(self) -> None:
