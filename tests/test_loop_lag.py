@@ -14,7 +14,9 @@ from collections import deque
 import pytest
 
 from gpuspawner.bench import service_metrics
-from gpuspawner.service.loop.lag import on_this_thread, probe, watch_full_collections
+from gpuspawner.service.loop.lag import (
+    RUNNING, WAITING_FOR_CPU, WAITING_OTHER, on_this_thread, probe, stall_causes, thread_times,
+    watch_full_collections)
 from gpuspawner.store import Store
 
 
@@ -30,6 +32,54 @@ def test_the_probe_sees_a_callback_that_held_the_loop():
 
     asyncio.run(main())
     assert max(seen) >= 0.07, seen
+
+
+@pytest.mark.parametrize("lag, ran, queued, for_cpu, running, other", [
+    (0.08, 0.0, 0.0, 0.0, 0.0, 0.08),     # asleep: a blocking call, or another thread's turn
+    (0.08, 0.09, 0.0, 0.0, 0.08, 0.0),    # a callback ran 90 ms (10 of them within the period)
+    (0.08, 0.0, 0.1, 0.08, 0.0, 0.0),     # runnable, but the machine gave it no CPU
+    (0.08, 0.03, 0.02, 0.02, 0.03, 0.03),  # some of each
+    (0.06, 0.05, 0.04, 0.04, 0.02, 0.0),  # the wait for a CPU is counted first
+])
+def test_a_stall_is_divided_by_what_the_loops_thread_did(lag, ran, queued, for_cpu, running,
+                                                         other):
+    causes = stall_causes(lag, ran, queued)
+    assert causes == pytest.approx({WAITING_FOR_CPU: for_cpu, RUNNING: running,
+                                    WAITING_OTHER: other})
+    assert sum(causes.values()) == pytest.approx(lag)
+
+
+def busy(seconds: float) -> None:
+    """Compute for ``seconds`` (of the clock on the wall)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(1000))
+
+
+@pytest.mark.parametrize("hold, cause", [
+    (lambda: time.sleep(0.1), WAITING_OTHER),  # a blocking call on the loop
+    (lambda: busy(0.1), RUNNING),               # the loop's own work (or a wait for a CPU)
+])
+def test_the_probe_says_what_held_the_loop_as_the_kernel_counted_it(hold, cause):
+    if thread_times() is None:
+        pytest.skip("this kernel does not tell a thread's times (/proc/thread-self/schedstat)")
+    stalls: list[dict] = []
+
+    async def main():
+        task = asyncio.create_task(probe(lambda lag: None, period=0.005,
+                                         observe_causes=stalls.append))
+        await asyncio.sleep(0.02)
+        hold()
+        await asyncio.sleep(0.02)
+        task.cancel()
+
+    asyncio.run(main())
+    assert stalls, "no stall seen"
+    stall = max(stalls, key=lambda causes: sum(causes.values()))  # the hold's
+    if cause == RUNNING:  # on a busy machine part of its run is a wait for a CPU
+        assert stall[RUNNING] + stall[WAITING_FOR_CPU] >= 0.8 * sum(stall.values()), stall
+    else:
+        assert stall[WAITING_OTHER] >= 0.8 * sum(stall.values()), stall
 
 
 def test_only_full_collections_are_timed_until_the_watch_stops():
@@ -97,6 +147,28 @@ def test_the_benchmark_reads_stalls_collections_and_write_turn_waits_between_two
     assert (row["write_turn_waits"], row["write_turn_wait_max_ms"]) == (waits, wait_ms)
     line = service_metrics.format_summary(row)
     assert f"{gcs} full GCs" in line and f"write turn {waits} times" in line
+
+
+def causes_text(seconds: dict[str, float]) -> str:
+    return "".join(f'{service_metrics.STALL_CAUSES}{{cause="{c}"}} {v}\n'
+                   for c, v in seconds.items())
+
+
+@pytest.mark.parametrize("before, after, said", [
+    ({}, {}, None),  # a service that does not tell them: nothing said
+    ({"waiting_for_cpu": 0.0, "running": 0.0, "waiting_other": 0.0},
+     {"waiting_for_cpu": 0.0, "running": 0.0, "waiting_other": 0.0}, None),  # no stall
+    ({"waiting_for_cpu": 1.0, "running": 0.5, "waiting_other": 0.0},
+     {"waiting_for_cpu": 1.3, "running": 0.6, "waiting_other": 0.1},
+     "(60% waiting for a CPU, 20% running on the loop, 20% waiting for the interpreter or a call)"),
+])
+def test_the_benchmark_divides_the_stalls_time_between_two_scrapes(before, after, said):
+    stalls = (metrics({"0.05": 10, "+Inf": 10}, {"+Inf": 0}, {"+Inf": 0}),
+              metrics({"0.05": 10, "+Inf": 12}, {"+Inf": 0}, {"+Inf": 0}))
+    row = service_metrics.summary("x", service_metrics.parse(stalls[0] + causes_text(before)),
+                                  service_metrics.parse(stalls[1] + causes_text(after)))
+    line = service_metrics.format_summary(row)
+    assert (f"2 over 50 ms {said};" if said else "2 over 50 ms;") in line
 
 
 @pytest.mark.parametrize("held_by, waits", [

@@ -15,6 +15,7 @@ from openapi_spec_validator import validate
 from tornado.web import RequestHandler
 
 from gpuspawner import cli
+from gpuspawner.bench import service_metrics
 from gpuspawner.service.api.routes import API_ROUTES
 
 from hub_harness import Hub, fake_uuid, wait_for
@@ -368,6 +369,10 @@ def test_prometheus_metrics(hub):
     # the event loop's stalls, and the full garbage collections that are one cause of them
     assert re.search(r"^gpuhub_event_loop_lag_seconds_count [1-9]", text, re.M)
     assert re.search(r"^gpuhub_gc_full_pause_seconds_count \d", text, re.M)
+    # ... and their time by cause, in the words the benchmark reads
+    scraped = service_metrics.parse(text)
+    assert all(f"{service_metrics.STALL_CAUSES}:{cause}" in scraped
+               for cause in service_metrics.CAUSE_WORDS)
     client.request("DELETE", f"/workloads/{job['id']}")
     client.wait(job["id"], "cancelled", 30)
     hub.client("root-admin").post("/audit", json={"action": "cull", "target": "x"})

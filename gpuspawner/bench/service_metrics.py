@@ -3,8 +3,10 @@ Prometheus metrics (``/services/gpuhub/metrics``, an admin's token): its
 cycle's timing (whole, planning in the worker, applying on the event loop)
 and the event loop's stalls (``gpuhub_event_loop_lag_seconds``, from the
 service's loop-lag probe) with two of their causes, Python's full garbage
-collections and the loop's waits for another thread's transaction, as
-differences between two scrapes.
+collections and the loop's waits for another thread's transaction, and the
+stalls' time by what the loop's thread did meanwhile
+(``gpuhub_event_loop_stall_seconds_total``), as differences between two
+scrapes.
 
 Quantiles come from the histograms' buckets: each is the upper bound of the
 bucket it falls in (so "p99 ≤ 75 ms"), never an interpolation.
@@ -19,6 +21,11 @@ import requests
 
 _BUCKET = re.compile(r'^(gpuhub_\w+)_bucket\{le="([^"]+)"\} ([0-9.e+-]+)$', re.M)
 _SUM = re.compile(r'^(gpuhub_\w+)_sum ([0-9.e+-]+)$', re.M)
+STALL_CAUSES = "gpuhub_event_loop_stall_seconds_total"
+_CAUSE = re.compile(r'^' + STALL_CAUSES + r'\{cause="(\w+)"\} ([0-9.e+-]+)$', re.M)
+# The causes as the service names them (loop/lag.py), and as a row says them.
+CAUSE_WORDS = {"waiting_for_cpu": "waiting for a CPU", "running": "running on the loop",
+               "waiting_other": "waiting for the interpreter or a call"}
 HISTOGRAMS = ("gpuhub_cycle_seconds", "gpuhub_cycle_plan_seconds", "gpuhub_cycle_apply_seconds",
               "gpuhub_event_loop_lag_seconds", "gpuhub_gc_full_pause_seconds",
               "gpuhub_event_loop_write_turn_wait_seconds")
@@ -73,6 +80,9 @@ def parse(text: str) -> dict[str, Histogram]:
     for name, total in _SUM.findall(text):
         if name in out:
             out[name].total = float(total)
+    for cause, seconds in _CAUSE.findall(text):
+        # A counter: a histogram's sum without buckets.
+        out[f"{STALL_CAUSES}:{cause}"] = Histogram([], float(seconds))
     for h in out.values():
         h.buckets.sort()
     return out
@@ -93,6 +103,8 @@ def summary(name: str, before: dict[str, Histogram], after: dict[str, Histogram]
     """A row: the cycles and the loop's stalls between two scrapes."""
     empty = Histogram([])
     d = {k: after.get(k, empty).minus(before.get(k, empty)) for k in HISTOGRAMS}
+    causes = {c: after.get(f"{STALL_CAUSES}:{c}", empty).minus(
+        before.get(f"{STALL_CAUSES}:{c}", empty)).total for c in CAUSE_WORDS}
     cycle, plan = d["gpuhub_cycle_seconds"], d["gpuhub_cycle_plan_seconds"]
     apply, lag = d["gpuhub_cycle_apply_seconds"], d["gpuhub_event_loop_lag_seconds"]
     gc_full = d["gpuhub_gc_full_pause_seconds"]
@@ -104,7 +116,8 @@ def summary(name: str, before: dict[str, Histogram], after: dict[str, Histogram]
             "loop_stall_max_ms": _ms(lag.longest()),
             "loop_stalls_over_50ms": int(lag.over(STALL_MS / 1000)),
             "gc_full": int(gc_full.count), "gc_full_max_ms": _ms(gc_full.longest()),
-            "write_turn_waits": int(turn.count), "write_turn_wait_max_ms": _ms(turn.longest())}
+            "write_turn_waits": int(turn.count), "write_turn_wait_max_ms": _ms(turn.longest()),
+            "stall_causes_ms": {c: _ms(seconds) for c, seconds in causes.items()}}
 
 
 def format_summary(r: dict) -> str:
@@ -112,7 +125,17 @@ def format_summary(r: dict) -> str:
             f"p50 ≤ {r['cycle_p50_ms']:g} ms, p99 ≤ {r['cycle_p99_ms']:g} ms "
             f"(planning p99 ≤ {r['plan_p99_ms']:g}, on the loop p99 ≤ {r['apply_p99_ms']:g}); "
             f"event loop's longest stall ≤ {r['loop_stall_max_ms']:g} ms, "
-            f"{r['loop_stalls_over_50ms']} over {STALL_MS:g} ms; "
+            f"{r['loop_stalls_over_50ms']} over {STALL_MS:g} ms{_causes(r)}; "
             f"{r['gc_full']} full GCs, longest ≤ {r['gc_full_max_ms']:g} ms; "
             f"waited for the write turn {r['write_turn_waits']} times, "
             f"longest ≤ {r['write_turn_wait_max_ms']:g} ms")
+
+
+def _causes(r: dict) -> str:
+    """The stalls' time by cause, in shares (nothing where none was told)."""
+    causes = r.get("stall_causes_ms") or {}
+    total = sum(causes.values())
+    if not total:
+        return ""
+    return " (" + ", ".join(f"{100 * ms / total:.0f}% {CAUSE_WORDS[c]}"
+                            for c, ms in causes.items()) + ")"

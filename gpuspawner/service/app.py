@@ -556,7 +556,8 @@ class GpuHubService(ServiceSettings):
         gc_pauses: deque = deque(maxlen=1000)
         watch_full_collections(gc_pauses.append)
         loop.add_callback(lag_probe, self.engine.metrics.loop_lag.observe, gc_pauses=gc_pauses,
-                          observe_gc=self.engine.metrics.gc_full_pause.observe)
+                          observe_gc=self.engine.metrics.gc_full_pause.observe,
+                          observe_causes=self.engine.metrics.observe_stall)
         self.engine.store.waited_for_turn = on_this_thread(
             self.engine.metrics.write_turn_wait.observe)
         # What is here now (the modules, the core rebuilt from the database)

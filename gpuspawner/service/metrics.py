@@ -9,6 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from gpuspawner.service.loop.lag import CAUSES
+
 
 class StateCollector:
     """GPUs per pool and team, and queued workloads, read from the core."""
@@ -84,6 +86,14 @@ class ServiceMetrics:
             "gpuhub_gc_full_pause_seconds", "How long each of Python's full garbage collections "
             "held the interpreter (loop/lag.py): the event loop stalls that long",
             buckets=LAG_BUCKETS, registry=self.registry)
+        self.loop_stall_causes = Counter(
+            "gpuhub_event_loop_stall_seconds", "Time of the event loop's stalls of 50 ms or more "
+            "by what its thread did meanwhile, as the kernel counts it (loop/lag.py): waited for "
+            "a CPU (waiting_for_cpu: the machine is busy), ran (running: the loop's own work), "
+            "or neither (waiting_other: for the interpreter another thread held, or in a "
+            "blocking call)", ["cause"], registry=self.registry)
+        for cause in CAUSES:  # each shown from the start, at 0
+            self.loop_stall_causes.labels(cause)
         self.write_turn_wait = Histogram(
             "gpuhub_event_loop_write_turn_wait_seconds", "How long the event loop waited for "
             "another thread's database transaction (the cycle's, the intake's) before its own "
@@ -118,6 +128,11 @@ class ServiceMetrics:
             w = state.pending.get(e.workload_id)
             if e.type == "admitted" and w is not None and w.attempt == 0:
                 self.queue_wait.labels(w.team, w.kind).observe(now - w.submit_time)
+
+    def observe_stall(self, causes: dict[str, float]) -> None:
+        """One stall of the event loop, divided among its causes (seconds)."""
+        for cause, seconds in causes.items():
+            self.loop_stall_causes.labels(cause).inc(seconds)
 
     def watch_serving(self, serving) -> None:
         self.registry.register(ReplicaCollector(serving))
