@@ -425,6 +425,24 @@ def test_bench_rows_say_how_much_their_load_slowed_the_hub_beside_them():
     assert "hub beside: p99 ms" in header and "6.0" in lines[1] and "1.50x" in lines[1]
 
 
+@pytest.mark.parametrize("stalls, longest, causes, said", [
+    (0, 0.0, {"waiting_for_cpu": 0.0, "running": 0.0, "waiting_other": 0.0}, "none"),
+    (12, 75.0, {"waiting_for_cpu": 100.0, "running": 790.0, "waiting_other": 110.0},
+     "12, longest ≤ 75 ms, 79% running on the loop"),
+    (3, 150.0, {"waiting_for_cpu": 200.0, "running": 50.0, "waiting_other": 0.0},
+     "3, longest ≤ 150 ms, 80% waiting for a CPU"),
+    (2, 100.0, {}, "2, longest ≤ 100 ms"),  # a service that does not divide them
+])
+def test_bench_rows_say_the_loops_stalls_and_their_largest_cause(stalls, longest, causes, said):
+    rows = [bench_api.summarize("GET /hub/api/user (baseline)", [0.002] * 10, 0.01, 0, 2),
+            bench_api.summarize("GET /workloads?limit=50 (list)", [0.010] * 10, 0.05, 0, 2)]
+    rows[1].update(loop_stalls_over_50ms=stalls, loop_stall_max_ms=longest,
+                   stall_causes_ms=causes)
+    header, baseline, listing = bench_api.format_rows(bench_api.add_ratios(rows)).splitlines()
+    assert header.endswith("loop stalls > 50 ms")
+    assert listing.endswith(f"  {said}") and baseline.endswith("  none")
+
+
 @pytest.mark.parametrize("url, local", [
     ("http://127.0.0.1:8000", True), ("http://localhost:8000", True), ("http://[::1]:8000", True),
     ("http://10.1.2.3:8000", False), ("http://192.0.2.1", False),
@@ -782,7 +800,9 @@ def test_bench_rows_say_what_a_request_cost_the_service_and_the_hub(hub):
     list costs it more than the hub's own request does (which costs the hub),
     whatever else the shared hub's service is doing meanwhile."""
     rows = bench_api.run_api_bench(hub.url, hub.token("alice"), n=100, concurrency=4,
-                                   cpu=bench_api.process_cpu(hub))
+                                   cpu=bench_api.process_cpu(hub),
+                                   stalls=bench_api.service_stalls(hub.url,
+                                                                   hub.token("root-admin")))
     by_name = {r["name"].split(" (")[0]: r for r in rows}
     baseline, listing = by_name["GET /hub/api/user"], by_name["GET /workloads?limit=50"]
     assert baseline["hub_cpu_ms"] > 0.1, baseline  # 100 answers: well over 10 ms
@@ -790,8 +810,13 @@ def test_bench_rows_say_what_a_request_cost_the_service_and_the_hub(hub):
     assert all(r["service_cpu_ms"] >= 0 and r["hub_cpu_ms"] >= 0 for r in rows), rows
     # The hub was asked beside every row, while it ran (HubBeside).
     assert all(r["hub_beside_requests"] > 0 and r["hub_beside_p99_ms"] > 0 for r in rows), rows
+    # ... and the service's loop stalls while it ran (from its metrics)
+    assert all(r["loop_stalls_over_50ms"] >= 0 and
+               set(r["stall_causes_ms"]) == {"waiting_for_cpu", "running", "waiting_other"}
+               for r in rows), rows
     header, *lines = bench_api.format_rows(rows).splitlines()
     assert "CPU ms/req: service" in header and len(lines) == len(rows)
+    assert "loop stalls > 50 ms" in header
 
 
 def test_the_hubs_own_page_is_measured_only_where_the_token_may_list_users(hub):

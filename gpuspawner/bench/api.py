@@ -63,6 +63,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WARMUP = 5
 # () -> {"service": CPU seconds, "hub": CPU seconds} of the processes measured
 CpuReader = Callable[[], dict[str, float]]
+# () -> the service's metrics now (service_metrics.scrape): its loop's stalls
+StallsReader = Callable[[], dict]
 BENCH_JOB = {"command": "true", "gpus_per_node": 0, "name": "gpuhub-bench", "project": "bench",
              "time_limit": 60}
 
@@ -120,11 +122,13 @@ def format_rows(rows: list[dict]) -> str:
     cpu = any("service_cpu_ms" in r for r in rows)
     page = any("p99_vs_hub_page" in r for r in rows)
     beside = any("hub_beside_p99_ms" in r for r in rows)
+    stalls = any("loop_stalls_over_50ms" in r for r in rows)
     header = (f"{'request':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
               f"{'req/s vs base':>13} {'p50 vs base':>11} {'p99 vs base':>11}"
               + (f" {'p99 vs hub page':>15}" if page else "")
               + (f" {'hub beside: p99 ms':>18} {'vs base':>7}" if beside else "")
-              + (f" {'CPU ms/req: service':>20} {'hub':>5}" if cpu else ""))
+              + (f" {'CPU ms/req: service':>20} {'hub':>5}" if cpu else "")
+              + (f"  {'loop stalls > 50 ms'}" if stalls else ""))
     lines = [header]
     for r in rows:
         lines.append(f"{r['name']:<34} {r['rps']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
@@ -135,7 +139,8 @@ def format_rows(rows: list[dict]) -> str:
                      + (f" {r.get('hub_beside_p99_ms', 0):>18.1f} "
                         f"{_ratio(r.get('hub_beside_vs_baseline')):>7}" if beside else "")
                      + (f" {r.get('service_cpu_ms', 0):>20.2f} {r.get('hub_cpu_ms', 0):>5.2f}"
-                        if cpu else ""))
+                        if cpu else "")
+                     + (f"  {service_metrics.stalls_words(r)}" if stalls else ""))
     return "\n".join(lines)
 
 
@@ -151,6 +156,11 @@ def hub_page_row(hub_url: str, token: str, timeout: float = 10.0) -> Optional[tu
     if r.status_code != 200:
         return None
     return (f"GET /hub/api/users {HUB_PAGE} of {len(r.json())})", "GET", url, 200, None)
+
+
+def service_stalls(hub_url: str, admin_token: str) -> StallsReader:
+    """The reader of the service's metrics, for its loop's stalls (an admin's token)."""
+    return lambda: service_metrics.scrape(hub_url, admin_token)
 
 
 def process_cpu(hub) -> CpuReader:
@@ -215,10 +225,12 @@ class _Runner:
 
     def run(self, pool: ThreadPoolExecutor, name: str, method: str, url: str, expect: int,
             body: Optional[dict], n: int, cpu: Optional[CpuReader] = None,
-            beside: Optional[str] = None) -> dict:
-        """The row; ``beside``: the hub's URL to ask meanwhile (``HubBeside``)."""
+            beside: Optional[str] = None, stalls: Optional[StallsReader] = None) -> dict:
+        """The row; ``beside``: the hub's URL to ask meanwhile (``HubBeside``);
+        ``stalls``: the service's loop stalls while the row ran, said with it."""
         list(pool.map(lambda _: self.one(method, url, expect, body), range(WARMUP)))
         cpu0 = cpu() if cpu else {}
+        stalls0 = stalls() if stalls else None
         with (HubBeside(self.token, beside) if beside else contextlib.nullcontext()) as probe:
             t0 = time.perf_counter()
             results = list(pool.map(lambda _: self.one(method, url, expect, body), range(n)))
@@ -232,6 +244,10 @@ class _Runner:
         if cpu:
             row.update({f"{who}_cpu_ms": round((spent - cpu0[who]) * 1000 / max(1, n), 2)
                         for who, spent in cpu().items()})
+        if stalls:
+            loop = service_metrics.summary(name, stalls0, stalls())
+            row.update({k: loop[k] for k in ("loop_stall_max_ms", "loop_stalls_over_50ms",
+                                             "stall_causes_ms")})
         return row
 
     def close(self) -> None:
@@ -242,11 +258,13 @@ class _Runner:
 def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 8,
                   team: Optional[str] = None, user: Optional[str] = None,
                   progress: Optional[Callable[[dict], None]] = None,
-                  waiting_submit: bool = False, cpu: Optional[CpuReader] = None) -> list[dict]:
+                  waiting_submit: bool = False, cpu: Optional[CpuReader] = None,
+                  stalls: Optional[StallsReader] = None) -> list[dict]:
     """The rows (baseline first), with ratios to the baseline. With
     ``waiting_submit`` (behind a queue that holds every GPU) also a submit
     of a 1-GPU job, which waits: the API's own cost, no process started.
-    ``cpu``: each row's CPU per request of those processes (``measure``)."""
+    ``cpu``: each row's CPU per request of those processes, ``stalls``: the
+    service's loop stalls while it ran (``measure``)."""
     hub_url = hub_url_of(hub_url)
     api = hub_url + "/services/gpuhub/api/v1"
     job = dict(BENCH_JOB, **({"team": team} if team else {}))
@@ -267,24 +285,26 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
         plan.insert(-1, _row("POST /workloads (submit, 1 GPU: waits)", api,
                              calls.submit_workload(dict(job, gpus_per_node=1)), 201))
     return add_ratios(measure(token, concurrency, plan, max(1, n), progress, cpu=cpu,
-                              beside=hub_url + "/hub/api/user"))
+                              beside=hub_url + "/hub/api/user", stalls=stalls))
 
 
 def measure(token: str, concurrency: int, plan, n: int,
             progress: Optional[Callable[[dict], None]] = None,
             headers: Optional[dict] = None, cpu: Optional[CpuReader] = None,
-            beside: Optional[str] = None) -> list[dict]:
+            beside: Optional[str] = None, stalls: Optional[StallsReader] = None) -> list[dict]:
     """One row per (name, method, url, expected status, body) of ``plan``
     (``headers``: sent with every request, besides the token; ``cpu``: the
     CPU seconds of the processes whose share of each request the row says;
     ``beside``: the hub's URL whose latency each row also says, asked by
-    one more client while the row runs)."""
+    one more client while the row runs; ``stalls``: the service's metrics,
+    read around each row for its loop stalls)."""
     runner = _Runner(token, concurrency, headers=headers)
     rows = []
     try:
         with ThreadPoolExecutor(max_workers=runner.concurrency) as pool:
             for name, method, url, expect, body in plan:
-                rows.append(runner.run(pool, name, method, url, expect, body, n, cpu, beside))
+                rows.append(runner.run(pool, name, method, url, expect, body, n, cpu, beside,
+                                       stalls))
                 if progress:
                     progress(rows[-1])
     finally:
@@ -443,7 +463,8 @@ def _run(args, stack: contextlib.ExitStack, progress) -> int:
     before = service_metrics.scrape(url, admin) if admin else None
     rows = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
                          team=team, user=user, progress=progress,
-                         cpu=process_cpu(hub) if hub is not None else None)
+                         cpu=process_cpu(hub) if hub is not None else None,
+                         stalls=service_stalls(url, admin) if admin else None)
     if hub is not None:
         extra = [service_metrics.summary("service, idle", before,
                                          service_metrics.scrape(url, admin))]
@@ -494,7 +515,8 @@ def measure_hub(hub, url: str, token: str, args, progress) -> list[dict]:
         before = service_metrics.scrape(url, admin)
         queued = run_api_bench(url, token, n=args.requests, concurrency=args.concurrency,
                                team="bench", user="bench", progress=progress,
-                               waiting_submit=True, cpu=process_cpu(hub))
+                               waiting_submit=True, cpu=process_cpu(hub),
+                               stalls=service_stalls(url, admin))
         for r in queued:
             r["name"] += f", {args.queued} queued"
             r["queued"] = args.queued

@@ -139,3 +139,16 @@ def _causes(r: dict) -> str:
         return ""
     return " (" + ", ".join(f"{100 * ms / total:.0f}% {CAUSE_WORDS[c]}"
                             for c, ms in causes.items()) + ")"
+
+
+def stalls_words(r: dict) -> str:
+    """A row's loop stalls in a few words: "12, longest ≤ 75 ms, 79% running on
+    the loop" (its largest cause), or "none"."""
+    n = r.get("loop_stalls_over_50ms", 0)
+    if not n:
+        return "none"
+    causes = r.get("stall_causes_ms") or {}
+    total = sum(causes.values())
+    top = max(causes, key=causes.get) if total else None
+    return f"{n}, longest ≤ {r['loop_stall_max_ms']:g} ms" + (
+        f", {100 * causes[top] / total:.0f}% {CAUSE_WORDS[top]}" if top else "")
