@@ -49,6 +49,32 @@ def test_a_stall_is_divided_by_what_the_loops_thread_did(lag, ran, queued, for_c
     assert sum(causes.values()) == pytest.approx(lag)
 
 
+def test_the_probe_divides_each_stall_by_the_threads_times_around_it():
+    """With a fake account of the thread (1 s waiting for a CPU whenever it
+    is read again), a stall of ~80 ms is all "waiting for a CPU", the
+    probe's wakes without a stall are not told, and the account is read on
+    each wake, so a stall's division starts from the wake before it."""
+    reads: list[int] = []
+    stalls: list[dict] = []
+
+    def times():
+        reads.append(1)
+        return 0.0, float(len(reads))
+
+    async def main():
+        task = asyncio.create_task(probe(lambda lag: None, period=0.005,
+                                         observe_causes=stalls.append, times=times))
+        await asyncio.sleep(0.03)
+        time.sleep(0.08)
+        await asyncio.sleep(0.03)
+        task.cancel()
+
+    asyncio.run(main())
+    assert len(reads) >= 4  # the first read, then one per wake
+    big = [c for c in stalls if sum(c.values()) >= 0.07]
+    assert len(big) == 1 and big[0][WAITING_FOR_CPU] == pytest.approx(sum(big[0].values()))
+
+
 def busy(seconds: float) -> None:
     """Compute for ``seconds`` (of the clock on the wall)."""
     end = time.perf_counter() + seconds

@@ -30,20 +30,35 @@ WAITING_FOR_CPU, RUNNING, WAITING_OTHER = "waiting_for_cpu", "running", "waiting
 CAUSES = (WAITING_FOR_CPU, RUNNING, WAITING_OTHER)
 
 
-def thread_times() -> Optional[Callable[[], tuple[float, float]]]:
-    """A reader of the calling thread's seconds on a CPU and waiting for
-    one, since it began (from any thread it reads the one that made it);
-    None where the kernel does not tell them."""
+class ThreadTimes:
+    """The calling thread's seconds on a CPU and waiting for one, since it
+    began (read from any thread, it reads the one that made it)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __call__(self) -> tuple[float, float]:
+        ran, queued, _slices = os.pread(self.fd, 64, 0).split()
+        return int(ran) / 1e9, int(queued) / 1e9
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def thread_times() -> Optional[ThreadTimes]:
+    """The calling thread's ``ThreadTimes``; None where the kernel does
+    not tell them."""
     try:
         fd = os.open(SCHEDSTAT, os.O_RDONLY)
-        os.pread(fd, 64, 0)
     except OSError:
         return None
-
-    def read() -> tuple[float, float]:
-        ran, queued, _slices = os.pread(fd, 64, 0).split()
-        return int(ran) / 1e9, int(queued) / 1e9
-    return read
+    times = ThreadTimes(fd)
+    try:
+        times()
+    except (OSError, ValueError):
+        times.close()
+        return None
+    return times
 
 
 def stall_causes(lag: float, ran: float, queued: float) -> dict[str, float]:
@@ -72,21 +87,27 @@ async def probe(observe: Callable[[float], None], period: float = PERIOD,
     by ``stall_causes`` (``times``: the loop thread's ``thread_times``, made
     on it when not given; nothing is divided where the kernel does not
     tell them)."""
-    if observe_causes is not None and times is None:
+    made = observe_causes is not None and times is None
+    if made:
         times = thread_times()
-    before = times() if times is not None else None
-    while True:
-        t0 = clock()
-        await asyncio.sleep(period)
-        lag = max(0.0, clock() - t0 - period)
-        observe(lag)
-        if before is not None:
-            after = times()
-            if lag >= STALL:
-                observe_causes(stall_causes(lag, after[0] - before[0], after[1] - before[1]))
-            before = after
-        while gc_pauses:
-            observe_gc(gc_pauses.popleft())
+    before = times() if times is not None and observe_causes is not None else None
+    try:
+        while True:
+            t0 = clock()
+            await asyncio.sleep(period)
+            lag = max(0.0, clock() - t0 - period)
+            observe(lag)
+            if before is not None:
+                after = times()
+                if lag >= STALL:
+                    observe_causes(stall_causes(lag, after[0] - before[0],
+                                                after[1] - before[1]))
+                before = after
+            while gc_pauses:
+                observe_gc(gc_pauses.popleft())
+    finally:
+        if made and times is not None:
+            times.close()
 
 
 def watch_full_collections(observe: Callable[[float], None],
