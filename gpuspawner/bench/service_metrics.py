@@ -19,13 +19,15 @@ from dataclasses import dataclass
 
 import requests
 
+from gpuspawner.service.loop.lag import RUNNING, WAITING_FOR_CPU, WAITING_OTHER
+
 _BUCKET = re.compile(r'^(gpuhub_\w+)_bucket\{le="([^"]+)"\} ([0-9.e+-]+)$', re.M)
 _SUM = re.compile(r'^(gpuhub_\w+)_sum ([0-9.e+-]+)$', re.M)
 STALL_CAUSES = "gpuhub_event_loop_stall_seconds_total"
 _CAUSE = re.compile(r'^' + STALL_CAUSES + r'\{cause="(\w+)"\} ([0-9.e+-]+)$', re.M)
-# The causes as the service names them (loop/lag.py), and as a row says them.
-CAUSE_WORDS = {"waiting_for_cpu": "waiting for a CPU", "running": "running on the loop",
-               "waiting_other": "waiting for the interpreter or a call"}
+# The causes as a row says them.
+CAUSE_WORDS = {WAITING_FOR_CPU: "waiting for a CPU", RUNNING: "running on the loop",
+               WAITING_OTHER: "waiting for the interpreter or a call"}
 HISTOGRAMS = ("gpuhub_cycle_seconds", "gpuhub_cycle_plan_seconds", "gpuhub_cycle_apply_seconds",
               "gpuhub_event_loop_lag_seconds", "gpuhub_gc_full_pause_seconds",
               "gpuhub_event_loop_write_turn_wait_seconds")

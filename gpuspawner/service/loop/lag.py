@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import threading
 import os
+import threading
 import time
 from collections import deque
 from typing import Callable, Optional
