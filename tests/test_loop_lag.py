@@ -75,6 +75,29 @@ def test_the_probe_divides_each_stall_by_the_threads_times_around_it():
     assert len(big) == 1 and big[0][WAITING_FOR_CPU] == pytest.approx(sum(big[0].values()))
 
 
+@pytest.mark.parametrize("account", [None, "not numbers\n"])
+def test_where_the_kernel_does_not_tell_the_probe_times_stalls_without_dividing_them(
+        tmp_path, monkeypatch, account):
+    from gpuspawner.service.loop import lag
+    path = tmp_path / "schedstat"
+    if account is not None:
+        path.write_text(account)
+    monkeypatch.setattr(lag, "SCHEDSTAT", str(path))
+    assert lag.thread_times() is None
+    seen, stalls = [], []
+
+    async def main():
+        task = asyncio.create_task(probe(seen.append, period=0.005,
+                                         observe_causes=stalls.append))
+        await asyncio.sleep(0.02)
+        time.sleep(0.08)
+        await asyncio.sleep(0.02)
+        task.cancel()
+
+    asyncio.run(main())
+    assert max(seen) >= 0.07 and stalls == []
+
+
 def busy(seconds: float) -> None:
     """Compute for ``seconds`` (of the clock on the wall)."""
     end = time.perf_counter() + seconds
