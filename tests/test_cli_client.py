@@ -425,6 +425,18 @@ def test_bench_rows_say_how_much_their_load_slowed_the_hub_beside_them():
     assert "hub beside: p99 ms" in header and "6.0" in lines[1] and "1.50x" in lines[1]
 
 
+def test_bench_rows_say_how_long_the_services_cheapest_request_waited_beside_them():
+    """A row of costly pages holds the service's one event loop: GET /me
+    asked beside it waits behind them (the row's own latency does not show
+    what a cheap request meanwhile waited)."""
+    rows = [bench_api.summarize("GET /hub/api/user (baseline)", [0.002] * 10, 0.01, 0, 2),
+            bench_api.summarize("GET /workloads, the Jobs panel's", [0.010] * 10, 0.05, 0, 2)]
+    rows[0]["me_beside_p99_ms"], rows[1]["me_beside_p99_ms"] = 3.5, 48.25
+    header, baseline, panel = bench_api.format_rows(bench_api.add_ratios(rows)).splitlines()
+    assert header.endswith("/me beside: p99 ms")
+    assert baseline.endswith(" 3.5") and panel.endswith(" 48.2")
+
+
 @pytest.mark.parametrize("stalls, longest, causes, said", [
     (0, 0.0, {"waiting_for_cpu": 0.0, "running": 0.0, "waiting_other": 0.0}, "none"),
     (12, 75.0, {"waiting_for_cpu": 100.0, "running": 790.0, "waiting_other": 110.0},
@@ -808,15 +820,16 @@ def test_bench_rows_say_what_a_request_cost_the_service_and_the_hub(hub):
     assert baseline["hub_cpu_ms"] > 0.1, baseline  # 100 answers: well over 10 ms
     assert listing["service_cpu_ms"] > baseline["service_cpu_ms"], (listing, baseline)
     assert all(r["service_cpu_ms"] >= 0 and r["hub_cpu_ms"] >= 0 for r in rows), rows
-    # The hub was asked beside every row, while it ran (HubBeside).
-    assert all(r["hub_beside_requests"] > 0 and r["hub_beside_p99_ms"] > 0 for r in rows), rows
+    # The hub, and the service's GET /me, were asked beside every row, while it ran (Beside).
+    assert all(r[f"{who}_beside_requests"] > 0 and r[f"{who}_beside_p99_ms"] > 0
+               for r in rows for who in ("hub", "me")), rows
     # ... and the service's loop stalls while it ran (from its metrics)
     assert all(r["loop_stalls_over_50ms"] >= 0 and
                set(r["stall_causes_ms"]) == {"waiting_for_cpu", "running", "waiting_other"}
                for r in rows), rows
     header, *lines = bench_api.format_rows(rows).splitlines()
     assert "CPU ms/req: service" in header and len(lines) == len(rows)
-    assert "loop stalls > 50 ms" in header
+    assert "loop stalls > 50 ms" in header and "/me beside: p99 ms" in header
 
 
 def test_the_hubs_own_page_is_measured_only_where_the_token_may_list_users(hub):

@@ -29,7 +29,9 @@ baseline's request of the hub, at most 20 times a second (bench/beside.py):
 each row also says the hub's p99 then, and that over the hub's p99 beside
 the baseline's row: how much the row's load on the machine slowed the hub
 itself (a row slower than the baseline while the hub beside it is not is
-slow in the service).
+slow in the service). Another asks the service's own ``GET /me`` (its
+cheapest request) the same way: how long a cheap request waits behind the
+row's requests in the service's one event loop.
 On a temporary hub each row also says the CPU that the service's own
 process and the hub's spent per request (from ``/proc``): a row's latency
 under eight clients follows what a request costs the one interpreter that
@@ -57,7 +59,7 @@ from ..client import GpuHubClient, GpuHubError, TokenMissing, hub_url_of, resolv
 from ..client.operations import Unsent
 from ..client.request import Request
 from . import databases as bench_db, service_metrics, turnover
-from .beside import HubBeside
+from .beside import Beside
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WARMUP = 5
@@ -122,11 +124,13 @@ def format_rows(rows: list[dict]) -> str:
     cpu = any("service_cpu_ms" in r for r in rows)
     page = any("p99_vs_hub_page" in r for r in rows)
     beside = any("hub_beside_p99_ms" in r for r in rows)
+    me_beside = any("me_beside_p99_ms" in r for r in rows)
     stalls = any("loop_stalls_over_50ms" in r for r in rows)
     header = (f"{'request':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} "
               f"{'req/s vs base':>13} {'p50 vs base':>11} {'p99 vs base':>11}"
               + (f" {'p99 vs hub page':>15}" if page else "")
               + (f" {'hub beside: p99 ms':>18} {'vs base':>7}" if beside else "")
+              + (f" {'/me beside: p99 ms':>18}" if me_beside else "")
               + (f" {'CPU ms/req: service':>20} {'hub':>5}" if cpu else "")
               + (f"  {'loop stalls > 50 ms'}" if stalls else ""))
     lines = [header]
@@ -138,6 +142,7 @@ def format_rows(rows: list[dict]) -> str:
                      + (f" {_ratio(r.get('p99_vs_hub_page')):>15}" if page else "")
                      + (f" {r.get('hub_beside_p99_ms', 0):>18.1f} "
                         f"{_ratio(r.get('hub_beside_vs_baseline')):>7}" if beside else "")
+                     + (f" {r.get('me_beside_p99_ms', 0):>18.1f}" if me_beside else "")
                      + (f" {r.get('service_cpu_ms', 0):>20.2f} {r.get('hub_cpu_ms', 0):>5.2f}"
                         if cpu else "")
                      + (f"  {service_metrics.stalls_words(r)}" if stalls else ""))
@@ -225,22 +230,26 @@ class _Runner:
 
     def run(self, pool: ThreadPoolExecutor, name: str, method: str, url: str, expect: int,
             body: Optional[dict], n: int, cpu: Optional[CpuReader] = None,
-            beside: Optional[str] = None, stalls: Optional[StallsReader] = None) -> dict:
-        """The row; ``beside``: the hub's URL to ask meanwhile (``HubBeside``);
+            beside: Optional[str] = None, stalls: Optional[StallsReader] = None,
+            me_beside: Optional[str] = None) -> dict:
+        """The row; ``beside``: the hub's URL to ask meanwhile (``Beside``),
+        ``me_beside``: the service's ``GET /me`` to ask meanwhile;
         ``stalls``: the service's loop stalls while the row ran, said with it."""
         list(pool.map(lambda _: self.one(method, url, expect, body), range(WARMUP)))
         cpu0 = cpu() if cpu else {}
         stalls0 = stalls() if stalls else None
-        with (HubBeside(self.token, beside) if beside else contextlib.nullcontext()) as probe:
+        with contextlib.ExitStack() as stack:
+            probes = {who: stack.enter_context(Beside(self.token, where))
+                      for who, where in (("hub", beside), ("me", me_beside)) if where}
             t0 = time.perf_counter()
             results = list(pool.map(lambda _: self.one(method, url, expect, body), range(n)))
             wall = time.perf_counter() - t0
         row = summarize(name, [lat for lat, _ in results], wall,
                         sum(1 for _, ok in results if not ok), self.concurrency)
-        if probe is not None:
-            row.update({"hub_beside_requests": len(probe.latencies),
-                        "hub_beside_p50_ms": round(percentile(probe.latencies, 50) * 1000, 2),
-                        "hub_beside_p99_ms": round(percentile(probe.latencies, 99) * 1000, 2)})
+        for who, probe in probes.items():
+            row.update({f"{who}_beside_requests": len(probe.latencies),
+                        f"{who}_beside_p50_ms": round(percentile(probe.latencies, 50) * 1000, 2),
+                        f"{who}_beside_p99_ms": round(percentile(probe.latencies, 99) * 1000, 2)})
         if cpu:
             row.update({f"{who}_cpu_ms": round((spent - cpu0[who]) * 1000 / max(1, n), 2)
                         for who, spent in cpu().items()})
@@ -285,26 +294,29 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
         plan.insert(-1, _row("POST /workloads (submit, 1 GPU: waits)", api,
                              calls.submit_workload(dict(job, gpus_per_node=1)), 201))
     return add_ratios(measure(token, concurrency, plan, max(1, n), progress, cpu=cpu,
-                              beside=hub_url + "/hub/api/user", stalls=stalls))
+                              beside=hub_url + "/hub/api/user", stalls=stalls,
+                              me_beside=_row("", api, calls.get_me(), 200)[2]))
 
 
 def measure(token: str, concurrency: int, plan, n: int,
             progress: Optional[Callable[[dict], None]] = None,
             headers: Optional[dict] = None, cpu: Optional[CpuReader] = None,
-            beside: Optional[str] = None, stalls: Optional[StallsReader] = None) -> list[dict]:
+            beside: Optional[str] = None, stalls: Optional[StallsReader] = None,
+            me_beside: Optional[str] = None) -> list[dict]:
     """One row per (name, method, url, expected status, body) of ``plan``
     (``headers``: sent with every request, besides the token; ``cpu``: the
     CPU seconds of the processes whose share of each request the row says;
     ``beside``: the hub's URL whose latency each row also says, asked by
-    one more client while the row runs; ``stalls``: the service's metrics,
-    read around each row for its loop stalls)."""
+    one more client while the row runs, ``me_beside`` the service's ``GET /me``
+    the same way; ``stalls``: the service's metrics, read around each row for
+    its loop stalls)."""
     runner = _Runner(token, concurrency, headers=headers)
     rows = []
     try:
         with ThreadPoolExecutor(max_workers=runner.concurrency) as pool:
             for name, method, url, expect, body in plan:
                 rows.append(runner.run(pool, name, method, url, expect, body, n, cpu, beside,
-                                       stalls))
+                                       stalls, me_beside))
                 if progress:
                     progress(rows[-1])
     finally:
