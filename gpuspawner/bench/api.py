@@ -230,17 +230,17 @@ class _Runner:
 
     def run(self, pool: ThreadPoolExecutor, name: str, method: str, url: str, expect: int,
             body: Optional[dict], n: int, cpu: Optional[CpuReader] = None,
-            beside: Optional[str] = None, stalls: Optional[StallsReader] = None,
-            me_beside: Optional[str] = None) -> dict:
-        """The row; ``beside``: the hub's URL to ask meanwhile (``Beside``),
-        ``me_beside``: the service's ``GET /me`` to ask meanwhile;
-        ``stalls``: the service's loop stalls while the row ran, said with it."""
+            besides: Optional[dict[str, str]] = None,
+            stalls: Optional[StallsReader] = None) -> dict:
+        """The row; ``besides``: name -> URL to ask meanwhile (``Beside``),
+        each said as ``{name}_beside_*``; ``stalls``: the service's loop
+        stalls while the row ran, said with it."""
         list(pool.map(lambda _: self.one(method, url, expect, body), range(WARMUP)))
         cpu0 = cpu() if cpu else {}
         stalls0 = stalls() if stalls else None
         with contextlib.ExitStack() as stack:
             probes = {who: stack.enter_context(Beside(self.token, where))
-                      for who, where in (("hub", beside), ("me", me_beside)) if where}
+                      for who, where in (besides or {}).items()}
             t0 = time.perf_counter()
             results = list(pool.map(lambda _: self.one(method, url, expect, body), range(n)))
             wall = time.perf_counter() - t0
@@ -294,29 +294,29 @@ def run_api_bench(hub_url: str, token: str, *, n: int = 200, concurrency: int = 
         plan.insert(-1, _row("POST /workloads (submit, 1 GPU: waits)", api,
                              calls.submit_workload(dict(job, gpus_per_node=1)), 201))
     return add_ratios(measure(token, concurrency, plan, max(1, n), progress, cpu=cpu,
-                              beside=hub_url + "/hub/api/user", stalls=stalls,
-                              me_beside=_row("", api, calls.get_me(), 200)[2]))
+                              besides={"hub": hub_url + "/hub/api/user",
+                                       "me": api + calls.get_me().target}, stalls=stalls))
 
 
 def measure(token: str, concurrency: int, plan, n: int,
             progress: Optional[Callable[[dict], None]] = None,
             headers: Optional[dict] = None, cpu: Optional[CpuReader] = None,
-            beside: Optional[str] = None, stalls: Optional[StallsReader] = None,
-            me_beside: Optional[str] = None) -> list[dict]:
+            besides: Optional[dict[str, str]] = None,
+            stalls: Optional[StallsReader] = None) -> list[dict]:
     """One row per (name, method, url, expected status, body) of ``plan``
     (``headers``: sent with every request, besides the token; ``cpu``: the
     CPU seconds of the processes whose share of each request the row says;
-    ``beside``: the hub's URL whose latency each row also says, asked by
-    one more client while the row runs, ``me_beside`` the service's ``GET /me``
-    the same way; ``stalls``: the service's metrics, read around each row for
-    its loop stalls)."""
+    ``besides``: the URLs whose latency each row also says (the hub's
+    ``hub``, the service's ``GET /me`` ``me``), each asked by one more client
+    while the row runs; ``stalls``: the service's metrics, read around each
+    row for its loop stalls)."""
     runner = _Runner(token, concurrency, headers=headers)
     rows = []
     try:
         with ThreadPoolExecutor(max_workers=runner.concurrency) as pool:
             for name, method, url, expect, body in plan:
-                rows.append(runner.run(pool, name, method, url, expect, body, n, cpu, beside,
-                                       stalls, me_beside))
+                rows.append(runner.run(pool, name, method, url, expect, body, n, cpu, besides,
+                                       stalls))
                 if progress:
                     progress(rows[-1])
     finally:

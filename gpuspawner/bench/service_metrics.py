@@ -133,14 +133,18 @@ def format_summary(r: dict) -> str:
             f"longest ≤ {r['write_turn_wait_max_ms']:g} ms")
 
 
-def _causes(r: dict) -> str:
-    """The stalls' time by cause, in shares (nothing where none was told)."""
+def _shares(r: dict) -> dict[str, float]:
+    """The stalls' time by cause, in percent (empty where none was told)."""
     causes = r.get("stall_causes_ms") or {}
     total = sum(causes.values())
-    if not total:
-        return ""
-    return " (" + ", ".join(f"{100 * ms / total:.0f}% {CAUSE_WORDS[c]}"
-                            for c, ms in causes.items()) + ")"
+    return {c: 100 * ms / total for c, ms in causes.items()} if total else {}
+
+
+def _causes(r: dict) -> str:
+    """The stalls' time by cause, in shares (nothing where none was told)."""
+    shares = _shares(r)
+    return " (" + ", ".join(f"{pct:.0f}% {CAUSE_WORDS[c]}" for c, pct in shares.items()) + ")" \
+        if shares else ""
 
 
 def stalls_words(r: dict) -> str:
@@ -149,8 +153,7 @@ def stalls_words(r: dict) -> str:
     n = r.get("loop_stalls_over_50ms", 0)
     if not n:
         return "none"
-    causes = r.get("stall_causes_ms") or {}
-    total = sum(causes.values())
-    top = max(causes, key=causes.get) if total else None
+    shares = _shares(r)
+    top = max(shares, key=shares.get) if shares else None
     return f"{n}, longest ≤ {r['loop_stall_max_ms']:g} ms" + (
-        f", {100 * causes[top] / total:.0f}% {CAUSE_WORDS[top]}" if top else "")
+        f", {shares[top]:.0f}% {CAUSE_WORDS[top]}" if top else "")
