@@ -166,6 +166,22 @@ def test_a_zero_gpu_job_opens_no_gpu(tmp_path, fake_gpus, enforcement):
     assert out["opens"] == {"nvidia0": "EPERM", "nvidia1": "EPERM", "nvidiactl": "ENXIO"}
 
 
+@pytest.mark.parametrize("given", [[], [253], [0, 127]])
+def test_every_gpu_not_given_is_refused_up_to_the_last_minor(tmp_path, enforcement, given):
+    """A placement's device rules (one per minor not given, up to 254) go to
+    the kernel through one open file: the last rule holds as the first does."""
+    d = tmp_path / "dev"
+    d.mkdir()
+    minors = (0, 1, 127, 253)
+    for minor in minors:
+        os.mknod(d / f"nvidia{minor}", 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+    backend = LocalBackend(enforcement=enforcement())
+    _, ended, log = run_job(backend, tmp_path, [sys.executable, "-c", PROBE,
+                                                *(str(d / f"nvidia{m}") for m in minors)], given)
+    out = json.loads(log.strip().splitlines()[-1])
+    assert out["opens"] == {f"nvidia{m}": "ENXIO" if m in given else "EPERM" for m in minors}
+
+
 READ_LIMITS = r"""
 import os
 for line in open("/proc/self/cgroup"):

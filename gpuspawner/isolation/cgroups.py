@@ -355,8 +355,7 @@ class GpuEnforcement(LoggingConfigurable):
             if self.gpu_mode == CGROUP_V1:
                 path = self._make("devices", name)
                 placement.cgroups.append(path)
-                for rule in self.device_rules(gpus, uuids):
-                    _write(path, "devices.deny", rule)
+                _write(path, "devices.deny", *self.device_rules(gpus, uuids))
             if "memory" in self._parents:
                 path = self._make("memory", name)
                 placement.cgroups.append(path)
@@ -475,9 +474,17 @@ def _comm(pid: int) -> str:
     return _read(f"/proc/{pid}/comm").strip() or "?"
 
 
-def _write(path: str, name: str, value: str) -> None:
-    with open(os.path.join(path, name), "w") as f:
-        f.write(value)
+def _write(path: str, name: str, *values: str) -> None:
+    """Each of ``values`` in a write of its own (the kernel reads one rule a
+    write), all through one open file: a job without GPUs gets 254 device
+    rules, 3.5 ms of CPU opening the file for each and 0.5 ms this way
+    (``gpuhub bench api``'s starting submit: a start thread's CPU)."""
+    fd = os.open(os.path.join(path, name), os.O_WRONLY)
+    try:
+        for value in values:
+            os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 def _pairs(gpus: list[int], uuids: list[str]) -> list[tuple[int, str]]:
