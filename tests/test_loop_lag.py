@@ -220,6 +220,26 @@ def test_the_benchmark_divides_the_stalls_time_between_two_scrapes(before, after
     assert (f"2 over 50 ms {said};" if said else "2 over 50 ms;") in line
 
 
+def intake_text(rows: int, batches: int) -> str:
+    return (f"{service_metrics.INTAKE_ROWS} {rows}.0\n"
+            f"{service_metrics.INTAKE_BATCHES} {batches}.0\n")
+
+
+@pytest.mark.parametrize("before, after, said", [
+    ("", "", None),  # a service that does not tell them: nothing said
+    (intake_text(5, 2), intake_text(5, 2), None),  # nothing submitted between the scrapes
+    (intake_text(5, 2), intake_text(105, 42), "; stored 100 submits in 40 transactions "
+                                              "(2.5 a transaction)"),
+])
+def test_the_benchmark_says_how_many_submits_each_intake_transaction_stored(before, after,
+                                                                            said):
+    stalls = metrics({"+Inf": 10}, {"+Inf": 0}, {"+Inf": 0})
+    row = service_metrics.summary("x", service_metrics.parse(stalls + before),
+                                  service_metrics.parse(stalls + after))
+    line = service_metrics.format_summary(row)
+    assert line.endswith(said) if said else "transaction" not in line
+
+
 @pytest.mark.parametrize("held_by, waits", [
     (None, 0),             # nobody holds the turn: it is taken at once, nothing told
     ("this thread", 0),    # a transaction inside its own thread's: no wait

@@ -373,6 +373,9 @@ def test_prometheus_metrics(hub):
     scraped = service_metrics.parse(text)
     assert all(f"{service_metrics.STALL_CAUSES}:{cause}" in scraped
                for cause in service_metrics.CAUSE_WORDS)
+    # the submits the intake stored (the job above, at least), and in how many transactions
+    rows = scraped[service_metrics.INTAKE_ROWS].total
+    assert 1 <= scraped[service_metrics.INTAKE_BATCHES].total <= rows
     client.request("DELETE", f"/workloads/{job['id']}")
     client.wait(job["id"], "cancelled", 30)
     hub.client("root-admin").post("/audit", json={"action": "cull", "target": "x"})

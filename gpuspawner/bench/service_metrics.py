@@ -5,8 +5,9 @@ and the event loop's stalls (``gpuhub_event_loop_lag_seconds``, from the
 service's loop-lag probe) with two of their causes, Python's full garbage
 collections and the loop's waits for another thread's transaction, and the
 stalls' time by what the loop's thread did meanwhile
-(``gpuhub_event_loop_stall_seconds_total``), as differences between two
-scrapes.
+(``gpuhub_event_loop_stall_seconds_total``), and the submits the intake stored
+and in how many transactions (``gpuhub_intake_rows_total``,
+``gpuhub_intake_batches_total``), as differences between two scrapes.
 
 Quantiles come from the histograms' buckets: each is the upper bound of the
 bucket it falls in (so "p99 ≤ 75 ms"), never an interpolation.
@@ -25,6 +26,8 @@ _BUCKET = re.compile(r'^(gpuhub_\w+)_bucket\{le="([^"]+)"\} ([0-9.e+-]+)$', re.M
 _SUM = re.compile(r'^(gpuhub_\w+)_sum ([0-9.e+-]+)$', re.M)
 STALL_CAUSES = "gpuhub_event_loop_stall_seconds_total"
 _CAUSE = re.compile(r'^' + STALL_CAUSES + r'\{cause="(\w+)"\} ([0-9.e+-]+)$', re.M)
+INTAKE_ROWS, INTAKE_BATCHES = "gpuhub_intake_rows_total", "gpuhub_intake_batches_total"
+_COUNTER = re.compile(r'^(' + INTAKE_ROWS + '|' + INTAKE_BATCHES + r') ([0-9.e+-]+)$', re.M)
 # The causes as a row says them.
 CAUSE_WORDS = {WAITING_FOR_CPU: "waiting for a CPU", RUNNING: "running on the loop",
                WAITING_OTHER: "waiting for the interpreter or a call"}
@@ -85,6 +88,8 @@ def parse(text: str) -> dict[str, Histogram]:
     for cause, seconds in _CAUSE.findall(text):
         # A counter: a histogram's sum without buckets.
         out[f"{STALL_CAUSES}:{cause}"] = Histogram([], float(seconds))
+    for name, value in _COUNTER.findall(text):
+        out[name] = Histogram([], float(value))
     for h in out.values():
         h.buckets.sort()
     return out
@@ -111,6 +116,8 @@ def summary(name: str, before: dict[str, Histogram], after: dict[str, Histogram]
     apply, lag = d["gpuhub_cycle_apply_seconds"], d["gpuhub_event_loop_lag_seconds"]
     gc_full = d["gpuhub_gc_full_pause_seconds"]
     turn = d["gpuhub_event_loop_write_turn_wait_seconds"]
+    stored = {k: after.get(k, empty).minus(before.get(k, empty)).total
+              for k in (INTAKE_ROWS, INTAKE_BATCHES)}
     return {"name": name, "cycles": int(cycle.count),
             "cycle_mean_ms": _ms(cycle.total / cycle.count) if cycle.count else 0.0,
             "cycle_p50_ms": _ms(cycle.quantile(0.5)), "cycle_p99_ms": _ms(cycle.quantile(0.99)),
@@ -119,7 +126,8 @@ def summary(name: str, before: dict[str, Histogram], after: dict[str, Histogram]
             "loop_stalls_over_50ms": int(lag.over(STALL_MS / 1000)),
             "gc_full": int(gc_full.count), "gc_full_max_ms": _ms(gc_full.longest()),
             "write_turn_waits": int(turn.count), "write_turn_wait_max_ms": _ms(turn.longest()),
-            "stall_causes_ms": {c: _ms(seconds) for c, seconds in causes.items()}}
+            "stall_causes_ms": {c: _ms(seconds) for c, seconds in causes.items()},
+            "intake_rows": int(stored[INTAKE_ROWS]), "intake_batches": int(stored[INTAKE_BATCHES])}
 
 
 def format_summary(r: dict) -> str:
@@ -130,7 +138,14 @@ def format_summary(r: dict) -> str:
             f"{r['loop_stalls_over_50ms']} over {STALL_MS:g} ms{_causes(r)}; "
             f"{r['gc_full']} full GCs, longest ≤ {r['gc_full_max_ms']:g} ms; "
             f"waited for the write turn {r['write_turn_waits']} times, "
-            f"longest ≤ {r['write_turn_wait_max_ms']:g} ms")
+            f"longest ≤ {r['write_turn_wait_max_ms']:g} ms{_batches(r)}")
+
+
+def _batches(r: dict) -> str:
+    """The submits stored and in how many transactions (nothing where none were)."""
+    rows, batches = r.get("intake_rows", 0), r.get("intake_batches", 0)
+    return (f"; stored {rows} submits in {batches} transactions "
+            f"({rows / batches:.1f} a transaction)") if batches else ""
 
 
 def _shares(r: dict) -> dict[str, float]:

@@ -7,7 +7,7 @@ the loop.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gpuspawner.service.loop.lag import CAUSES
 
@@ -34,6 +34,21 @@ class StateCollector:
         for key, (n, _gpus) in sorted(state.pending_counts.items()):
             queued.add_metric(list(key), n)
         yield from (capacity, free, held, queued)
+
+
+class IntakeCollector:
+    """The API's submits stored by the intake (loop/intake.py), and in how
+    many transactions: rows over batches is how well its batching works
+    (a batch of one pays a whole commit)."""
+
+    def __init__(self, intake):
+        self.intake = intake
+
+    def collect(self):
+        yield CounterMetricFamily("gpuhub_intake_batches", "Transactions the intake stored "
+                                  "submits in", value=self.intake.batches)
+        yield CounterMetricFamily("gpuhub_intake_rows", "Submits the intake stored",
+                                  value=self.intake.rows)
 
 
 class ReplicaCollector:
@@ -68,6 +83,7 @@ class ServiceMetrics:
     def __init__(self, engine):
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(engine))
+        self.registry.register(IntakeCollector(engine.intake))
         self.cycle_seconds = Histogram(
             "gpuhub_cycle_seconds", "Time of one scheduling cycle, persisting included",
             buckets=CYCLE_BUCKETS, registry=self.registry)
