@@ -84,6 +84,8 @@ def test_a_bad_row_in_a_batch_fails_alone_and_the_others_are_stored(engine, monk
     assert stored == {taken: "first", a.id: "a", b.id: "b"}
     assert count(engine, EventRow, type="submitted") == 3
     assert set(engine.scheduler.state.pending) == {taken, a.id, b.id}
+    # the metrics count what was stored: two transactions of one row each
+    assert (engine.intake.batches, engine.intake.rows) == (2, 2)
 
 
 def test_a_users_first_workspace_is_made_in_a_worker_thread_once(engine):

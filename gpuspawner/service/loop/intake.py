@@ -46,7 +46,8 @@ class Intake:
         self._writer: Optional[ThreadPoolExecutor] = None
         self._prepared: set[str] = set()  # users whose workspace is made this run
         self._preparing: dict[str, asyncio.Future] = {}  # ... being made now
-        # Batches stored and rows in them (the service's metrics read them).
+        # Transactions stored and the rows in them (service/metrics.py's
+        # IntakeCollector reads them).
         self.batches = 0
         self.rows = 0
 
@@ -120,10 +121,13 @@ class Intake:
                 except Exception as err:
                     _answer(done, error=err)
                 else:
-                    submitting.queued([row])
-                    _answer(done, row)
+                    self._stored([(row, actor, done)])
             return
-        submitting.queued([row for row, _actor, _done in batch])
+        self._stored(batch)
+
+    def _stored(self, batch: list[tuple[WorkloadRow, str, asyncio.Future]]) -> None:
+        """One transaction's rows, committed: into the core, counted, answered."""
+        self.engine.submitting.queued([row for row, _actor, _done in batch])
         self.batches += 1
         self.rows += len(batch)
         for row, _actor, done in batch:
