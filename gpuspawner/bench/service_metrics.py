@@ -25,9 +25,9 @@ from gpuspawner.service.loop.lag import RUNNING, WAITING_FOR_CPU, WAITING_OTHER
 _BUCKET = re.compile(r'^(gpuhub_\w+)_bucket\{le="([^"]+)"\} ([0-9.e+-]+)$', re.M)
 _SUM = re.compile(r'^(gpuhub_\w+)_sum ([0-9.e+-]+)$', re.M)
 STALL_CAUSES = "gpuhub_event_loop_stall_seconds_total"
-_CAUSE = re.compile(r'^' + STALL_CAUSES + r'\{cause="(\w+)"\} ([0-9.e+-]+)$', re.M)
 INTAKE_ROWS, INTAKE_BATCHES = "gpuhub_intake_rows_total", "gpuhub_intake_batches_total"
-_COUNTER = re.compile(r'^(' + INTAKE_ROWS + '|' + INTAKE_BATCHES + r') ([0-9.e+-]+)$', re.M)
+# A counter, with at most one label: read as "NAME" or "NAME:VALUE".
+_COUNTER = re.compile(r'^(gpuhub_\w+_total)(?:\{\w+="(\w+)"\})? ([0-9.e+-]+)$', re.M)
 # The causes as a row says them.
 CAUSE_WORDS = {WAITING_FOR_CPU: "waiting for a CPU", RUNNING: "running on the loop",
                WAITING_OTHER: "waiting for the interpreter or a call"}
@@ -85,11 +85,9 @@ def parse(text: str) -> dict[str, Histogram]:
     for name, total in _SUM.findall(text):
         if name in out:
             out[name].total = float(total)
-    for cause, seconds in _CAUSE.findall(text):
+    for name, label, value in _COUNTER.findall(text):
         # A counter: a histogram's sum without buckets.
-        out[f"{STALL_CAUSES}:{cause}"] = Histogram([], float(seconds))
-    for name, value in _COUNTER.findall(text):
-        out[name] = Histogram([], float(value))
+        out[f"{name}:{label}" if label else name] = Histogram([], float(value))
     for h in out.values():
         h.buckets.sort()
     return out
