@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from gpuspawner.service.loop.driver import CycleDriver, paced
+from gpuspawner.service.loop.driver import GAVE_WAY, CycleDriver, paced
 from test_dependencies import finish
 from test_engine_steps import ALICE, job, make_engine, row_of
 
@@ -69,10 +69,8 @@ def test_reasons_are_remade_every_reasons_interval_once_something_changed(
 
     async def cycles():
         driver = CycleDriver(engine, interval=1.0, reasons_interval=10.0, clock=lambda: clock[0])
-        for _ in range(2):  # reasons made, then its reservation's change seen once
-            clock[0] += 10.0
-            await driver.cycle()
-        plans.extend(spy_on_plans(engine))
+        clock[0] += 10.0
+        await driver.cycle()  # reasons made (after its reservation was taken)
         for later, event in steps:
             clock[0] += later
             if event == "submit":
@@ -81,21 +79,89 @@ def test_reasons_are_remade_every_reasons_interval_once_something_changed(
                 engine.cancel(ALICE, waiting)
             elif event == "end":
                 finish(engine, holder)
+            planned = len(seen)
             await driver.cycle()
+            # Every cycle plans without reasons; one that remakes them plans
+            # again with them, after its own decisions.
+            plans.append([explain for _thread, explain in seen[planned:]])
         driver.close()
 
     seen = spy_on_plans(engine)
     asyncio.run(cycles())
-    assert [explain for _thread, explain in seen[2:]] == explained
+    assert plans == [[False, True] if remade else [False] for remade in explained]
     engine.store.close()
 
 
-def test_paced_steps_return_what_the_generator_returns():
+@pytest.mark.parametrize("stop_after, expected, closed", [
+    (None, "result", False),   # never asked to stop: run to the end
+    (1, GAVE_WAY, True),       # asked after the first step: stopped, the generator closed
+    (2, GAVE_WAY, True),
+    (3, "result", False),      # it ended before
+])
+def test_paced_steps_return_what_the_generator_returns_or_give_way(stop_after, expected, closed):
+    done = []
+
     def steps():
-        yield
-        yield
-        return "result"
-    assert paced(steps()) == "result"
+        try:
+            yield
+            yield
+            return "result"
+        finally:
+            done.append(True)
+    taken = []
+
+    def give_way() -> bool:
+        taken.append(1)
+        return stop_after is not None and len(taken) >= stop_after
+    result = paced(steps(), rest=lambda: None, give_way=give_way)
+    assert result is expected if closed else result == expected
+    assert done == [True]  # finished or closed, its cleanup ran
+
+
+@pytest.mark.parametrize("last_reasons_age, woken, remade", [
+    (11.0, False, True),    # due, nothing waits for a cycle: remade
+    (11.0, True, False),    # a submit woke the loop: the next cycle goes first
+    (31.0, True, True),     # ... unless the last reasons are too old to keep
+])
+def test_reasons_being_remade_give_way_to_the_cycle_a_wake_asks_for(
+        tmp_path, monkeypatch, last_reasons_age, woken, remade):
+    """A long queue's reasons and estimates take seconds under requests; a
+    job that could start meanwhile waited for them. Now a wake stops them
+    part-way (after their first step here) and they are tried again
+    ``reasons_interval`` later,
+    but not where the last complete ones are ``STALEST_REASONS`` old."""
+    from gpuspawner.service.loop import driver as cycle_driver
+
+    monkeypatch.setattr(cycle_driver, "GIVE_WAY_AFTER", 0.0)
+    engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite", tmp_path)
+    engine.submit(ALICE, job(gpus=4))
+    engine.tick()
+    clock = [100.0]
+
+    async def cycles() -> list[str]:
+        driver = CycleDriver(engine, interval=1.0, reasons_interval=10.0, clock=lambda: clock[0])
+        driver.wake_event = asyncio.Event()
+        await driver.cycle()  # reasons made
+        # More than a plan's step (64 workloads): it stops before any reason is written.
+        late = [engine.submit(ALICE, job()).id for _ in range(100)]
+        clock[0] += last_reasons_age
+        if woken:
+            driver.wake_event.set()
+        await driver.cycle()
+        reasons = [row_of(engine, wid).reason for wid in late]
+        if not remade:  # tried again reasons_interval later, once no cycle waits
+            driver.wake_event.clear()
+            await driver.cycle()
+            assert all(row_of(engine, wid).reason == "queued" for wid in late), "too soon"
+            clock[0] += 10.0
+            await driver.cycle()
+            assert all(row_of(engine, wid).reason != "queued" for wid in late)
+        driver.close()
+        return reasons
+
+    reasons = asyncio.run(cycles())
+    assert [reason != "queued" for reason in reasons] == [remade] * len(reasons)
+    engine.store.close()
 
 
 def test_the_cycles_worker_gives_way_while_requests_come_in_but_not_for_ever(tmp_path):

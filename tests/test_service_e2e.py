@@ -376,6 +376,9 @@ def test_prometheus_metrics(hub):
     # the submits the intake stored (the job above, at least), and in how many transactions
     rows = scraped[service_metrics.INTAKE_ROWS].total
     assert 1 <= scraped[service_metrics.INTAKE_BATCHES].total <= rows
+    # the reasons and estimates, remade at the first cycle at least, and the times they gave way
+    assert scraped[service_metrics.REASONS_DONE].total >= 1
+    assert service_metrics.REASONS_GAVE_WAY in scraped
     client.request("DELETE", f"/workloads/{job['id']}")
     client.wait(job["id"], "cancelled", 30)
     hub.client("root-admin").post("/audit", json={"action": "cull", "target": "x"})

@@ -110,6 +110,12 @@ class ServiceMetrics:
             "blocking call)", ["cause"], registry=self.registry)
         for cause in CAUSES:  # each shown from the start, at 0
             self.loop_stall_causes.labels(cause)
+        self.reasons_remade = Counter(
+            "gpuhub_reasons_remade", "The queue's waiting reasons and start estimates remade "
+            "(done), or stopped part-way for a cycle that a submit or an exit asked for "
+            "(gave_way; loop/driver.py)", ["outcome"], registry=self.registry)
+        for outcome in ("done", "gave_way"):
+            self.reasons_remade.labels(outcome)
         self.write_turn_wait = Histogram(
             "gpuhub_event_loop_write_turn_wait_seconds", "How long the event loop waited for "
             "another thread's database transaction (the cycle's, the intake's) before its own "

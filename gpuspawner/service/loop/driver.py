@@ -12,11 +12,16 @@ reasons and start estimates, which scale with the queue, are made in the
 worker again. What stays on the event loop scales with the cycle's
 decisions, not with the queue, and waits on no database.
 
-The waiting reasons (a cycle with ``explain``) and the start estimates (a
+The waiting reasons (a plan with ``explain``) and the start estimates (a
 forecast) cost most with a long queue; they are remade at most every
-``reasons_interval`` seconds, and at most a fifth of the time, and the
-cycles between decide the same without them. The worker rests after each
-step, so the event loop's thread gets the interpreter as soon as it asks.
+``reasons_interval`` seconds, and at most a fifth of the time. A cycle
+plans without them, and decides the same; where they are due, they are
+remade after its decisions were applied, from the queue as it is then. A
+wake (a submit, an exit) that comes while they are being remade stops them
+part-way (the last ones stay shown), so that no job that could start waits
+seconds for 10,000 reasons, unless the last ones are ``STALEST_REASONS``
+old. The worker rests after each step, so the event loop's thread gets the
+interpreter as soon as it asks.
 """
 from __future__ import annotations
 
@@ -66,6 +71,16 @@ SETTLE = 0.04
 # is that case, and remaking 10,000 reasons took the interpreter from the
 # requests every few seconds.
 UNCHANGED_REASONS_FOR = 30.0
+# Reasons and estimates being remade give way to a wake (a cycle waiting to
+# decide) once they took this long: a short queue's are done by then (ms);
+# 10,000 queued take 1-5 s under requests, a fifth of the time, and a job
+# that could start at once waited that long for them.
+GIVE_WAY_AFTER = 0.1
+# ... but not once the last complete ones are this old: under a steady
+# stream of submits they would otherwise never be remade.
+STALEST_REASONS = 30.0
+# What ``paced`` returns for steps stopped part-way.
+GAVE_WAY = object()
 
 
 class CycleDriver:
@@ -76,12 +91,15 @@ class CycleDriver:
         self.reasons_interval = reasons_interval
         self.clock = clock
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-cycle")
-        self._explained_at = float("-inf")
+        self._explained_at = float("-inf")  # the last complete reasons and estimates
+        self._explain_tried_at = float("-inf")  # ... and the last begun, complete or not
         self._request_at = float("-inf")
         self._busy_rested = 0.0
         self._explain_every = reasons_interval
         self._explained_state: tuple = ()  # (the core's state, its changes) then
+        self._explaining_since = float("inf")  # when the reasons being remade began
         self._cycled: Optional[asyncio.Event] = None
+        self.wake_event: Optional[asyncio.Event] = None  # set: a cycle is asked for
 
     async def cycle_done(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) for the next cycle to end: long polls
@@ -97,7 +115,7 @@ class CycleDriver:
         """Cycles until the loop stops: after each one, the next when woken
         (a submit, a cancel, an exit) or after ``interval`` seconds."""
         sys.setswitchinterval(SWITCH_INTERVAL)
-        wake = asyncio.Event()
+        wake = self.wake_event = asyncio.Event()
         self.engine.wake = self.waker(wake)
         self.engine.backend.set_wake(self.engine.wake)  # a watch event that ends an attempt
         self.engine.starter.wake = self.engine.wake     # starts finish in worker threads
@@ -141,13 +159,22 @@ class CycleDriver:
 
     def explain_due(self, seen: tuple) -> bool:
         """Whether this cycle also remakes the reasons and estimates:
-        ``reasons_interval`` (or five of its own durations) after the last
-        one, and then only if the core changed since (``seen``: the state
-        and its ``changes``), or ``UNCHANGED_REASONS_FOR`` passed."""
-        since = self.clock() - self._explained_at
-        if since < self._explain_every:
-            return False
-        return seen != self._explained_state or since >= UNCHANGED_REASONS_FOR
+        ``reasons_interval`` (or five of their last complete durations)
+        after they were last begun, and then only if the core changed since
+        the last complete ones (``seen``: the state and its ``changes``), or
+        ``UNCHANGED_REASONS_FOR`` passed."""
+        now = self.clock()
+        if now - self._explain_tried_at < self._explain_every:
+            return False  # also after they gave way: one that gives way costs too
+        return seen != self._explained_state or now - self._explained_at >= UNCHANGED_REASONS_FOR
+
+    def gives_way(self) -> bool:
+        """In the worker, after each step of the reasons and estimates being
+        remade: whether they stop there, for the cycle a wake asks for."""
+        now = self.clock()
+        return (self.wake_event is not None and self.wake_event.is_set()
+                and now - self._explaining_since >= GIVE_WAY_AFTER
+                and now - self._explained_at < STALEST_REASONS)
 
     @staticmethod
     def waker(wake: asyncio.Event) -> Callable[[], None]:
@@ -163,8 +190,9 @@ class CycleDriver:
         return set_wake
 
     async def cycle(self) -> None:
-        """One cycle: planned in the worker, applied here, then its reasons
-        and estimates in the worker (the core's changes waiting meanwhile)."""
+        """One cycle: planned in the worker, applied here, then (where due)
+        the reasons and estimates in the worker (the core's changes waiting
+        meanwhile)."""
         engine = self.engine
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
@@ -176,37 +204,62 @@ class CycleDriver:
         else:  # nothing to record: no trip to the worker
             now = engine.clock()
         state = engine.scheduler.state
-        seen = (id(state), state.changes)
-        explain = self.explain_due(seen)
+        explain = self.explain_due((id(state), state.changes))
         with engine.changes_held(apply=False):
             result = await loop.run_in_executor(
-                self.worker, paced, engine.planned_steps(now, explain=explain), self.rest)
+                self.worker, paced, engine.planned_steps(now, explain=False), self.rest)
         t1 = time.perf_counter()
         engine.apply_cycle(result, now)  # no await since the plan: the core is as planned
         t2 = time.perf_counter()
-        with engine.changes_held():
+        with engine.changes_held():  # its own reasons (a preemptor's wait for its victims)
             await loop.run_in_executor(self.worker, paced,
-                                       engine.after_cycle_steps(result, now, estimate=explain),
+                                       engine.after_cycle_steps(result, now, estimate=False),
                                        self.rest)
         if explain:
-            took = time.perf_counter() - t0
-            self._explained_at, self._explained_state = self.clock(), seen
-            self._explain_every = max(self.reasons_interval, EXPLAIN_SPACING * took)
+            await self.explain(loop)
         if engine.metrics is not None:
             engine.metrics.cycle_seconds.observe(time.perf_counter() - t0)
             engine.metrics.cycle_plan_seconds.observe(t1 - t0)
             engine.metrics.cycle_apply_seconds.observe(t2 - t1)
 
+    async def explain(self, loop) -> None:
+        """The reasons and estimates remade in the worker, unless a wake
+        stops them part-way (``gives_way``: then the next cycle tries again)."""
+        engine = self.engine
+        state = engine.scheduler.state
+        seen = (id(state), state.changes)
+        t0 = time.perf_counter()
+        self._explaining_since = self._explain_tried_at = self.clock()
+        try:
+            with engine.changes_held():
+                outcome = await loop.run_in_executor(
+                    self.worker, paced, engine.explained_steps(engine.clock()), self.rest,
+                    self.gives_way)
+        finally:
+            self._explaining_since = float("inf")
+        if engine.metrics is not None:
+            engine.metrics.reasons_remade.labels(
+                "gave_way" if outcome is GAVE_WAY else "done").inc()
+        if outcome is not GAVE_WAY:
+            self._explained_at, self._explained_state = self.clock(), seen
+            self._explain_every = max(self.reasons_interval,
+                                      EXPLAIN_SPACING * (time.perf_counter() - t0))
+
     def close(self) -> None:
         self.worker.shutdown(wait=False)
 
 
-def paced(steps, rest: Callable[[], None] = lambda: time.sleep(STEP_REST)):
+def paced(steps, rest: Callable[[], None] = lambda: time.sleep(STEP_REST),
+          give_way: Callable[[], bool] = lambda: False):
     """Run a generator of steps to its end (its return value), resting
-    (``rest``) after each step."""
+    (``rest``) after each step; ``GAVE_WAY`` where ``give_way`` said to stop
+    after one (the generator is closed there)."""
     while True:
         try:
             next(steps)
         except StopIteration as done:
             return done.value
+        if give_way():
+            steps.close()
+            return GAVE_WAY
         rest()
