@@ -864,6 +864,19 @@ def test_job_turnover_follows_every_job_to_its_end_and_says_what_it_cost(hub):
         "earlier jobs did not end")
 
 
+def test_the_queued_start_row_times_each_job_to_running_and_leaves_none_behind(hub):
+    from gpuspawner.bench import admission
+    api = hub.url + "/services/gpuhub/api/v1"
+    client = hub.client("bob")
+    row = admission.queued_start_row(api, hub.token("bob"), "b", queued=0, runs=3)
+    assert row["name"] == "job submit to running, 0 GPUs, 0 queued" and row["runs"] == 3
+    assert 0 < row["min_s"] <= row["median_s"] <= row["max_s"] < 60, row
+    assert "median" in bench_api.format_extra([row])
+    # each of its jobs was cancelled once it ran
+    mine = client.get("/workloads", params={"state": ["queued", "running"]}).json()["workloads"]
+    assert not [w for w in mine if w["name"] == "gpuhub-bench-start"]
+
+
 @pytest.mark.parametrize("w, following, says", [
     ({"id": "j1", "state": "queued", "reason": "queued", "queue_position": None}, False,
      "j1 queued; follow it with `gpuhub logs -f j1` (or submit with -f)"),

@@ -240,6 +240,25 @@ def test_the_benchmark_says_how_many_submits_each_intake_transaction_stored(befo
     assert line.endswith(said) if said else "transaction" not in line
 
 
+def reasons_text(done: int, gave_way: int) -> str:
+    return (f'gpuhub_reasons_remade_total{{outcome="done"}} {done}.0\n'
+            f'gpuhub_reasons_remade_total{{outcome="gave_way"}} {gave_way}.0\n')
+
+
+@pytest.mark.parametrize("before, after, said", [
+    ("", "", None),  # a service that does not tell them: nothing said
+    (reasons_text(3, 1), reasons_text(3, 1), None),  # neither between the scrapes
+    (reasons_text(3, 1), reasons_text(5, 9), "; reasons remade 2 times, 8 more stopped "
+                                             "part-way for a cycle"),
+])
+def test_the_benchmark_says_how_often_the_reasons_gave_way_to_a_cycle(before, after, said):
+    stalls = metrics({"+Inf": 10}, {"+Inf": 0}, {"+Inf": 0})
+    row = service_metrics.summary("x", service_metrics.parse(stalls + before),
+                                  service_metrics.parse(stalls + after))
+    line = service_metrics.format_summary(row)
+    assert line.endswith(said) if said else "reasons" not in line
+
+
 @pytest.mark.parametrize("held_by, waits", [
     (None, 0),             # nobody holds the turn: it is taken at once, nothing told
     ("this thread", 0),    # a transaction inside its own thread's: no wait

@@ -5,7 +5,9 @@ the API with a long queue.
   CPU-only and with 1 GPU (what the GPU path adds: the scheduler's admission
   and the spawner learning of it);
 * job: a job from ``POST /workloads`` to ``running``, with 0 and 1 GPUs (the
-  client long-polls, so it learns at once);
+  client long-polls, so it learns at once); with a long queue, a 0-GPU job
+  (which starts at once whatever waits) many times, at random moments of
+  the service's cycles (``queued_start_row``);
 * queued: ``fill_queue`` parks N one-GPU jobs of many teams behind a job
   that holds every GPU, so every cycle walks N pending workloads; the API
   rows are then measured again, and the service's cycle time read from its
@@ -16,6 +18,7 @@ the 0-GPU job are the baselines of the same run.
 """
 from __future__ import annotations
 
+import random
 import re
 import statistics
 import time
@@ -95,6 +98,21 @@ def admission_rows(hub_url: str, user: str, token: str, team: Optional[str], poo
     for base, row in ((rows[0], rows[1]), (rows[2], rows[3])):
         row["added_ms"] = round((row["median_s"] - base["median_s"]) * 1000)
     return rows
+
+
+def queued_start_row(api: str, token: str, team: Optional[str], queued: int,
+                     runs: int = 20, seed: int = 0) -> dict:
+    """A 0-GPU job's submit to running behind ``queued`` waiting jobs, ``runs``
+    times, up to 2 s apart at random: a job that may start at once waits for
+    the cycle under way, and with a long queue some cycles also remake every
+    waiting reason and start estimate (the slowest run says how long)."""
+    spacing = random.Random(seed)
+    seconds = []
+    for _ in range(runs):
+        time.sleep(spacing.uniform(0, 2))
+        seconds.append(job_seconds(api, token, 0, team))
+    return dict(_timed_rows(f"job submit to running, 0 GPUs, {queued} queued", seconds),
+                queued=queued)
 
 
 def fill_page(api: str, token: str, job: dict, n: int = 60, timeout: float = 120) -> None:

@@ -26,6 +26,8 @@ _BUCKET = re.compile(r'^(gpuhub_\w+)_bucket\{le="([^"]+)"\} ([0-9.e+-]+)$', re.M
 _SUM = re.compile(r'^(gpuhub_\w+)_sum ([0-9.e+-]+)$', re.M)
 STALL_CAUSES = "gpuhub_event_loop_stall_seconds_total"
 INTAKE_ROWS, INTAKE_BATCHES = "gpuhub_intake_rows_total", "gpuhub_intake_batches_total"
+REASONS_DONE, REASONS_GAVE_WAY = ("gpuhub_reasons_remade_total:done",
+                                  "gpuhub_reasons_remade_total:gave_way")
 # A counter, with at most one label: read as "NAME" or "NAME:VALUE".
 _COUNTER = re.compile(r'^(gpuhub_\w+_total)(?:\{\w+="(\w+)"\})? ([0-9.e+-]+)$', re.M)
 # The causes as a row says them.
@@ -114,8 +116,8 @@ def summary(name: str, before: dict[str, Histogram], after: dict[str, Histogram]
     apply, lag = d["gpuhub_cycle_apply_seconds"], d["gpuhub_event_loop_lag_seconds"]
     gc_full = d["gpuhub_gc_full_pause_seconds"]
     turn = d["gpuhub_event_loop_write_turn_wait_seconds"]
-    stored = {k: after.get(k, empty).minus(before.get(k, empty)).total
-              for k in (INTAKE_ROWS, INTAKE_BATCHES)}
+    counted = {k: after.get(k, empty).minus(before.get(k, empty)).total
+               for k in (INTAKE_ROWS, INTAKE_BATCHES, REASONS_DONE, REASONS_GAVE_WAY)}
     return {"name": name, "cycles": int(cycle.count),
             "cycle_mean_ms": _ms(cycle.total / cycle.count) if cycle.count else 0.0,
             "cycle_p50_ms": _ms(cycle.quantile(0.5)), "cycle_p99_ms": _ms(cycle.quantile(0.99)),
@@ -125,7 +127,10 @@ def summary(name: str, before: dict[str, Histogram], after: dict[str, Histogram]
             "gc_full": int(gc_full.count), "gc_full_max_ms": _ms(gc_full.longest()),
             "write_turn_waits": int(turn.count), "write_turn_wait_max_ms": _ms(turn.longest()),
             "stall_causes_ms": {c: _ms(seconds) for c, seconds in causes.items()},
-            "intake_rows": int(stored[INTAKE_ROWS]), "intake_batches": int(stored[INTAKE_BATCHES])}
+            "intake_rows": int(counted[INTAKE_ROWS]),
+            "intake_batches": int(counted[INTAKE_BATCHES]),
+            "reasons_remade": int(counted[REASONS_DONE]),
+            "reasons_gave_way": int(counted[REASONS_GAVE_WAY])}
 
 
 def format_summary(r: dict) -> str:
@@ -136,7 +141,7 @@ def format_summary(r: dict) -> str:
             f"{r['loop_stalls_over_50ms']} over {STALL_MS:g} ms{_causes(r)}; "
             f"{r['gc_full']} full GCs, longest ≤ {r['gc_full_max_ms']:g} ms; "
             f"waited for the write turn {r['write_turn_waits']} times, "
-            f"longest ≤ {r['write_turn_wait_max_ms']:g} ms{_batches(r)}")
+            f"longest ≤ {r['write_turn_wait_max_ms']:g} ms{_batches(r)}{_reasons(r)}")
 
 
 def _batches(r: dict) -> str:
@@ -144,6 +149,14 @@ def _batches(r: dict) -> str:
     rows, batches = r.get("intake_rows", 0), r.get("intake_batches", 0)
     return (f"; stored {rows} submits in {batches} transactions "
             f"({rows / batches:.1f} a transaction)") if batches else ""
+
+
+def _reasons(r: dict) -> str:
+    """How often the reasons and estimates were remade, and stopped part-way
+    for a cycle (nothing where neither happened)."""
+    done, gave_way = r.get("reasons_remade", 0), r.get("reasons_gave_way", 0)
+    return (f"; reasons remade {done} times, {gave_way} more stopped part-way for a cycle"
+            if done or gave_way else "")
 
 
 def _shares(r: dict) -> dict[str, float]:
