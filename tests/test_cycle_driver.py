@@ -128,8 +128,8 @@ def test_reasons_being_remade_give_way_to_the_cycle_a_wake_asks_for(
     """A long queue's reasons and estimates take seconds under requests; a
     job that could start meanwhile waited for them. Now a wake stops them
     part-way (after their first step here) and they are tried again
-    ``reasons_interval`` later,
-    but not where the last complete ones are ``STALEST_REASONS`` old."""
+    ``reasons_interval`` later, but not where the last complete ones are
+    ``STALEST_REASONS`` old: then they finish whatever waits."""
     from gpuspawner.service.loop import driver as cycle_driver
 
     monkeypatch.setattr(cycle_driver, "GIVE_WAY_AFTER", 0.0)
