@@ -79,6 +79,13 @@ LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.
                0.5, 1, 2, 5)
 
 
+def _at_zero(counter: Counter, *values: str) -> Counter:
+    """``counter`` with each of its label's ``values`` shown from the start, at 0."""
+    for value in values:
+        counter.labels(value)
+    return counter
+
+
 class ServiceMetrics:
     def __init__(self, engine):
         self.registry = CollectorRegistry()
@@ -102,20 +109,17 @@ class ServiceMetrics:
             "gpuhub_gc_full_pause_seconds", "How long each of Python's full garbage collections "
             "held the interpreter (loop/lag.py): the event loop stalls that long",
             buckets=LAG_BUCKETS, registry=self.registry)
-        self.loop_stall_causes = Counter(
+        self.loop_stall_causes = _at_zero(Counter(
             "gpuhub_event_loop_stall_seconds", "Time of the event loop's stalls of 50 ms or more "
             "by what its thread did meanwhile, as the kernel counts it (loop/lag.py): waited for "
             "a CPU (waiting_for_cpu: the machine is busy), ran (running: the loop's own work), "
             "or neither (waiting_other: for the interpreter another thread held, or in a "
-            "blocking call)", ["cause"], registry=self.registry)
-        for cause in CAUSES:  # each shown from the start, at 0
-            self.loop_stall_causes.labels(cause)
-        self.reasons_remade = Counter(
+            "blocking call)", ["cause"], registry=self.registry), *CAUSES)
+        self.reasons_remade = _at_zero(Counter(
             "gpuhub_reasons_remade", "The queue's waiting reasons and start estimates remade "
             "(done), or stopped part-way for a cycle that a submit or an exit asked for "
-            "(gave_way; loop/driver.py)", ["outcome"], registry=self.registry)
-        for outcome in ("done", "gave_way"):
-            self.reasons_remade.labels(outcome)
+            "(gave_way; loop/driver.py)", ["outcome"], registry=self.registry),
+            "done", "gave_way")
         self.write_turn_wait = Histogram(
             "gpuhub_event_loop_write_turn_wait_seconds", "How long the event loop waited for "
             "another thread's database transaction (the cycle's, the intake's) before its own "

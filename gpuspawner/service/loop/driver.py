@@ -233,7 +233,7 @@ class CycleDriver:
         try:
             with engine.changes_held():
                 outcome = await loop.run_in_executor(
-                    self.worker, paced, engine.explained_steps(engine.clock()), self.rest,
+                    self.worker, paced, explained_steps(engine, engine.clock()), self.rest,
                     self.gives_way)
         finally:
             self._explaining_since = float("inf")
@@ -247,6 +247,16 @@ class CycleDriver:
 
     def close(self) -> None:
         self.worker.shutdown(wait=False)
+
+
+def explained_steps(engine, now: float):
+    """The waiting reasons and start estimates of the queue as it is now, in
+    steps (changes held): a plan with explanations whose decisions are
+    dropped (the cycle's own plan, without them, made and applied its
+    decisions first, so that a long queue's explanations keep no start
+    waiting), then the engine's ``after_cycle_steps`` on it."""
+    result = yield from engine.scheduler.cycle_steps(now, explain=True)
+    yield from engine.after_cycle_steps(result, now)
 
 
 def paced(steps, rest: Callable[[], None] = lambda: time.sleep(STEP_REST),

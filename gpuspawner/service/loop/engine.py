@@ -249,9 +249,8 @@ class Engine:
     # decisions; changes held), ``apply_cycle`` (on the loop: the core, then
     # the backend), then ``after_cycle_steps`` (waiting reasons and start
     # estimates; changes held). The service runs all but the loop's two in a
-    # worker thread (loop/driver.py), and plans without reasons, remaking them
-    # after the decisions where due (``explained_steps``); ``tick_steps`` runs
-    # them all here, its plan explained.
+    # worker thread (loop/driver.py; its plans explain after the decisions);
+    # ``tick_steps`` runs them all here.
     def tick(self, explain: bool = True) -> None:
         """One cycle, at once (tests and tools; the service runs ``loop.driver``)."""
         drain(self.tick_steps(explain))
@@ -371,15 +370,6 @@ class Engine:
             log.exception("start estimates failed")
             return
         self.estimates.persist_first(self.store, now)
-
-    def explained_steps(self, now: float):
-        """The waiting reasons and start estimates of the queue as it is now,
-        in steps (changes held): a plan with explanations whose decisions are
-        dropped (the cycle's own plan, without them, made and applied its
-        decisions first, so that a long queue's explanations keep no start
-        waiting), then ``after_cycle_steps`` on it."""
-        result = yield from self.scheduler.cycle_steps(now, explain=True)
-        yield from self.after_cycle_steps(result, now)
 
     def _release_waiting(self, now: float) -> None:
         """Queue the waiting workloads whose wait is over (into the core, for
