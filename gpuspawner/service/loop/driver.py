@@ -97,7 +97,6 @@ class CycleDriver:
         self._busy_rested = 0.0
         self._explain_every = reasons_interval
         self._explained_state: tuple = ()  # (the core's state, its changes) then
-        self._explaining_since = float("inf")  # when the reasons being remade began
         self._cycled: Optional[asyncio.Event] = None
         self.wake_event: Optional[asyncio.Event] = None  # set: a cycle is asked for
 
@@ -170,10 +169,11 @@ class CycleDriver:
 
     def gives_way(self) -> bool:
         """In the worker, after each step of the reasons and estimates being
-        remade: whether they stop there, for the cycle a wake asks for."""
+        remade (begun at ``_explain_tried_at``): whether they stop there, for
+        the cycle a wake asks for."""
         now = self.clock()
         return (self.wake_event is not None and self.wake_event.is_set()
-                and now - self._explaining_since >= GIVE_WAY_AFTER
+                and now - self._explain_tried_at >= GIVE_WAY_AFTER
                 and now - self._explained_at < STALEST_REASONS)
 
     @staticmethod
@@ -224,19 +224,17 @@ class CycleDriver:
 
     async def explain(self, loop) -> None:
         """The reasons and estimates remade in the worker, unless a wake
-        stops them part-way (``gives_way``: then the next cycle tries again)."""
+        stops them part-way (``gives_way``: then they are tried again once
+        ``explain_due`` says so)."""
         engine = self.engine
         state = engine.scheduler.state
         seen = (id(state), state.changes)
         t0 = time.perf_counter()
-        self._explaining_since = self._explain_tried_at = self.clock()
-        try:
-            with engine.changes_held():
-                outcome = await loop.run_in_executor(
-                    self.worker, paced, explained_steps(engine, engine.clock()), self.rest,
-                    self.gives_way)
-        finally:
-            self._explaining_since = float("inf")
+        self._explain_tried_at = self.clock()
+        with engine.changes_held():
+            outcome = await loop.run_in_executor(
+                self.worker, paced, explained_steps(engine, engine.clock()), self.rest,
+                self.gives_way)
         if engine.metrics is not None:
             engine.metrics.reasons_remade.labels(
                 "gave_way" if outcome is GAVE_WAY else "done").inc()
