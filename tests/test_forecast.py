@@ -181,6 +181,34 @@ def test_more_than_the_limit_ahead_is_said_unknown():
     assert got["w2"].reason == "more than 2 workloads are ahead of it"
 
 
+def _queue_of_three_teams():
+    """Two nodes held for an hour; 30 jobs of three teams, of 1 to 8 GPUs,
+    submitted over a quarter of an hour."""
+    pending = [job(f"{t}{i}", t, gpus=(1, 2, 4, 4)[i % 4], t=60.0 * i + k,
+                   nodes=2 if i % 4 == 3 else 1, limit=H * (1 + i % 3))
+               for i in range(10) for k, t in enumerate("abc")]
+    return run([node("n1"), node("n2")], [team(t, nominal=4) for t in "abc"],
+               [job("r1", "a", gpus=4), job("r2", "b", gpus=4)], pending, 900,
+               policy=replace(GPUHUB, aging_after=None))
+
+
+@pytest.mark.parametrize("limit", [1, 7, 29, 30, 100])
+@pytest.mark.parametrize("only", [None, {"a9", "b0", "c5"}])
+def test_a_limit_books_the_first_in_the_plans_order_and_says_the_rest_unknown(limit, only):
+    s = _queue_of_three_teams()
+    everything = forecast(s.state, s.policy, 900, rollout_pending=0)
+    booked_first = list(everything)[:limit]  # in the order they were booked
+    got = forecast(s.state, s.policy, 900, limit=limit, only=only, rollout_pending=0)
+    asked = set(s.state.pending) if only is None else only
+    assert set(got) == asked, "every workload asked about gets an estimate"
+    for wid, e in got.items():
+        if wid in booked_first or limit >= len(s.state.pending):
+            assert e == everything[wid], wid
+        else:
+            assert (e.start, e.basis, e.reason) == \
+                (None, "unknown", f"more than {limit} workloads are ahead of it"), wid
+
+
 def test_only_asks_for_some_but_books_everything_ahead():
     s = run([node("n1")], [team("a")], [job("r", gpus=4)],
             [job(f"w{i}", gpus=4, t=i + 1) for i in range(3)], 10)
