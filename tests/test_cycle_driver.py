@@ -169,18 +169,21 @@ def test_the_cycles_worker_gives_way_while_requests_come_in_but_not_for_ever(tmp
     so that they get the interpreter first, but only so long a cycle: a
     steady stream of requests must not keep a long queue's plan (1,500
     steps at 100,000 queued) from ending. Once requests stop, or the
-    budget is spent, it plans at full pace; the next cycle may rest again."""
+    budget is spent, it rests 0.5 ms, and none at all once none came for
+    ``IDLE_AFTER``; the next cycle may rest longer again."""
     from gpuspawner.service.loop import driver as cycle_driver
 
     engine = make_engine(f"sqlite:///{tmp_path}/gpuhub.sqlite", tmp_path)
     clock = [100.0]
     driver = CycleDriver(engine, interval=1.0, reasons_interval=0.0, clock=lambda: clock[0])
-    assert driver.next_rest() == cycle_driver.STEP_REST
+    assert driver.next_rest() == 0.0  # no request ever: nothing to give way to
     driver.request_arrived()
     clock[0] += cycle_driver.BUSY_WINDOW / 2
     assert driver.next_rest() == cycle_driver.BUSY_REST > cycle_driver.STEP_REST
     clock[0] += cycle_driver.BUSY_WINDOW
     assert driver.next_rest() == cycle_driver.STEP_REST  # no request lately
+    clock[0] += cycle_driver.IDLE_AFTER
+    assert driver.next_rest() == 0.0  # none for a while: full pace
 
     driver.rests_anew()
     rests = []
