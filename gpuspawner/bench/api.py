@@ -535,7 +535,10 @@ def measure_hub(hub, url: str, token: str, args, progress) -> list[dict]:
         rows += add_ratios(queued)
         rows.append(service_metrics.summary(f"service, {args.queued} queued", before,
                                             service_metrics.scrape(url, admin)))
+        before = service_metrics.scrape(url, admin)
         rows.append(adm.queued_start_row(api, token, "bench", args.queued))
+        rows.append(service_metrics.summary(f"service, 0-GPU jobs starting, {args.queued} queued",
+                                            before, service_metrics.scrape(url, admin)))
         rows.append({"name": f"cycle, {args.queued} queued",
                      "mean_cycle_ms": adm.mean_cycle_ms(url, admin, 10), "queued": args.queued})
     return rows
