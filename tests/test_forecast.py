@@ -209,6 +209,29 @@ def test_a_limit_books_the_first_in_the_plans_order_and_says_the_rest_unknown(li
                 (None, "unknown", f"more than {limit} workloads are ahead of it"), wid
 
 
+@pytest.mark.parametrize("limit, expected", [
+    (None, {"a1": H, "w0": 2 * H, "w1": 12 * H, "w2": 22 * H, "w3": 32 * H}),
+    (3, {"a1": H, "w0": 2 * H, "w1": 12 * H, "w2": None, "w3": None}),
+])
+def test_what_starts_before_any_job_ages_keeps_its_place_ahead_of_them(limit, expected):
+    """One node held for an hour; aging after 2 h. a1 starts when it frees,
+    w0 when a1 ends, just before it would age; w1.. (10 h each) wait past
+    their aging, and move up when they age, which is after w0 started. The
+    plan's second pass books the aging work first: w0, booked after it, was
+    planned at 42 h (and a1 and w0 said unknown behind a limit of 3), where
+    the policy run forward starts it at 2 h."""
+    s = run([node("n1")], [team("a", nominal=4)], [job("r", gpus=4)],
+            [job("a1", gpus=4, t=1)] + [job(f"w{i}", gpus=4, t=2 + i, limit=10 * H)
+                                        for i in range(4)], 10,
+            policy=replace(GPUHUB, aging_after=2 * H, preemption=False))
+    got = forecast(s.state, s.policy, 10, limit=limit, rollout_pending=0)
+    assert {wid: None if e.start is None else round(e.start / H) * H
+            for wid, e in got.items()} == expected
+    if limit is None:  # what the policy itself does, run forward with nothing more coming
+        ran = rollout(s.state, s.policy, 10, limit_runtime)
+        assert {wid: round(t / H) * H for wid, t in ran.items()} == expected
+
+
 def test_only_asks_for_some_but_books_everything_ahead():
     s = run([node("n1")], [team("a")], [job("r", gpus=4)],
             [job(f"w{i}", gpus=4, t=i + 1) for i in range(3)], 10)

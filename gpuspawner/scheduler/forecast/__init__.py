@@ -461,7 +461,13 @@ def _planned(state, policy, now, runtime, only, limit):
             else:  # the second plan books at most ``limit``: the rest need no order
                 ahead = limit + len(state.nominations) + len(state.reserved_order)
                 aging = heapq.nsmallest(ahead, aging, key=by_age)
-            out = yield from _plan(state, policy, now, runtime, only, limit, aging)
+            # What the first plan starts before any of them ages starts before
+            # they move up: booked first, as the first plan booked it (after
+            # them, a job about to start was planned behind every aging one).
+            first_aged = min(w.submit_time for w in aging) + after
+            early = [pending[wid] for wid, e in out.items() if wid in pending
+                     and e.basis != "victims" and e.start is not None and e.start <= first_aged]
+            out = yield from _plan(state, policy, now, runtime, only, limit, aging, early)
     if limit is not None:
         # The rest is behind the limit: not ordered (with 100,000 queued,
         # ordering the other 98,000 twice took the forecast over a second
@@ -480,7 +486,7 @@ def _ages(e: Optional[Estimate], aged_at: float, limited: bool) -> bool:
     return e.basis in ("plan", "unknown") and (e.start is None or e.start > aged_at)
 
 
-def _plan(state, policy, now, runtime, only, limit, aging) -> dict[str, Estimate]:
+def _plan(state, policy, now, runtime, only, limit, aging, early=()) -> dict[str, Estimate]:
     """One plan: the booked workloads' estimates (also those not in ``only``
     booked ahead of them), at most ``limit`` of them."""
     plan = _Plan(state, policy, now, runtime)
@@ -494,7 +500,7 @@ def _plan(state, policy, now, runtime, only, limit, aging) -> dict[str, Estimate
         plan.hold_nominated(state.pending[wid], nom.placement, start)
     remaining = None if only is None else set(only) - set(out)
     booked = 0
-    order = ConsiderationOrder(state, policy, now, then=aging)
+    order = ConsiderationOrder(state, policy, now, then=[*early, *aging])
     not_before = {w.id: w.submit_time + policy.aging_after for w in aging}
     for w in order:
         if w.id in out:
