@@ -488,7 +488,8 @@ def _ages(e: Optional[Estimate], aged_at: float, limited: bool) -> bool:
 
 def _plan(state, policy, now, runtime, only, limit, aging, early=()) -> dict[str, Estimate]:
     """One plan: the booked workloads' estimates (also those not in ``only``
-    booked ahead of them), at most ``limit`` of them."""
+    booked ahead of them), at most ``limit`` of them. ``early``, then
+    ``aging`` (each from when it ages), go right after the aged work."""
     plan = _Plan(state, policy, now, runtime)
     out: dict[str, Estimate] = {}
     # Nominated preemptors start when their victims have exited, on the GPUs
