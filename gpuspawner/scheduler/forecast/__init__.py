@@ -465,8 +465,8 @@ def _planned(state, policy, now, runtime, only, limit):
             # they move up: booked first, as the first plan booked it (after
             # them, a job about to start was planned behind every aging one).
             first_aged = min(w.submit_time for w in aging) + after
-            early = [pending[wid] for wid, e in out.items() if wid in pending
-                     and e.basis != "victims" and e.start is not None and e.start <= first_aged]
+            early = [pending[wid] for wid, e in out.items()
+                     if e.start is not None and e.start <= first_aged]
             out = yield from _plan(state, policy, now, runtime, only, limit, aging, early)
     if limit is not None:
         # The rest is behind the limit: not ordered (with 100,000 queued,
